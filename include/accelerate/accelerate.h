@@ -1,0 +1,5 @@
+// The one header users include: the whole public API of accelerate-cpp.
+#pragma once
+
+#include <accelerate/accelerator.h>
+#include <accelerate/options.h>

@@ -1,0 +1,24 @@
+// Where this process sits in the job: rank and world size as the launcher that started it reports them.
+#pragma once
+
+#include <string>
+
+namespace accelerate::detail {
+
+/// What the launcher told this process. Read from, in order: torchrun's variables (also exported by
+/// `accel launch` and Hugging Face's `accelerate launch`), Open MPI's `OMPI_COMM_WORLD_*`, Slurm's `SLURM_*`.
+struct LaunchEnvironment {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  /// Which launcher's variables were read: "torchrun", "mpirun", "srun" or "none".
+  std::string launcher = "none";
+};
+
+/// Reads the launcher's variables; throws `std::invalid_argument` naming the variable on a bad value.
+LaunchEnvironment discover_launch_environment();
+
+} // namespace accelerate::detail

@@ -1,0 +1,6 @@
+// Declarations c10d's ProcessGroupGloo.hpp needs from Gloo (see ../README.md for why these exist).
+#pragma once
+namespace gloo::transport {
+class Device;
+class UnboundBuffer;
+} // namespace gloo::transport

@@ -1,0 +1,48 @@
+// Rendezvous through c10d's TCPStore and the process group that carries every collective of the runtime.
+#include "process_group.h"
+
+#include <stdexcept>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/exception.h>
+
+namespace accelerate::detail {
+namespace {
+
+c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(env.master_port);
+  options.isServer = env.rank == 0;
+  options.numWorkers = env.world_size;
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  } catch (const c10::DistNetworkError& error) {
+    std::string what = error.what_without_backtrace();
+    if (env.rank == 0 && what.find("ddress already in use") != std::string::npos) {
+      throw std::runtime_error("accelerate: rank 0 cannot listen on MASTER_PORT " + std::to_string(env.master_port) +
+                               " at MASTER_ADDR " + env.master_addr +
+                               ": the port is already in use; pick a free port (accel launch --main_process_port 0)");
+    }
+    throw std::runtime_error("accelerate: rank " + std::to_string(env.rank) + " could not reach the rendezvous at " +
+                             where + " (MASTER_ADDR:MASTER_PORT) within " + std::to_string(timeout.count()) +
+                             " ms; check that MASTER_ADDR is the main process's address and that rank 0 started. "
+                             "Cause: " + what.substr(0, what.find('\n')));
+  }
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
+                                                            std::chrono::milliseconds timeout) {
+  auto store = connect_store(env, timeout);
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
+  auto gloo = create_gloo_backend(store, env.rank, env.world_size, env.master_addr, timeout);
+  group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  return group;
+}
+
+} // namespace accelerate::detail

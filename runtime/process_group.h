@@ -1,0 +1,23 @@
+// Forms the job's c10d process group: TCPStore rendezvous, then Gloo for CPU tensors.
+#pragma once
+
+#include "environment.h"
+
+#include <chrono>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+namespace accelerate::detail {
+
+/// Connects to (rank 0: hosts) the TCPStore at MASTER_ADDR:MASTER_PORT and builds a process group with a Gloo
+/// backend. Throws `std::runtime_error` naming the variable to fix when the address or port is unusable.
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
+                                                            std::chrono::milliseconds timeout);
+
+/// A Gloo backend bound to the local address that reaches `master_addr` (or to `GLOO_SOCKET_IFNAME`).
+/// Lives in its own translation unit: see runtime/gloo_shim/README.md.
+c10::intrusive_ptr<c10d::Backend> create_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                      int world_size, const std::string& master_addr,
+                                                      std::chrono::milliseconds timeout);
+
+} // namespace accelerate::detail

@@ -1,0 +1,1 @@
+// Anchor translation unit of the shared <torch/torch.h> precompiled header.

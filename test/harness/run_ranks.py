@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Runs one multi-process test: N ranks of a binary started by `accel launch` on loopback.
+
+Fails with the ranks' output when any rank fails, and never hangs: past --timeout seconds the whole process
+tree (launcher and ranks, one process group) is killed and the test fails saying so.
+
+    run_ranks.py --accel build/bin/accel --nproc 2 --timeout 120 -- ./test_binary --gtest_brief=1
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--accel", required=True, help="path to the accel launcher")
+    parser.add_argument("--nproc", type=int, default=2, help="number of ranks")
+    parser.add_argument("--timeout", type=float, default=120, help="hard limit in seconds for the whole run")
+    parser.add_argument("--expect-exit", type=int, default=0, help="the launcher exit code that means success")
+    parser.add_argument("--expect-output", action="append", default=[],
+                        help="a string the combined output must contain (repeatable)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- binary [args...]")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no binary given after --")
+
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    launch = [args.accel, "launch", "--num_processes", str(args.nproc), "--main_process_port", "0", *command]
+    process = subprocess.Popen(launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True, text=True, errors="replace")
+    try:
+        output, _ = process.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        process.terminate()  # the launcher stops its ranks on SIGTERM
+        try:
+            output, _ = process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+        sys.stdout.write(output)
+        print(f"run_ranks: FAILED: {args.nproc} ranks of {command[0]} still running after {args.timeout:g} s; "
+              "killed them all (a hang: look for the collective one rank never reached)")
+        return 1
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # nothing of the run outlives it
+        except ProcessLookupError:
+            pass
+    sys.stdout.write(output)
+    if process.returncode != args.expect_exit:
+        print(f"run_ranks: FAILED: accel launch exited {process.returncode}, expected {args.expect_exit}")
+        return 1
+    missing = [text for text in args.expect_output if text not in output]
+    if missing:
+        print(f"run_ranks: FAILED: output lacks {missing!r}")
+        return 1
+    print(f"run_ranks: {args.nproc} ranks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

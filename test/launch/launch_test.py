@@ -1,0 +1,440 @@
+#!/usr/bin/env python3
+"""Tests for `accel launch`, one per ctest entry: launch_test.py --accel A --probe P TestName.
+
+Each test runs accel on launch_probe and checks its exit code, its output, and that no probe process is
+left behind. Standard library only; every test ends within HARD_TIMEOUT_S whatever accel does.
+"""
+import argparse
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+HARD_TIMEOUT_S = 50  # below ctest's TIMEOUT 60, so a hang reads as this driver's message
+RUN_TIMEOUT_S = 30
+STOP_WITHIN_S = 10  # "within a few seconds": the default grace period is 5 s, the probes stop on SIGTERM
+
+ACCEL = ""
+PROBE = ""
+# Every process a test starts carries this in its environment, so that whatever a failed test leaves behind
+# can be found and killed (see kill_leftovers).
+TOKEN_VARIABLE = "ACCEL_LAUNCH_TEST_TOKEN"
+TOKEN = f"{os.getpid()}-{time.time_ns()}"
+
+
+class Result:
+    def __init__(self, code, stdout, stderr, seconds):
+        self.code, self.stdout, self.stderr, self.seconds = code, stdout, stderr, seconds
+
+    def __str__(self):
+        return (f"exit code {self.code} after {self.seconds:.1f} s\n--- stdout ---\n{self.stdout}"
+                f"--- stderr ---\n{self.stderr}--- end ---")
+
+
+def check(condition, message, result=None):
+    if not condition:
+        raise AssertionError(message + ("\n" + str(result) if result is not None else ""))
+
+
+def environment(**overrides):
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    env[TOKEN_VARIABLE] = TOKEN
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def accel(*args, env=None):
+    start = time.monotonic()
+    completed = subprocess.run([ACCEL, *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                               env=env if env is not None else environment())
+    return Result(completed.returncode, completed.stdout, completed.stderr, time.monotonic() - start)
+
+
+def launch(*args, env=None):
+    return accel("launch", *args, env=env)
+
+
+def probe_pids(stdout):
+    """Every pid a probe printed: ranks (`probe pid=`) and their children (`probe child pid=`)."""
+    return [int(pid) for pid in re.findall(r"probe (?:child )?pid=(\d+)", stdout)]
+
+
+def is_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # an orphaned zombie has stopped
+    except OSError:
+        return True
+
+
+def check_no_process_left(pids, result):
+    check(pids, "the probes printed no pid, so the test cannot check they stopped", result)
+    deadline = time.monotonic() + 2
+    while any(is_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = [pid for pid in pids if is_alive(pid)]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    check(not alive, f"probe processes {alive} outlived accel", result)
+
+
+def kill_leftovers():
+    """SIGKILLs every process still carrying this run's token: cleanup after a failed test, not a check."""
+    marker = f"{TOKEN_VARIABLE}={TOKEN}".encode() + b"\0"
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if marker in environ.read():
+                    os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def check_usage_error(result, expected_line):
+    lines = result.stderr.splitlines()
+    check(result.code == 2, "expected exit code 2 for a usage error", result)
+    check(lines == [expected_line], f"expected exactly one stderr line: {expected_line!r}", result)
+    check(result.stdout == "", "expected no stdout: no rank may start on a usage error", result)
+
+
+def rank_lines(stdout, rank):
+    return [line for line in stdout.splitlines() if line.startswith(f"[rank{rank}]: ")]
+
+
+def env_of(line):
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+# ----------------------------------------------------------------------------------------------- env, output
+
+def TwoRanksGetTorchrunEnvironment():
+    result = launch("--num_processes", "2", PROBE)
+    check(result.code == 0, "two healthy ranks must exit 0", result)
+    for rank in (0, 1):
+        lines = [line for line in rank_lines(result.stdout, rank) if "probe pid=" in line]
+        check(len(lines) == 1, f"expected one environment line from rank {rank}", result)
+        expected = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 2, "GROUP_RANK": 0,
+                    "GROUP_WORLD_SIZE": 1, "ROLE_NAME": "default", "ROLE_RANK": rank, "ROLE_WORLD_SIZE": 2,
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": 29500, "OMP_NUM_THREADS": 1}
+        got = env_of(lines[0])
+        for name, value in expected.items():
+            check(got.get(name) == str(value), f"rank {rank}: expected {name}={value}, got {got.get(name)}", result)
+    check("OMP_NUM_THREADS=1" in result.stderr, "expected the note about OMP_NUM_THREADS", result)
+
+    quiet = launch("-q", "--num_processes", "2", PROBE)
+    check(quiet.code == 0 and quiet.stderr == "", "-q must leave out the OMP_NUM_THREADS note", quiet)
+
+    tuned = launch("--num_processes", "2", PROBE, env=environment(OMP_NUM_THREADS="3"))
+    check(tuned.stdout.count("OMP_NUM_THREADS=3") == 2, "a user's OMP_NUM_THREADS must be kept", tuned)
+    check("OMP_NUM_THREADS" not in tuned.stderr, "no note when OMP_NUM_THREADS is set", tuned)
+
+
+def TwoRanksOutputIsPrefixedPerStream():
+    result = launch("-q", "--num_processes", "2", PROBE, "--lines", "3000", "--stderr", "to stderr")
+    check(result.code == 0, "expected exit code 0", result)
+    bad = [line for line in result.stdout.splitlines()
+           if not re.fullmatch(r"\[rank(\d)\]: (line \1 \d+ x{80}|probe pid=.*)", line)]
+    check(not bad, f"{len(bad)} stdout lines are not whole prefixed lines of their rank, e.g. {bad[:2]}")
+    for rank in (0, 1):
+        numbers = [int(m) for m in re.findall(rf"^\[rank{rank}\]: line {rank} (\d+) ", result.stdout, re.M)]
+        check(numbers == list(range(3000)), f"rank {rank}'s 3000 lines must all arrive, in order")
+    check(sorted(result.stderr.splitlines()) == ["[rank0]: to stderr", "[rank1]: to stderr"],
+          "each rank's stderr line must reach stderr, prefixed", result)
+
+
+def SingleRankOutputIsNotPrefixed():
+    result = launch(PROBE, "--stderr", "to stderr")
+    check(result.code == 0, "expected exit code 0", result)
+    check(result.stdout.startswith("probe pid=") and "[rank" not in result.stdout,
+          "one rank's output must pass through unprefixed", result)
+    check(env_of(result.stdout).get("WORLD_SIZE") == "1", "the default is one rank", result)
+    check(env_of(result.stdout).get("OMP_NUM_THREADS") == "<unset>", "one rank keeps OMP_NUM_THREADS unset",
+          result)
+    check(result.stderr == "to stderr\n", "stderr must pass through unprefixed", result)
+
+
+def UnterminatedLastLineIsFlushed():
+    result = launch("-q", "--num_processes", "2", PROBE, "--no-newline", "tail")
+    check(result.code == 0, "expected exit code 0", result)
+    for rank in (0, 1):
+        check(f"[rank{rank}]: tail\n" in result.stdout, f"rank {rank}'s last line without newline is lost",
+              result)
+
+
+def EqualsFormAndDoubleDashAreAccepted():
+    result = launch("-q", "--num_processes=2", "--main_process_port=12345", "--main_process_ip=localhost",
+                    "--", PROBE)
+    check(result.code == 0, "expected exit code 0", result)
+    envs = [env_of(line) for line in result.stdout.splitlines()]
+    check(len(envs) == 2 and all(e.get("WORLD_SIZE") == "2" and e.get("MASTER_PORT") == "12345"
+                                 and e.get("MASTER_ADDR") == "localhost" for e in envs),
+          "--flag=value must set WORLD_SIZE, MASTER_PORT and MASTER_ADDR", result)
+    hyphens = launch("-q", "--num-processes", "2", PROBE)
+    sizes = [env_of(line).get("WORLD_SIZE") for line in hyphens.stdout.splitlines()]
+    check(hyphens.code == 0 and sizes == ["2", "2"],
+          "--num-processes must be accepted as --num_processes", hyphens)
+
+
+def ProgramArgumentsPassThrough():
+    result = launch(PROBE, "--echo-args", "--num_processes", "5", "-q", "--", "x")
+    check(result.code == 0, "expected exit code 0", result)
+    check("probe args: --echo-args --num_processes 5 -q -- x\n" in result.stdout,
+          "everything after PROGRAM must reach it untouched", result)
+    check(env_of(result.stdout).get("WORLD_SIZE") == "1", "flags after PROGRAM are not accel's", result)
+
+
+def PortZeroPicksAFreePort():
+    result = launch("-q", "--num_processes", "2", "--main_process_port", "0", PROBE)
+    check(result.code == 0, "expected exit code 0", result)
+    ports = {env_of(line).get("MASTER_PORT") for line in result.stdout.splitlines()}
+    check(len(ports) == 1, "both ranks must get the same MASTER_PORT", result)
+    port = int(ports.pop())
+    check(0 < port < 65536, f"port 0 must be replaced by a real port, got {port}", result)
+
+
+def ProgramIsFoundOnPath():
+    folder, name = os.path.split(PROBE)
+    env = environment(PATH=folder + os.pathsep + os.environ.get("PATH", ""))
+    result = launch(name, env=env)
+    check(result.code == 0 and result.stdout.startswith("probe pid="), "a bare name must be found on PATH",
+          result)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+def ZeroProcessesIsRejected():
+    check_usage_error(launch("--num_processes", "0", PROBE),
+                      "accel launch: --num_processes must be >= 1 (got 0)")
+
+
+def NonNumericProcessesIsRejected():
+    check_usage_error(launch("--num_processes", "two", PROBE),
+                      "accel launch: --num_processes must be a whole number >= 1 (got 'two')")
+    check_usage_error(launch("--num_processes", "-1", PROBE),
+                      "accel launch: --num_processes must be a whole number >= 1 (got '-1')")
+
+
+def MissingFlagValueIsRejected():
+    expected = "accel launch: --num_processes needs a value (e.g. --num_processes N)"
+    check_usage_error(launch("--num_processes"), expected)
+    check_usage_error(launch("--num_processes", "--quiet", PROBE), expected)
+    check_usage_error(launch("--quiet=yes", PROBE), "accel launch: --quiet takes no value (got '--quiet=yes')")
+
+
+def PortOutOfRangeIsRejected():
+    check_usage_error(launch("--main_process_port", "65536", PROBE),
+                      "accel launch: --main_process_port must be between 0 and 65535 (got 65536)")
+
+
+def UnknownFlagSuggestsTheRightOne():
+    check_usage_error(launch("--num_process", "2", PROBE),
+                      "accel launch: unknown flag --num_process (did you mean --num_processes?)")
+    check_usage_error(launch("--nproc_per_node", "2", PROBE),
+                      "accel launch: unknown flag --nproc_per_node (did you mean --num_processes?)")
+    check_usage_error(launch("--zzz", PROBE), "accel launch: unknown flag --zzz (see --help for the flags)")
+
+
+def MissingProgramIsRejected():
+    missing = os.path.join(os.path.dirname(PROBE), "no_such_program")
+    result = launch("--num_processes", "2", missing)
+    check_usage_error(result, f"accel launch: cannot run '{missing}': no such file (check the path, or build "
+                              "the program first)")
+    result = launch("no_such_program_on_path")
+    check_usage_error(result, "accel launch: cannot run 'no_such_program_on_path': not found on PATH (give its "
+                              "path, like ./no_such_program_on_path, or add its folder to PATH)")
+
+
+def NonExecutableProgramIsRejected():
+    with tempfile.NamedTemporaryFile("w", suffix=".sh") as script:
+        script.write("#!/bin/sh\necho started\n")
+        script.flush()
+        os.chmod(script.name, 0o644)
+        check_usage_error(launch(script.name), f"accel launch: cannot run '{script.name}': not an executable "
+                                               f"file (if it is one, chmod +x {script.name})")
+
+
+def NoProgramIsRejected():
+    result = launch("--num_processes", "2")
+    check(result.code == 2 and len(result.stderr.splitlines()) == 1 and "no program to run" in result.stderr,
+          "accel launch without PROGRAM must say so in one line", result)
+
+
+# ------------------------------------------------------------------------------------------ failure, signals
+
+def run_failing(probe_args, *accel_args):
+    with tempfile.TemporaryDirectory() as sync_dir:
+        return launch(*accel_args, "-q", "--num_processes", "2", PROBE, "--sync-dir", sync_dir, *probe_args)
+
+
+def pid_of_rank(stdout, rank):
+    match = re.search(rf"^\[rank{rank}\]: probe pid=(\d+)", stdout, re.M)
+    check(match is not None, f"rank {rank} printed no pid line\n{stdout}")
+    return int(match.group(1))
+
+
+def FailingRankStopsTheOthers():
+    result = run_failing(["--fail", "1", "3", "--sleep", "60"])
+    check(result.code == 3, "accel must exit with the failed rank's exit code 3", result)
+    check(result.seconds < STOP_WITHIN_S, f"accel must stop within {STOP_WITHIN_S} s", result)
+    expected = (f"accel launch: rank 1 (pid {pid_of_rank(result.stdout, 1)}) failed with exit code 3; "
+                "stopped the other 1 rank(s)")
+    check(result.stderr.splitlines()[-1:] == [expected], f"the last stderr line must be: {expected}", result)
+    check_no_process_left(probe_pids(result.stdout), result)
+
+
+def RankIgnoringSigtermIsKilledAfterGrace():
+    result = run_failing(["--fail", "1", "3", "--sleep", "60", "--ignore-sigterm"], "--term_timeout", "1")
+    check(result.code == 3, "accel must exit with the failed rank's exit code 3", result)
+    check(1 <= result.seconds < STOP_WITHIN_S, "a rank ignoring SIGTERM gets SIGKILL after --term_timeout",
+          result)
+    check(result.stderr.rstrip().endswith("stopped the other 1 rank(s), with SIGKILL after the 1 s grace "
+                                          "period"), "the message must say SIGKILL was needed", result)
+    check_no_process_left(probe_pids(result.stdout), result)
+
+
+def KilledRankIsReported():
+    result = run_failing(["--kill-self", "0", str(int(signal.SIGKILL)), "--sleep", "60"])
+    check(result.code == 128 + signal.SIGKILL, "a rank killed by signal 9 makes accel exit 137", result)
+    expected = (f"accel launch: rank 0 (pid {pid_of_rank(result.stdout, 0)}) was killed by signal 9 (SIGKILL); "
+                "stopped the other 1 rank(s)")
+    check(result.stderr.splitlines()[-1:] == [expected], f"the last stderr line must be: {expected}", result)
+    check_no_process_left(probe_pids(result.stdout), result)
+
+
+def ChildOfAFailedRankIsStopped():
+    result = run_failing(["--spawn-child", "--fail", "1", "3", "--sleep", "60"])
+    check(result.code == 3, "expected exit code 3", result)
+    check(len(re.findall("probe child pid=", result.stdout)) == 2, "each rank must report its child", result)
+    check_no_process_left(probe_pids(result.stdout), result)
+
+
+def LeftoverChildIsStoppedAfterSuccess():
+    result = launch("-q", "--num_processes", "2", PROBE, "--spawn-child")
+    check(result.code == 0, "ranks that exit 0 make accel exit 0", result)
+    check(result.seconds < STOP_WITHIN_S, "a child holding a rank's output must not keep accel waiting", result)
+    check_no_process_left(probe_pids(result.stdout), result)
+
+
+def signal_launcher(signal_numbers, accel_args=(), probe_args=()):
+    """Starts 2 sleeping ranks; once both have printed their pid, sends accel each of `signal_numbers`,
+    0.3 s apart. The Result's seconds count from the last signal."""
+    start = time.monotonic()
+    command = [ACCEL, "launch", "-q", "--num_processes", "2", *accel_args, PROBE, "--sleep", "60", *probe_args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment())
+    stdout = b""
+    try:
+        while stdout.count(b"probe pid=") < 2 and time.monotonic() - start < RUN_TIMEOUT_S:
+            if select.select([process.stdout], [], [], 1)[0]:
+                chunk = os.read(process.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                stdout += chunk
+        for i, signal_number in enumerate(signal_numbers):
+            time.sleep(0.3 if i else 0)
+            process.send_signal(signal_number)
+        sent = time.monotonic()
+        rest, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return Result(process.returncode, (stdout + rest).decode(), stderr.decode(), time.monotonic() - sent)
+
+
+def check_signal_stops_ranks(signal_number):
+    result = signal_launcher([signal_number])
+    name = signal.Signals(signal_number).name
+    check(result.code == 128 + signal_number, f"accel must exit 128 + {name}", result)
+    check(result.seconds < STOP_WITHIN_S, f"accel must stop within {STOP_WITHIN_S} s of {name}", result)
+    check(result.stderr.splitlines() == [f"accel launch: received {name}; passed it on to 2 running rank(s)"],
+          "accel must say which signal stopped it", result)
+    check(len(probe_pids(result.stdout)) == 2, "both ranks must have printed their pid", result)
+    check_no_process_left(probe_pids(result.stdout), result)
+
+
+def SigtermToLauncherStopsAllRanks():
+    check_signal_stops_ranks(signal.SIGTERM)
+
+
+def SigintToLauncherStopsAllRanks():
+    check_signal_stops_ranks(signal.SIGINT)
+
+
+def SecondSignalKillsRanksAtOnce():
+    result = signal_launcher([signal.SIGTERM, signal.SIGTERM], ["--term_timeout", "30"], ["--ignore-sigterm"])
+    check(result.code == 128 + signal.SIGTERM, "accel must exit 128 + SIGTERM", result)
+    check(result.seconds < STOP_WITHIN_S, "a second signal must not wait out the 30 s grace period", result)
+    check(result.stderr.splitlines() == ["accel launch: received SIGTERM; passed it on to 2 running rank(s), "
+                                         "with SIGKILL on a second signal"], "accel must say it used SIGKILL",
+          result)
+    check_no_process_left(probe_pids(result.stdout), result)
+
+
+# ------------------------------------------------------------------------------------------------------ CLI
+
+def HelpAndUnknownCommand():
+    top = accel("--help")
+    check(top.code == 0 and "launch" in top.stdout, "accel --help must list launch", top)
+    sub = accel("launch", "--help")
+    check(sub.code == 0 and "--num_processes N" in sub.stdout and "--main_process_port PORT" in sub.stdout,
+          "accel launch --help must list its flags", sub)
+    typo = accel("lanch")
+    check(typo.code == 2 and typo.stderr.splitlines() == ["accel: unknown command 'lanch' (did you mean "
+                                                          "'launch'?)"], "a mistyped command gets a hint", typo)
+    bare = accel()
+    check(bare.code == 2 and "usage: accel" in bare.stderr, "accel alone prints usage to stderr, exit 2", bare)
+
+
+# The tests are the functions named in CamelCase; CMakeLists.txt registers each with ctest (--list).
+TESTS = {name: test for name, test in globals().items()
+         if isinstance(test, types.FunctionType) and name[0].isupper()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="print the test names, one a line, and exit")
+    parser.add_argument("--accel")
+    parser.add_argument("--probe")
+    parser.add_argument("test", nargs="?", choices=sorted(TESTS))
+    args = parser.parse_args()
+    if args.list:
+        print("\n".join(TESTS))
+        return
+    if not (args.accel and args.probe and args.test):
+        parser.error("give --accel, --probe and a test name (or --list)")
+    global ACCEL, PROBE
+    ACCEL, PROBE = os.path.abspath(args.accel), os.path.abspath(args.probe)
+
+    def give_up(signum, frame):
+        kill_leftovers()
+        sys.exit(f"FAIL {args.test}: no result after {HARD_TIMEOUT_S} s (a hang)")
+
+    signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(HARD_TIMEOUT_S)
+    try:
+        TESTS[args.test]()
+    except (AssertionError, subprocess.TimeoutExpired) as failure:
+        sys.exit(f"FAIL {args.test}: {failure}")
+    finally:
+        kill_leftovers()
+    print(f"PASS {args.test}")
+
+
+if __name__ == "__main__":
+    main()

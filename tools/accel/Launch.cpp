@@ -1,0 +1,450 @@
+// Running a program as N local ranks and supervising them (see Launch.h).
+#include "Launch.h"
+
+#include "RankEnvironment.h"
+#include "RankOutput.h"
+#include "SignalPipe.h"
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <memory>
+#include <optional>
+#include <poll.h>
+#include <sys/wait.h>
+#include <system_error>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+namespace accel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// What the launcher passes on to its ranks; SIGCHLD is caught too, to notice ranks exiting.
+const std::vector<int> kForwardedSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+/// After the last rank exits, how long processes it left behind (after SIGKILL) get to close its pipes.
+constexpr std::chrono::milliseconds kFinalDrainTimeout{1000};
+
+std::string signalName(int signal) {
+  static const std::pair<int, const char*> kNames[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"}};
+  for (const auto& [number, name] : kNames)
+    if (number == signal)
+      return name;
+  return "signal " + std::to_string(signal);
+}
+
+std::string formatSeconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", seconds);
+  return text;
+}
+
+/// The launcher's own messages go to stderr as one line, `accel launch: ...`.
+void report(const std::string& message) {
+  std::string line = "accel launch: " + message + "\n";
+  writeFully(STDERR_FILENO, line.data(), line.size());
+}
+
+/// How a rank ended.
+struct RankExit {
+  bool killedBySignal = false;
+  int value = 0; ///< the exit code, or the signal number
+
+  static RankExit from(const siginfo_t& info) {
+    bool signalled = info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED;
+    return {signalled, info.si_status};
+  }
+  bool failed() const { return killedBySignal || value != 0; }
+  /// The shell's convention: a process killed by signal S reads as exit code 128 + S.
+  int asExitCode() const { return killedBySignal ? 128 + value : value; }
+  std::string describe() const {
+    if (killedBySignal)
+      return "was killed by signal " + std::to_string(value) + " (" + signalName(value) + ")";
+    return "failed with exit code " + std::to_string(value);
+  }
+};
+
+struct RankProcess {
+  int rank = 0;
+  pid_t pid = -1;
+  std::optional<RankExit> exit;
+  bool reaped = false;
+  /// Null when there is one rank: it writes straight to the launcher's own stdout and stderr.
+  std::unique_ptr<RankOutputPipe> stdoutPipe;
+  std::unique_ptr<RankOutputPipe> stderrPipe;
+
+  bool running() const { return pid > 0 && !exit; }
+};
+
+/// A pipe (or none: both ends -1) whose ends are closed on exec (the rank's end is dup2'ed onto fd 1 or 2,
+/// which clears that flag).
+struct Pipe {
+  int readEnd = -1;
+  int writeEnd = -1;
+
+  static Pipe open() {
+    int fds[2];
+    if (::pipe(fds) != 0)
+      throw std::system_error(errno, std::generic_category(), "cannot create an output pipe for a rank");
+    for (int fd : fds)
+      ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    return {fds[0], fds[1]};
+  }
+};
+
+/// Starts the ranks, then runs the poll() loop that forwards their output and the launcher's signals,
+/// notices exits, and stops the survivors when one fails. All ranks share one new process group (led by
+/// rank 0) so that one killpg() reaches them and anything they started; rank 0 is reaped last so that the
+/// group's id cannot be reused while the launcher may still signal it.
+class RankSupervisor {
+public:
+  explicit RankSupervisor(const LaunchOptions& options) : options_(options), signalPipe_(caughtSignals()) {}
+  ~RankSupervisor() { killAndReapEverything(); }
+  RankSupervisor(const RankSupervisor&) = delete;
+  RankSupervisor& operator=(const RankSupervisor&) = delete;
+
+  void startRanks();
+  int superviseUntilAllExited();
+
+private:
+  static std::vector<int> caughtSignals();
+  Environment environmentSharedByRanks() const;
+  void startRank(int rank, const Environment& shared);
+  [[noreturn]] void becomeRank(const SignalPipe::BlockedForFork& blocked, pid_t launcherPid, int rank,
+                               const Pipe& out, const Pipe& err, std::vector<char*>& argv,
+                               std::vector<char*>& envp) const;
+
+  void waitForEvents(std::optional<Clock::time_point> deadline);
+  void handleSignals();
+  void collectExitedRanks();
+  void stopRanks(int signal);
+  void signalRanks(int signal);
+  void drainOutputUntil(Clock::time_point deadline);
+  void closeOutputPipes();
+  void killAndReapEverything();
+  int reportOutcome() const;
+
+  bool stopping() const { return killDeadline_.has_value(); }
+  Clock::duration gracePeriod() const {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(options_.termTimeoutSeconds));
+  }
+  bool anyRunning() const;
+  bool anyOutputOpen() const;
+
+  const LaunchOptions& options_;
+  SignalPipe signalPipe_;
+  std::vector<RankProcess> ranks_;
+  pid_t groupId_ = 0; ///< rank 0's pid once it is started
+  std::optional<Clock::time_point> killDeadline_;
+  bool sentSigkill_ = false;
+  /// Why ranks (not just what they left behind) got SIGKILL, for the final message.
+  enum class SigkillCause { None, GracePeriodOver, SecondSignal } sigkillCause_ = SigkillCause::None;
+  std::optional<size_t> failedRank_; ///< the first rank that failed while none was being stopped
+  int launcherSignal_ = 0;           ///< the first signal the launcher received, if that began the stop
+  int ranksRunningWhenStopped_ = 0;
+};
+
+std::vector<int> RankSupervisor::caughtSignals() {
+  std::vector<int> signals = kForwardedSignals;
+  signals.push_back(SIGCHLD);
+  return signals;
+}
+
+Environment RankSupervisor::environmentSharedByRanks() const {
+  Environment environment = Environment::current();
+  // As torchrun does: N ranks each using every core for OpenMP would oversubscribe the machine.
+  if (options_.numProcesses > 1 && !environment.get("OMP_NUM_THREADS")) {
+    environment.set("OMP_NUM_THREADS", "1");
+    if (!options_.quiet)
+      report("setting OMP_NUM_THREADS=1 for each rank (it was unset); set it yourself to tune CPU threads");
+  }
+  return environment;
+}
+
+void RankSupervisor::startRanks() {
+  Environment shared = environmentSharedByRanks();
+  ranks_.reserve(static_cast<size_t>(options_.numProcesses));
+  for (int rank = 0; rank < options_.numProcesses; ++rank)
+    startRank(rank, shared);
+}
+
+void RankSupervisor::startRank(int rank, const Environment& shared) {
+  RankPlacement placement;
+  placement.rank = placement.localRank = rank;
+  placement.worldSize = placement.localWorldSize = options_.numProcesses;
+  placement.masterAddr = options_.mainProcessIp;
+  placement.masterPort = options_.mainProcessPort;
+  Environment environment = rankEnvironment(shared, placement);
+  std::vector<char*> envp = environment.pointers();
+  std::vector<std::string> argvStrings = options_.argv;
+  std::vector<char*> argv;
+  for (std::string& argument : argvStrings)
+    argv.push_back(argument.data());
+  argv.push_back(nullptr);
+
+  bool prefixOutput = options_.numProcesses > 1;
+  Pipe out, err;
+  if (prefixOutput) {
+    out = Pipe::open();
+    err = Pipe::open();
+  }
+
+  RankProcess& process = ranks_.emplace_back();
+  process.rank = rank;
+  const std::string prefix = "[rank" + std::to_string(rank) + "]: ";
+  if (prefixOutput) {
+    process.stdoutPipe = std::make_unique<RankOutputPipe>(out.readEnd, STDOUT_FILENO, prefix);
+    process.stderrPipe = std::make_unique<RankOutputPipe>(err.readEnd, STDERR_FILENO, prefix);
+  }
+
+  pid_t launcherPid = ::getpid();
+  pid_t pid;
+  {
+    SignalPipe::BlockedForFork blocked(signalPipe_);
+    pid = ::fork();
+    if (pid == 0)
+      becomeRank(blocked, launcherPid, rank, out, err, argv, envp);
+  }
+  int forkErrno = errno;
+  if (prefixOutput) {
+    ::close(out.writeEnd);
+    ::close(err.writeEnd);
+  }
+  if (pid < 0)
+    throw std::system_error(forkErrno, std::generic_category(),
+                            "cannot start rank " + std::to_string(rank) + ": fork failed");
+  // Set the group here as well as in the child, so it is in place whichever of the two runs first.
+  ::setpgid(pid, rank == 0 ? pid : groupId_);
+  if (rank == 0)
+    groupId_ = pid;
+  process.pid = pid;
+}
+
+void RankSupervisor::becomeRank(const SignalPipe::BlockedForFork& blocked, pid_t launcherPid, int rank,
+                                const Pipe& out, const Pipe& err, std::vector<char*>& argv,
+                                std::vector<char*>& envp) const {
+  blocked.restoreDefaultsInChild();
+  ::setpgid(0, rank == 0 ? 0 : groupId_);
+#ifdef __linux__
+  // If the launcher itself is SIGKILLed it cannot stop its ranks, so the kernel does. SIGKILL, because a
+  // rank that ignores SIGTERM would otherwise outlive it.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcherPid)
+    ::_exit(128 + SIGKILL);
+#else
+  (void)launcherPid;
+#endif
+  if (out.writeEnd >= 0) {
+    ::dup2(out.writeEnd, STDOUT_FILENO);
+    ::dup2(err.writeEnd, STDERR_FILENO);
+  }
+  // The ranks are a background process group: one reading the terminal would be stopped (SIGTTIN).
+  // Rank 0 keeps a piped or redirected stdin; the other ranks, and rank 0 at a terminal, read /dev/null.
+  if (rank != 0 || ::isatty(STDIN_FILENO)) {
+    int devNull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devNull, STDIN_FILENO);
+    ::close(devNull);
+  }
+  ::execve(options_.executablePath.c_str(), argv.data(), envp.data());
+  std::string message = "accel launch: cannot execute " + options_.executablePath + " as rank " +
+                        std::to_string(rank) + ": " + std::strerror(errno) + "\n";
+  writeFully(STDERR_FILENO, message.data(), message.size());
+  ::_exit(127);
+}
+
+int RankSupervisor::superviseUntilAllExited() {
+  while (true) {
+    collectExitedRanks();
+    if (!anyRunning())
+      break;
+    if (stopping() && !sentSigkill_ && Clock::now() >= *killDeadline_) {
+      sigkillCause_ = SigkillCause::GracePeriodOver;
+      signalRanks(SIGKILL);
+      sentSigkill_ = true;
+    }
+    waitForEvents(sentSigkill_ ? std::nullopt : killDeadline_);
+  }
+  // Every rank has exited; processes they started may still hold their output pipes. Those get what is left
+  // of the grace period (all of it after a clean finish, from SIGTERM), then SIGKILL.
+  if (!stopping())
+    stopRanks(SIGTERM);
+  while (anyOutputOpen() && !sentSigkill_ && Clock::now() < *killDeadline_)
+    waitForEvents(killDeadline_);
+  signalRanks(SIGKILL);
+  drainOutputUntil(Clock::now() + kFinalDrainTimeout);
+  closeOutputPipes();
+  killAndReapEverything();
+  return reportOutcome();
+}
+
+void RankSupervisor::waitForEvents(std::optional<Clock::time_point> deadline) {
+  std::vector<pollfd> watched = {{signalPipe_.readFd(), POLLIN, 0}};
+  std::vector<RankOutputPipe*> pipes;
+  for (RankProcess& process : ranks_) {
+    for (RankOutputPipe* pipe : {process.stdoutPipe.get(), process.stderrPipe.get()}) {
+      if (pipe && pipe->isOpen()) {
+        watched.push_back({pipe->sourceFd(), POLLIN, 0});
+        pipes.push_back(pipe);
+      }
+    }
+  }
+  int timeoutMs = -1;
+  if (deadline) {
+    auto remaining = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+    timeoutMs = static_cast<int>(std::max<std::chrono::milliseconds::rep>(0, remaining.count()));
+  }
+  if (::poll(watched.data(), watched.size(), timeoutMs) <= 0)
+    return; // timed out, or interrupted by a signal whose byte is now waiting on the signal pipe
+  if (watched[0].revents != 0)
+    handleSignals();
+  for (size_t i = 0; i < pipes.size(); ++i)
+    if (watched[i + 1].revents != 0)
+      pipes[i]->forwardAvailable();
+}
+
+void RankSupervisor::handleSignals() {
+  for (int signal : signalPipe_.takeSignals()) {
+    if (signal == SIGCHLD)
+      continue; // collectExitedRanks() runs on every turn of the loop
+    if (!stopping())
+      launcherSignal_ = signal;
+    stopRanks(signal);
+  }
+}
+
+void RankSupervisor::collectExitedRanks() {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    RankProcess& process = ranks_[i];
+    if (!process.running())
+      continue;
+    // The group leader stays a zombie (WNOWAIT) until the end, keeping the group id ours.
+    bool isGroupLeader = process.pid == groupId_;
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(process.pid), &info,
+                 WEXITED | WNOHANG | (isGroupLeader ? WNOWAIT : 0)) != 0 ||
+        info.si_pid == 0)
+      continue;
+    process.exit = RankExit::from(info);
+    process.reaped = !isGroupLeader;
+    if (process.exit->failed() && !stopping()) {
+      failedRank_ = i;
+      stopRanks(SIGTERM);
+    }
+  }
+}
+
+void RankSupervisor::stopRanks(int signal) {
+  if (stopping()) {
+    // A signal to the launcher while it is already stopping the ranks (a second Ctrl-C) means: now.
+    if (!sentSigkill_ && anyRunning())
+      sigkillCause_ = SigkillCause::SecondSignal;
+    signalRanks(SIGKILL);
+    sentSigkill_ = true;
+    return;
+  }
+  ranksRunningWhenStopped_ = 0;
+  for (const RankProcess& process : ranks_)
+    ranksRunningWhenStopped_ += process.running() ? 1 : 0;
+  signalRanks(signal);
+  killDeadline_ = Clock::now() + gracePeriod();
+}
+
+void RankSupervisor::signalRanks(int signal) {
+  if (groupId_ > 0 && !ranks_.empty() && !ranks_[0].reaped)
+    ::killpg(groupId_, signal);
+  // A rank that moved itself to another group (setsid) is signalled on its own.
+  for (const RankProcess& process : ranks_)
+    if (process.running() && ::getpgid(process.pid) != groupId_)
+      ::kill(process.pid, signal);
+}
+
+void RankSupervisor::drainOutputUntil(Clock::time_point deadline) {
+  while (anyOutputOpen() && Clock::now() < deadline)
+    waitForEvents(deadline);
+}
+
+void RankSupervisor::closeOutputPipes() {
+  for (RankProcess& process : ranks_) {
+    if (process.stdoutPipe)
+      process.stdoutPipe->close();
+    if (process.stderrPipe)
+      process.stderrPipe->close();
+  }
+}
+
+void RankSupervisor::killAndReapEverything() {
+  if (anyRunning())
+    signalRanks(SIGKILL);
+  for (RankProcess& process : ranks_) {
+    if (process.pid <= 0 || process.reaped)
+      continue;
+    int status = 0;
+    while (::waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!process.exit)
+      process.exit =
+          RankExit{WIFSIGNALED(status), WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)};
+    process.reaped = true;
+  }
+}
+
+int RankSupervisor::reportOutcome() const {
+  std::string stopped;
+  if (sigkillCause_ == SigkillCause::GracePeriodOver)
+    stopped = ", with SIGKILL after the " + formatSeconds(options_.termTimeoutSeconds) + " grace period";
+  else if (sigkillCause_ == SigkillCause::SecondSignal)
+    stopped = ", with SIGKILL on a second signal";
+  if (failedRank_) {
+    const RankProcess& failed = ranks_[*failedRank_];
+    std::string message = "rank " + std::to_string(failed.rank) + " (pid " + std::to_string(failed.pid) +
+                          ") " + failed.exit->describe();
+    if (ranksRunningWhenStopped_ > 0)
+      message += "; stopped the other " + std::to_string(ranksRunningWhenStopped_) + " rank(s)" + stopped;
+    report(message);
+    return failed.exit->asExitCode();
+  }
+  if (launcherSignal_ != 0) {
+    report("received " + signalName(launcherSignal_) + "; passed it on to " +
+           std::to_string(ranksRunningWhenStopped_) + " running rank(s)" + stopped);
+    return 128 + launcherSignal_;
+  }
+  return 0;
+}
+
+bool RankSupervisor::anyRunning() const {
+  for (const RankProcess& process : ranks_)
+    if (process.running())
+      return true;
+  return false;
+}
+
+bool RankSupervisor::anyOutputOpen() const {
+  for (const RankProcess& process : ranks_)
+    if ((process.stdoutPipe && process.stdoutPipe->isOpen()) ||
+        (process.stderrPipe && process.stderrPipe->isOpen()))
+      return true;
+  return false;
+}
+
+} // namespace
+
+int launchLocalRanks(const LaunchOptions& options) {
+  RankSupervisor supervisor(options);
+  supervisor.startRanks();
+  return supervisor.superviseUntilAllExited();
+}
+
+} // namespace accel

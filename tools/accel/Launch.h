@@ -1,0 +1,28 @@
+// Running a program as N local ranks and supervising them: the engine behind `accel launch`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace accel {
+
+/// A launch with every value already checked and resolved (see LaunchCommand.cpp for the flags).
+struct LaunchOptions {
+  int numProcesses = 1;
+  std::string mainProcessIp = "127.0.0.1";
+  int mainProcessPort = 29500;   ///< never 0 here: a free port has been picked already
+  double termTimeoutSeconds = 5; ///< how long stopping ranks get between SIGTERM and SIGKILL
+  bool quiet = false;            ///< leave out the launcher's notes (errors are always printed)
+  std::string executablePath;    ///< what to execve
+  std::vector<std::string> argv; ///< the program's argv; argv[0] is the program as the user typed it
+};
+
+/// Starts `options.numProcesses` ranks of the program on this machine with torchrun's environment, forwards
+/// their output (prefixed `[rankN]: ` when there is more than one rank) and the signals the launcher gets,
+/// and returns once every rank has exited and been reaped. When a rank fails, the others get SIGTERM, then
+/// SIGKILL after the grace period. Returns the launcher's exit code: 0 when every rank exited 0; else the
+/// first failed rank's exit code (128 + signal number if a signal killed it), or 128 + the signal that
+/// stopped the launcher. Throws std::system_error if the ranks cannot be started (none is left running).
+int launchLocalRanks(const LaunchOptions& options);
+
+} // namespace accel
