@@ -1,6 +1,9 @@
-// The Accelerator: environment, device, process group, prepare and the synchronised backward.
+// The Accelerator: configuration, device, process group, prepare, the synchronised backward, accumulation.
 #include <accelerate/accelerator.h>
 
+#include "ddp.h"
+#include "device.h"
+#include "optimizer_state.h"
 #include "process_group.h"
 #include "state.h"
 
@@ -9,14 +12,25 @@
 #include <stdexcept>
 
 namespace accelerate {
+namespace detail {
+
+/// The runtime-internal part of AcceleratorState that only this file touches.
+struct TrainingState {
+  std::shared_ptr<BackwardTracker> tracker = std::make_shared<BackwardTracker>();
+  ReachAnalysis reach;
+  std::shared_ptr<JoinCoordinator> join;
+};
+
+AcceleratorState& internal_state(Accelerator& accelerator) { return *accelerator.state_; }
+
+} // namespace detail
+
 namespace {
 
 std::atomic<Accelerator*> current_accelerator{nullptr};
 
-constexpr std::chrono::minutes kDefaultInitTimeout{10};
-
-/// Flattens `tensors` into one buffer, runs `collective` on it, and copies the result back: one message per
-/// step instead of one per tensor.
+/// Flattens `tensors` into one buffer, runs `collective` on it, and copies the result back: one message
+/// instead of one per tensor.
 template <typename Collective>
 void run_coalesced(const std::vector<torch::Tensor>& tensors, Collective&& collective) {
   if (tensors.empty()) {
@@ -25,7 +39,7 @@ void run_coalesced(const std::vector<torch::Tensor>& tensors, Collective&& colle
   std::vector<torch::Tensor> flat;
   flat.reserve(tensors.size());
   for (const auto& tensor : tensors) {
-    flat.push_back(tensor.detach().reshape({-1}));
+    flat.push_back(tensor.detach().reshape({-1}).to(tensors.front().scalar_type()));
   }
   auto buffer = torch::cat(flat);
   collective(buffer);
@@ -37,18 +51,38 @@ void run_coalesced(const std::vector<torch::Tensor>& tensors, Collective&& colle
   }
 }
 
+std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {
+  std::vector<torch::Tensor> gradients;
+  for (const auto& parameter : parameters) {
+    if (parameter.grad().defined()) {
+      gradients.push_back(parameter.grad());
+    }
+  }
+  return gradients;
+}
+
 } // namespace
 
 Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<detail::AcceleratorState>()) {
   auto& state = *state_;
-  state.options = options;
+  state.config = detail::resolve_config(options);
   state.environment = detail::discover_launch_environment();
-  const bool use_cpu = options.cpu_.value_or(false) || !torch::cuda::is_available();
+  const bool use_cpu = state.config.cpu || !torch::cuda::is_available();
   state.device = use_cpu ? torch::Device(torch::kCPU)
                          : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(state.environment.local_rank));
+  if (state.device.is_cuda()) {
+    detail::set_current_cuda_device(state.device.index());
+  }
   if (state.environment.world_size > 1) {
-    auto timeout = options.init_timeout_.value_or(kDefaultInitTimeout);
-    state.process_group = detail::create_process_group(state.environment, timeout);
+    state.process_group = detail::create_process_group(state.environment, state.device, state.config.timeout);
+  }
+  state.gradient_state->accumulation_steps = state.config.gradient_accumulation_steps;
+  state.training = std::make_shared<detail::TrainingState>();
+  if (state.process_group) {
+    state.training->join = std::make_shared<detail::JoinCoordinator>(state.process_group);
+  }
+  if (state.config.seed) {
+    set_seed(*state.config.seed);
   }
   current_accelerator.store(this);
 }
@@ -56,6 +90,7 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
 Accelerator::~Accelerator() {
   Accelerator* self = this;
   current_accelerator.compare_exchange_strong(self, nullptr);
+  state_->models.clear(); // Reducers hold the process group: release them before shutting it down
   if (state_->process_group) {
     state_->process_group->shutdown();
   }
@@ -76,6 +111,10 @@ int Accelerator::process_index() const { return state_->environment.rank; }
 int Accelerator::local_process_index() const { return state_->environment.local_rank; }
 bool Accelerator::is_main_process() const { return process_index() == 0; }
 bool Accelerator::is_local_main_process() const { return local_process_index() == 0; }
+const std::string& Accelerator::mixed_precision() const { return state_->config.mixed_precision; }
+int Accelerator::gradient_accumulation_steps() const { return state_->config.gradient_accumulation_steps; }
+bool Accelerator::sync_gradients() const { return state_->gradient_state->sync_gradients; }
+const std::shared_ptr<GradientState>& Accelerator::gradient_state() const { return state_->gradient_state; }
 
 DistributedType Accelerator::distributed_type() const {
   if (num_processes() == 1) {
@@ -84,64 +123,206 @@ DistributedType Accelerator::distributed_type() const {
   return state_->device.is_cuda() ? DistributedType::MULTI_GPU : DistributedType::MULTI_CPU;
 }
 
+std::string Accelerator::state() const {
+  const char* types[] = {"NO", "MULTI_CPU", "MULTI_GPU"};
+  std::ostringstream out;
+  out << "distributed_type: " << types[static_cast<int>(distributed_type())] << "\n"
+      << "num_processes: " << num_processes() << "\n"
+      << "process_index: " << process_index() << "\n"
+      << "local_process_index: " << local_process_index() << "\n"
+      << "device: " << state_->device << "\n"
+      << "launcher: " << state_->environment.launcher << "\n"
+      << detail::describe(state_->config);
+  return out.str();
+}
+
+detail::LoaderContext Accelerator::loader_context() const {
+  detail::LoaderContext context;
+  context.device = state_->device;
+  context.num_processes = num_processes();
+  context.process_index = process_index();
+  context.even_batches = state_->config.even_batches;
+  context.split_batches = state_->config.split_batches;
+  context.seed = state_->data_seed;
+  context.gradient_state = state_->gradient_state;
+  context.joiner = state_->training->join;
+  return context;
+}
+
 void Accelerator::prepare_model(torch::nn::Module& model) {
   auto& models = state_->models;
-  if (std::find(models.begin(), models.end(), &model) != models.end()) {
+  if (std::any_of(models.begin(), models.end(), [&](const auto& m) { return &m->model() == &model; })) {
     throw std::invalid_argument("accelerate::Accelerator::prepare: model '" + model.name() +
                                 "' was already prepared; prepare each model once");
   }
   model.to(state_->device);
+  auto synchronizer = std::make_shared<detail::GradientSynchronizer>(model, state_->process_group, state_->config,
+                                                                     state_->training->tracker);
   if (state_->process_group) {
     torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> tensors;
-    for (const auto& parameter : model.parameters()) {
-      tensors.push_back(parameter);
-    }
+    std::vector<torch::Tensor> tensors = model.parameters();
     for (const auto& buffer : model.buffers()) {
       tensors.push_back(buffer);
     }
     run_coalesced(tensors, [&](torch::Tensor& flat) {
-      std::vector<torch::Tensor> list{flat};
-      state_->process_group->broadcast(list, c10d::BroadcastOptions{0})->wait();
+      std::vector<torch::Tensor> message{flat};
+      state_->process_group->broadcast(message, c10d::BroadcastOptions{0})->wait();
     });
   }
-  models.push_back(&model);
+  state_->training->reach.add(synchronizer.get());
+  models.push_back(std::move(synchronizer));
 }
 
-void Accelerator::prepare_optimizer(torch::optim::Optimizer& optimizer) {
-  auto& optimizers = state_->optimizers;
-  if (std::find(optimizers.begin(), optimizers.end(), &optimizer) != optimizers.end()) {
-    throw std::invalid_argument("accelerate::Accelerator::prepare: this optimizer was already prepared");
+Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  if (!optimizer) {
+    throw std::invalid_argument("accelerate::Accelerator::prepare: the optimizer is null");
   }
-  optimizers.push_back(&optimizer);
+  for (const auto& prepared : state_->optimizers) {
+    if (prepared->optimizer.get() == optimizer.get()) {
+      throw std::invalid_argument("accelerate::Accelerator::prepare: this optimizer was already prepared; keep "
+                                  "the handle the first prepare returned");
+    }
+  }
+  auto prepared = std::make_shared<detail::OptimizerState>();
+  prepared->optimizer = std::move(optimizer);
+  prepared->gradient_state = state_->gradient_state;
+  prepared->tracker = state_->training->tracker;
+  prepared->fused = detail::fused_kind_of(*prepared->optimizer);
+  prepared->num_processes = num_processes();
+  state_->optimizers.push_back(prepared);
+  return Optimizer(prepared);
+}
+
+Scheduler Accelerator::prepare_scheduler(std::shared_ptr<torch::optim::LRScheduler> scheduler) {
+  if (!scheduler) {
+    throw std::invalid_argument("accelerate::Accelerator::prepare: the scheduler is null");
+  }
+  auto prepared = std::make_shared<detail::SchedulerState>();
+  prepared->scheduler = std::move(scheduler);
+  prepared->gradient_state = state_->gradient_state;
+  prepared->step_with_optimizer = state_->config.step_scheduler_with_optimizer;
+  prepared->steps_per_optimizer_step =
+      state_->config.scheduler_steps_per_process && !state_->config.split_batches ? num_processes() : 1;
+  prepared->optimizer_steps_seen = state_->gradient_state->optimizer_steps;
+  state_->schedulers.push_back(prepared);
+  return Scheduler(prepared);
 }
 
 void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradient,
                            std::optional<bool> retain_graph, bool create_graph) {
-  loss.backward(gradient, retain_graph, create_graph);
-  if (!state_->process_group) {
-    return;
-  }
-  std::vector<torch::Tensor> gradients;
-  for (auto* model : state_->models) {
-    for (const auto& parameter : model->parameters()) {
-      if (parameter.requires_grad() && parameter.grad().defined()) {
-        gradients.push_back(parameter.grad());
+  auto& training = *state_->training;
+  auto& gradients = *state_->gradient_state;
+  if (state_->process_group && gradients.sync_gradients) {
+    for (auto* model : training.reach.reached_by(loss, state_->config.find_unused_parameters)) {
+      if (!model->no_sync) {
+        model->arm(loss);
+        training.join->record_armed(model);
       }
     }
   }
-  const double world_size = num_processes();
-  run_coalesced(gradients, [&](torch::Tensor& flat) {
-    std::vector<torch::Tensor> list{flat};
-    state_->process_group->allreduce(list, c10d::AllreduceOptions{})->wait();
-    flat.div_(world_size); // Gloo has no AVG: sum, then divide.
-  });
+  training.tracker->inside_accelerator_backward.store(true);
+  try {
+    loss.backward(gradient, retain_graph, create_graph);
+  } catch (...) {
+    training.tracker->inside_accelerator_backward.store(false);
+    throw;
+  }
+  training.tracker->inside_accelerator_backward.store(false);
+  ++gradients.backwards_since_step;
 }
 
-void Accelerator::wait_for_everyone() {
-  if (state_->process_group) {
-    state_->process_group->barrier()->wait();
+Accelerator::AccumulateGuard Accelerator::begin_accumulate() {
+  auto& gradients = *state_->gradient_state;
+  ++gradients.micro_steps_in_window;
+  gradients.sync_gradients = gradients.micro_steps_in_window >= gradients.accumulation_steps ||
+                             gradients.end_of_dataloader;
+  return AccumulateGuard(this);
+}
+
+void Accelerator::end_accumulate() {
+  auto& gradients = *state_->gradient_state;
+  if (gradients.sync_gradients) {
+    gradients.micro_steps_in_window = 0;
   }
+  gradients.sync_gradients = true;
+}
+
+Accelerator::AccumulateGuard::AccumulateGuard(AccumulateGuard&& other) noexcept
+    : accelerator_(std::exchange(other.accelerator_, nullptr)) {}
+
+Accelerator::AccumulateGuard::~AccumulateGuard() {
+  if (accelerator_ != nullptr) {
+    accelerator_->end_accumulate();
+  }
+}
+
+Accelerator::NoSyncGuard Accelerator::begin_no_sync(std::vector<torch::nn::Module*> models) {
+  for (auto* module : models) {
+    for (auto& synchronizer : state_->models) {
+      if (&synchronizer->model() == module) {
+        synchronizer->no_sync = true;
+      }
+    }
+  }
+  return NoSyncGuard(this, std::move(models));
+}
+
+void Accelerator::end_no_sync(const std::vector<torch::nn::Module*>& models) {
+  for (auto* module : models) {
+    for (auto& synchronizer : state_->models) {
+      if (&synchronizer->model() == module) {
+        synchronizer->no_sync = false;
+      }
+    }
+  }
+}
+
+Accelerator::NoSyncGuard::NoSyncGuard(NoSyncGuard&& other) noexcept
+    : accelerator_(std::exchange(other.accelerator_, nullptr)), models_(std::move(other.models_)) {}
+
+Accelerator::NoSyncGuard::~NoSyncGuard() {
+  if (accelerator_ != nullptr) {
+    accelerator_->end_no_sync(models_);
+  }
+}
+
+torch::Tensor Accelerator::clip_grad_norm_(const std::vector<torch::Tensor>& parameters, double max_norm,
+                                           double norm_type) {
+  auto gradients = gradients_of(parameters);
+  if (gradients.empty()) {
+    return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(state_->device));
+  }
+  torch::NoGradGuard no_grad;
+  // Inside an accumulation window the gradients are sums over its micro-steps; the norm is of their mean.
+  const double micro_steps = std::max(state_->gradient_state->micro_steps_in_window, 1);
+  auto norms = at::_foreach_norm(gradients, norm_type);
+  auto stacked = torch::stack(norms);
+  auto total = (std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type)) / micro_steps;
+  auto coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  at::_foreach_mul_(gradients, coefficient);
+  return total;
+}
+
+void Accelerator::clip_grad_value_(const std::vector<torch::Tensor>& parameters, double clip_value) {
+  torch::NoGradGuard no_grad;
+  const double bound = clip_value * std::max(state_->gradient_state->micro_steps_in_window, 1);
+  for (auto& gradient : gradients_of(parameters)) {
+    gradient.clamp_(-bound, bound);
+  }
+}
+
+void Accelerator::set_seed(uint64_t seed, bool device_specific) {
+  const uint64_t effective = seed + (device_specific ? static_cast<uint64_t>(process_index()) : 0);
+  torch::manual_seed(effective); // the CPU generator and every CUDA generator
+  state_->data_seed = seed;      // identical on every process: the loaders' shuffles must agree
+}
+
+void Accelerator::free_memory() {
+  state_->training->reach.clear();
+  state_->models.clear();
+  state_->optimizers.clear();
+  state_->schedulers.clear();
+  detail::empty_device_cache();
 }
 
 } // namespace accelerate

@@ -1,6 +1,8 @@
 // Rendezvous through c10d's TCPStore and the process group that carries every collective of the runtime.
 #include "process_group.h"
 
+#include "device.h"
+
 #include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -35,13 +37,18 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env, std:
 
 } // namespace
 
-c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env, const c10::Device& device,
                                                             std::chrono::milliseconds timeout) {
   auto store = connect_store(env, timeout);
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
   auto gloo = create_gloo_backend(store, env.rank, env.world_size, env.master_addr, timeout);
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  if (device.is_cuda()) {
+    group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL,
+                      create_nccl_backend(store, env.rank, env.world_size, timeout));
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+  }
   return group;
 }
 

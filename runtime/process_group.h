@@ -9,9 +9,10 @@
 
 namespace accelerate::detail {
 
-/// Connects to (rank 0: hosts) the TCPStore at MASTER_ADDR:MASTER_PORT and builds a process group with a Gloo
-/// backend. Throws `std::runtime_error` naming the variable to fix when the address or port is unusable.
-c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
+/// Connects to (rank 0: hosts) the TCPStore at MASTER_ADDR:MASTER_PORT and builds a process group: Gloo for
+/// CPU tensors, and NCCL for CUDA tensors when `device` is a GPU. Throws `std::runtime_error` naming the
+/// variable to fix when the address or port is unusable.
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env, const c10::Device& device,
                                                             std::chrono::milliseconds timeout);
 
 /// A Gloo backend bound to the local address that reaches `master_addr` (or to `GLOO_SOCKET_IFNAME`).

@@ -1,20 +1,33 @@
 // Accelerator: the one object a training program talks to, as in Hugging Face Accelerate.
 #pragma once
 
+#include <accelerate/detail/loader_context.h>
+#include <accelerate/gradient_state.h>
+#include <accelerate/optimizer.h>
 #include <accelerate/options.h>
+#include <accelerate/scheduler.h>
 
+#include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 
+#include <torch/data/dataloader_options.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 #include <torch/optim/optimizer.h>
 
 namespace accelerate {
 
+class Accelerator;
+
 namespace detail {
 struct AcceleratorState;
+/// The runtime's internal state of `accelerator`, for the runtime's own components and tests.
+AcceleratorState& internal_state(Accelerator& accelerator);
 
 template <typename T, typename = void>
 struct is_module_holder : std::false_type {};
@@ -28,31 +41,50 @@ template <typename M>
 struct is_module_pointer<std::shared_ptr<M>> : std::is_base_of<torch::nn::Module, M> {};
 
 template <typename T>
-struct is_optimizer_pointer : std::false_type {};
-template <typename O>
-struct is_optimizer_pointer<std::shared_ptr<O>> : std::is_base_of<torch::optim::Optimizer, O> {};
-template <typename O>
-struct is_optimizer_pointer<std::unique_ptr<O>> : std::is_base_of<torch::optim::Optimizer, O> {};
+inline constexpr bool is_model_v = std::is_base_of_v<torch::nn::Module, T> || is_module_holder<T>::value ||
+                                   is_module_pointer<T>::value;
+template <typename T>
+inline constexpr bool is_optimizer_v = std::is_base_of_v<torch::optim::Optimizer, T>;
+template <typename T>
+inline constexpr bool is_scheduler_v = std::is_base_of_v<torch::optim::LRScheduler, T>;
 
 template <typename>
 inline constexpr bool unsupported_type = false;
+
+template <typename Model>
+torch::nn::Module& module_of(Model& model) {
+  if constexpr (std::is_base_of_v<torch::nn::Module, Model>) {
+    return model;
+  } else {
+    return *model;
+  }
+}
 } // namespace detail
+
+template <typename Dataset>
+class DataLoader;
 
 /// How the job is distributed, with Hugging Face Accelerate's names.
 enum class DistributedType { NO, MULTI_CPU, MULTI_GPU };
 
-/// The entry point of the runtime. Construct one per process, at the start of training: it reads the
-/// launcher's environment (torchrun, `accel launch`, Hugging Face's `accelerate launch`, mpirun, srun), picks
-/// the device, and forms the process group when there is more than one process.
+/// Reduction for `Accelerator::reduce`.
+enum class ReduceOp { SUM, MEAN, MAX };
+
+/// The entry point of the runtime. Construct one per process, at the start of training: it resolves the
+/// configuration (options > `ACCELERATE_*` environment > `ACCELERATE_CONFIG_FILE` > defaults), reads the
+/// launcher's rank variables (torchrun, `accel launch`, Hugging Face's `accelerate launch`, mpirun, srun),
+/// picks the device, and forms the process group when there is more than one process.
 ///
 /// ```
 /// accelerate::Accelerator accelerator;
-/// auto model = Net();
-/// torch::optim::SGD optimizer(model->parameters(), 0.1);
-/// accelerator.prepare(model, optimizer);
-/// for (...) {
+/// auto model = std::make_shared<Net>();
+/// accelerator.prepare(model);
+/// auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 3e-4));
+/// auto loader = accelerator.prepare_data_loader(dataset, torch::data::DataLoaderOptions(64));
+/// for (auto& batch : *loader) {
+///   auto step = accelerator.accumulate(model);
 ///   optimizer.zero_grad();
-///   auto loss = torch::mse_loss(model->forward(x.to(accelerator.device())), y.to(accelerator.device()));
+///   auto loss = torch::cross_entropy_loss(model->forward(batch.data), batch.target);
 ///   accelerator.backward(loss);
 ///   optimizer.step();
 /// }
@@ -67,6 +99,7 @@ public:
   /// The process's accelerator, for code that was not handed one. Throws if none is alive.
   static Accelerator& current();
 
+  // ---- Where this process stands --------------------------------------------------------------------
   /// The device this process trains on: `cuda:<local rank>` when CUDA is available, else the CPU.
   torch::Device device() const;
   int num_processes() const;
@@ -75,44 +108,223 @@ public:
   bool is_main_process() const;
   bool is_local_main_process() const;
   DistributedType distributed_type() const;
+  /// "no", "fp16", "bf16" or "fp8".
+  const std::string& mixed_precision() const;
+  int gradient_accumulation_steps() const;
+  /// True on a micro-step whose gradients are synchronised and whose optimizer step is real.
+  bool sync_gradients() const;
+  const std::shared_ptr<GradientState>& gradient_state() const;
+  /// The resolved configuration, one `key: value` per line, with where each value came from.
+  std::string state() const;
 
-  /// Prepares each object for distributed training. Models (module holders, `shared_ptr`s or modules) are
-  /// moved to `device()` and their parameters and buffers broadcast from the main process; optimizers are
-  /// registered so their gradients are synchronised by `backward`.
-  template <typename... Objects>
-  void prepare(Objects&... objects) {
-    (prepare_one(objects), ...);
+  // ---- Preparing objects --------------------------------------------------------------------------------
+  /// Prepares a model in place (module holder, `shared_ptr` or module): moves it to `device()`, broadcasts
+  /// its parameters and buffers from the main process, and attaches gradient synchronisation (c10d's
+  /// Reducer) when there is more than one process. Returns the model.
+  template <typename Model, std::enable_if_t<detail::is_model_v<std::decay_t<Model>>, int> = 0>
+  Model& prepare(Model& model) {
+    prepare_model(detail::module_of(model));
+    return model;
   }
-  void prepare_model(torch::nn::Module& model);
-  void prepare_optimizer(torch::optim::Optimizer& optimizer);
+  /// Prepares an optimizer. An rvalue is moved into the returned handle; an lvalue stays the caller's and
+  /// the handle refers to it (so `torch::save(optimizer, ...)` of the caller's object keeps working).
+  template <typename Opt, std::enable_if_t<detail::is_optimizer_v<std::decay_t<Opt>>, int> = 0>
+  Optimizer prepare(Opt&& optimizer) {
+    using Type = std::decay_t<Opt>;
+    if constexpr (std::is_lvalue_reference_v<Opt>) {
+      return prepare_optimizer(std::shared_ptr<torch::optim::Optimizer>(std::shared_ptr<void>(), &optimizer));
+    } else {
+      return prepare_optimizer(std::make_shared<Type>(std::move(optimizer)));
+    }
+  }
+  /// Prepares a learning-rate scheduler: it steps once per real optimizer step (see `Scheduler`).
+  template <typename Sched, std::enable_if_t<detail::is_scheduler_v<std::decay_t<Sched>>, int> = 0>
+  Scheduler prepare(Sched&& scheduler) {
+    using Type = std::decay_t<Sched>;
+    if constexpr (std::is_lvalue_reference_v<Sched>) {
+      return prepare_scheduler(std::shared_ptr<torch::optim::LRScheduler>(std::shared_ptr<void>(), &scheduler));
+    } else {
+      return prepare_scheduler(std::make_shared<Type>(std::move(scheduler)));
+    }
+  }
+  /// Prepares several objects at once; returns a tuple of what each single `prepare` returns.
+  template <typename First, typename Second, typename... Rest>
+  auto prepare(First&& first, Second&& second, Rest&&... rest) {
+    return std::tuple<decltype(prepare(std::forward<First>(first))), decltype(prepare(std::forward<Second>(second))),
+                      decltype(prepare(std::forward<Rest>(rest)))...>(
+        prepare(std::forward<First>(first)), prepare(std::forward<Second>(second)),
+        prepare(std::forward<Rest>(rest))...);
+  }
+  /// Catches everything `prepare` does not know, with a message instead of a template error cascade.
+  template <typename T, std::enable_if_t<!detail::is_model_v<std::decay_t<T>> &&
+                                             !detail::is_optimizer_v<std::decay_t<T>> &&
+                                             !detail::is_scheduler_v<std::decay_t<T>>,
+                                         int> = 0>
+  void prepare(T&&) {
+    static_assert(detail::unsupported_type<T>,
+                  "accelerate::Accelerator::prepare: unsupported object; pass a torch::nn::Module (holder, "
+                  "shared_ptr or module), a torch::optim::Optimizer or a torch::optim::LRScheduler. Data loaders "
+                  "are built from their dataset with prepare_data_loader(dataset, options).");
+  }
 
-  /// Runs `loss.backward(gradient, retain_graph, create_graph)`, then averages the gradients of the prepared
-  /// models across processes. Takes the arguments of `torch::Tensor::backward`.
+  void prepare_model(torch::nn::Module& model);
+  Optimizer prepare_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
+  Scheduler prepare_scheduler(std::shared_ptr<torch::optim::LRScheduler> scheduler);
+
+  /// A distributed data loader over a map-style dataset (anything with `get_batch(indices)` and `size()`,
+  /// such as `MNIST(...).map(Stack<>())`): each process gets its share of every global batch, on `device()`.
+  /// Defined in <accelerate/data.h>.
+  template <typename Dataset>
+  std::unique_ptr<DataLoader<Dataset>> prepare_data_loader(Dataset dataset,
+                                                           torch::data::DataLoaderOptions options = {});
+
+  // ---- The training step --------------------------------------------------------------------------------
+  /// Runs `loss.backward(gradient, retain_graph, create_graph)` with gradient synchronisation armed for
+  /// every prepared model the loss reaches (skipped inside `no_sync` and on non-final accumulation
+  /// micro-steps). Takes the arguments of `torch::Tensor::backward`.
   void backward(const torch::Tensor& loss, const torch::Tensor& gradient = {},
                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false);
 
+  /// RAII guard for one micro-step of gradient accumulation (keep it alive across forward, backward and
+  /// step). The last micro-step of each window, or the last batch of a prepared loader, synchronises.
+  class AccumulateGuard {
+  public:
+    AccumulateGuard(AccumulateGuard&& other) noexcept;
+    AccumulateGuard(const AccumulateGuard&) = delete;
+    AccumulateGuard& operator=(const AccumulateGuard&) = delete;
+    AccumulateGuard& operator=(AccumulateGuard&&) = delete;
+    ~AccumulateGuard();
+
+  private:
+    friend class Accelerator;
+    explicit AccumulateGuard(Accelerator* accelerator) : accelerator_(accelerator) {}
+    Accelerator* accelerator_;
+  };
+  template <typename... Models>
+  [[nodiscard]] AccumulateGuard accumulate(Models&... models) {
+    (void)sizeof...(models); // every prepared model takes part; the arguments mirror Accelerate's API
+    return begin_accumulate();
+  }
+
+  /// RAII guard: backward passes inside it do not synchronise the given models' gradients.
+  class NoSyncGuard {
+  public:
+    NoSyncGuard(NoSyncGuard&& other) noexcept;
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+    ~NoSyncGuard();
+
+  private:
+    friend class Accelerator;
+    NoSyncGuard(Accelerator* accelerator, std::vector<torch::nn::Module*> models)
+        : accelerator_(accelerator), models_(std::move(models)) {}
+    Accelerator* accelerator_;
+    std::vector<torch::nn::Module*> models_;
+  };
+  template <typename Model>
+  [[nodiscard]] NoSyncGuard no_sync(Model& model) {
+    return begin_no_sync({&detail::module_of(model)});
+  }
+
+  /// Clips the gradients' total norm to `max_norm` on the device (no host synchronisation) and returns the
+  /// total norm before clipping, as a tensor.
+  torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& parameters, double max_norm,
+                                double norm_type = 2.0);
+  /// Clamps every gradient to [-clip_value, clip_value].
+  void clip_grad_value_(const std::vector<torch::Tensor>& parameters, double clip_value);
+
+  /// The model as the user built it (prepare works in place, so this is the model itself).
+  template <typename Model>
+  Model& unwrap_model(Model& model) {
+    return model;
+  }
+
+  /// Seeds the CPU and every CUDA generator and the prepared loaders' sampler with `seed` (plus the process
+  /// index when `device_specific`).
+  void set_seed(uint64_t seed, bool device_specific = false);
+
+  /// Drops the runtime's references to prepared objects and their gradient hooks, and releases cached
+  /// device memory.
+  void free_memory();
+
+  // ---- Collectives --------------------------------------------------------------------------------------
+  /// Concatenates `tensor` from every process along dimension 0 (same shape on every process).
+  torch::Tensor gather(const torch::Tensor& tensor);
+  /// `gather`, minus the samples `even_batches` padding duplicated at the end of a prepared loader.
+  torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
+  /// Sum, mean or max of `tensor` over all processes (same shape everywhere).
+  torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
+  /// Pads `tensor` along `dim` to the largest size any process has, with `pad_index`.
+  torch::Tensor pad_across_processes(const torch::Tensor& tensor, int64_t dim = 0, double pad_index = 0,
+                                     bool pad_first = false);
+  /// `tensor` as the process `from_process` has it.
+  torch::Tensor broadcast(const torch::Tensor& tensor, int from_process = 0);
   /// Blocks until every process reaches this call.
   void wait_for_everyone();
 
-private:
+  /// RAII guard: the main process runs the guarded block first, the others after it (e.g. a download).
+  class MainProcessFirstGuard {
+  public:
+    MainProcessFirstGuard(MainProcessFirstGuard&& other) noexcept;
+    MainProcessFirstGuard(const MainProcessFirstGuard&) = delete;
+    MainProcessFirstGuard& operator=(const MainProcessFirstGuard&) = delete;
+    MainProcessFirstGuard& operator=(MainProcessFirstGuard&&) = delete;
+    ~MainProcessFirstGuard() noexcept(false);
+
+  private:
+    friend class Accelerator;
+    MainProcessFirstGuard(Accelerator* accelerator, bool local);
+    Accelerator* accelerator_;
+    bool local_;
+  };
+  [[nodiscard]] MainProcessFirstGuard main_process_first();
+  [[nodiscard]] MainProcessFirstGuard local_main_process_first();
+
+  /// This process's contiguous share of `items` (the first processes get one more when it does not divide;
+  /// with `apply_padding`, every process gets as many, the last item repeated).
   template <typename T>
-  void prepare_one(T& object) {
-    if constexpr (std::is_base_of_v<torch::nn::Module, T>) {
-      prepare_model(object);
-    } else if constexpr (detail::is_module_holder<T>::value || detail::is_module_pointer<T>::value) {
-      prepare_model(*object);
-    } else if constexpr (std::is_base_of_v<torch::optim::Optimizer, T>) {
-      prepare_optimizer(object);
-    } else if constexpr (detail::is_optimizer_pointer<T>::value) {
-      prepare_optimizer(*object);
-    } else {
-      static_assert(detail::unsupported_type<T>,
-                    "accelerate::Accelerator::prepare: unsupported object; pass a torch::nn::Module (module "
-                    "holder, shared_ptr or object) or a torch::optim::Optimizer");
+  std::vector<T> split_between_processes(const std::vector<T>& items, bool apply_padding = false) {
+    auto [begin, end] = share_of(static_cast<int64_t>(items.size()));
+    std::vector<T> share(items.begin() + begin, items.begin() + end);
+    const int64_t longest = (static_cast<int64_t>(items.size()) + num_processes() - 1) / num_processes();
+    while (apply_padding && !items.empty() && static_cast<int64_t>(share.size()) < longest) {
+      share.push_back(items.back());
+    }
+    return share;
+  }
+  torch::Tensor split_between_processes(const torch::Tensor& tensor, bool apply_padding = false);
+
+  /// Prints on the main process only (`accelerator.print("loss ", loss.item<double>())`).
+  template <typename... Args>
+  void print(const Args&... args) {
+    if (is_main_process()) {
+      std::ostringstream line;
+      (line << ... << args);
+      std::cout << line.str() << std::endl;
     }
   }
 
+  /// Raises a flag on this process that `check_trigger` sees on every process (e.g. early stopping).
+  void set_trigger();
+  /// True on every process if any process called `set_trigger` since the last check; resets the flag.
+  bool check_trigger();
+
+private:
+  AccumulateGuard begin_accumulate();
+  void end_accumulate();
+  NoSyncGuard begin_no_sync(std::vector<torch::nn::Module*> models);
+  void end_no_sync(const std::vector<torch::nn::Module*>& models);
+  /// [begin, end) of this process's share of `count` items.
+  std::pair<int64_t, int64_t> share_of(int64_t count) const;
+
+  /// What `prepare_data_loader` hands the loader it builds.
+  detail::LoaderContext loader_context() const;
+
+  friend detail::AcceleratorState& detail::internal_state(Accelerator& accelerator);
   std::unique_ptr<detail::AcceleratorState> state_;
 };
 
 } // namespace accelerate
+
+#include <accelerate/data.h>

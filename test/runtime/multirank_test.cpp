@@ -1,78 +1,56 @@
-// Multi-rank tests: run by test/harness/run_ranks.py as N ranks over Gloo on loopback.
+// Multi-rank tests of data-parallel training: run by test/harness/run_ranks.py as N ranks over Gloo.
 //
-// Preconditions of the parity oracle (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
-// batches, rank r takes slice r of the global batch, no dropout or BatchNorm, one intra-op thread.
+// Preconditions of every parity oracle here (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
+// batches, rank r takes slice r of the global batch, no dropout or BatchNorm, one intra-op thread. The oracle
+// is the same training in one process, with plain libtorch optimizers and `loss.backward()`, on the global
+// batch.
 #include <accelerate/accelerate.h>
+
+#include "../../runtime/ddp.h"
+#include "../../runtime/state.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
+
 namespace {
 
 struct Mlp : torch::nn::Module {
-  Mlp() {
-    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
-    fc2 = register_module("fc2", torch::nn::Linear(16, 1));
+  explicit Mlp(int64_t in = 8, int64_t hidden = 16, int64_t out = 1) {
+    fc1 = register_module("fc1", torch::nn::Linear(in, hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, hidden));
+    fc3 = register_module("fc3", torch::nn::Linear(hidden, out));
   }
-  torch::Tensor forward(torch::Tensor x) { return fc2->forward(torch::tanh(fc1->forward(x))); }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::Tensor forward(torch::Tensor x) {
+    return fc3->forward(torch::tanh(fc2->forward(torch::tanh(fc1->forward(x)))));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
 };
 
-constexpr int kSteps = 5;
 constexpr int64_t kPerRankBatch = 4;
 
-/// The global batch of `step`: the same on every rank, drawn from a generator seeded by the step.
-std::pair<torch::Tensor, torch::Tensor> global_batch(int step, int64_t size) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
-  auto x = at::randn({size, 8}, generator, torch::kFloat64);
-  auto y = at::randn({size, 1}, generator, torch::kFloat64);
-  return {x, y};
+/// Global batch number `index`: the same on every rank, drawn from a generator seeded by the index.
+std::pair<torch::Tensor, torch::Tensor> global_batch(int index, int64_t size, int64_t in = 8, int64_t out = 1) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + index);
+  return {at::randn({size, in}, generator, torch::kFloat64), at::randn({size, out}, generator, torch::kFloat64)};
 }
 
-std::shared_ptr<Mlp> make_model(uint64_t seed) {
+torch::Tensor rows(const torch::Tensor& t, int64_t begin, int64_t count) { return t.slice(0, begin, begin + count); }
+
+std::shared_ptr<Mlp> make_model(uint64_t seed, int64_t in = 8, int64_t hidden = 16, int64_t out = 1) {
   torch::manual_seed(seed);
-  auto model = std::make_shared<Mlp>();
+  auto model = std::make_shared<Mlp>(in, hidden, out);
   model->to(torch::kFloat64);
   return model;
 }
 
-/// Five SGD steps on the whole global batch in one process: the oracle.
-std::vector<torch::Tensor> single_process_reference(int64_t global_size) {
-  auto model = make_model(7);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = global_batch(step, global_size);
-    optimizer.zero_grad();
-    torch::mse_loss(model->forward(x), y).backward();
-    optimizer.step();
-  }
-  return model->parameters();
+accelerate::AcceleratorOptions test_options() {
+  return accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(30));
 }
 
-TEST(DDP, TwoRanksEqualOneRankDoubleBatch) {
-  at::set_num_threads(1);
-  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(30)));
-  const int world = accelerator.num_processes();
-  const int rank = accelerator.process_index();
-  ASSERT_GE(world, 2) << "run this test under accel launch with at least 2 processes";
-  const int64_t global_size = kPerRankBatch * world;
-
-  // Ranks start from different weights: prepare must make them equal (rank 0's).
-  auto model = make_model(rank == 0 ? 7 : 100 + rank);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  accelerator.prepare(model, optimizer);
-
-  for (int step = 0; step < kSteps; ++step) {
-    auto [x, y] = global_batch(step, global_size);
-    auto local_x = x.slice(0, rank * kPerRankBatch, (rank + 1) * kPerRankBatch);
-    auto local_y = y.slice(0, rank * kPerRankBatch, (rank + 1) * kPerRankBatch);
-    optimizer.zero_grad();
-    accelerator.backward(torch::mse_loss(model->forward(local_x), local_y));
-    optimizer.step();
-  }
-
-  auto expected = single_process_reference(global_size);
-  auto actual = model->parameters();
+void expect_parameters_equal(const std::vector<torch::Tensor>& actual, const std::vector<torch::Tensor>& expected,
+                             int rank) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i) {
     EXPECT_TRUE(torch::allclose(actual[i], expected[i], /*rtol=*/1e-6, /*atol=*/1e-12))
@@ -81,8 +59,214 @@ TEST(DDP, TwoRanksEqualOneRankDoubleBatch) {
   }
 }
 
+using MakeOptimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+
+/// N ranks x batch b for `steps` steps with a StepLR, against one process on batch N*b.
+void expect_ranks_match_one_process(const MakeOptimizer& make_optimizer, int steps) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int world = accelerator.num_processes();
+  const int rank = accelerator.process_index();
+  ASSERT_GE(world, 2) << "run this test under accel launch with at least 2 processes";
+  const int64_t global = kPerRankBatch * world;
+
+  // Ranks start from different weights: prepare makes them rank 0's.
+  auto model = make_model(rank == 0 ? 7 : 100 + rank);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare_optimizer(make_optimizer(model->parameters()));
+  auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, /*step_size=*/5, /*gamma=*/0.5));
+  for (int step = 0; step < steps; ++step) {
+    auto [x, y] = global_batch(step, global);
+    optimizer.zero_grad();
+    accelerator.backward(torch::mse_loss(model->forward(rows(x, rank * kPerRankBatch, kPerRankBatch)),
+                                         rows(y, rank * kPerRankBatch, kPerRankBatch)));
+    optimizer.step();
+    scheduler.step();
+  }
+
+  auto reference = make_model(7);
+  auto plain = make_optimizer(reference->parameters());
+  torch::optim::StepLR plain_scheduler(*plain, 5, 0.5);
+  for (int step = 0; step < steps; ++step) {
+    auto [x, y] = global_batch(step, global);
+    plain->zero_grad();
+    torch::mse_loss(reference->forward(x), y).backward();
+    plain->step();
+    plain_scheduler.step();
+  }
+  expect_parameters_equal(model->parameters(), reference->parameters(), rank);
+  EXPECT_EQ(optimizer.fused_steps(), steps) << "the fused ATen kernel was not used";
+  EXPECT_EQ(scheduler.steps(), steps);
+  EXPECT_DOUBLE_EQ(optimizer.param_groups()[0].options().get_lr(), plain->param_groups()[0].options().get_lr());
+}
+
+TEST(DDP, TwoRanksEqualOneRankDoubleBatchSGD) {
+  expect_ranks_match_one_process(
+      [](std::vector<torch::Tensor> params) {
+        return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9));
+      },
+      20);
+}
+
+TEST(DDP, TwoRanksEqualOneRankDoubleBatchAdamW) {
+  expect_ranks_match_one_process(
+      [](std::vector<torch::Tensor> params) {
+        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+      },
+      20);
+}
+
+TEST(DDP, ReducerHasBucketsThatStartBeforeBackwardEnds) {
+  at::set_num_threads(1);
+  // 1 KiB buckets: every layer gets its own, so there are several.
+  accelerate::Accelerator accelerator(test_options().bucket_cap_mb(1.0 / 1024));
+  auto model = make_model(7, 8, 64, 1);
+  accelerator.prepare(model);
+  auto& synchronizer = *accelerate::detail::internal_state(accelerator).models.front();
+  ASSERT_GE(synchronizer.bucket_count(), 2u);
+
+  std::atomic<int> launched{0};
+  synchronizer.observe_bucket_launches([&](size_t) { ++launched; });
+  // fc1's weight gradient is computed last in backward: by then later buckets must already be on the wire.
+  int launched_when_first_layer_grad_arrived = -1;
+  model->fc1->weight.register_hook([&](const torch::Tensor&) {
+    launched_when_first_layer_grad_arrived = launched.load();
+  });
+  auto [x, y] = global_batch(0, kPerRankBatch);
+  accelerator.backward(torch::mse_loss(model->forward(x), y));
+  EXPECT_GT(launched_when_first_layer_grad_arrived, 0)
+      << "no bucket's all-reduce had started when backward reached the first layer: no overlap";
+  EXPECT_EQ(static_cast<size_t>(launched.load()), synchronizer.bucket_count());
+}
+
+/// k micro-steps of batch b on each rank against one step of batch k*b*N in one process, for a full window
+/// and a short final window (the last batch of the loader: end_of_dataloader, as a prepared loader sets it).
+TEST(DDP, AccumulationWindowsEqualOneBigStep) {
+  at::set_num_threads(1);
+  constexpr int k = 4;
+  constexpr int micro_batches = 7; // a window of 4, then a short final window of 3
+  accelerate::Accelerator accelerator(test_options().gradient_accumulation_steps(k));
+  const int world = accelerator.num_processes();
+  const int rank = accelerator.process_index();
+  const int64_t global = kPerRankBatch * world;
+
+  auto model = make_model(7);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(
+      torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
+  auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, 1, 0.5));
+  auto gradient_state = accelerator.gradient_state();
+  for (int micro = 0; micro < micro_batches; ++micro) {
+    gradient_state->end_of_dataloader = micro == micro_batches - 1;
+    auto guard = accelerator.accumulate(model);
+    optimizer.zero_grad(); // before the forward: must not wipe the window's earlier micro-steps
+    auto [x, y] = global_batch(micro, global);
+    accelerator.backward(torch::mse_loss(model->forward(rows(x, rank * kPerRankBatch, kPerRankBatch)),
+                                         rows(y, rank * kPerRankBatch, kPerRankBatch)));
+    optimizer.step();
+    scheduler.step();
+  }
+  gradient_state->end_of_dataloader = false;
+  EXPECT_EQ(gradient_state->optimizer_steps, 2) << "one optimizer step per window";
+  EXPECT_EQ(scheduler.steps(), 2) << "one scheduler step per window";
+
+  auto reference = make_model(7);
+  torch::optim::AdamW plain(reference->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  torch::optim::StepLR plain_scheduler(plain, 1, 0.5);
+  for (auto [first, count] : {std::pair{0, 4}, std::pair{4, 3}}) {
+    std::vector<torch::Tensor> xs, ys;
+    for (int micro = first; micro < first + count; ++micro) {
+      auto [x, y] = global_batch(micro, global);
+      xs.push_back(x);
+      ys.push_back(y);
+    }
+    plain.zero_grad();
+    torch::mse_loss(reference->forward(torch::cat(xs)), torch::cat(ys)).backward();
+    plain.step();
+    plain_scheduler.step();
+  }
+  expect_parameters_equal(model->parameters(), reference->parameters(), rank);
+}
+
+struct Generator : torch::nn::Module {
+  Generator() {
+    fc1 = register_module("fc1", torch::nn::Linear(4, 8));
+    fc2 = register_module("fc2", torch::nn::Linear(8, 6));
+  }
+  torch::Tensor forward(torch::Tensor z) { return fc2->forward(torch::tanh(fc1->forward(z))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+/// Two models, two optimizers, two backwards in the discriminator step and one through both models in the
+/// generator step: each backward synchronises exactly the models it reaches.
+TEST(DDP, GanTrainsLikeOneProcess) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int world = accelerator.num_processes();
+  const int rank = accelerator.process_index();
+  const int64_t global = kPerRankBatch * world;
+  constexpr int steps = 6;
+
+  auto build = [](uint64_t seed) {
+    torch::manual_seed(seed);
+    auto generator = std::make_shared<Generator>();
+    auto discriminator = std::make_shared<Mlp>(6, 8, 1);
+    generator->to(torch::kFloat64);
+    discriminator->to(torch::kFloat64);
+    return std::pair{generator, discriminator};
+  };
+  auto gan_step = [](auto& generator, auto& discriminator, auto& g_optimizer, auto& d_optimizer, auto&& backward,
+                     const torch::Tensor& real, const torch::Tensor& noise) {
+    d_optimizer.zero_grad();
+    auto fake = generator->forward(noise);
+    auto ones = torch::ones({real.size(0), 1}, torch::kFloat64);
+    backward(torch::mse_loss(discriminator->forward(real), ones));
+    backward(torch::mse_loss(discriminator->forward(fake.detach()), torch::zeros_like(ones)));
+    d_optimizer.step();
+    g_optimizer.zero_grad();
+    backward(torch::mse_loss(discriminator->forward(fake), ones));
+    g_optimizer.step();
+  };
+
+  auto [generator, discriminator] = build(11);
+  accelerator.prepare(generator, discriminator);
+  auto g_optimizer = accelerator.prepare(torch::optim::Adam(generator->parameters(), 1e-2));
+  auto d_optimizer = accelerator.prepare(torch::optim::SGD(discriminator->parameters(), 0.05));
+  for (int step = 0; step < steps; ++step) {
+    auto [real, noise] = global_batch(step, global, 6, 4);
+    gan_step(generator, discriminator, g_optimizer, d_optimizer,
+             [&](const torch::Tensor& loss) { accelerator.backward(loss); },
+             rows(real, rank * kPerRankBatch, kPerRankBatch), rows(noise, rank * kPerRankBatch, kPerRankBatch));
+  }
+
+  auto [g_ref, d_ref] = build(11);
+  torch::optim::Adam g_plain(g_ref->parameters(), 1e-2);
+  torch::optim::SGD d_plain(d_ref->parameters(), 0.05);
+  for (int step = 0; step < steps; ++step) {
+    auto [real, noise] = global_batch(step, global, 6, 4);
+    gan_step(g_ref, d_ref, g_plain, d_plain, [](const torch::Tensor& loss) { loss.backward(); }, real, noise);
+  }
+  expect_parameters_equal(generator->parameters(), g_ref->parameters(), rank);
+  expect_parameters_equal(discriminator->parameters(), d_ref->parameters(), rank);
+}
+
+TEST(DDP, PlainBackwardIsRefusedAtStep) {
+  accelerate::Accelerator accelerator(test_options());
+  auto model = make_model(7);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));
+  auto [x, y] = global_batch(0, kPerRankBatch);
+  torch::mse_loss(model->forward(x), y).backward();
+  try {
+    optimizer.step();
+    FAIL() << "a step on unsynchronised gradients must throw";
+  } catch (const std::logic_error& error) {
+    EXPECT_NE(std::string(error.what()).find("accelerator.backward(loss)"), std::string::npos) << error.what();
+  }
+}
+
 TEST(DDP, WaitForEveryoneReturnsOnAllRanks) {
-  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(30)));
+  accelerate::Accelerator accelerator(test_options());
   accelerator.wait_for_everyone();
   EXPECT_EQ(accelerator.distributed_type(), accelerate::DistributedType::MULTI_CPU);
   EXPECT_EQ(accelerator.is_main_process(), accelerator.process_index() == 0);

@@ -5,8 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
-#include <map>
+#include <fstream>
+#include <initializer_list>
 #include <string>
 
 namespace {
@@ -16,7 +22,7 @@ using accelerate::detail::discover_launch_environment;
 /// Sets launcher variables for one test and restores a clean slate afterwards.
 class LauncherVariables {
 public:
-  explicit LauncherVariables(const std::map<std::string, std::string>& values) {
+  explicit LauncherVariables(std::initializer_list<std::pair<const std::string, std::string>> values) {
     clear();
     for (const auto& [name, value] : values) {
       setenv(name.c_str(), value.c_str(), 1);
@@ -26,7 +32,8 @@ public:
 
 private:
   static void clear() {
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    for (const char* name : {"ACCELERATE_MIXED_PRECISION", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                             "ACCELERATE_USE_CPU", "ACCELERATE_USE_FSDP", "ACCELERATE_CONFIG_FILE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                              "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                              "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
                              "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NODELIST"}) {
@@ -120,6 +127,198 @@ TEST(Accelerator, PreparingAModelTwiceIsAnError) {
   torch::nn::Linear model(3, 1);
   accelerator.prepare(model);
   EXPECT_THROW(accelerator.prepare(model), std::invalid_argument);
+}
+
+/// The message of the exception `action` throws, or "" when it throws none.
+template <typename Action>
+std::string error_of(Action&& action) {
+  try {
+    action();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Config, OptionsBeatEnvironmentBeatDefaults) {
+  LauncherVariables variables({{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}, {"ACCELERATE_MIXED_PRECISION", "bf16"}});
+  accelerate::Accelerator from_environment(accelerate::AcceleratorOptions().cpu(true));
+  EXPECT_EQ(from_environment.gradient_accumulation_steps(), 4);
+  EXPECT_EQ(from_environment.mixed_precision(), "bf16");
+  accelerate::Accelerator from_options(accelerate::AcceleratorOptions().cpu(true).gradient_accumulation_steps(2));
+  EXPECT_EQ(from_options.gradient_accumulation_steps(), 2);
+  EXPECT_NE(from_options.state().find("gradient_accumulation_steps: 2  (options)"), std::string::npos)
+      << from_options.state();
+  EXPECT_NE(from_options.state().find("mixed_precision: bf16  (environment)"), std::string::npos);
+}
+
+TEST(Config, ConfigFileIsReadOnlyWhenNamed) {
+  auto path = testing::TempDir() + "/accelerate_config.yaml";
+  {
+    std::ofstream file(path);
+    file << "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\ngradient_accumulation_steps: 3\n"
+            "mixed_precision: fp16\nnum_processes: 2\nuse_cpu: true\n";
+  }
+  LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}, {"ACCELERATE_MIXED_PRECISION", "no"}});
+  accelerate::Accelerator accelerator;
+  EXPECT_EQ(accelerator.gradient_accumulation_steps(), 3);
+  EXPECT_EQ(accelerator.mixed_precision(), "no") << "the environment wins over the file";
+  EXPECT_EQ(accelerator.device(), torch::Device(torch::kCPU));
+}
+
+TEST(Config, BadValuesNameTheKeyAndTheChoices) {
+  {
+    LauncherVariables variables({{"ACCELERATE_MIXED_PRECISION", "fp4"}});
+    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("'fp4' (from the environment) is not one of no, fp16, bf16, fp8"),
+              std::string::npos);
+  }
+  {
+    LauncherVariables variables({{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "0"}});
+    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("gradient_accumulation_steps='0'"),
+              std::string::npos);
+  }
+  {
+    LauncherVariables variables({{"ACCELERATE_USE_FSDP", "true"}});
+    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("sharded training"), std::string::npos);
+  }
+  auto path = testing::TempDir() + "/broken.yaml";
+  {
+    std::ofstream file(path);
+    file << "mixed_precision: [bf16\n";
+  }
+  LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
+  EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("broken.yaml:"), std::string::npos);
+}
+
+int bound_port(int fd) {
+  sockaddr_in address{};
+  socklen_t length = sizeof(address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  return ntohs(address.sin_port);
+}
+
+TEST(Rendezvous, PortInUseIsNamed) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  LauncherVariables variables({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                               {"MASTER_PORT", std::to_string(bound_port(fd))}});
+  auto message = error_of([] {
+    accelerate::Accelerator accelerator(
+        accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(2)));
+  });
+  close(fd);
+  EXPECT_NE(message.find("already in use"), std::string::npos) << message;
+}
+
+TEST(Rendezvous, UnreachableMasterIsNamed) {
+  // A port nobody listens on: bind, read the port, close.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const int port = bound_port(fd);
+  close(fd);
+  LauncherVariables variables({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                               {"MASTER_PORT", std::to_string(port)}});
+  auto message = error_of([] {
+    accelerate::Accelerator accelerator(
+        accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(2)));
+  });
+  EXPECT_NE(message.find("MASTER_ADDR"), std::string::npos) << message;
+}
+
+/// The fused ATen step against libtorch's own optimizer, on identical gradient sequences (float64).
+template <typename Make>
+void expect_fused_matches_libtorch(Make make) {
+  LauncherVariables variables({});
+  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
+  torch::manual_seed(3);
+  auto initial = torch::randn({5, 7}, torch::kFloat64);
+  auto bias_initial = torch::randn({7}, torch::kFloat64);
+  std::vector<torch::Tensor> fused_params{initial.clone().requires_grad_(), bias_initial.clone().requires_grad_()};
+  std::vector<torch::Tensor> plain_params{initial.clone().requires_grad_(), bias_initial.clone().requires_grad_()};
+  auto fused = accelerator.prepare_optimizer(make(fused_params));
+  auto plain = make(plain_params);
+  for (int step = 0; step < 12; ++step) {
+    for (size_t i = 0; i < fused_params.size(); ++i) {
+      auto grad = torch::randn_like(fused_params[i]);
+      fused_params[i].mutable_grad() = grad.clone();
+      plain_params[i].mutable_grad() = grad.clone();
+    }
+    fused.step();
+    plain->step();
+  }
+  EXPECT_EQ(fused.fused_steps(), 12);
+  for (size_t i = 0; i < fused_params.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(fused_params[i], plain_params[i], 1e-6, 1e-12))
+        << "parameter " << i << " differs by " << (fused_params[i] - plain_params[i]).abs().max().item<double>();
+  }
+}
+
+TEST(FusedOptimizer, AdamMatchesLibtorch) {
+  expect_fused_matches_libtorch([](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(1e-2).weight_decay(0.01));
+  });
+}
+
+TEST(FusedOptimizer, AdamAmsgradMatchesLibtorch) {
+  expect_fused_matches_libtorch([](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(1e-2).amsgrad(true));
+  });
+}
+
+TEST(FusedOptimizer, AdamWMatchesLibtorch) {
+  expect_fused_matches_libtorch([](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::AdamW>(p, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  });
+}
+
+TEST(FusedOptimizer, SgdMomentumMatchesLibtorch) {
+  expect_fused_matches_libtorch([](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::SGD>(
+        p, torch::optim::SGDOptions(0.05).momentum(0.9).dampening(0.1).weight_decay(0.01));
+  });
+}
+
+TEST(FusedOptimizer, SgdNesterovMatchesLibtorch) {
+  expect_fused_matches_libtorch([](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
+  });
+}
+
+TEST(FusedOptimizer, LibtorchSaveOfTheUsersOptimizerStillWorks) {
+  LauncherVariables variables({});
+  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
+  torch::nn::Linear model(3, 2);
+  torch::optim::Adam adam(model->parameters(), 1e-2);
+  auto prepared = accelerator.prepare(adam);
+  accelerator.backward(model->forward(torch::ones({4, 3})).sum());
+  prepared.step();
+  auto path = testing::TempDir() + "/adam.pt";
+  torch::save(adam, path);
+  torch::optim::Adam restored(model->parameters(), 1e-2);
+  torch::load(restored, path);
+  auto& state = static_cast<torch::optim::AdamParamState&>(
+      *restored.state().at(model->weight.unsafeGetTensorImpl()));
+  EXPECT_EQ(state.step(), 1);
+  EXPECT_TRUE(torch::allclose(state.exp_avg(), static_cast<torch::optim::AdamParamState&>(
+                                                   *adam.state().at(model->weight.unsafeGetTensorImpl()))
+                                                   .exp_avg()));
+}
+
+TEST(Accelerator, ClipGradNormReturnsTheNormWithoutSync) {
+  LauncherVariables variables({});
+  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
+  auto weight = torch::zeros({2}, torch::requires_grad());
+  weight.mutable_grad() = torch::tensor({3.0, 4.0});
+  auto norm = accelerator.clip_grad_norm_({weight}, 1.0);
+  EXPECT_NEAR(norm.item<double>(), 5.0, 1e-6);
+  EXPECT_NEAR(weight.grad().norm().item<double>(), 1.0, 1e-5);
 }
 
 TEST(Accelerator, CurrentWithoutAnAcceleratorExplains) {

@@ -1,0 +1,65 @@
+// accelerate::Optimizer: the prepared optimizer (fused ATen step, accumulation-aware, sync-checked).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
+
+namespace accelerate {
+
+namespace detail {
+struct OptimizerState;
+}
+
+/// What `accelerator.prepare(optimizer)` returns: a handle with the optimizer's member functions. Copies
+/// share one state.
+///
+/// - `step()` uses ATen's fused kernels (`_fused_adamw_`, `_fused_adam_`, `_fused_sgd_`) for
+///   `torch::optim::AdamW`, `Adam` and `SGD` (without nesterov-incompatible settings), reading lr, betas,
+///   weight decay and momentum from `param_groups()` on every step so libtorch schedulers keep working, and
+///   keeping the state in the libtorch optimizer's own state (so `torch::save` of it still works). Other
+///   optimizers step as they are.
+/// - Inside `accelerator.accumulate(...)`, `step()` and `zero_grad()` do nothing on micro-steps that do not
+///   end an accumulation window; at the end of a window the gradients, summed over its micro-steps, are
+///   divided by the number of micro-steps actually taken (a short final window included).
+/// - With more than one process, stepping on gradients that `accelerator.backward` never synchronised (a
+///   plain `loss.backward()`) throws and says so.
+///
+/// ```
+/// auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 3e-4));
+/// optimizer.zero_grad();
+/// accelerator.backward(loss);
+/// optimizer.step();
+/// ```
+class Optimizer {
+public:
+  explicit Optimizer(std::shared_ptr<detail::OptimizerState> state);
+
+  void step();
+  void zero_grad(bool set_to_none = true);
+
+  /// The libtorch optimizer (for `torch::save`, `torch::optim::StepLR(optimizer, …)` and the like).
+  torch::optim::Optimizer& unwrap() const;
+  operator torch::optim::Optimizer&() const { return unwrap(); }
+  torch::optim::Optimizer* operator->() const { return &unwrap(); }
+  std::vector<torch::optim::OptimizerParamGroup>& param_groups() const { return unwrap().param_groups(); }
+
+  /// True when the last `step()` call did not update the parameters (accumulation micro-step, or a step
+  /// skipped by the fp16 grad scaler).
+  bool step_was_skipped() const;
+  /// How many steps used the fused ATen kernels (0 when this optimizer type has none).
+  int64_t fused_steps() const;
+
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive);
+
+  const std::shared_ptr<detail::OptimizerState>& internal() const { return state_; }
+
+private:
+  std::shared_ptr<detail::OptimizerState> state_;
+};
+
+} // namespace accelerate

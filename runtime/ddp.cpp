@@ -1,0 +1,227 @@
+// Data-parallel gradient synchronisation over c10d's Reducer (bucketed, overlapped with backward), and Join.
+#include "ddp.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <unordered_set>
+
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+
+namespace accelerate::detail {
+namespace {
+
+/// What the Reducer does without a hook (divide by the world size, then sum), telling an observer when each
+/// bucket's all-reduce starts. (c10d's own AllReduceCommHook is not exported from libtorch.)
+class ObservedAllReduceHook : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
+public:
+  ObservedAllReduceHook(const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::function<void(size_t)> observer)
+      : CppCommHookInterface(group), observer_(std::move(observer)) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    observer_(bucket.getIndex());
+    std::vector<at::Tensor> tensors{bucket.getBufferRef()};
+    tensors[0].div_(state_->getSize());
+    return state_->allreduce(tensors)->getFuture();
+  }
+
+private:
+  std::function<void(size_t)> observer_;
+};
+
+std::unique_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model, const std::vector<torch::Tensor>& parameters,
+                                            const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                            const ResolvedConfig& config) {
+  // Every process must hold the same model: DDP checks this too, and the message names the mismatch.
+  c10d::verify_params_across_processes(group, parameters, std::nullopt);
+
+  const auto bucket_bytes = static_cast<int64_t>(config.bucket_cap_mb * 1024 * 1024);
+  const std::vector<bool> expect_sparse(parameters.size(), false);
+  // As PyTorch's DDP: a small first bucket (so communication starts early) unless the user chose the size.
+  const bool default_cap = config.sources.count("bucket_cap_mb") == 0 || config.sources.at("bucket_cap_mb") == "default";
+  const int64_t first_bucket_bytes = default_cap ? c10d::kDefaultFirstBucketBytes : bucket_bytes;
+  std::vector<size_t> limits = {static_cast<size_t>(first_bucket_bytes), static_cast<size_t>(bucket_bytes)};
+  if (config.static_graph) {
+    limits = {static_cast<size_t>(bucket_bytes)};
+  }
+  auto [buckets, per_bucket_limits] = c10d::compute_bucket_assignment_by_size(parameters, limits, expect_sparse);
+  // Gradients become ready in reverse order of definition: reduce the last parameters first, as DDP does.
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
+  std::vector<int64_t> bucket_caps(per_bucket_limits.begin(), per_bucket_limits.end());
+
+  std::unordered_map<size_t, std::string> names;
+  size_t index = 0;
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().requires_grad()) {
+      names[index++] = item.key();
+    }
+  }
+  auto reducer = std::make_unique<c10d::Reducer>(
+      parameters, std::move(buckets), group, expect_sparse, bucket_bytes, config.find_unused_parameters,
+      config.gradient_as_bucket_view, std::move(names), first_bucket_bytes,
+      /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false, std::move(bucket_caps));
+  if (config.static_graph) {
+    reducer->set_static_graph();
+  }
+  return reducer;
+}
+
+} // namespace
+
+GradientSynchronizer::GradientSynchronizer(torch::nn::Module& model,
+                                           c10::intrusive_ptr<c10d::ProcessGroup> process_group,
+                                           const ResolvedConfig& config, std::shared_ptr<BackwardTracker> tracker)
+    : model_(&model), process_group_(std::move(process_group)), tracker_(std::move(tracker)) {
+  for (const auto& parameter : model.parameters()) {
+    if (parameter.requires_grad()) {
+      parameters_.push_back(parameter);
+    }
+  }
+  buffers_ = model.buffers();
+  if (!process_group_) {
+    return;
+  }
+  if (!parameters_.empty()) {
+    reducer_ = make_reducer(model, parameters_, process_group_, config);
+  }
+  for (const auto& parameter : parameters_) {
+    auto handle = parameter.register_hook([tracker = tracker_](const torch::Tensor&) {
+      if (!tracker->inside_accelerator_backward.load(std::memory_order_relaxed)) {
+        tracker->unsynchronised_gradients.store(true, std::memory_order_relaxed);
+      }
+    });
+    hooks_.emplace_back(parameter, handle);
+  }
+}
+
+GradientSynchronizer::~GradientSynchronizer() {
+  for (auto& [parameter, handle] : hooks_) {
+    parameter.remove_hook(handle);
+  }
+}
+
+void GradientSynchronizer::arm(const torch::Tensor& loss) {
+  if (!reducer_) {
+    return;
+  }
+  broadcast_buffers();
+  reducer_->rebuild_buckets();
+  reducer_->prepare_for_forward();
+  reducer_->prepare_for_backward({loss});
+}
+
+void GradientSynchronizer::broadcast_buffers() {
+  if (buffers_.empty()) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (const auto& buffer : buffers_) {
+    flat.push_back(buffer.detach().reshape({-1}).to(buffers_.front().scalar_type()));
+  }
+  std::vector<torch::Tensor> message{torch::cat(flat)};
+  process_group_->broadcast(message, c10d::BroadcastOptions{0})->wait();
+  int64_t offset = 0;
+  for (const auto& buffer : buffers_) {
+    buffer.detach().copy_(message[0].slice(0, offset, offset + buffer.numel()).view_as(buffer));
+    offset += buffer.numel();
+  }
+}
+
+void GradientSynchronizer::shadow_armed_backward() {
+  if (!reducer_) {
+    return;
+  }
+  broadcast_buffers();
+  reducer_->rebuild_buckets();
+  for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
+    std::vector<torch::Tensor> zeros{bucket.getBufferRef()};
+    process_group_->allreduce(zeros)->wait();
+  }
+}
+
+void GradientSynchronizer::observe_bucket_launches(std::function<void(size_t)> observer) {
+  if (reducer_) {
+    reducer_->register_comm_hook(std::make_unique<ObservedAllReduceHook>(process_group_, std::move(observer)));
+  }
+}
+
+size_t GradientSynchronizer::bucket_count() const {
+  return reducer_ ? reducer_->get_grad_buckets(true).size() : 0;
+}
+
+void ReachAnalysis::add(GradientSynchronizer* model) {
+  const size_t index = models_.size();
+  models_.push_back(model);
+  for (const auto& parameter : model->parameters()) {
+    owner_of_[parameter.unsafeGetTensorImpl()] = index;
+  }
+}
+
+void ReachAnalysis::clear() {
+  models_.clear();
+  owner_of_.clear();
+}
+
+std::vector<GradientSynchronizer*> ReachAnalysis::reached_by(const torch::Tensor& loss,
+                                                               bool find_unused_parameters) const {
+  std::vector<size_t> reached_parameters(models_.size(), 0);
+  if (loss.grad_fn()) {
+    std::vector<torch::autograd::Node*> pending{loss.grad_fn().get()};
+    std::unordered_set<torch::autograd::Node*> seen{pending.front()};
+    while (!pending.empty()) {
+      auto* node = pending.back();
+      pending.pop_back();
+      if (auto* leaf = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
+        if (auto it = owner_of_.find(leaf->variable.unsafeGetTensorImpl()); it != owner_of_.end()) {
+          ++reached_parameters[it->second];
+        }
+        continue;
+      }
+      for (const auto& edge : node->next_edges()) {
+        if (edge.function && seen.insert(edge.function.get()).second) {
+          pending.push_back(edge.function.get());
+        }
+      }
+    }
+  }
+  std::vector<GradientSynchronizer*> reached;
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (reached_parameters[i] == 0) {
+      continue;
+    }
+    const size_t total = models_[i]->parameters().size();
+    if (reached_parameters[i] < total && !find_unused_parameters && models_[i]->distributed()) {
+      throw std::logic_error("accelerate: the loss reaches only " + std::to_string(reached_parameters[i]) +
+                             " of the " + std::to_string(total) +
+                             " trainable parameters of a prepared model; gradient synchronisation needs all "
+                             "of them. Set AcceleratorOptions().find_unused_parameters(true), or freeze the "
+                             "unused ones (requires_grad false) before prepare");
+    }
+    reached.push_back(models_[i]);
+  }
+  return reached;
+}
+
+int64_t JoinCoordinator::processes_with_batches(bool has_batch) {
+  if (!current_step_.empty()) {
+    last_step_ = std::move(current_step_);
+    current_step_.clear();
+  }
+  std::vector<torch::Tensor> flag{torch::full({1}, has_batch ? 1 : 0, torch::kInt64)};
+  process_group_->allreduce(flag)->wait();
+  last_count_ = flag[0].item<int64_t>();
+  return last_count_;
+}
+
+void JoinCoordinator::join_until_all_exhausted() {
+  while (last_count_ > 0) {
+    for (auto* model : last_step_) {
+      model->shadow_armed_backward();
+    }
+    processes_with_batches(false);
+  }
+}
+
+} // namespace accelerate::detail

@@ -1,0 +1,96 @@
+// Data-parallel gradient synchronisation of one prepared model, over c10d's Reducer, and Join for uneven inputs.
+#pragma once
+
+#include "config.h"
+
+#include <accelerate/detail/loader_context.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <torch/torch.h>
+
+namespace accelerate::detail {
+
+/// Set while `Accelerator::backward` runs its backward; gradient hooks read it to tell a synchronised
+/// backward from a plain `loss.backward()`.
+struct BackwardTracker {
+  std::atomic<bool> inside_accelerator_backward{false};
+  std::atomic<bool> unsynchronised_gradients{false};
+};
+
+/// One prepared model: its parameters, its Reducer (with more than one process), and the hooks that notice
+/// gradients computed outside `Accelerator::backward`.
+class GradientSynchronizer {
+public:
+  GradientSynchronizer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> process_group,
+                       const ResolvedConfig& config, std::shared_ptr<BackwardTracker> tracker);
+  ~GradientSynchronizer();
+
+  torch::nn::Module& model() const { return *model_; }
+  const std::vector<torch::Tensor>& parameters() const { return parameters_; }
+  bool distributed() const { return reducer_ != nullptr; }
+
+  /// Arms the Reducer for the coming backward of `loss` (what PyTorch's DDP does in forward), and
+  /// broadcasts the buffers from rank 0 (DDP's default).
+  void arm(const torch::Tensor& loss);
+  /// Takes part, with zero gradients, in the collectives one armed backward issues on the other processes.
+  void shadow_armed_backward();
+  /// Suspends synchronisation (`Accelerator::no_sync`).
+  bool no_sync = false;
+
+  /// Test hook: called with each bucket's index as its all-reduce is launched.
+  void observe_bucket_launches(std::function<void(size_t bucket_index)> observer);
+  size_t bucket_count() const;
+
+private:
+  void broadcast_buffers();
+
+  torch::nn::Module* model_;
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<torch::Tensor> buffers_;
+  std::unique_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<BackwardTracker> tracker_;
+  std::vector<std::pair<torch::Tensor, unsigned>> hooks_;
+};
+
+/// Finds which prepared models a loss's autograd graph reaches, and refuses partial reach that the
+/// Reducer would only report one iteration later.
+class ReachAnalysis {
+public:
+  void add(GradientSynchronizer* model);
+  void clear();
+  /// The models whose parameters `loss` reaches, in preparation order.
+  std::vector<GradientSynchronizer*> reached_by(const torch::Tensor& loss, bool find_unused_parameters) const;
+
+private:
+  std::vector<GradientSynchronizer*> models_;
+  std::unordered_map<const void*, size_t> owner_of_;
+};
+
+/// torch's Join, for prepared loaders with even_batches false: a process whose data ran out keeps
+/// answering the others' gradient all-reduces with zeros (the average stays over the whole world size).
+class JoinCoordinator : public Joiner {
+public:
+  explicit JoinCoordinator(c10::intrusive_ptr<c10d::ProcessGroup> process_group)
+      : process_group_(std::move(process_group)) {}
+
+  int64_t processes_with_batches(bool has_batch) override;
+  void join_until_all_exhausted() override;
+  /// Records that this step's backward armed `model` (the pattern a joined process replays).
+  void record_armed(GradientSynchronizer* model) { current_step_.push_back(model); }
+
+private:
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
+  std::vector<GradientSynchronizer*> current_step_;
+  std::vector<GradientSynchronizer*> last_step_;
+  int64_t last_count_ = 0;
+};
+
+} // namespace accelerate::detail

@@ -1,0 +1,233 @@
+// Multi-rank tests of the data loader and the collectives: run by test/harness/run_ranks.py as 2 or 3 ranks
+// over Gloo on loopback (see data_tests.cmake for which test runs on how many).
+#include <accelerate/accelerate.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+namespace {
+
+accelerate::AcceleratorOptions test_options() {
+  return accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(30));
+}
+
+/// Sample i is (data [i], target [2i]).
+struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
+  explicit IndexDataset(size_t size) : size_(size) {}
+  torch::data::Example<> get(size_t index) override {
+    const auto i = static_cast<int64_t>(index);
+    return {torch::tensor({i}), torch::tensor({2 * i})};
+  }
+  std::optional<size_t> size() const override { return size_; }
+  size_t size_;
+};
+
+auto stacked(size_t size) { return IndexDataset(size).map(torch::data::transforms::Stack<>()); }
+
+std::vector<int64_t> values(const torch::Tensor& tensor) {
+  auto flat = tensor.to(torch::kInt64).reshape({-1}).contiguous();
+  return {flat.data_ptr<int64_t>(), flat.data_ptr<int64_t>() + flat.numel()};
+}
+
+std::vector<int64_t> iota(int64_t count) {
+  std::vector<int64_t> result(static_cast<size_t>(count));
+  std::iota(result.begin(), result.end(), 0);
+  return result;
+}
+
+// ---- The loader ---------------------------------------------------------------------------------------------
+
+TEST(DataLoaderMultirank, GatherForMetricsReturnsEverySampleOnce) {
+  accelerate::Accelerator accelerator(test_options());
+  ASSERT_GE(accelerator.num_processes(), 2) << "run under accel launch with 2 or more processes";
+  constexpr size_t kSamples = 10; // 3 per process: the last global batch is padded on 2 and on 3 processes
+  auto loader = accelerator.prepare_data_loader(stacked(kSamples), torch::data::DataLoaderOptions(3));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int64_t> seen;
+    size_t batches = 0;
+    for (auto& batch : *loader) {
+      ++batches;
+      ASSERT_EQ(batch.data.size(0), 3) << "even_batches gives every process full batches";
+      EXPECT_TRUE(batch.target.equal(2 * batch.data));
+      auto gathered = values(accelerator.gather_for_metrics(batch.data));
+      seen.insert(seen.end(), gathered.begin(), gathered.end());
+    }
+    EXPECT_EQ(batches, loader->size());
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, iota(kSamples)) << "epoch " << epoch << " on process " << accelerator.process_index();
+  }
+  EXPECT_EQ(loader->epoch(), 2u);
+}
+
+TEST(DataLoaderMultirank, UnevenBatchesSeeEverySampleOnceAndNobodyHangs) {
+  accelerate::Accelerator accelerator(test_options().even_batches(false));
+  ASSERT_GE(accelerator.num_processes(), 2);
+  constexpr size_t kSamples = 7; // 3 per process on 2 processes: process 1 gets one batch fewer
+  auto loader = accelerator.prepare_data_loader(stacked(kSamples), torch::data::DataLoaderOptions(3));
+  std::vector<int64_t> mine;
+  for (auto& batch : *loader) {
+    auto part = values(batch.data);
+    mine.insert(mine.end(), part.begin(), part.end());
+  }
+  // Processes hold different counts: pad to the longest with -1, gather, drop the padding.
+  auto padded = accelerator.pad_across_processes(torch::tensor(mine, torch::kInt64), 0, -1);
+  auto all = values(accelerator.gather(padded));
+  all.erase(std::remove(all.begin(), all.end(), -1), all.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, iota(kSamples));
+}
+
+TEST(DataLoaderMultirank, ProcessesDrawTheSameOrderEachEpoch) {
+  accelerate::Accelerator accelerator(test_options());
+  auto loader = accelerator.prepare_data_loader(stacked(12), torch::data::DataLoaderOptions(2).drop_last(true));
+  loader->set_epoch(5);
+  std::vector<int64_t> mine;
+  for (auto& batch : *loader) {
+    auto part = values(batch.data);
+    mine.insert(mine.end(), part.begin(), part.end());
+  }
+  // The processes' parts, interleaved batch by batch, are one order of the whole dataset: no overlap.
+  auto all = values(accelerator.gather(torch::tensor(mine, torch::kInt64)));
+  std::sort(all.begin(), all.end());
+  const auto global = static_cast<int64_t>(2 * accelerator.num_processes());
+  EXPECT_EQ(all, iota(12 / global * global)) << "drop_last keeps only full global batches";
+}
+
+// ---- The collectives ------------------------------------------------------------------------------------------
+
+/// One accelerator for every collectives test of the process: a second rendezvous on the same port could meet
+/// a process still holding the first one's store.
+accelerate::Accelerator& shared_accelerator() {
+  static accelerate::Accelerator accelerator(test_options());
+  return accelerator;
+}
+
+TEST(CollectivesMultirank, GatherConcatenatesInProcessOrder) {
+  auto& accelerator = shared_accelerator();
+  const int world = accelerator.num_processes();
+  const int rank = accelerator.process_index();
+  auto gathered = accelerator.gather(torch::full({2, 3}, rank, torch::kFloat64));
+  ASSERT_EQ(gathered.sizes(), torch::IntArrayRef({2 * world, 3}));
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(gathered.slice(0, 2 * r, 2 * r + 2).eq(r).all().item<bool>()) << "rows of process " << r;
+  }
+  auto scalars = accelerator.gather(torch::tensor(static_cast<int64_t>(rank)));
+  EXPECT_EQ(values(scalars), iota(world)) << "0-d tensors gather into a 1-d tensor";
+}
+
+TEST(CollectivesMultirank, GatherOfDifferentShapesSaysToPadFirst) {
+  auto& accelerator = shared_accelerator();
+  const int rank = accelerator.process_index();
+  try {
+    accelerator.gather(torch::ones({rank + 1, 2}));
+    FAIL() << "a gather of [1, 2] and [2, 2] tensors went through";
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("process 0: [1, 2] Float, process 1: [2, 2] Float"), std::string::npos) << message;
+    EXPECT_NE(message.find("pad_across_processes"), std::string::npos) << message;
+  }
+  // Every process threw at the same point: the next collective still pairs up.
+  EXPECT_EQ(accelerator.gather(torch::ones({1})).size(0), accelerator.num_processes());
+}
+
+TEST(CollectivesMultirank, ReduceSumsAveragesAndTakesTheMax) {
+  auto& accelerator = shared_accelerator();
+  const int world = accelerator.num_processes();
+  const double rank = accelerator.process_index();
+  auto mine = torch::tensor({rank, 10.0 * rank}, torch::kFloat64);
+  const double sum = world * (world - 1) / 2.0;
+  EXPECT_TRUE(accelerator.reduce(mine).equal(torch::tensor({sum, 10 * sum}, torch::kFloat64)));
+  EXPECT_TRUE(accelerator.reduce(mine, accelerate::ReduceOp::MEAN)
+                  .allclose(torch::tensor({sum / world, 10 * sum / world}, torch::kFloat64)));
+  EXPECT_TRUE(accelerator.reduce(mine, accelerate::ReduceOp::MAX)
+                  .equal(torch::tensor({world - 1.0, 10.0 * (world - 1)}, torch::kFloat64)));
+  EXPECT_TRUE(mine.equal(torch::tensor({rank, 10.0 * rank}, torch::kFloat64))) << "the input is left alone";
+}
+
+TEST(CollectivesMultirank, PadAcrossProcessesPadsToTheLongest) {
+  auto& accelerator = shared_accelerator();
+  const int world = accelerator.num_processes();
+  const int64_t rank = accelerator.process_index();
+  auto mine = torch::full({2, rank + 1}, 7, torch::kInt64);
+  auto after = accelerator.pad_across_processes(mine, 1, -1);
+  auto before = accelerator.pad_across_processes(mine, -1, -1, /*pad_first=*/true);
+  ASSERT_EQ(after.sizes(), torch::IntArrayRef({2, world}));
+  EXPECT_TRUE(after.slice(1, 0, rank + 1).eq(7).all().item<bool>());
+  EXPECT_TRUE(after.slice(1, rank + 1).eq(-1).all().item<bool>());
+  EXPECT_TRUE(before.slice(1, world - rank - 1).eq(7).all().item<bool>());
+  EXPECT_TRUE(before.slice(1, 0, world - rank - 1).eq(-1).all().item<bool>());
+  EXPECT_THROW(accelerator.pad_across_processes(mine, 2), std::invalid_argument);
+}
+
+TEST(CollectivesMultirank, BroadcastSendsTheChosenProcessTensor) {
+  auto& accelerator = shared_accelerator();
+  const int world = accelerator.num_processes();
+  for (int from = 0; from < world; ++from) {
+    auto mine = torch::full({3}, accelerator.process_index() * 100.0);
+    auto received = accelerator.broadcast(mine, from);
+    EXPECT_TRUE(received.equal(torch::full({3}, from * 100.0))) << "from process " << from;
+  }
+  EXPECT_THROW(accelerator.broadcast(torch::ones({1}), world), std::invalid_argument);
+}
+
+TEST(CollectivesMultirank, MainProcessFirstRunsTheMainBlockBeforeTheOthers) {
+  auto& accelerator = shared_accelerator();
+  const char* port = std::getenv("MASTER_PORT");
+  ASSERT_NE(port, nullptr) << "the launcher exports MASTER_PORT";
+  const auto marker = std::filesystem::temp_directory_path() / (std::string("accel_main_first_") + port);
+  std::filesystem::remove(marker);
+  accelerator.wait_for_everyone();
+  {
+    auto guard = accelerator.main_process_first();
+    if (accelerator.is_main_process()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300)); // the others would overtake without the guard
+      std::ofstream(marker) << "downloaded";
+    } else {
+      EXPECT_TRUE(std::filesystem::exists(marker)) << "process " << accelerator.process_index()
+                                                   << " entered its block before the main process finished";
+    }
+  }
+  accelerator.wait_for_everyone();
+  if (accelerator.is_main_process()) {
+    std::filesystem::remove(marker);
+  }
+}
+
+TEST(CollectivesMultirank, SplitBetweenProcessesCoversEveryRowOnce) {
+  auto& accelerator = shared_accelerator();
+  const int world = accelerator.num_processes();
+  const int64_t rows = 2 * world + 1; // the first process gets one more
+  auto share = accelerator.split_between_processes(torch::arange(rows));
+  EXPECT_EQ(share.size(0), accelerator.process_index() == 0 ? 3 : 2);
+  auto all = values(accelerator.gather(accelerator.pad_across_processes(share, 0, -1)));
+  all.erase(std::remove(all.begin(), all.end(), -1), all.end());
+  EXPECT_EQ(all, iota(rows)) << "contiguous shares, in process order";
+
+  auto padded = accelerator.split_between_processes(torch::arange(rows), /*apply_padding=*/true);
+  EXPECT_EQ(padded.size(0), 3);
+  if (accelerator.process_index() != 0) {
+    EXPECT_EQ(padded[2].item<int64_t>(), rows - 1) << "padding repeats the last row";
+  }
+  auto items = accelerator.split_between_processes(std::vector<int>(static_cast<size_t>(rows), 1));
+  EXPECT_EQ(accelerator.reduce(torch::tensor(static_cast<int64_t>(items.size()))).item<int64_t>(), rows);
+}
+
+TEST(CollectivesMultirank, TriggerRaisedOnOneProcessIsSeenByAll) {
+  auto& accelerator = shared_accelerator();
+  EXPECT_FALSE(accelerator.check_trigger());
+  if (accelerator.process_index() == accelerator.num_processes() - 1) {
+    accelerator.set_trigger();
+  }
+  EXPECT_TRUE(accelerator.check_trigger()) << "on process " << accelerator.process_index();
+  EXPECT_FALSE(accelerator.check_trigger()) << "the check resets the trigger everywhere";
+}
+
+} // namespace

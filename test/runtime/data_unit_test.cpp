@@ -1,0 +1,500 @@
+// Single-process tests of the data loader (epoch order, sharding plan, position, gradient state, joiner
+// calls, to_device, the iterable adapter) and of the collectives' one-process behaviour. Multi-process
+// sharding is tested here by building each process's LoaderContext by hand.
+#include <accelerate/accelerate.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+namespace {
+
+using accelerate::DataLoaderOptions;
+using accelerate::detail::LoaderContext;
+using accelerate::detail::ShardPlan;
+
+/// Sample i is (data [i], target [2i]): a batch says which samples it holds.
+struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
+  explicit IndexDataset(size_t size) : size_(size) {}
+  torch::data::Example<> get(size_t index) override {
+    const auto i = static_cast<int64_t>(index);
+    return {torch::tensor({i}), torch::tensor({2 * i})};
+  }
+  std::optional<size_t> size() const override { return size_; }
+  size_t size_;
+};
+
+auto stacked(size_t size) { return IndexDataset(size).map(torch::data::transforms::Stack<>()); }
+using StackedDataset = decltype(stacked(0));
+
+LoaderContext context(int processes, int rank, bool even_batches = true, bool split_batches = false,
+                      uint64_t seed = 0) {
+  LoaderContext context;
+  context.num_processes = processes;
+  context.process_index = rank;
+  context.even_batches = even_batches;
+  context.split_batches = split_batches;
+  context.seed = seed;
+  context.gradient_state = std::make_shared<accelerate::GradientState>();
+  return context;
+}
+
+std::vector<int64_t> values(const torch::Tensor& tensor) {
+  auto flat = tensor.to(torch::kCPU).to(torch::kInt64).reshape({-1}).contiguous();
+  return {flat.data_ptr<int64_t>(), flat.data_ptr<int64_t>() + flat.numel()};
+}
+
+/// Every batch of one pass, as the sample indices each holds.
+std::vector<std::vector<int64_t>> one_pass(accelerate::DataLoader<StackedDataset>& loader) {
+  std::vector<std::vector<int64_t>> batches;
+  for (auto& batch : loader) {
+    batches.push_back(values(batch.data));
+  }
+  return batches;
+}
+
+// ---- Epoch order ----------------------------------------------------------------------------------------------
+
+TEST(EpochOrder, MatchesTheDocumentedGenerator) {
+  // Computed from the algorithm as <accelerate/data.h> documents it (a Python transcription): checkpoints
+  // depend on this order never changing.
+  using accelerate::detail::epoch_order;
+  EXPECT_EQ(epoch_order(10, 0, 0, true), (std::vector<size_t>{4, 9, 2, 5, 1, 7, 6, 0, 3, 8}));
+  EXPECT_EQ(epoch_order(10, 0, 1, true), (std::vector<size_t>{9, 4, 0, 5, 2, 1, 6, 8, 3, 7}));
+  EXPECT_EQ(epoch_order(10, 42, 3, true), (std::vector<size_t>{9, 0, 1, 2, 7, 8, 3, 6, 4, 5}));
+}
+
+TEST(EpochOrder, IsAPermutationThatDependsOnSeedAndEpoch) {
+  using accelerate::detail::epoch_order;
+  auto order = epoch_order(1000, 7, 2, true);
+  auto sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<size_t> identity(1000);
+  std::iota(identity.begin(), identity.end(), 0);
+  EXPECT_EQ(sorted, identity);
+  EXPECT_NE(order, identity);
+  EXPECT_EQ(order, epoch_order(1000, 7, 2, true));
+  EXPECT_NE(order, epoch_order(1000, 7, 3, true));
+  EXPECT_NE(order, epoch_order(1000, 8, 2, true));
+  EXPECT_EQ(epoch_order(1000, 7, 2, false), identity);
+}
+
+// ---- Sharding plan ---------------------------------------------------------------------------------------
+
+/// The real samples (positions in the epoch's order) of global batch k, as the processes' parts together.
+std::vector<size_t> global_batch(size_t dataset_size, size_t global_batch_size, int processes, bool even,
+                                 size_t k) {
+  std::vector<size_t> joined;
+  int64_t remainder = -1;
+  for (int rank = 0; rank < processes; ++rank) {
+    ShardPlan plan(dataset_size, DataLoaderOptions(global_batch_size), context(processes, rank, even, true));
+    remainder = plan.remainder();
+    if (k < plan.batches_for_process()) {
+      auto part = plan.positions(k);
+      joined.insert(joined.end(), part.begin(), part.end());
+    }
+  }
+  if (remainder >= 0 && k + 1 == (dataset_size + global_batch_size - 1) / global_batch_size) {
+    joined.resize(static_cast<size_t>(remainder)); // what gather_for_metrics keeps
+  }
+  return joined;
+}
+
+TEST(ShardPlan, GlobalBatchesAreTheSameForEveryWorldSize) {
+  constexpr size_t kSize = 20;
+  constexpr size_t kGlobal = 6;
+  for (bool even : {true, false}) {
+    for (size_t k = 0; k < 4; ++k) {
+      std::vector<size_t> expected;
+      for (size_t position = k * kGlobal; position < std::min(kSize, (k + 1) * kGlobal); ++position) {
+        expected.push_back(position);
+      }
+      for (int processes : {1, 2, 3}) {
+        EXPECT_EQ(global_batch(kSize, kGlobal, processes, even, k), expected)
+            << "global batch " << k << " with " << processes << " processes, even_batches " << even;
+      }
+    }
+  }
+}
+
+TEST(ShardPlan, PerProcessBatchTimesProcessesGivesTheSameGlobalBatches) {
+  // Without split_batches, B per process on P processes cuts the same global batches as B·P on one.
+  for (int processes : {1, 2, 3}) {
+    const size_t per_process = 6 / static_cast<size_t>(processes);
+    std::vector<size_t> joined;
+    for (int rank = 0; rank < processes; ++rank) {
+      ShardPlan plan(20, DataLoaderOptions(per_process), context(processes, rank));
+      EXPECT_EQ(plan.global_batch_size(), 6u);
+      auto part = plan.positions(1);
+      joined.insert(joined.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(joined, (std::vector<size_t>{6, 7, 8, 9, 10, 11})) << processes << " processes";
+  }
+}
+
+TEST(ShardPlan, EvenBatchesPadTheLastGlobalBatchFromTheStart) {
+  // 10 samples, 3 per process, 2 processes: global batches [0..6) and [6..10) + 2 wrapped samples.
+  ShardPlan first(10, DataLoaderOptions(3), context(2, 0));
+  ShardPlan second(10, DataLoaderOptions(3), context(2, 1));
+  EXPECT_EQ(first.batches_for_process(), 2u);
+  EXPECT_EQ(second.batches_for_process(), 2u);
+  EXPECT_EQ(first.positions(1), (std::vector<size_t>{6, 7, 8}));
+  EXPECT_EQ(second.positions(1), (std::vector<size_t>{9, 0, 1}));
+  EXPECT_EQ(first.remainder(), 4);
+}
+
+TEST(ShardPlan, EvenBatchesWrapAroundADatasetSmallerThanOneGlobalBatch) {
+  ShardPlan last(2, DataLoaderOptions(2), context(3, 2));
+  EXPECT_EQ(last.batches_for_process(), 1u);
+  EXPECT_EQ(last.positions(0), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(last.remainder(), 2);
+}
+
+TEST(ShardPlan, OneProcessNeverPads) {
+  ShardPlan plan(10, DataLoaderOptions(4), context(1, 0));
+  EXPECT_EQ(plan.batches_for_process(), 3u);
+  EXPECT_EQ(plan.positions(2), (std::vector<size_t>{8, 9}));
+  EXPECT_EQ(plan.remainder(), -1);
+}
+
+TEST(ShardPlan, UnevenBatchesGiveTheLastProcessesFewer) {
+  // 7 samples, 3 per process, 2 processes: the final global batch holds one sample, for process 0.
+  ShardPlan first(7, DataLoaderOptions(3), context(2, 0, /*even_batches=*/false));
+  ShardPlan second(7, DataLoaderOptions(3), context(2, 1, /*even_batches=*/false));
+  EXPECT_EQ(first.batches_for_process(), 2u);
+  EXPECT_EQ(second.batches_for_process(), 1u);
+  EXPECT_EQ(first.positions(1), (std::vector<size_t>{6}));
+  EXPECT_EQ(first.remainder(), -1);
+}
+
+TEST(ShardPlan, DropLastKeepsOnlyFullGlobalBatches) {
+  for (int rank = 0; rank < 2; ++rank) {
+    ShardPlan plan(10, DataLoaderOptions(3).drop_last(true), context(2, rank));
+    EXPECT_EQ(plan.batches_for_process(), 1u);
+    EXPECT_EQ(plan.global_batches(), 1u);
+    EXPECT_EQ(plan.remainder(), -1);
+  }
+}
+
+TEST(ShardPlan, SplitBatchesNeedsAMultipleOfTheProcesses) {
+  try {
+    ShardPlan plan(10, DataLoaderOptions(5), context(2, 0, true, /*split_batches=*/true));
+    FAIL() << "a global batch of 5 split over 2 processes was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("multiple of the number of processes (got batch_size 5 for 2"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(ShardPlan(10, DataLoaderOptions(0), context(1, 0)), std::invalid_argument);
+}
+
+// ---- The loader ------------------------------------------------------------------------------------------------
+
+TEST(DataLoader, YieldsThisProcessSharePerBatch) {
+  accelerate::DataLoader<StackedDataset> loader(stacked(10), DataLoaderOptions(3).shuffle(false), context(2, 1));
+  EXPECT_EQ(loader.size(), 2u);
+  auto batches = one_pass(loader);
+  EXPECT_EQ(batches, (std::vector<std::vector<int64_t>>{{3, 4, 5}, {9, 0, 1}}));
+}
+
+TEST(DataLoader, TakesTorchOptionsAndShufflesByDefault) {
+  accelerate::DataLoader<StackedDataset> loader(stacked(10), torch::data::DataLoaderOptions(10), context(1, 0));
+  auto batches = one_pass(loader);
+  ASSERT_EQ(batches.size(), 1u);
+  std::vector<int64_t> expected{4, 9, 2, 5, 1, 7, 6, 0, 3, 8}; // epoch_order(10, 0, 0)
+  EXPECT_EQ(batches[0], expected);
+}
+
+TEST(DataLoader, EachEpochReshufflesTheSameWayEverywhere) {
+  auto make = [] {
+    return accelerate::DataLoader<StackedDataset>(stacked(50), DataLoaderOptions(10), context(1, 0, true, false, 3));
+  };
+  auto loader = make();
+  auto epoch0 = one_pass(loader);
+  EXPECT_EQ(loader.epoch(), 1u) << "a full pass advances the epoch";
+  auto epoch1 = one_pass(loader);
+  EXPECT_NE(epoch0, epoch1);
+
+  auto other = make(); // another process, or a rerun
+  EXPECT_EQ(one_pass(other), epoch0);
+  other.set_epoch(1);  // a no-op: the pass already advanced to epoch 1
+  EXPECT_EQ(one_pass(other), epoch1);
+  other.set_epoch(0);
+  EXPECT_EQ(one_pass(other), epoch0);
+}
+
+TEST(DataLoader, ResumeFromStateContinuesWithTheNextBatch) {
+  accelerate::DataLoader<StackedDataset> reference(stacked(30), DataLoaderOptions(4), context(1, 0, true, false, 9));
+  reference.set_epoch(2);
+  auto expected = one_pass(reference);
+
+  accelerate::DataLoader<StackedDataset> interrupted(stacked(30), DataLoaderOptions(4),
+                                                     context(1, 0, true, false, 9));
+  interrupted.set_epoch(2);
+  accelerate::DataLoaderState saved;
+  int taken = 0;
+  for (auto& batch : interrupted) {
+    EXPECT_EQ(values(batch.data), expected[static_cast<size_t>(taken)]);
+    if (++taken == 3) {
+      saved = interrupted.state(); // saved while the third batch is being processed
+      break;
+    }
+  }
+  EXPECT_EQ(saved, (accelerate::DataLoaderState{2, 3, 9}));
+
+  accelerate::DataLoader<StackedDataset> resumed(stacked(30), DataLoaderOptions(4), context(1, 0));
+  resumed.set_state(saved);
+  resumed.set_epoch(2); // what a loop that sets the epoch each epoch does: must not undo the resume
+  auto rest = one_pass(resumed);
+  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(expected.begin() + 3, expected.end()));
+  EXPECT_EQ(resumed.state(), (accelerate::DataLoaderState{3, 0, 9}));
+}
+
+TEST(DataLoader, APassLeftMidEpochStartsThatEpochAgain) {
+  accelerate::DataLoader<StackedDataset> loader(stacked(20), DataLoaderOptions(5), context(1, 0));
+  std::vector<int64_t> first;
+  for (auto& batch : loader) {
+    first = values(batch.data);
+    break;
+  }
+  EXPECT_EQ(loader.state().epoch, 0u);
+  auto batches = one_pass(loader);
+  ASSERT_EQ(batches.size(), 4u);
+  EXPECT_EQ(batches[0], first);
+}
+
+TEST(DataLoader, OnePassAtATime) {
+  accelerate::DataLoader<StackedDataset> loader(stacked(20), DataLoaderOptions(5), context(1, 0));
+  auto it = loader.begin();
+  EXPECT_THROW(loader.begin(), std::logic_error);
+  EXPECT_THROW(loader.set_state({0, 1, 0}), std::logic_error);
+}
+
+TEST(DataLoader, SetStateRejectsAPositionPastTheEpoch) {
+  accelerate::DataLoader<StackedDataset> loader(stacked(20), DataLoaderOptions(5), context(1, 0));
+  try {
+    loader.set_state({0, 5, 0});
+    FAIL() << "batches_consumed 5 of a 4-batch epoch was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("batches_consumed = 5 exceeds the 4"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(DataLoader, GradientStateMarksTheLastBatchAndIsRestoredAfterwards) {
+  auto ctx = context(2, 0);
+  auto gradient = ctx.gradient_state;
+  accelerate::DataLoader<StackedDataset> loader(stacked(10), DataLoaderOptions(3), ctx);
+  std::vector<std::tuple<bool, bool, int64_t, int64_t>> seen;
+  for (auto& batch : loader) {
+    (void)batch;
+    seen.emplace_back(gradient->in_dataloader, gradient->end_of_dataloader, gradient->batches_remaining,
+                      gradient->remainder);
+  }
+  using Row = std::tuple<bool, bool, int64_t, int64_t>;
+  EXPECT_EQ(seen, (std::vector<Row>{Row{true, false, 1, 4}, Row{true, true, 0, 4}}));
+  EXPECT_FALSE(gradient->in_dataloader);
+  EXPECT_FALSE(gradient->end_of_dataloader);
+  EXPECT_EQ(gradient->remainder, -1);
+  EXPECT_EQ(gradient->batches_remaining, -1);
+}
+
+struct RecordingJoiner : accelerate::detail::Joiner {
+  int64_t processes_with_batches(bool has_batch) override {
+    calls.push_back(has_batch ? "has_batch" : "no_batch");
+    return 1;
+  }
+  void join_until_all_exhausted() override { calls.push_back("join"); }
+  std::vector<std::string> calls;
+};
+
+TEST(DataLoader, UnevenBatchesAnnounceEachBatchAndJoinWhenExhausted) {
+  auto joiner = std::make_shared<RecordingJoiner>();
+  auto ctx = context(2, 1, /*even_batches=*/false);
+  ctx.joiner = joiner;
+  accelerate::DataLoader<StackedDataset> loader(stacked(7), DataLoaderOptions(3).shuffle(false), ctx);
+  EXPECT_EQ(one_pass(loader), (std::vector<std::vector<int64_t>>{{3, 4, 5}}));
+  EXPECT_EQ(joiner->calls, (std::vector<std::string>{"has_batch", "join"}));
+
+  auto even_joiner = std::make_shared<RecordingJoiner>();
+  auto even = context(2, 1, /*even_batches=*/true);
+  even.joiner = even_joiner;
+  accelerate::DataLoader<StackedDataset> padded(stacked(7), DataLoaderOptions(3), even);
+  one_pass(padded);
+  EXPECT_TRUE(even_joiner->calls.empty()) << "even batches never need the joiner";
+}
+
+TEST(DataLoader, RefusesWorkerThreadsAndUnsizedDatasets) {
+  try {
+    accelerate::DataLoader<StackedDataset> loader(stacked(7), torch::data::DataLoaderOptions(3).workers(2),
+                                                  context(1, 0));
+    FAIL() << "workers(2) was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("workers = 2"), std::string::npos) << error.what();
+  }
+
+  struct Unsized : torch::data::datasets::Dataset<Unsized> {
+    torch::data::Example<> get(size_t) override { return {}; }
+    std::optional<size_t> size() const override { return std::nullopt; }
+  };
+  EXPECT_THROW(accelerate::DataLoader<Unsized>(Unsized(), DataLoaderOptions(3), context(1, 0)),
+               std::invalid_argument);
+}
+
+TEST(DataLoader, UnstackedExamplesArriveAsAVector) {
+  accelerate::DataLoader<IndexDataset> loader(IndexDataset(4), DataLoaderOptions(2).shuffle(false), context(1, 0));
+  std::vector<size_t> sizes;
+  for (auto& batch : loader) {
+    sizes.push_back(batch.size());
+    EXPECT_EQ(values(batch[1].target)[0], 2 * values(batch[1].data)[0]);
+  }
+  EXPECT_EQ(sizes, (std::vector<size_t>{2, 2}));
+}
+
+// ---- to_device --------------------------------------------------------------------------------------------------
+
+TEST(ToDevice, MovesEveryTensorInNestedContainers) {
+  const torch::Device meta(torch::kMeta);
+  auto tensor = [] { return torch::ones({2}); };
+  std::map<std::string, torch::Tensor> named{{"ids", tensor()}};
+  auto batch = std::make_tuple(torch::data::Example<>(tensor(), tensor()), std::make_pair(tensor(), 3),
+                               std::vector<torch::Tensor>{tensor(), torch::Tensor()}, std::optional<torch::Tensor>(tensor()),
+                               named, torch::data::TensorExample(tensor()), std::string("kept"));
+  auto moved = accelerate::to_device(batch, meta);
+  EXPECT_TRUE(std::get<0>(moved).data.is_meta());
+  EXPECT_TRUE(std::get<0>(moved).target.is_meta());
+  EXPECT_TRUE(std::get<1>(moved).first.is_meta());
+  EXPECT_EQ(std::get<1>(moved).second, 3);
+  EXPECT_TRUE(std::get<2>(moved)[0].is_meta());
+  EXPECT_FALSE(std::get<2>(moved)[1].defined());
+  EXPECT_TRUE(std::get<3>(moved)->is_meta());
+  EXPECT_TRUE(std::get<4>(moved).at("ids").is_meta());
+  EXPECT_TRUE(std::get<5>(moved).data.is_meta());
+  EXPECT_EQ(std::get<6>(moved), "kept");
+  EXPECT_FALSE(std::get<0>(batch).data.is_meta()) << "the source is left as it was";
+}
+
+struct TokenBatch {
+  torch::Tensor ids;
+  int64_t step;
+};
+
+} // namespace
+
+template <>
+struct accelerate::ToDevice<TokenBatch> {
+  static TokenBatch apply(TokenBatch batch, const torch::Device& device) {
+    return {accelerate::to_device(batch.ids, device), batch.step};
+  }
+};
+
+namespace {
+
+TEST(ToDevice, UsesTheUsersSpecialization) {
+  auto moved = accelerate::to_device(TokenBatch{torch::ones({2}), 5}, torch::Device(torch::kMeta));
+  EXPECT_TRUE(moved.ids.is_meta());
+  EXPECT_EQ(moved.step, 5);
+}
+
+// ---- The iterable adapter ------------------------------------------------------------------------------------
+
+std::vector<torch::Tensor> numbered_batches(int64_t count) {
+  std::vector<torch::Tensor> batches;
+  for (int64_t i = 0; i < count; ++i) {
+    batches.push_back(torch::full({2}, i, torch::kInt64)); // batch i: two rows holding i
+  }
+  return batches;
+}
+
+TEST(IterableAdapter, TakesEveryPthBatchAndCompletesTheLastRound) {
+  auto source = numbered_batches(7);
+  for (int rank = 0; rank < 3; ++rank) {
+    auto gradient = std::make_shared<accelerate::GradientState>();
+    accelerate::IterableAdapter<std::vector<torch::Tensor>&> adapter(source, 3, rank, torch::kCPU, gradient, false);
+    std::vector<int64_t> taken;
+    std::vector<bool> last;
+    int64_t remainder = -2;
+    for (auto& batch : adapter) {
+      taken.push_back(batch[0].item<int64_t>());
+      last.push_back(gradient->end_of_dataloader);
+      remainder = gradient->remainder;
+    }
+    const std::vector<std::vector<int64_t>> expected{{0, 3, 6}, {1, 4, 0}, {2, 5, 1}};
+    EXPECT_EQ(taken, expected[static_cast<size_t>(rank)]) << "process " << rank;
+    EXPECT_EQ(last, (std::vector<bool>{false, false, true}));
+    EXPECT_EQ(remainder, 2) << "one real batch of two rows in the last round";
+    EXPECT_FALSE(gradient->in_dataloader);
+  }
+}
+
+TEST(IterableAdapter, DropLastDropsAShortRoundAndAFullLastRoundIsMarked) {
+  auto gradient = std::make_shared<accelerate::GradientState>();
+  accelerate::IterableAdapter<std::vector<torch::Tensor>> dropped(numbered_batches(7), 3, 1, torch::kCPU, gradient,
+                                                                 true);
+  std::vector<int64_t> taken;
+  std::vector<bool> last;
+  for (auto& batch : dropped) {
+    taken.push_back(batch[0].item<int64_t>());
+    last.push_back(gradient->end_of_dataloader);
+    EXPECT_EQ(gradient->remainder, -1);
+  }
+  EXPECT_EQ(taken, (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(last, (std::vector<bool>{false, false})) << "the dropped round's loss is only known after the fact";
+
+  accelerate::IterableAdapter<std::vector<torch::Tensor>> exact(numbered_batches(6), 3, 2, torch::kCPU, gradient,
+                                                               false);
+  last.clear();
+  for (auto& batch : exact) {
+    (void)batch;
+    last.push_back(gradient->end_of_dataloader);
+  }
+  EXPECT_EQ(last, (std::vector<bool>{false, true}));
+}
+
+// ---- One-process Accelerator: collectives and prepare_data_loader ---------------------------------------------
+
+accelerate::AcceleratorOptions one_process() { return accelerate::AcceleratorOptions().cpu(true); }
+
+TEST(CollectivesOneProcess, BehaveAsTheIdentityWithAccelerateShapes) {
+  accelerate::Accelerator accelerator(one_process());
+  ASSERT_EQ(accelerator.num_processes(), 1);
+  auto scalar = torch::tensor(3.0);
+  EXPECT_EQ(accelerator.gather(scalar).sizes(), torch::IntArrayRef({1}));
+  EXPECT_TRUE(accelerator.gather(torch::ones({2, 3})).equal(torch::ones({2, 3})));
+  EXPECT_TRUE(accelerator.reduce(torch::tensor({1, 2}), accelerate::ReduceOp::MEAN)
+                  .equal(torch::tensor({1.0f, 2.0f})));
+  EXPECT_TRUE(accelerator.pad_across_processes(torch::ones({2})).equal(torch::ones({2})));
+  EXPECT_TRUE(accelerator.broadcast(torch::ones({2})).equal(torch::ones({2})));
+  EXPECT_THROW(accelerator.broadcast(torch::ones({2}), 1), std::invalid_argument);
+  EXPECT_TRUE(accelerator.split_between_processes(torch::arange(5)).equal(torch::arange(5)));
+  EXPECT_THROW(accelerator.split_between_processes(torch::tensor(1)), std::invalid_argument);
+  EXPECT_FALSE(accelerator.check_trigger());
+  accelerator.set_trigger();
+  EXPECT_TRUE(accelerator.check_trigger());
+  EXPECT_FALSE(accelerator.check_trigger()) << "checking resets the trigger";
+  {
+    auto guard = accelerator.main_process_first();
+    auto local = accelerator.local_main_process_first();
+  }
+  accelerator.wait_for_everyone();
+}
+
+TEST(CollectivesOneProcess, GatherForMetricsKeepsAnUnpaddedLastBatch) {
+  accelerate::Accelerator accelerator(one_process());
+  auto loader = accelerator.prepare_data_loader(stacked(10), torch::data::DataLoaderOptions(4));
+  std::vector<int64_t> seen;
+  for (auto& batch : *loader) {
+    auto gathered = values(accelerator.gather_for_metrics(batch.data));
+    seen.insert(seen.end(), gathered.begin(), gathered.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> expected(10);
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(seen, expected);
+}
+
+} // namespace
