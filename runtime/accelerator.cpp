@@ -209,7 +209,8 @@ Scheduler Accelerator::prepare_scheduler(std::shared_ptr<torch::optim::LRSchedul
 }
 
 void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradient,
-                           std::optional<bool> retain_graph, bool create_graph) {
+                           std::optional<bool> retain_graph, bool create_graph,
+                           std::optional<at::TensorList> inputs) {
   auto& training = *state_->training;
   auto& gradients = *state_->gradient_state;
   if (state_->process_group && gradients.sync_gradients) {
@@ -222,7 +223,7 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
   }
   training.tracker->inside_accelerator_backward.store(true);
   try {
-    loss.backward(gradient, retain_graph, create_graph);
+    loss.backward(gradient, retain_graph, create_graph, inputs);
   } catch (...) {
     training.tracker->inside_accelerator_backward.store(false);
     throw;

@@ -16,7 +16,8 @@ namespace {
 
 bool has_backend_for(const c10d::ProcessGroup& group, c10::DeviceType type) {
   const auto devices = group.getDeviceTypes();
-  return std::any_of(devices.begin(), devices.end(), [&](const c10::Device& device) { return device.type() == type; });
+  return std::any_of(devices.begin(), devices.end(),
+                     [&](const c10::Device& device) { return device.type() == type; });
 }
 
 /// Where the small bookkeeping tensors of a collective live: the CPU when the group has a CPU backend (Gloo),
@@ -75,7 +76,8 @@ torch::Tensor describe(const torch::Tensor& tensor, const torch::Device& device)
 }
 
 /// Every process's layout of `tensor`, in process order: one small all-gather.
-std::vector<Layout> all_layouts(c10d::ProcessGroup& group, const torch::Tensor& tensor, const torch::Device& device) {
+std::vector<Layout> all_layouts(c10d::ProcessGroup& group, const torch::Tensor& tensor,
+                                const torch::Device& device) {
   const auto where = bookkeeping_device(group, device);
   std::vector<torch::Tensor> inputs{describe(tensor, where)};
   std::vector<std::vector<torch::Tensor>> outputs(1);
@@ -118,14 +120,15 @@ std::string describe_all(const std::vector<Layout>& layouts) {
 void require_same_layout(const char* operation, c10d::ProcessGroup& group, const torch::Tensor& tensor,
                          const torch::Device& device, const char* fix) {
   const auto layouts = all_layouts(group, tensor, device);
-  const bool same = std::all_of(layouts.begin(), layouts.end(), [&](const Layout& l) { return l == layouts[0]; });
+  const bool same =
+      std::all_of(layouts.begin(), layouts.end(), [&](const Layout& l) { return l == layouts[0]; });
   if (same && layouts[0].defined) {
     return;
   }
   throw std::invalid_argument(std::string("accelerate::Accelerator::") + operation +
                               ": the tensors differ across processes (" + describe_all(layouts) + "); " +
-                              operation + " needs a defined tensor of the same shape and dtype on every process. " +
-                              fix);
+                              operation +
+                              " needs a defined tensor of the same shape and dtype on every process. " + fix);
 }
 
 void require_defined(const char* operation, const torch::Tensor& tensor) {
@@ -174,7 +177,8 @@ torch::Tensor Accelerator::reduce(const torch::Tensor& tensor, ReduceOp op) {
     result = tensor.clone();
   } else {
     if (state_->config.debug) {
-      require_same_layout("reduce", *group, tensor, state_->device, "Reduce tensors of one shape on every process.");
+      require_same_layout("reduce", *group, tensor, state_->device,
+                          "Reduce tensors of one shape on every process.");
     }
     result = staged(*group, tensor).clone();
     std::vector<torch::Tensor> tensors{result};
@@ -201,17 +205,19 @@ torch::Tensor Accelerator::pad_across_processes(const torch::Tensor& tensor, int
     return l.defined && l.sizes.size() == layouts[0].sizes.size();
   });
   if (!same_rank) {
-    throw std::invalid_argument("accelerate::Accelerator::pad_across_processes: the tensors differ in their number "
-                                "of dimensions across processes (" +
-                                describe_all(layouts) +
-                                "); every process must pass a defined tensor with the same number of dimensions");
+    throw std::invalid_argument(
+        "accelerate::Accelerator::pad_across_processes: the tensors differ in their number "
+        "of dimensions across processes (" +
+        describe_all(layouts) +
+        "); every process must pass a defined tensor with the same number of dimensions");
   }
   const auto ndim = static_cast<int64_t>(layouts[0].sizes.size());
   const int64_t axis = dim < 0 ? dim + ndim : dim;
   if (axis < 0 || axis >= ndim) {
-    throw std::invalid_argument("accelerate::Accelerator::pad_across_processes: dim = " + std::to_string(dim) +
-                                " is out of range for " + std::to_string(ndim) + "-d tensors; pass a dim in [" +
-                                std::to_string(-ndim) + ", " + std::to_string(ndim - 1) + "]");
+    throw std::invalid_argument(
+        "accelerate::Accelerator::pad_across_processes: dim = " + std::to_string(dim) +
+        " is out of range for " + std::to_string(ndim) + "-d tensors; pass a dim in [" +
+        std::to_string(-ndim) + ", " + std::to_string(ndim - 1) + "]");
   }
   int64_t longest = 0;
   for (const auto& layout : layouts) {
@@ -230,9 +236,9 @@ torch::Tensor Accelerator::pad_across_processes(const torch::Tensor& tensor, int
 
 torch::Tensor Accelerator::broadcast(const torch::Tensor& tensor, int from_process) {
   if (from_process < 0 || from_process >= num_processes()) {
-    throw std::invalid_argument("accelerate::Accelerator::broadcast: from_process = " +
-                                std::to_string(from_process) + " is not a process of this job (0 to " +
-                                std::to_string(num_processes() - 1) + ")");
+    throw std::invalid_argument(
+        "accelerate::Accelerator::broadcast: from_process = " + std::to_string(from_process) +
+        " is not a process of this job (0 to " + std::to_string(num_processes() - 1) + ")");
   }
   auto& group = state_->process_group;
   if (!group) {
@@ -261,8 +267,7 @@ void Accelerator::wait_for_everyone() {
   group->barrier(options)->wait();
 }
 
-// ---- Main process first ------------------------------------------------------------------------------------
-
+// ---- Main process first ----------------------------------------------------------------------------------
 Accelerator::MainProcessFirstGuard::MainProcessFirstGuard(Accelerator* accelerator, bool local)
     : accelerator_(accelerator), local_(local) {
   const bool first = local_ ? accelerator_->is_local_main_process() : accelerator_->is_main_process();
@@ -288,14 +293,15 @@ Accelerator::MainProcessFirstGuard::~MainProcessFirstGuard() noexcept(false) {
   }
 }
 
-Accelerator::MainProcessFirstGuard Accelerator::main_process_first() { return MainProcessFirstGuard(this, false); }
+Accelerator::MainProcessFirstGuard Accelerator::main_process_first() {
+  return MainProcessFirstGuard(this, false);
+}
 
 Accelerator::MainProcessFirstGuard Accelerator::local_main_process_first() {
   return MainProcessFirstGuard(this, true);
 }
 
-// ---- Splitting work ------------------------------------------------------------------------------------------
-
+// ---- Splitting work --------------------------------------------------------------------------------------
 std::pair<int64_t, int64_t> Accelerator::share_of(int64_t count) const {
   const int64_t processes = num_processes();
   const int64_t rank = process_index();
@@ -325,16 +331,18 @@ torch::Tensor Accelerator::split_between_processes(const torch::Tensor& tensor, 
   return share;
 }
 
-// ---- Trigger ---------------------------------------------------------------------------------------------------
-
-void Accelerator::set_trigger() { state_->trigger = true; }
+// ---- Trigger ---------------------------------------------------------------------------------------------
+void Accelerator::set_trigger() {
+  state_->trigger = true;
+}
 
 bool Accelerator::check_trigger() {
   bool raised = state_->trigger;
   auto& group = state_->process_group;
   if (group) {
-    auto flag = torch::full({1}, raised ? 1 : 0, torch::TensorOptions(torch::kInt32)
-                                                     .device(bookkeeping_device(*group, state_->device)));
+    auto flag =
+        torch::full({1}, raised ? 1 : 0,
+                    torch::TensorOptions(torch::kInt32).device(bookkeeping_device(*group, state_->device)));
     std::vector<torch::Tensor> tensors{flag};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::MAX;

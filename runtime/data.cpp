@@ -54,15 +54,17 @@ std::vector<size_t> epoch_order(size_t size, uint64_t seed, uint64_t epoch, bool
   return order;
 }
 
-// ---- ShardPlan ------------------------------------------------------------------------------------------
+// ---- ShardPlan -------------------------------------------------------------------------------------------
 
 ShardPlan::ShardPlan(size_t dataset_size, const DataLoaderOptions& options, const LoaderContext& context)
     : dataset_size_(dataset_size), per_process_(options.batch_size()), num_processes_(context.num_processes),
-      process_index_(context.process_index), drop_last_(options.drop_last()), even_batches_(context.even_batches) {
+      process_index_(context.process_index), drop_last_(options.drop_last()),
+      even_batches_(context.even_batches) {
   if (num_processes_ < 1 || process_index_ < 0 || process_index_ >= num_processes_) {
-    throw std::invalid_argument("accelerate::DataLoader: process " + std::to_string(process_index_) + " of " +
-                                std::to_string(num_processes_) +
-                                " is not a valid position in the job (need 0 <= process_index < num_processes)");
+    throw std::invalid_argument(
+        "accelerate::DataLoader: process " + std::to_string(process_index_) + " of " +
+        std::to_string(num_processes_) +
+        " is not a valid position in the job (need 0 <= process_index < num_processes)");
   }
   if (options.batch_size() == 0) {
     throw std::invalid_argument("accelerate::DataLoader: DataLoaderOptions.batch_size must be >= 1 (got 0)");
@@ -70,11 +72,12 @@ ShardPlan::ShardPlan(size_t dataset_size, const DataLoaderOptions& options, cons
   if (context.split_batches) {
     const auto processes = static_cast<size_t>(num_processes_);
     if (options.batch_size() % processes != 0) {
-      throw std::invalid_argument(
-          "accelerate::DataLoader: with split_batches, DataLoaderOptions.batch_size is the global batch and must "
-          "be a multiple of the number of processes (got batch_size " +
-          std::to_string(options.batch_size()) + " for " + std::to_string(processes) +
-          " processes); choose a multiple, or turn split_batches off to give each process batch_size samples");
+      throw std::invalid_argument("accelerate::DataLoader: with split_batches, DataLoaderOptions.batch_size "
+                                  "is the global batch and must "
+                                  "be a multiple of the number of processes (got batch_size " +
+                                  std::to_string(options.batch_size()) + " for " + std::to_string(processes) +
+                                  " processes); choose a multiple, or turn split_batches off to give each "
+                                  "process batch_size samples");
     }
     per_process_ = options.batch_size() / processes;
   }
@@ -127,14 +130,15 @@ std::vector<size_t> ShardPlan::positions(size_t k) const {
   return result;
 }
 
-// ---- LoaderCore -----------------------------------------------------------------------------------------
+// ---- LoaderCore ------------------------------------------------------------------------------------------
 
 namespace {
 
 size_t require_size(std::optional<size_t> size) {
   if (!size) {
     throw std::invalid_argument(
-        "accelerate::prepare_data_loader: the dataset's size() is empty (an unsized dataset); a prepared loader "
+        "accelerate::prepare_data_loader: the dataset's size() is empty (an unsized dataset); a prepared "
+        "loader "
         "shards a map-style dataset by index and needs its size. Return the size from size(), or wrap a "
         "stream's loader with accelerate::prepare_iterable");
   }
@@ -159,9 +163,13 @@ LoaderCore::LoaderCore(std::optional<size_t> dataset_size, DataLoaderOptions opt
   position_.seed = context_.seed;
 }
 
-LoaderCore::~LoaderCore() { end_pass(); }
+LoaderCore::~LoaderCore() {
+  end_pass();
+}
 
-DataLoaderState LoaderCore::state() const { return position_; }
+DataLoaderState LoaderCore::state() const {
+  return position_;
+}
 
 void LoaderCore::set_state(const DataLoaderState& state) {
   if (state.batches_consumed > plan_.global_batches()) {
@@ -195,11 +203,25 @@ void LoaderCore::set_epoch(uint64_t epoch) {
   resume_pending_ = false;
 }
 
+void LoaderCore::set_seed(uint64_t seed) {
+  if (seed == position_.seed) {
+    return;
+  }
+  if (in_pass_) {
+    throw std::logic_error("accelerate::DataLoader: the seed changed (to " + std::to_string(seed) +
+                           ") while a pass over the loader is in progress; call set_seed between passes");
+  }
+  position_.seed = seed;
+  position_.batches_consumed = 0; // a position in another order means nothing
+  resume_pending_ = false;
+}
+
 void LoaderCore::begin_pass() {
   if (in_pass_) {
-    throw std::logic_error("accelerate::DataLoader::begin: a pass over this loader is still in progress (epoch " +
-                           std::to_string(position_.epoch) + ", " + std::to_string(position_.batches_consumed) +
-                           " batches taken); let its iterators go (or run it to the end) before starting another");
+    throw std::logic_error(
+        "accelerate::DataLoader::begin: a pass over this loader is still in progress (epoch " +
+        std::to_string(position_.epoch) + ", " + std::to_string(position_.batches_consumed) +
+        " batches taken); let its iterators go (or run it to the end) before starting another");
   }
   if (!resume_pending_) {
     position_.batches_consumed = 0;
@@ -225,7 +247,8 @@ void LoaderCore::publish(size_t batch_index) {
     return;
   }
   auto& state = *context_.gradient_state;
-  const auto remaining = static_cast<int64_t>(plan_.batches_for_process()) - static_cast<int64_t>(batch_index) - 1;
+  const auto remaining =
+      static_cast<int64_t>(plan_.batches_for_process()) - static_cast<int64_t>(batch_index) - 1;
   state.in_dataloader = true;
   state.end_of_dataloader = remaining == 0;
   state.batches_remaining = remaining;
@@ -243,6 +266,9 @@ std::optional<std::vector<size_t>> LoaderCore::next_batch() {
     position_.batches_consumed = 0;
     end_pass();
     if (uneven) {
+      // Like every process before every step, this one says whether it has a batch (it has none now), then
+      // answers the others' gradient synchronisation until they run out too.
+      context_.joiner->processes_with_batches(false);
       context_.joiner->join_until_all_exhausted();
     }
     return std::nullopt;
@@ -274,7 +300,7 @@ void LoaderCore::end_pass() noexcept {
   }
 }
 
-// ---- IterablePassState ------------------------------------------------------------------------------------
+// ---- IterablePassState -----------------------------------------------------------------------------------
 
 IterablePassState::IterablePassState(std::shared_ptr<GradientState> state) : state_(std::move(state)) {
   if (state_) {
@@ -282,7 +308,9 @@ IterablePassState::IterablePassState(std::shared_ptr<GradientState> state) : sta
   }
 }
 
-IterablePassState::~IterablePassState() { finish(); }
+IterablePassState::~IterablePassState() {
+  finish();
+}
 
 void IterablePassState::publish(bool last, int64_t remainder) {
   if (!state_) {

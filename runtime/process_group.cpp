@@ -28,10 +28,35 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env, std:
                                " at MASTER_ADDR " + env.master_addr +
                                ": the port is already in use; pick a free port (accel launch --main_process_port 0)");
     }
+    if (env.rank == 0) {
+      throw std::runtime_error("accelerate: rank 0 waited " + std::to_string(timeout.count()) + " ms at " + where +
+                               " (MASTER_ADDR:MASTER_PORT) for the other " + std::to_string(env.world_size - 1) +
+                               " process(es) to connect; check that they all started, with the same "
+                               "MASTER_ADDR, MASTER_PORT and WORLD_SIZE. Cause: " + what.substr(0, what.find('\n')));
+    }
     throw std::runtime_error("accelerate: rank " + std::to_string(env.rank) + " could not reach the rendezvous at " +
                              where + " (MASTER_ADDR:MASTER_PORT) within " + std::to_string(timeout.count()) +
                              " ms; check that MASTER_ADDR is the main process's address and that rank 0 started. "
                              "Cause: " + what.substr(0, what.find('\n')));
+  }
+}
+
+/// Every process must agree on the world size: a mismatch would otherwise hang in the rendezvous until the
+/// timeout. Each rank publishes its WORLD_SIZE; rank 0 checks everyone's, the others check rank 0's.
+void check_world_size(c10d::Store& store, const LaunchEnvironment& env) {
+  auto key = [](int rank) { return "accelerate/world_size/" + std::to_string(rank); };
+  const std::string mine = std::to_string(env.world_size);
+  store.set(key(env.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  const int first = env.rank == 0 ? 1 : 0;
+  const int last = env.rank == 0 ? env.world_size - 1 : 0;
+  for (int rank = first; rank <= last; ++rank) {
+    auto value = store.get(key(rank));
+    std::string theirs(value.begin(), value.end());
+    if (theirs != mine) {
+      throw std::runtime_error("accelerate: rank " + std::to_string(env.rank) + " was started with WORLD_SIZE=" +
+                               mine + " but rank " + std::to_string(rank) + " with WORLD_SIZE=" + theirs +
+                               "; start every process of the job with the same world size");
+    }
   }
 }
 
@@ -40,6 +65,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env, std:
 c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env, const c10::Device& device,
                                                             std::chrono::milliseconds timeout) {
   auto store = connect_store(env, timeout);
+  check_world_size(*store, env);
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
   auto gloo = create_gloo_backend(store, env.rank, env.world_size, env.master_addr, timeout);
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);

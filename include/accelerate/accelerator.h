@@ -181,9 +181,10 @@ public:
   // ---- The training step --------------------------------------------------------------------------------
   /// Runs `loss.backward(gradient, retain_graph, create_graph)` with gradient synchronisation armed for
   /// every prepared model the loss reaches (skipped inside `no_sync` and on non-final accumulation
-  /// micro-steps). Takes the arguments of `torch::Tensor::backward`.
+  /// micro-steps). Takes the arguments of `torch::Tensor::backward`: gradient, retain_graph, create_graph, inputs.
   void backward(const torch::Tensor& loss, const torch::Tensor& gradient = {},
-                std::optional<bool> retain_graph = std::nullopt, bool create_graph = false);
+                std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+                std::optional<at::TensorList> inputs = std::nullopt);
 
   /// RAII guard for one micro-step of gradient accumulation (keep it alive across forward, backward and
   /// step). The last micro-step of each window, or the last batch of a prepared loader, synchronises.

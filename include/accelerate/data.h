@@ -25,7 +25,7 @@
 
 namespace accelerate {
 
-// ---- Moving batches to the device -----------------------------------------------------------------------
+// ---- Moving batches to the device ------------------------------------------------------------------------
 
 /// How `to_device` moves a value of type `T`. Provided for tensors, `torch::data::Example` (with or without a
 /// target), `std::vector`, `std::tuple`, `std::pair`, `std::optional`, `std::map` / `std::unordered_map`
@@ -35,12 +35,12 @@ namespace accelerate {
 /// struct TokenBatch { torch::Tensor ids, mask; int64_t step; };
 /// template <> struct accelerate::ToDevice<TokenBatch> {
 ///   static TokenBatch apply(TokenBatch batch, const torch::Device& device) {
-///     return {accelerate::to_device(batch.ids, device), accelerate::to_device(batch.mask, device), batch.step};
+///     return {accelerate::to_device(batch.ids, device), accelerate::to_device(batch.mask, device),
+///     batch.step};
 ///   }
 /// };
 /// ```
-template <typename T, typename Enable = void>
-struct ToDevice {
+template <typename T, typename Enable = void> struct ToDevice {
   static_assert(detail::unsupported_type<T>,
                 "accelerate::to_device: no rule moves this batch type to a device; specialize "
                 "accelerate::ToDevice<T> with `static T apply(T value, const torch::Device& device)` "
@@ -52,36 +52,31 @@ struct ToDevice {
 /// ```
 /// auto batch = accelerate::to_device(std::make_tuple(inputs, labels), accelerator.device());
 /// ```
-template <typename T>
-std::decay_t<T> to_device(T&& value, const torch::Device& device) {
+template <typename T> std::decay_t<T> to_device(T&& value, const torch::Device& device) {
   return ToDevice<std::decay_t<T>>::apply(std::forward<T>(value), device);
 }
 
-template <>
-struct ToDevice<torch::Tensor> {
+template <> struct ToDevice<torch::Tensor> {
   static torch::Tensor apply(torch::Tensor tensor, const torch::Device& device) {
     return tensor.defined() ? tensor.to(device) : tensor;
   }
 };
 
-template <typename Data, typename Target>
-struct ToDevice<torch::data::Example<Data, Target>> {
+template <typename Data, typename Target> struct ToDevice<torch::data::Example<Data, Target>> {
   static torch::data::Example<Data, Target> apply(torch::data::Example<Data, Target> example,
                                                   const torch::Device& device) {
     return {to_device(std::move(example.data), device), to_device(std::move(example.target), device)};
   }
 };
 
-template <typename Data>
-struct ToDevice<torch::data::Example<Data, torch::data::example::NoTarget>> {
+template <typename Data> struct ToDevice<torch::data::Example<Data, torch::data::example::NoTarget>> {
   static torch::data::Example<Data, torch::data::example::NoTarget>
   apply(torch::data::Example<Data, torch::data::example::NoTarget> example, const torch::Device& device) {
     return {to_device(std::move(example.data), device)};
   }
 };
 
-template <typename T, typename Allocator>
-struct ToDevice<std::vector<T, Allocator>> {
+template <typename T, typename Allocator> struct ToDevice<std::vector<T, Allocator>> {
   static std::vector<T, Allocator> apply(std::vector<T, Allocator> values, const torch::Device& device) {
     for (auto& value : values) {
       value = to_device(std::move(value), device);
@@ -90,23 +85,21 @@ struct ToDevice<std::vector<T, Allocator>> {
   }
 };
 
-template <typename... Ts>
-struct ToDevice<std::tuple<Ts...>> {
+template <typename... Ts> struct ToDevice<std::tuple<Ts...>> {
   static std::tuple<Ts...> apply(std::tuple<Ts...> values, const torch::Device& device) {
-    return std::apply([&](auto&&... value) { return std::tuple<Ts...>(to_device(std::move(value), device)...); },
-                      std::move(values));
+    return std::apply(
+        [&](auto&&... value) { return std::tuple<Ts...>(to_device(std::move(value), device)...); },
+        std::move(values));
   }
 };
 
-template <typename First, typename Second>
-struct ToDevice<std::pair<First, Second>> {
+template <typename First, typename Second> struct ToDevice<std::pair<First, Second>> {
   static std::pair<First, Second> apply(std::pair<First, Second> values, const torch::Device& device) {
     return {to_device(std::move(values.first), device), to_device(std::move(values.second), device)};
   }
 };
 
-template <typename T>
-struct ToDevice<std::optional<T>> {
+template <typename T> struct ToDevice<std::optional<T>> {
   static std::optional<T> apply(std::optional<T> value, const torch::Device& device) {
     if (value) {
       return to_device(std::move(*value), device);
@@ -137,17 +130,15 @@ struct ToDevice<std::unordered_map<Key, Value, Hash, Equal, Allocator>> {
   }
 };
 
-template <typename T>
-struct ToDevice<T, std::enable_if_t<std::is_arithmetic_v<T> || std::is_enum_v<T>>> {
+template <typename T> struct ToDevice<T, std::enable_if_t<std::is_arithmetic_v<T> || std::is_enum_v<T>>> {
   static T apply(T value, const torch::Device&) { return value; }
 };
 
-template <>
-struct ToDevice<std::string> {
+template <> struct ToDevice<std::string> {
   static std::string apply(std::string value, const torch::Device&) { return value; }
 };
 
-// ---- Where a loader stands --------------------------------------------------------------------------------
+// ---- Where a loader stands -------------------------------------------------------------------------------
 
 /// Where a prepared loader stands, for checkpoints. `loader->set_state(saved)` makes the next pass continue
 /// with the batch after the last one the training loop took. Batches count *global* batches, so a state saved
@@ -169,12 +160,13 @@ struct DataLoaderState {
 namespace detail {
 
 /// The order of a dataset's `size` samples in `epoch`: the identity without `shuffle`; otherwise a
-/// Fisher–Yates shuffle (Durstenfeld, from the last position down) driven by SplitMix64, so every process and
-/// every machine draws the same order:
-///   mix(z): z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB; z ^ (z >> 31)
-///   the generator starts at s = mix(mix(seed) ^ epoch); each draw is s += 0x9E3779B97F4A7C15, then mix(s);
-///   position i (from size-1 down to 1) swaps with j, uniform in [0, i], from Lemire's multiply-and-reject
-///   on the draws (the high 64 bits of draw * (i + 1), redrawn while the low 64 bits < 2^64 mod (i + 1)).
+/// Fisher–Yates shuffle driven by SplitMix64, so every process and every machine draws the same order.
+/// Exactly (all arithmetic modulo 2^64):
+/// - mix(z): z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+///   return z ^ (z >> 31).
+/// - The generator starts at s = mix(mix(seed) ^ epoch); each draw is s += 0x9E3779B97F4A7C15, then mix(s).
+/// - For i from size - 1 down to 1, position i swaps with j, uniform in [0, i] by Lemire's method: with
+///   p = draw * (i + 1) as a 128-bit product, redraw while low64(p) < 2^64 mod (i + 1); j = high64(p).
 std::vector<size_t> epoch_order(size_t size, uint64_t seed, uint64_t epoch, bool shuffle);
 
 /// How one epoch is cut into global batches, and which positions of each this process takes: global batch k
@@ -232,13 +224,18 @@ public:
   /// `set_epoch(e)` each epoch neither undoes a `set_state` resume nor the automatic advance).
   void set_epoch(uint64_t epoch);
 
+  /// Draws the orders from `seed` from now on (`Accelerator::set_seed` after the loader was prepared); a new
+  /// seed restarts the current epoch. Throws `std::logic_error` during a pass.
+  void set_seed(uint64_t seed);
+
   /// Starts a pass over the current epoch: from its first batch, or right after `set_state` from the batch
   /// after the ones consumed. Throws `std::logic_error` when a pass is already in progress.
   void begin_pass();
   /// The dataset indices of this process's next batch, after updating the gradient state and the position
-  /// (and, with uneven batches, telling the joiner this process has one). `std::nullopt` at the end of the
-  /// epoch: the epoch advances, a process with uneven batches joins the others' collectives until all are
-  /// exhausted, and the pass ends.
+  /// (and, with uneven batches, `joiner->processes_with_batches(true)`). `std::nullopt` at the end of the
+  /// epoch: the pass ends, the epoch advances, and with uneven batches the process calls
+  /// `joiner->processes_with_batches(false)` then `joiner->join_until_all_exhausted()`, answering the others'
+  /// collectives until every process is exhausted.
   std::optional<std::vector<size_t>> next_batch();
   /// Ends the pass (idempotent): restores the gradient state as the pass found it. A pass left mid-epoch
   /// keeps its epoch, and the next pass starts that epoch again, as a Python loader does.
@@ -260,20 +257,15 @@ private:
   std::optional<std::pair<uint64_t, uint64_t>> order_key_; // (seed, epoch) order_ was drawn from
 };
 
-template <typename T>
-struct is_std_optional : std::false_type {};
-template <typename T>
-struct is_std_optional<std::optional<T>> : std::true_type {};
+template <typename T> struct is_std_optional : std::false_type {};
+template <typename T> struct is_std_optional<std::optional<T>> : std::true_type {};
 
-template <typename Dataset, typename = void>
-struct has_get_batch : std::false_type {};
+template <typename Dataset, typename = void> struct has_get_batch : std::false_type {};
 template <typename Dataset>
-struct has_get_batch<
-    Dataset, std::void_t<decltype(std::declval<Dataset&>().get_batch(std::declval<const std::vector<size_t>&>()))>>
-    : std::true_type {};
+struct has_get_batch<Dataset, std::void_t<decltype(std::declval<Dataset&>().get_batch(
+                                  std::declval<const std::vector<size_t>&>()))>> : std::true_type {};
 
-template <typename Dataset>
-std::optional<size_t> dataset_size(const Dataset& dataset) {
+template <typename Dataset> std::optional<size_t> dataset_size(const Dataset& dataset) {
   auto size = dataset.size();
   if constexpr (is_std_optional<decltype(size)>::value) {
     return size ? std::optional<size_t>(static_cast<size_t>(*size)) : std::nullopt;
@@ -284,7 +276,7 @@ std::optional<size_t> dataset_size(const Dataset& dataset) {
 
 } // namespace detail
 
-// ---- The prepared loader ----------------------------------------------------------------------------------
+// ---- The prepared loader ---------------------------------------------------------------------------------
 
 /// A data loader over a map-style dataset, sharded across processes independently of their number: each
 /// epoch draws one order of the whole dataset from (seed, epoch), the same on every process; global batch k
@@ -293,10 +285,10 @@ std::optional<size_t> dataset_size(const Dataset& dataset) {
 ///
 /// The loader is a handle to shared state: `set_epoch`, `state` / `set_state` (checkpoints) act on the loader
 /// the program holds. A full pass advances the epoch by itself, so each epoch reshuffles; a pass abandoned
-/// mid-epoch (`break`) leaves the epoch as it was. `gradient_state()` tells the accumulation logic which batch
-/// is the last one (`end_of_dataloader`, `batches_remaining`) and how much of a padded final batch is real
-/// (`remainder`, used by `gather_for_metrics`). When every process must stop early, stop them at the same
-/// batch (e.g. with `set_trigger` / `check_trigger`): the processes' collectives must stay matched.
+/// mid-epoch (`break`) leaves the epoch as it was. `gradient_state()` tells the accumulation logic which
+/// batch is the last one (`end_of_dataloader`, `batches_remaining`) and how much of a padded final batch is
+/// real (`remainder`, used by `gather_for_metrics`). When every process must stop early, stop them at the
+/// same batch (e.g. with `set_trigger` / `check_trigger`): the processes' collectives must stay matched.
 ///
 /// ```
 /// auto dataset = torch::data::datasets::MNIST("data").map(torch::data::transforms::Stack<>());
@@ -310,20 +302,21 @@ std::optional<size_t> dataset_size(const Dataset& dataset) {
 /// auto saved = loader->state();              // {epoch, batches_consumed, seed}
 /// loader->set_state(saved);                  // the next pass continues after the last batch taken
 /// ```
-template <typename Dataset>
-class DataLoader {
-  static_assert(detail::has_get_batch<Dataset>::value,
-                "accelerate::DataLoader: the dataset needs get_batch(indices) returning a batch (a map-style "
-                "dataset, e.g. MyDataset(...).map(torch::data::transforms::Stack<>())); for other sources use "
-                "accelerate::prepare_iterable");
+template <typename Dataset> class DataLoader {
+  static_assert(
+      detail::has_get_batch<Dataset>::value,
+      "accelerate::DataLoader: the dataset needs get_batch(indices) returning a batch (a map-style "
+      "dataset, e.g. MyDataset(...).map(torch::data::transforms::Stack<>())); for other sources use "
+      "accelerate::prepare_iterable");
 
 public:
   using DatasetType = Dataset;
   using BatchType =
       std::decay_t<decltype(std::declval<Dataset&>().get_batch(std::declval<const std::vector<size_t>&>()))>;
-  static_assert(!detail::is_std_optional<BatchType>::value,
-                "accelerate::DataLoader: stateful datasets (get_batch returning std::optional, such as "
-                "ChunkDataset) are streams, not map-style; wrap their loader with accelerate::prepare_iterable");
+  static_assert(
+      !detail::is_std_optional<BatchType>::value,
+      "accelerate::DataLoader: stateful datasets (get_batch returning std::optional, such as "
+      "ChunkDataset) are streams, not map-style; wrap their loader with accelerate::prepare_iterable");
 
   /// An input iterator over one pass; copies share the pass.
   class Iterator {
@@ -367,8 +360,8 @@ public:
 
   /// Prefer `Accelerator::prepare_data_loader`, which fills `context` from the accelerator.
   DataLoader(Dataset dataset, DataLoaderOptions options, detail::LoaderContext context)
-      : dataset_(std::move(dataset)),
-        core_(std::make_shared<detail::LoaderCore>(detail::dataset_size(dataset_), options, std::move(context))) {}
+      : dataset_(std::move(dataset)), core_(std::make_shared<detail::LoaderCore>(
+                                          detail::dataset_size(dataset_), options, std::move(context))) {}
   // Iterators point at their loader: copying one would be a second loader sharing the first one's position.
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -405,19 +398,18 @@ private:
 };
 
 template <typename Dataset>
-std::unique_ptr<DataLoader<Dataset>> Accelerator::prepare_data_loader(Dataset dataset,
-                                                                      torch::data::DataLoaderOptions options) {
-  return std::make_unique<DataLoader<Dataset>>(std::move(dataset), DataLoaderOptions(options), loader_context());
+std::unique_ptr<DataLoader<Dataset>>
+Accelerator::prepare_data_loader(Dataset dataset, torch::data::DataLoaderOptions options) {
+  return std::make_unique<DataLoader<Dataset>>(std::move(dataset), DataLoaderOptions(options),
+                                               loader_context());
 }
 
-// ---- Loaders that are not torch::data ----------------------------------------------------------------------
-
+// ---- Loaders that are not torch::data --------------------------------------------------------------------
 namespace detail {
 
 /// Rows in a batch (its first dimension), when the batch type says: tensors, `Example`s (their data), tuples
 /// and pairs (their first element), vectors of `Example`s (their length). `std::nullopt` otherwise.
-template <typename T>
-std::optional<int64_t> batch_rows(const T&) {
+template <typename T> std::optional<int64_t> batch_rows(const T&) {
   return std::nullopt;
 }
 inline std::optional<int64_t> batch_rows(const torch::Tensor& batch) {
@@ -427,8 +419,7 @@ template <typename Data, typename Target>
 std::optional<int64_t> batch_rows(const torch::data::Example<Data, Target>& batch) {
   return batch_rows(batch.data);
 }
-template <typename... Ts>
-std::optional<int64_t> batch_rows(const std::tuple<Ts...>& batch) {
+template <typename... Ts> std::optional<int64_t> batch_rows(const std::tuple<Ts...>& batch) {
   if constexpr (sizeof...(Ts) > 0) {
     return batch_rows(std::get<0>(batch));
   }
@@ -475,8 +466,7 @@ private:
 ///   accelerator.backward(loss);
 /// }
 /// ```
-template <typename Range>
-class IterableAdapter {
+template <typename Range> class IterableAdapter {
   using SourceIterator = decltype(std::begin(std::declval<Range&>()));
 
 public:
@@ -592,8 +582,8 @@ private:
 template <typename Range>
 IterableAdapter<Range> prepare_iterable(Accelerator& accelerator, Range&& range, bool drop_last = false) {
   return IterableAdapter<Range>(std::forward<Range>(range), accelerator.num_processes(),
-                                accelerator.process_index(), accelerator.device(), accelerator.gradient_state(),
-                                drop_last);
+                                accelerator.process_index(), accelerator.device(),
+                                accelerator.gradient_state(), drop_last);
 }
 
 } // namespace accelerate

@@ -8,10 +8,10 @@
 
 namespace accelerate {
 
-/// Options for `Accelerator::prepare_data_loader`: libtorch's `torch::data::DataLoaderOptions` plus `shuffle`,
-/// which libtorch expresses through the sampler type instead (`RandomSampler`, the default of
-/// `make_data_loader`, shuffles; `SequentialSampler` does not). Converts implicitly from libtorch's options and
-/// from a batch size, so existing calls keep compiling.
+/// Options for `Accelerator::prepare_data_loader`: libtorch's `torch::data::DataLoaderOptions` plus
+/// `shuffle`, which libtorch expresses through the sampler type instead (`RandomSampler`, the default of
+/// `make_data_loader`, shuffles; `SequentialSampler` does not). Converts implicitly from libtorch's options
+/// and from a batch size, so existing calls keep compiling.
 ///
 /// ```
 /// auto train = accelerator.prepare_data_loader(dataset, accelerate::DataLoaderOptions(64).drop_last(true));

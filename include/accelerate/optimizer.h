@@ -44,7 +44,11 @@ public:
   /// The libtorch optimizer (for `torch::save`, `torch::optim::StepLR(optimizer, …)` and the like).
   torch::optim::Optimizer& unwrap() const;
   operator torch::optim::Optimizer&() const { return unwrap(); }
-  torch::optim::Optimizer* operator->() const { return &unwrap(); }
+  /// `*optimizer` is the libtorch optimizer, as for a `shared_ptr` to one (`StepLR(*optimizer, …)`).
+  torch::optim::Optimizer& operator*() const { return unwrap(); }
+  /// Pointer-style call sites (`optimizer->step()`) reach this handle's members, not the libtorch ones.
+  const Optimizer* operator->() const { return this; }
+  Optimizer* operator->() { return this; }
   std::vector<torch::optim::OptimizerParamGroup>& param_groups() const { return unwrap().param_groups(); }
 
   /// True when the last `step()` call did not update the parameters (accumulation micro-step, or a step

@@ -29,6 +29,10 @@ public:
 
   void step();
   torch::optim::LRScheduler& unwrap() const;
+  torch::optim::LRScheduler& operator*() const { return unwrap(); }
+  /// Pointer-style call sites (`scheduler->step()`) reach this handle's `step`.
+  Scheduler* operator->() { return this; }
+  const Scheduler* operator->() const { return this; }
   /// libtorch scheduler steps taken so far.
   int64_t steps() const;
 

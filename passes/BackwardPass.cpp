@@ -1,0 +1,101 @@
+// passes/BackwardPass.cpp: the rule that routes tensor backward calls through the accelerator.
+#include "passes/BackwardPass.h"
+
+#include "passes/Macros.h"
+#include "passes/Templates.h"
+
+#include "clang/AST/Expr.h"
+#include "clang/AST/ExprCXX.h"
+#include "clang/Lex/Lexer.h"
+#include "clang/Tooling/Transformer/RangeSelector.h"
+#include "clang/Tooling/Transformer/Stencil.h"
+
+namespace accelerate::passes {
+namespace {
+
+using namespace clang::ast_matchers;
+using namespace clang::transformer;
+
+constexpr char CallId[] = "call";
+constexpr char TensorId[] = "tensor";
+constexpr char FirstArgId[] = "firstArg";
+
+/// `X.backward(...)` or `p->backward(...)` where backward is a member of at::Tensor (or of a class derived
+/// from it), in the user's code. The rule's cases pick the traversal: as written
+/// (TK_IgnoreUnlessSpelledInSource) for edits, which must hold for every instantiation of a template; as
+/// instantiated for the template warning.
+StatementMatcher tensorBackwardCall() {
+  auto TensorClass = cxxRecordDecl(isSameOrDerivedFrom(hasAnyName("::at::Tensor", "::at::TensorBase")));
+  return cxxMemberCallExpr(callee(cxxMethodDecl(hasName("backward"), ofClass(TensorClass))),
+                           unless(isExpansionInSystemHeader()));
+}
+
+/// The tensor as the first argument of accelerator.backward: `*p` for a (smart) pointer, parenthesised when
+/// it is a comma expression, which would otherwise become two arguments.
+Stencil tensorArgument() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    auto Text = maybeDeref(TensorId)->eval(Result);
+    if (!Text)
+      return Text.takeError();
+    const auto* Tensor = Result.Nodes.getNodeAs<clang::Expr>(TensorId)->IgnoreParenImpCasts();
+    bool IsComma = false;
+    if (const auto* Binary = llvm::dyn_cast<clang::BinaryOperator>(Tensor))
+      IsComma = Binary->isCommaOp();
+    else if (const auto* Overloaded = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Tensor))
+      IsComma = Overloaded->getOperator() == clang::OO_Comma;
+    return IsComma ? "(" + *Text + ")" : *Text;
+  });
+}
+
+/// `, <arguments as written>` when the call has explicit arguments; just `,` when they start on a new line,
+/// so no trailing space is left behind.
+Stencil trailingArguments() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    if (!Result.Nodes.getNodeAs<clang::Expr>(FirstArgId))
+      return "";
+    auto Arguments = callArgs(CallId)(Result);
+    if (!Arguments)
+      return Arguments.takeError();
+    llvm::StringRef Text =
+        clang::Lexer::getSourceText(*Arguments, *Result.SourceManager, Result.Context->getLangOpts());
+    return (Text.starts_with("\n") || Text.starts_with("\r\n") ? "," : ", ") + Text.str();
+  });
+}
+
+Stencil macroWarning() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Call = Result.Nodes.getNodeAs<clang::Expr>(CallId);
+    return "backward call in a macro expansion not rewritten: " +
+           describeMacroOrigin(Call->getSourceRange(), *Result.SourceManager, Result.Context->getLangOpts()) +
+           "; call accelerator.backward(<tensor>, ...) there by hand";
+  });
+}
+
+} // namespace
+
+StatementMatcher rewritableBackwardCall() {
+  return cxxMemberCallExpr(tensorBackwardCall(), unless(isInMacroExpansion()));
+}
+
+PassRule backwardPass() {
+  auto Call =
+      cxxMemberCallExpr(tensorBackwardCall(), on(expr().bind(TensorId)),
+                        optionally(hasArgument(0, expr(unless(cxxDefaultArgExpr())).bind(FirstArgId))))
+          .bind(CallId);
+  auto Replacement = cat("accelerator.backward(", tensorArgument(), trailingArguments(), ")");
+  return applyFirst<std::string>({
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(Call, isInMacroExpansion())),
+               noopEdit(expansion(node(CallId))), macroWarning()),
+      makeRule(traverse(clang::TK_AsIs, callExpr(Call, isDependentInTemplate())),
+               noopEdit(expansion(node(CallId))),
+               cat("backward call in a template not rewritten: the tensor's type depends on a template "
+                   "parameter, so the call cannot be resolved in the template as written; call "
+                   "accelerator.backward(<tensor>, ...) there by hand")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, Call), changeTo(node(CallId), Replacement),
+          cat("accelerator.backward() runs the backward pass and also scales the loss for mixed precision "
+              "and gradient accumulation, and synchronises gradients across processes")),
+  });
+}
+
+} // namespace accelerate::passes

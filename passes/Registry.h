@@ -1,0 +1,31 @@
+// passes/Registry.h: the table of every rewrite pass accel-rewrite runs, in the order it runs them.
+#ifndef ACCELERATE_PASSES_REGISTRY_H
+#define ACCELERATE_PASSES_REGISTRY_H
+
+#include "clang/Tooling/Transformer/RewriteRule.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+
+namespace accelerate::passes {
+
+/// What every pass returns: a Clang Transformer rule whose metadata is the explanation shown to the user.
+/// A case whose only edit is a `noopEdit` reports its explanation as a warning: code the pass recognised
+/// but did not rewrite. The same rule can back a clang-tidy check (`TransformerClangTidyCheck`).
+using PassRule = clang::transformer::RewriteRuleWith<std::string>;
+
+/// One row of the pass table. Adding a pass: write `<Name>Pass.h/.cpp` and `test/passes/<name>.cpp`, add
+/// one row in Registry.cpp and a section in docs/passes.md.
+struct PassInfo {
+  llvm::StringRef Name;    ///< Short name used in `--explain` output and docs, e.g. "backward".
+  PassRule (*MakeRule)();  ///< Builds the pass's rule.
+  llvm::StringRef Summary; ///< One line saying what the pass rewrites.
+};
+
+/// All passes, in the order they run. Every pass sees the original code; their edits must not overlap.
+llvm::ArrayRef<PassInfo> allPasses();
+
+} // namespace accelerate::passes
+
+#endif // ACCELERATE_PASSES_REGISTRY_H

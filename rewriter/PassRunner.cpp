@@ -1,0 +1,210 @@
+// rewriter/PassRunner.cpp: matches every pass's rule, turns its Transformer edits into main-file edits and
+// findings, then applies them.
+#include "rewriter/PassRunner.h"
+
+#include "rewriter/ApplyEdits.h"
+
+#include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/Basic/SourceManager.h"
+#include "clang/Frontend/CompilerInstance.h"
+#include "clang/Frontend/FrontendAction.h"
+#include "clang/Lex/Lexer.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <set>
+#include <tuple>
+
+namespace accelerate::rewriter {
+namespace {
+
+using clang::ast_matchers::MatchFinder;
+namespace transformer = clang::transformer;
+
+/// Collapses whitespace so an edit fits on one line of `--explain` output.
+std::string oneLine(llvm::StringRef Text) {
+  std::string Out;
+  for (char C : Text.trim()) {
+    bool Space = C == ' ' || C == '\n' || C == '\t' || C == '\r';
+    if (!Space)
+      Out += C;
+    else if (!Out.empty() && Out.back() != ' ')
+      Out += ' ';
+  }
+  return Out;
+}
+
+/// What the passes produced while the AST was alive, in plain offsets and strings.
+struct Collected {
+  std::string MainFile;
+  std::string MainText;
+  std::vector<Finding> Findings;
+  std::vector<FileEdit> MainFileEdits;
+  std::string PassFailure; ///< Set when a pass's rule failed; the rewrite is then abandoned.
+};
+
+/// Runs one pass's rule on each of its matches, as Transformer does, but keeps the match's location so that
+/// a case with no edit (a warning) can still be reported at the right place.
+class PassCallback : public MatchFinder::MatchCallback {
+public:
+  PassCallback(const passes::PassInfo& Pass, Collected& Out) : Pass(Pass), Rule(Pass.MakeRule()), Out(Out) {}
+
+  void registerWith(MatchFinder& Finder) {
+    for (const auto& Matcher : transformer::detail::buildMatchers(Rule))
+      Finder.addDynamicMatcher(Matcher, this);
+  }
+
+  void run(const MatchFinder::MatchResult& Result) override {
+    if (Result.Context->getDiagnostics().hasErrorOccurred())
+      return; // The file does not compile; the caller reports that and discards everything.
+    const clang::SourceManager& SM = *Result.SourceManager;
+    const clang::LangOptions& LangOpts = Result.Context->getLangOpts();
+    clang::SourceLocation MatchLoc = SM.getExpansionLoc(transformer::detail::getRuleMatchLoc(Result));
+    size_t Case = transformer::detail::findSelectedCase(Result, Rule);
+    auto Edits = Rule.Cases[Case].Edits(Result);
+    auto Explanation = Rule.Metadata[Case]->eval(Result);
+    std::string Failure;
+    if (!Edits)
+      Failure = llvm::toString(Edits.takeError());
+    if (!Explanation) {
+      std::string Why = llvm::toString(Explanation.takeError());
+      Failure = Failure.empty() ? Why : Failure;
+    }
+    if (!Failure.empty()) {
+      if (Out.PassFailure.empty())
+        Out.PassFailure =
+            llvm::formatv("pass '{0}' failed at {1}: {2}", Pass.Name, MatchLoc.printToString(SM), Failure);
+      return;
+    }
+
+    Finding Found;
+    Found.Pass = Pass.Name.str();
+    Found.Message = *Explanation;
+    if (Edits->empty()) // Transformer drops edits whose range maps to no single place in the file.
+      Found.Message = "not rewritten: pass '" + Found.Pass +
+                      "' cannot edit this code in place (part of it comes from a macro expansion); change it "
+                      "by hand: " +
+                      Found.Message;
+    clang::SourceLocation Where = MatchLoc;
+    bool HasTextEdit = false, InMainFile = SM.isWrittenInMainFile(MatchLoc);
+    std::vector<FileEdit> NewEdits;
+    for (const transformer::Edit& Edit : *Edits) {
+      if (Edit.Kind == transformer::EditKind::AddInclude) {
+        Found.Edits.push_back("added #include " + Edit.Replacement);
+        NewEdits.push_back({0, 0, "", Edit.Replacement, ""});
+        continue;
+      }
+      // Transformer hands over file ranges; make them character ranges so offsets are exact.
+      clang::CharSourceRange Range = clang::Lexer::makeFileCharRange(Edit.Range, SM, LangOpts);
+      clang::SourceLocation Begin = Range.getBegin();
+      llvm::StringRef Old = clang::Lexer::getSourceText(Range, SM, LangOpts);
+      if (Old.empty() && Edit.Replacement.empty())
+        continue; // A no-op edit only anchors the explanation (a warning) at its place.
+      if (!HasTextEdit) {
+        Where = Begin;
+        InMainFile = SM.isWrittenInMainFile(Begin);
+        HasTextEdit = true;
+      }
+      Found.Edits.push_back(Old.empty() ? "inserted '" + oneLine(Edit.Replacement) + "'"
+                                        : "'" + oneLine(Old) + "' -> '" + oneLine(Edit.Replacement) + "'");
+      unsigned Offset = SM.getFileOffset(Begin);
+      NewEdits.push_back({Offset, SM.getFileOffset(Range.getEnd()) - Offset, Edit.Replacement, "", ""});
+    }
+
+    Found.File = SM.getFilename(Where).str();
+    Found.Line = SM.getExpansionLineNumber(Where);
+    Found.Column = SM.getExpansionColumnNumber(Where);
+    Found.Offset = SM.getFileOffset(Where);
+    if (Found.Edits.empty())
+      Found.What = Finding::Kind::NotRewritten;
+    else if (!InMainFile)
+      Found.What = Finding::Kind::OutsideMainFile;
+    if (!Seen.insert({Found.File, Found.Offset, Found.Pass, Found.Message}).second)
+      return; // The same match twice (e.g. a file parsed twice by one database) is one finding.
+
+    if (Found.What == Finding::Kind::Change)
+      for (FileEdit& Edit : NewEdits) {
+        Edit.Origin =
+            llvm::formatv("{0}:{1}:{2} (pass '{3}')", Found.File, Found.Line, Found.Column, Found.Pass);
+        Out.MainFileEdits.push_back(std::move(Edit));
+      }
+    Out.Findings.push_back(std::move(Found));
+  }
+
+private:
+  const passes::PassInfo& Pass;
+  passes::PassRule Rule;
+  Collected& Out;
+  std::set<std::tuple<std::string, unsigned, std::string, std::string>> Seen;
+};
+
+/// Runs the match finder over the AST and keeps the main file's name and text before the AST goes away.
+class PassAction : public clang::ASTFrontendAction {
+public:
+  PassAction(MatchFinder& Finder, Collected& Out) : Finder(Finder), Out(Out) {}
+
+  std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance&, llvm::StringRef) override {
+    return Finder.newASTConsumer();
+  }
+
+  void EndSourceFileAction() override {
+    const clang::SourceManager& SM = getCompilerInstance().getSourceManager();
+    clang::FileID Main = SM.getMainFileID();
+    Out.MainText = SM.getBufferData(Main).str();
+    if (auto Entry = SM.getFileEntryRefForID(Main))
+      Out.MainFile = Entry->getName().str();
+  }
+
+private:
+  MatchFinder& Finder;
+  Collected& Out;
+};
+
+class PassActionFactory : public clang::tooling::FrontendActionFactory {
+public:
+  PassActionFactory(MatchFinder& Finder, Collected& Out) : Finder(Finder), Out(Out) {}
+  std::unique_ptr<clang::FrontendAction> create() override {
+    return std::make_unique<PassAction>(Finder, Out);
+  }
+
+private:
+  MatchFinder& Finder;
+  Collected& Out;
+};
+
+} // namespace
+
+llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
+                                        llvm::StringRef File, const CompileFlags& Flags,
+                                        llvm::ArrayRef<passes::PassInfo> Passes) {
+  Collected Out;
+  MatchFinder Finder;
+  std::vector<std::unique_ptr<PassCallback>> Callbacks;
+  for (const passes::PassInfo& Pass : Passes) {
+    Callbacks.push_back(std::make_unique<PassCallback>(Pass, Out));
+    Callbacks.back()->registerWith(Finder);
+  }
+  PassActionFactory Factory(Finder, Out);
+  if (llvm::Error Err = runOnFile(Database, File, Flags, Factory))
+    return Err;
+  if (!Out.PassFailure.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   Out.PassFailure +
+                                       "; nothing was rewritten. This is a bug in the pass: please "
+                                       "report it with the input file");
+
+  FileRewrite Result;
+  Result.File = Out.MainFile;
+  Result.Original = Out.MainText;
+  auto Rewritten = applyEdits(Out.MainFile, Out.MainText, Out.MainFileEdits);
+  if (!Rewritten)
+    return Rewritten.takeError();
+  Result.Rewritten = std::move(*Rewritten);
+  Result.Findings = std::move(Out.Findings);
+  llvm::stable_sort(Result.Findings, [](const Finding& A, const Finding& B) {
+    return std::tie(A.File, A.Offset) < std::tie(B.File, B.Offset);
+  });
+  return Result;
+}
+
+} // namespace accelerate::rewriter

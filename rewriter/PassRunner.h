@@ -1,0 +1,46 @@
+// rewriter/PassRunner.h: runs the registered passes over one file and collects their edits and findings.
+#ifndef ACCELERATE_REWRITER_PASSRUNNER_H
+#define ACCELERATE_REWRITER_PASSRUNNER_H
+
+#include "passes/Registry.h"
+#include "rewriter/ToolRunner.h"
+
+#include <string>
+#include <vector>
+
+namespace accelerate::rewriter {
+
+/// One thing a pass did, or declined to do, at one place.
+struct Finding {
+  enum class Kind {
+    Change,          ///< Rewritten in the main file.
+    NotRewritten,    ///< Recognised but left alone (e.g. in a macro); Message is the warning.
+    OutsideMainFile, ///< A change in another file (a header): reported, not applied.
+  };
+  Kind What = Kind::Change;
+  std::string Pass;               ///< The pass's name in the registry.
+  std::string File;               ///< Where, as the compiler names the file.
+  unsigned Line = 0, Column = 0;  ///< 1-based.
+  unsigned Offset = 0;            ///< For ordering findings in one file.
+  std::string Message;            ///< The pass's explanation, or its warning.
+  std::vector<std::string> Edits; ///< What changed, e.g. "'loss.backward()' -> 'accelerator.backward(loss)'".
+};
+
+/// The passes' result for one file: its text before and after, and what happened, in source order.
+struct FileRewrite {
+  std::string File; ///< The main file as the compiler named it.
+  std::string Original;
+  std::string Rewritten;
+  std::vector<Finding> Findings;
+};
+
+/// Compiles `File` (see runOnFile) and runs `Passes` over it. Only the main file is rewritten; a change a
+/// pass makes in another file becomes an OutsideMainFile finding. Fails with a CompileError when the file
+/// does not compile, or with a message naming the pass and the place when a pass fails or two edits overlap.
+llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
+                                        llvm::StringRef File, const CompileFlags& Flags,
+                                        llvm::ArrayRef<passes::PassInfo> Passes);
+
+} // namespace accelerate::rewriter
+
+#endif // ACCELERATE_REWRITER_PASSRUNNER_H

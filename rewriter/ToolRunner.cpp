@@ -1,0 +1,72 @@
+// rewriter/ToolRunner.cpp: one compile of one file, with our flags, an optional in-memory text and quiet
+// success.
+#include "rewriter/ToolRunner.h"
+
+#include "clang/Basic/DiagnosticOptions.h"
+#include "clang/Basic/FileManager.h"
+#include "clang/Frontend/TextDiagnosticPrinter.h"
+#include "clang/Tooling/ArgumentsAdjusters.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/VirtualFileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace accelerate::rewriter {
+
+char CompileError::ID;
+
+void CompileError::log(llvm::raw_ostream& OS) const {
+  OS << Diagnostics;
+}
+
+llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
+                      const CompileFlags& Flags, clang::tooling::ToolAction& Action,
+                      std::optional<llvm::StringRef> Contents) {
+  namespace tooling = clang::tooling;
+  std::vector<tooling::CompileCommand> Commands = Database.getCompileCommands(File);
+  if (Commands.empty())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "no compile command for " + File +
+                                       " in the compile database; add the file to it, or give its flags "
+                                       "after '--' (accel-rewrite FILE -- -std=c++17 -I...)");
+  // A database may list a file several times (one entry per target); the first command is enough to parse it.
+  const tooling::CompileCommand& Command = Commands.front();
+
+  // Ours go first (the command may override them); the caller's appended flags go last. Without carets in the
+  // compiler's own options, CompilerInstance does not print "N errors generated." straight to stderr ahead of
+  // the diagnostics we buffer; our printer keeps its carets.
+  std::vector<std::string> Appended = Flags.AppendedArgs;
+  Appended.push_back("-fno-caret-diagnostics");
+  tooling::ArgumentsAdjuster Adjust = tooling::getClangStripOutputAdjuster();
+  for (tooling::ArgumentsAdjuster Next :
+       {tooling::getClangStripDependencyFileAdjuster(), tooling::getClangSyntaxOnlyAdjuster(),
+        tooling::getInsertArgumentAdjuster(("-resource-dir=" + Flags.ResourceDir).c_str(),
+                                           tooling::ArgumentInsertPosition::BEGIN),
+        tooling::getInsertArgumentAdjuster(Appended, tooling::ArgumentInsertPosition::END)})
+    Adjust = tooling::combineAdjusters(std::move(Adjust), std::move(Next));
+  std::vector<std::string> CommandLine = Adjust(Command.CommandLine, Command.Filename);
+
+  auto Overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(llvm::vfs::getRealFileSystem());
+  auto InMemory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
+  Overlay->pushOverlay(InMemory);
+  if (Contents)
+    InMemory->addFile(File, 0, llvm::MemoryBuffer::getMemBufferCopy(*Contents, File));
+  if (std::error_code EC = Overlay->setCurrentWorkingDirectory(Command.Directory))
+    return llvm::createStringError(EC, "cannot enter the compile command's directory '" + Command.Directory +
+                                           "': " + EC.message());
+  auto Files = llvm::makeIntrusiveRefCnt<clang::FileManager>(clang::FileSystemOptions(), Overlay);
+
+  std::string Diagnostics;
+  llvm::raw_string_ostream DiagnosticStream(Diagnostics);
+  auto DiagnosticOptions = llvm::makeIntrusiveRefCnt<clang::DiagnosticOptions>();
+  DiagnosticOptions->ShowColors = llvm::errs().has_colors();
+  clang::TextDiagnosticPrinter Printer(DiagnosticStream, DiagnosticOptions.get());
+
+  tooling::ToolInvocation Invocation(std::move(CommandLine), &Action, Files.get(),
+                                     std::make_shared<clang::PCHContainerOperations>());
+  Invocation.setDiagnosticConsumer(&Printer);
+  if (!Invocation.run())
+    return llvm::make_error<CompileError>(std::move(Diagnostics));
+  return llvm::Error::success();
+}
+
+} // namespace accelerate::rewriter

@@ -1,0 +1,45 @@
+// rewriter/ToolRunner.h: compiles one file with accel-rewrite's flags and runs a Clang front-end action on
+// it.
+#ifndef ACCELERATE_REWRITER_TOOLRUNNER_H
+#define ACCELERATE_REWRITER_TOOLRUNNER_H
+
+#include "clang/Tooling/CompilationDatabase.h"
+#include "clang/Tooling/Tooling.h"
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace accelerate::rewriter {
+
+/// What accel-rewrite adds to the file's own compile command.
+struct CompileFlags {
+  std::string ResourceDir;               ///< Prepended as `-resource-dir=`, so the command can override it.
+  std::vector<std::string> AppendedArgs; ///< Appended, so the command's own flags take precedence.
+};
+
+/// The file did not compile; holds the compiler's diagnostics, ready to print.
+class CompileError : public llvm::ErrorInfo<CompileError> {
+public:
+  static char ID;
+  explicit CompileError(std::string Diagnostics) : Diagnostics(std::move(Diagnostics)) {}
+  const std::string& diagnostics() const { return Diagnostics; }
+  void log(llvm::raw_ostream& OS) const override;
+  std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
+
+private:
+  std::string Diagnostics;
+};
+
+/// Compiles `File` (syntax only) with the first compile command `Database` has for it plus `Flags`, running
+/// `Action`. `Contents`, when given, stands in for the file's text on disk: that is how a rewrite is checked
+/// before it is written. Fails with a CompileError when the file does not compile; diagnostics of a
+/// successful compile (warnings) are dropped.
+llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
+                      const CompileFlags& Flags, clang::tooling::ToolAction& Action,
+                      std::optional<llvm::StringRef> Contents = std::nullopt);
+
+} // namespace accelerate::rewriter
+
+#endif // ACCELERATE_REWRITER_TOOLRUNNER_H

@@ -1,0 +1,11 @@
+// Input for accelerator.cpp: the file uses an accelerator declared in a header.
+#include <torch/torch.h>
+#include "global_accelerator.h"
+
+void evaluate(accelerate::Accelerator&);
+
+int main() {
+  evaluate(accelerator);
+  torch::Tensor loss;
+  loss.backward();
+}
