@@ -1,6 +1,14 @@
 # Finds Torch (from the PyPI wheel) and LLVM/Clang 19 for the parts that are enabled.
 
 if(ACCEL_BUILD_RUNTIME)
+  if(NOT ACCEL_PYTHON)
+    # Where scripts/bootstrap.sh installs torch.
+    execute_process(COMMAND ${PROJECT_SOURCE_DIR}/scripts/bootstrap.sh --print-venv
+                    OUTPUT_VARIABLE _accel_venv OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(_accel_venv AND EXISTS "${_accel_venv}/bin/python")
+      set(ACCEL_PYTHON "${_accel_venv}/bin/python" CACHE FILEPATH "Python interpreter with torch installed" FORCE)
+    endif()
+  endif()
   if(NOT Torch_DIR)
     foreach(py IN ITEMS "${ACCEL_PYTHON}" python3)
       if(py)
@@ -21,7 +29,12 @@ if(ACCEL_BUILD_RUNTIME)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
-  find_package(Torch REQUIRED)
+  find_package(Torch QUIET)
+  if(NOT Torch_FOUND)
+    message(FATAL_ERROR "accelerate-cpp: libtorch (torch 2.11.0) not found. Run scripts/bootstrap.sh (or `make`), "
+                        "pass -DACCEL_PYTHON=<python with torch> or -DTorch_DIR=<libtorch>/share/cmake/Torch, or "
+                        "configure with -DACCEL_BUILD_RUNTIME=OFF to build the rewriter alone")
+  endif()
   message(STATUS "accelerate-cpp: Torch ${Torch_VERSION} from ${Torch_DIR}")
 endif()
 

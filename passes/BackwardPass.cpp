@@ -3,9 +3,12 @@
 
 #include "passes/Macros.h"
 #include "passes/Templates.h"
+#include "passes/TrainingCode.h"
 
+#include "clang/AST/ASTContext.h"
 #include "clang/AST/Expr.h"
 #include "clang/AST/ExprCXX.h"
+#include "clang/ASTMatchers/ASTMatchFinder.h"
 #include "clang/Lex/Lexer.h"
 #include "clang/Tooling/Transformer/RangeSelector.h"
 #include "clang/Tooling/Transformer/Stencil.h"
@@ -19,11 +22,10 @@ using namespace clang::transformer;
 constexpr char CallId[] = "call";
 constexpr char TensorId[] = "tensor";
 constexpr char FirstArgId[] = "firstArg";
+constexpr char DependentCalleeId[] = "dependentCallee";
 
 /// `X.backward(...)` or `p->backward(...)` where backward is a member of at::Tensor (or of a class derived
-/// from it), in the user's code. The rule's cases pick the traversal: as written
-/// (TK_IgnoreUnlessSpelledInSource) for edits, which must hold for every instantiation of a template; as
-/// instantiated for the template warning.
+/// from it), in the user's code.
 StatementMatcher tensorBackwardCall() {
   auto TensorClass = cxxRecordDecl(isSameOrDerivedFrom(hasAnyName("::at::Tensor", "::at::TensorBase")));
   return cxxMemberCallExpr(callee(cxxMethodDecl(hasName("backward"), ofClass(TensorClass))),
@@ -34,7 +36,10 @@ StatementMatcher tensorBackwardCall() {
 /// it is a comma expression, which would otherwise become two arguments.
 Stencil tensorArgument() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
-    auto Text = maybeDeref(TensorId)->eval(Result);
+    // In a template, `p->backward()` on a dependent `p` has no type to look at: the arrow says it.
+    const auto* Dependent = Result.Nodes.getNodeAs<clang::CXXDependentScopeMemberExpr>(DependentCalleeId);
+    auto Text = Dependent ? cat(Dependent->isArrow() ? "*" : "", node(TensorId))->eval(Result)
+                          : maybeDeref(TensorId)->eval(Result);
     if (!Text)
       return Text.takeError();
     const auto* Tensor = Result.Nodes.getNodeAs<clang::Expr>(TensorId)->IgnoreParenImpCasts();
@@ -62,6 +67,24 @@ Stencil trailingArguments() {
   });
 }
 
+/// A call written in a template as `X.backward(...)` with a dependent X, which every instantiation of the
+/// template makes a tensor backward call: rewriting the template as written is then right for all of them.
+AST_MATCHER(clang::CallExpr, isTensorBackwardInEveryInstantiation) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  return holdsInEveryInstantiation(Node, Context, [&](const clang::Stmt& Instantiated) {
+    return !match(tensorBackwardCall(), Instantiated, Context).empty();
+  });
+}
+
+/// `X.backward(...)` spelled with a dependent X, in a template.
+StatementMatcher dependentBackwardCall() {
+  return callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("backward"), hasObjectExpression(expr().bind(TensorId)))
+                             .bind(DependentCalleeId)),
+                  isDependentCall(), unless(isExpansionInSystemHeader()),
+                  optionally(hasArgument(0, expr().bind(FirstArgId))))
+      .bind(CallId);
+}
+
 Stencil macroWarning() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Call = Result.Nodes.getNodeAs<clang::Expr>(CallId);
@@ -74,7 +97,9 @@ Stencil macroWarning() {
 } // namespace
 
 StatementMatcher rewritableBackwardCall() {
-  return cxxMemberCallExpr(tensorBackwardCall(), unless(isInMacroExpansion()));
+  return stmt(anyOf(cxxMemberCallExpr(tensorBackwardCall()),
+                    callExpr(dependentBackwardCall(), isTensorBackwardInEveryInstantiation())),
+              unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()));
 }
 
 PassRule backwardPass() {
@@ -83,18 +108,23 @@ PassRule backwardPass() {
                         optionally(hasArgument(0, expr(unless(cxxDefaultArgExpr())).bind(FirstArgId))))
           .bind(CallId);
   auto Replacement = cat("accelerator.backward(", tensorArgument(), trailingArguments(), ")");
+  auto InScope = allOf(isInTrainingFile(), unless(isInDistributedFunction()));
+  auto Why = cat("accelerator.backward() runs the backward pass and also scales the loss for mixed precision "
+                 "and gradient accumulation, and synchronises gradients across processes");
   return applyFirst<std::string>({
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(Call, isInMacroExpansion())),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        stmt(anyOf(Call, dependentBackwardCall()), isInMacroExpansion(), InScope)),
                noopEdit(expansion(node(CallId))), macroWarning()),
-      makeRule(traverse(clang::TK_AsIs, callExpr(Call, isDependentInTemplate())),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        callExpr(dependentBackwardCall(), isTensorBackwardInEveryInstantiation(), InScope)),
+               changeTo(node(CallId), Replacement), Why),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, callExpr(dependentBackwardCall(), InScope)),
                noopEdit(expansion(node(CallId))),
                cat("backward call in a template not rewritten: the tensor's type depends on a template "
-                   "parameter, so the call cannot be resolved in the template as written; call "
+                   "parameter, and not every instantiation of the template calls at::Tensor::backward; call "
                    "accelerator.backward(<tensor>, ...) there by hand")),
-      makeRule(
-          traverse(clang::TK_IgnoreUnlessSpelledInSource, Call), changeTo(node(CallId), Replacement),
-          cat("accelerator.backward() runs the backward pass and also scales the loss for mixed precision "
-              "and gradient accumulation, and synchronises gradients across processes")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(Call, InScope)),
+               changeTo(node(CallId), Replacement), Why),
   });
 }
 

@@ -17,10 +17,15 @@ namespace accelerate::passes {
 ///
 /// A call that comes from a macro expansion is left as it is, with a warning naming the macro. Calls of
 /// `accelerator.backward` are not tensor calls, so running the pass again changes nothing.
+///
+/// Only files that train (they construct, take or step an optimizer: see TrainingCode.h) are rewritten, and
+/// functions that already use the runtime are left alone. In a template, a call whose tensor is dependent is
+/// rewritten when every instantiation calls `at::Tensor::backward`, and reported otherwise.
 PassRule backwardPass();
 
 /// Matches the calls backwardPass() rewrites: `at::Tensor::backward` (or a class derived from at::Tensor),
-/// outside system headers and macro expansions. Other passes use it to find where the training step is.
+/// outside system headers and macro expansions, in a training file. Other passes use it to find where the
+/// training step is.
 clang::ast_matchers::StatementMatcher rewritableBackwardCall();
 
 } // namespace accelerate::passes

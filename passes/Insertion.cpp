@@ -1,8 +1,13 @@
 // passes/Insertion.cpp: statement insertion at the start of a block, laid out like the surrounding code.
 #include "passes/Insertion.h"
 
+#include "clang/AST/ASTContext.h"
+#include "clang/AST/ParentMapContext.h"
 #include "clang/AST/Stmt.h"
+#include "clang/ASTMatchers/ASTMatchFinder.h"
 #include "clang/Basic/SourceManager.h"
+#include "clang/Lex/Lexer.h"
+#include "clang/Tooling/Transformer/SourceCode.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 #include "llvm/Support/Error.h"
 
@@ -10,6 +15,7 @@ namespace accelerate::passes {
 namespace {
 
 using clang::ast_matchers::MatchFinder;
+using namespace clang::ast_matchers;
 
 llvm::Expected<const clang::CompoundStmt*> boundBlock(const MatchFinder::MatchResult& Result,
                                                       llvm::StringRef BlockId) {
@@ -57,9 +63,54 @@ Placement placeAfterBrace(const clang::CompoundStmt& Block, const clang::SourceM
   return {Brace.getLocWithOffset(1 + SameLine.size()), "\n" + Indent + Statement.str()};
 }
 
+llvm::Expected<const clang::Stmt*> boundStatement(const MatchFinder::MatchResult& Result, llvm::StringRef Id) {
+  if (const auto* S = Result.Nodes.getNodeAs<clang::Stmt>(Id)) {
+    if (S->getBeginLoc().isMacroID() || S->getEndLoc().isMacroID())
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "'" + Id + "' comes from a macro; match only statements outside macros "
+                                                "(isInMacroExpansion())");
+    return S;
+  }
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "'" + Id + "' is not bound to a statement");
+}
+
+/// The statement's characters, its terminating semicolon included.
+clang::CharSourceRange rangeWithSemicolon(const clang::Stmt& S, clang::ASTContext& Context) {
+  return clang::tooling::maybeExtendRange(clang::CharSourceRange::getTokenRange(S.getSourceRange()),
+                                          clang::tok::semi, Context);
+}
+
+bool isHorizontalSpace(char C) { return C == ' ' || C == '\t'; }
+
+/// The text between the start of `Loc`'s line and `Loc`.
+llvm::StringRef linePrefix(clang::SourceLocation Loc, const clang::SourceManager& SM) {
+  auto [File, Offset] = SM.getDecomposedLoc(Loc);
+  llvm::StringRef Before = SM.getBufferData(File).take_front(Offset);
+  size_t LineStart = Before.find_last_of("\n\r") + 1; // npos + 1 == 0
+  return Before.drop_front(LineStart);
+}
+
+AST_MATCHER(clang::Expr, isWholeStatementImpl) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  clang::DynTypedNodeList Parents = Context.getParents(Node);
+  while (!Parents.empty() && Parents[0].get<clang::ExprWithCleanups>())
+    Parents = Context.getParents(Parents[0]);
+  const auto* Parent = Parents.empty() ? nullptr : Parents[0].get<clang::Stmt>();
+  return Parent && !llvm::isa<clang::Expr>(Parent) && !llvm::isa<clang::DeclStmt>(Parent) &&
+         !llvm::isa<clang::ReturnStmt>(Parent);
+}
+
 } // namespace
 
+clang::ast_matchers::internal::Matcher<clang::Expr> isWholeStatement() {
+  return isWholeStatementImpl();
+}
+
 clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, std::string Statement) {
+  return insertAtBlockStart(std::move(BlockId), clang::transformer::cat(std::move(Statement)));
+}
+
+clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, clang::transformer::TextGenerator Statement) {
   clang::transformer::RangeSelector InsertionPoint =
       [BlockId](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
     auto Block = boundBlock(Result, BlockId);
@@ -72,10 +123,100 @@ clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, std::string 
     auto Block = boundBlock(Result, BlockId);
     if (!Block)
       return Block.takeError();
-    return placeAfterBrace(**Block, *Result.SourceManager, Statement).Text;
+    auto Inserted = Statement->eval(Result);
+    if (!Inserted)
+      return Inserted.takeError();
+    return placeAfterBrace(**Block, *Result.SourceManager, *Inserted).Text;
   };
   return clang::transformer::insertBefore(std::move(InsertionPoint),
                                           clang::transformer::run(std::move(Text)));
+}
+
+
+clang::transformer::RangeSelector statementWithSemicolon(std::string StmtId) {
+  return [StmtId](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
+    auto S = boundStatement(Result, StmtId);
+    if (!S)
+      return S.takeError();
+    return rangeWithSemicolon(**S, *Result.Context);
+  };
+}
+
+clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
+                                                  clang::transformer::TextGenerator Statement) {
+  auto Text = [StmtId, Statement](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    auto S = boundStatement(Result, StmtId);
+    if (!S)
+      return S.takeError();
+    auto Inserted = Statement->eval(Result);
+    if (!Inserted)
+      return Inserted.takeError();
+    llvm::StringRef Prefix = linePrefix((*S)->getBeginLoc(), *Result.SourceManager);
+    if (!Prefix.trim().empty())
+      return *Inserted + " ";
+    // Each line of a multi-line insertion is indented like the statement.
+    std::string Text;
+    for (char C : *Inserted)
+      Text += C == '\n' ? "\n" + Prefix.str() : std::string(1, C);
+    return Text + "\n" + Prefix.str();
+  };
+  return clang::transformer::insertBefore(clang::transformer::node(StmtId), clang::transformer::run(std::move(Text)));
+}
+
+clang::transformer::ASTEdit removeStatement(std::string StmtId) {
+  clang::transformer::RangeSelector WholeLines =
+      [StmtId](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
+    auto S = boundStatement(Result, StmtId);
+    if (!S)
+      return S.takeError();
+    const clang::SourceManager& SM = *Result.SourceManager;
+    clang::CharSourceRange Range = rangeWithSemicolon(**S, *Result.Context);
+    clang::SourceLocation Begin = Range.getBegin();
+    llvm::StringRef Prefix = linePrefix(Begin, SM);
+    if (!Prefix.trim().empty())
+      return Range;
+    // Nothing but indentation before it: take the rest of its last line too, when that is only spaces or a
+    // `//` comment, and then the line break, so the whole line goes.
+    auto [File, EndOffset] = SM.getDecomposedLoc(Range.getEnd());
+    llvm::StringRef After = SM.getBufferData(File).drop_front(EndOffset);
+    llvm::StringRef Rest = After.take_until([](char C) { return C == '\n' || C == '\r'; });
+    llvm::StringRef Trimmed = Rest.ltrim(" \t");
+    if (!Trimmed.empty() && !Trimmed.starts_with("//"))
+      return Range;
+    unsigned Length = Rest.size();
+    if (After.drop_front(Length).starts_with("\r\n"))
+      Length += 2;
+    else if (Length < After.size())
+      Length += 1;
+    return clang::CharSourceRange::getCharRange(Begin.getLocWithOffset(-static_cast<int>(Prefix.size())),
+                                                Range.getEnd().getLocWithOffset(Length));
+  };
+  return clang::transformer::changeTo(std::move(WholeLines), clang::transformer::cat(""));
+}
+
+clang::transformer::EditGenerator guardStatement(std::string StmtId, std::string Condition) {
+  return [StmtId, Condition](const MatchFinder::MatchResult& Result)
+             -> llvm::Expected<llvm::SmallVector<clang::transformer::Edit, 1>> {
+    auto S = boundStatement(Result, StmtId);
+    if (!S)
+      return S.takeError();
+    clang::CharSourceRange Range = rangeWithSemicolon(**S, *Result.Context);
+    bool NeedsBraces = false;
+    clang::DynTypedNodeList Parents = Result.Context->getParents(**S);
+    if (!Parents.empty())
+      if (const auto* If = Parents[0].get<clang::IfStmt>())
+        NeedsBraces = If->getThen() == *S && If->getElse();
+    clang::transformer::Edit Before, After;
+    Before.Range = clang::CharSourceRange::getCharRange(Range.getBegin(), Range.getBegin());
+    Before.Replacement = (NeedsBraces ? "{ if (" : "if (") + Condition + ") ";
+    llvm::SmallVector<clang::transformer::Edit, 1> Edits{Before};
+    if (NeedsBraces) {
+      After.Range = clang::CharSourceRange::getCharRange(Range.getEnd(), Range.getEnd());
+      After.Replacement = " }";
+      Edits.push_back(After);
+    }
+    return Edits;
+  };
 }
 
 } // namespace accelerate::passes

@@ -2,6 +2,7 @@
 #ifndef ACCELERATE_PASSES_INSERTION_H
 #define ACCELERATE_PASSES_INSERTION_H
 
+#include "clang/ASTMatchers/ASTMatchers.h"
 #include "clang/Tooling/Transformer/RewriteRule.h"
 
 #include <string>
@@ -15,6 +16,31 @@ namespace accelerate::passes {
 ///
 ///   insertAtBlockStart("body", "accelerate::Accelerator accelerator;")
 clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, std::string Statement);
+/// The same, with the statement's text computed from the match.
+clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, clang::transformer::TextGenerator Statement);
+
+/// Inserts `Statement` on its own line right before the statement bound to `StmtId`, indented like it (each
+/// line, when it has several). When code precedes that statement on its line, `Statement` goes right before
+/// it, followed by a space.
+///
+///   insertBeforeStatement("optimizer", "accelerator.prepare(model);")
+clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId, clang::transformer::TextGenerator Statement);
+
+/// Removes the statement bound to `StmtId` with its semicolon; when nothing else is on its lines (comments
+/// aside, which then go with it), the lines themselves go, so no blank line is left behind.
+clang::transformer::ASTEdit removeStatement(std::string StmtId);
+
+/// The range of the statement bound to `StmtId`, its terminating semicolon included.
+clang::transformer::RangeSelector statementWithSemicolon(std::string StmtId);
+
+/// Matches an expression that is a statement of its own (in a block, or the body of an `if` or a loop), not
+/// part of a larger expression, a declaration or a return: one that a pass may replace or guard.
+clang::ast_matchers::internal::Matcher<clang::Expr> isWholeStatement();
+
+/// Makes the statement bound to `StmtId` run only when `Condition` holds: `if (Condition) <statement>`, in
+/// braces when the statement is the `then` branch of an `if` with an `else` (which would otherwise attach to
+/// the new `if`).
+clang::transformer::EditGenerator guardStatement(std::string StmtId, std::string Condition);
 
 } // namespace accelerate::passes
 

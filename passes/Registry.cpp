@@ -2,19 +2,47 @@
 #include "passes/Registry.h"
 
 #include "passes/AcceleratorPass.h"
+#include "passes/AccumulatePass.h"
 #include "passes/BackwardPass.h"
+#include "passes/CheckpointPass.h"
+#include "passes/ClipPass.h"
+#include "passes/DataLoaderPass.h"
+#include "passes/DevicePass.h"
+#include "passes/DistributedPass.h"
+#include "passes/LayersPass.h"
+#include "passes/OutputPass.h"
+#include "passes/PreparePass.h"
 
 namespace accelerate::passes {
 
 llvm::ArrayRef<PassInfo> allPasses() {
   static const PassInfo Passes[] = {
-      {"backward", backwardPass,
-       "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`"},
+      {"backward", backwardPass, "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`"},
       {"accelerator", acceleratorPass,
-       "declares `accelerate::Accelerator accelerator;` in the function that runs backward, and includes "
-       "<accelerate/accelerate.h>"},
+       "declares `accelerator` (in main, or `Accelerator::current()` elsewhere) where the rewritten code uses it, "
+       "and includes <accelerate/accelerate.h>"},
+      {"prepare", preparePass,
+       "optimizers and schedulers become `accelerator.prepare(...)`; the models an optimizer trains are prepared "
+       "before it"},
+      {"data-loader", dataLoaderPass,
+       "`torch::data::make_data_loader(...)` read by a training loop becomes `accelerator.prepare_data_loader(...)`"},
+      {"device", devicePass,
+       "device declarations become `accelerator.device()`; manual moves of prepared models and batches go"},
+      {"accumulate", accumulatePass, "each training step runs inside `auto accumulate = accelerator.accumulate(...)`"},
+      {"clip", clipPass, "`torch::nn::utils::clip_grad_norm_/value_` become the accelerator's"},
+      {"output", outputPass, "training output is printed (`accelerator.print`) or written by the main process only"},
+      {"checkpoint", checkpointPass, "`torch::save(...)` in training code runs on the main process only"},
+      {"layers", layersPass, "`torch::nn::Linear` in the user's modules becomes `accelerate::nn::Linear` (off: not in "
+                             "the runtime yet)",
+       /*OnByDefault=*/false},
+      {"distributed", distributedPass, "notes functions left alone because they already use the runtime or c10d"},
   };
   return Passes;
+}
+
+RuntimeSupport& runtimeSupport() {
+  static RuntimeSupport Support;
+  return Support;
 }
 
 } // namespace accelerate::passes

@@ -12,19 +12,42 @@ namespace accelerate::passes {
 
 /// What every pass returns: a Clang Transformer rule whose metadata is the explanation shown to the user.
 /// A case whose only edit is a `noopEdit` reports its explanation as a warning: code the pass recognised
-/// but did not rewrite. The same rule can back a clang-tidy check (`TransformerClangTidyCheck`).
+/// but did not rewrite; or, when the explanation starts with NoteMarker, as a note: code the pass left as it
+/// is on purpose. The same rule can back a clang-tidy check (`TransformerClangTidyCheck`).
 using PassRule = clang::transformer::RewriteRuleWith<std::string>;
+
+/// Starts the explanation of a case that leaves code alone on purpose (reported as a note, not a warning).
+inline constexpr llvm::StringLiteral NoteMarker = "note: ";
 
 /// One row of the pass table. Adding a pass: write `<Name>Pass.h/.cpp` and `test/passes/<name>.cpp`, add
 /// one row in Registry.cpp and a section in docs/passes.md.
 struct PassInfo {
-  llvm::StringRef Name;    ///< Short name used in `--explain` output and docs, e.g. "backward".
+  llvm::StringRef Name;    ///< Short name used in `--explain`, `--passes=` and docs, e.g. "backward".
   PassRule (*MakeRule)();  ///< Builds the pass's rule.
   llvm::StringRef Summary; ///< One line saying what the pass rewrites.
+  bool OnByDefault = true; ///< Off: runs only when named in `--passes=`.
 };
 
 /// All passes, in the order they run. Every pass sees the original code; their edits must not overlap.
 llvm::ArrayRef<PassInfo> allPasses();
+
+/// What the runtime the rewrite targets provides beyond its core API (include/accelerate/). A pass emits a
+/// call only when the runtime has it (the rewritten file is compiled against the runtime before it is
+/// written); until then it reports the site as "not rewritten: needs ...". Each flag flips, in Registry.cpp,
+/// when the runtime gains the function; `--assume-runtime=` sets them for a test.
+struct RuntimeSupport {
+  /// `prepare_data_loader(dataset, accelerate::DataLoaderOptions(...).shuffle(false))`, for loaders made with
+  /// a `SequentialSampler` (today's prepare_data_loader takes torch::data::DataLoaderOptions, which has no
+  /// shuffle flag, and always shuffles).
+  bool UnshuffledLoaders = false;
+  /// `accelerator.save_state(dir)` / `load_state(dir)` (the checkpoint issue).
+  bool SaveState = false;
+  /// `accelerate::nn::Linear` (the precision issue).
+  bool AccelerateLinear = false;
+};
+
+/// The runtime support the passes assume; the driver may change it before running them.
+RuntimeSupport& runtimeSupport();
 
 } // namespace accelerate::passes
 

@@ -1,45 +1,83 @@
-// passes/Templates.cpp: maps a call in a template instantiation back to the template as written.
+// passes/Templates.cpp: maps a node written in a template to the nodes its instantiations made of it.
 #include "passes/Templates.h"
 
+#include "passes/TrainingCode.h"
+
 #include "clang/AST/ASTContext.h"
-#include "clang/AST/Decl.h"
-#include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/AST/DeclCXX.h"
+#include "clang/AST/DeclTemplate.h"
+#include "clang/AST/RecursiveASTVisitor.h"
 
 namespace accelerate::passes {
 namespace {
 
-using namespace clang::ast_matchers;
-
-/// The function the statement is in, following the parent map up.
-const clang::FunctionDecl* enclosingFunction(const clang::Stmt& S, clang::ASTContext& Context) {
-  clang::DynTypedNodeList Parents = Context.getParents(S);
-  while (!Parents.empty()) {
-    if (const auto* Function = Parents[0].get<clang::FunctionDecl>())
-      return Function;
-    Parents = Context.getParents(Parents[0]);
-  }
-  return nullptr;
+/// Every instantiation of `Pattern` that has a body: the specializations of its function template, or the
+/// members made from it in the specializations of its class template.
+std::vector<const clang::FunctionDecl*> instantiationsOf(const clang::FunctionDecl& Pattern) {
+  std::vector<const clang::FunctionDecl*> Result;
+  auto Keep = [&](const clang::FunctionDecl* Candidate) {
+    if (Candidate && Candidate->hasBody() && Candidate->getTemplateInstantiationPattern() == &Pattern)
+      Result.push_back(Candidate);
+  };
+  if (const clang::FunctionTemplateDecl* Template = Pattern.getDescribedFunctionTemplate())
+    for (const clang::FunctionDecl* Specialization : Template->specializations())
+      Keep(Specialization);
+  if (const auto* Record = llvm::dyn_cast<clang::CXXRecordDecl>(Pattern.getDeclContext()))
+    if (const clang::ClassTemplateDecl* Template = Record->getDescribedClassTemplate())
+      for (const clang::ClassTemplateSpecializationDecl* Specialization : Template->specializations())
+        for (const clang::Decl* Member : Specialization->decls()) {
+          if (const auto* Method = llvm::dyn_cast<clang::FunctionDecl>(Member))
+            Keep(Method);
+          else if (const auto* MethodTemplate = llvm::dyn_cast<clang::FunctionTemplateDecl>(Member))
+            for (const clang::FunctionDecl* Specialization : MethodTemplate->specializations())
+              Keep(Specialization);
+        }
+  return Result;
 }
 
-AST_MATCHER(clang::CallExpr, isDependentCallInPattern) {
-  clang::ASTContext& Context = Finder->getASTContext();
-  const clang::FunctionDecl* Instance = enclosingFunction(Node, Context);
-  const clang::FunctionDecl* Pattern = Instance ? Instance->getTemplateInstantiationPattern() : nullptr;
-  if (!Pattern || !Pattern->getBody())
-    return false;
-  // The instantiated call keeps the source range of the call written in the template.
-  for (const BoundNodes& Written : match(findAll(callExpr().bind("written")), *Pattern->getBody(), Context)) {
-    const auto* Call = Written.getNodeAs<clang::CallExpr>("written");
-    if (Call->getBeginLoc() == Node.getBeginLoc() && Call->getEndLoc() == Node.getEndLoc())
-      return Call->isTypeDependent() || Call->getCallee()->isTypeDependent();
+/// Finds, in an instantiated body, the statement spelled at the same place as the written one.
+class SameRangeFinder : public clang::RecursiveASTVisitor<SameRangeFinder> {
+public:
+  SameRangeFinder(const clang::Stmt& Written) : Written(Written) {}
+  bool shouldVisitTemplateInstantiations() const { return true; }
+  bool shouldVisitImplicitCode() const { return true; }
+  bool VisitStmt(clang::Stmt* S) {
+    if (!Found && S->getBeginLoc() == Written.getBeginLoc() && S->getEndLoc() == Written.getEndLoc() &&
+        (llvm::isa<clang::CallExpr>(S) == llvm::isa<clang::CallExpr>(&Written)))
+      Found = S;
+    return !Found;
   }
-  return false;
+  const clang::Stmt* Found = nullptr;
+
+private:
+  const clang::Stmt& Written;
+};
+
+AST_MATCHER(clang::CallExpr, isDependentCallImpl) {
+  return Node.isTypeDependent() || (Node.getCallee() && Node.getCallee()->isTypeDependent());
 }
 
 } // namespace
 
-clang::ast_matchers::internal::Matcher<clang::CallExpr> isDependentInTemplate() {
-  return allOf(isInTemplateInstantiation(), isDependentCallInPattern());
+bool holdsInEveryInstantiation(const clang::Stmt& Written, clang::ASTContext& Context,
+                               const std::function<bool(const clang::Stmt&)>& Check) {
+  const clang::FunctionDecl* Pattern = enclosingFunction(Written, Context);
+  if (!Pattern)
+    return false;
+  std::vector<const clang::FunctionDecl*> Instances = instantiationsOf(*Pattern);
+  if (Instances.empty())
+    return false;
+  for (const clang::FunctionDecl* Instance : Instances) {
+    SameRangeFinder Finder(Written);
+    Finder.TraverseStmt(Instance->getBody());
+    if (!Finder.Found || !Check(*Finder.Found))
+      return false;
+  }
+  return true;
+}
+
+clang::ast_matchers::internal::Matcher<clang::CallExpr> isDependentCall() {
+  return isDependentCallImpl();
 }
 
 } // namespace accelerate::passes

@@ -2,8 +2,10 @@
 #include <accelerate/accelerator.h>
 
 #include "ddp.h"
+#include "debug_mode.h"
 #include "device.h"
 #include "optimizer_state.h"
+#include "precision.h"
 #include "process_group.h"
 #include "state.h"
 
@@ -74,12 +76,14 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
     detail::set_current_cuda_device(state.device.index());
   }
   if (state.environment.world_size > 1) {
-    state.process_group = detail::create_process_group(state.environment, state.device, state.config.timeout);
+    state.process_group =
+        detail::create_process_group(state.environment, state.device, state.config.timeout, state.config.debug);
   }
   state.gradient_state->accumulation_steps = state.config.gradient_accumulation_steps;
+  state.precision = std::make_shared<detail::Precision>(state.config, state.device, state.process_group);
   state.training = std::make_shared<detail::TrainingState>();
   if (state.process_group) {
-    state.training->join = std::make_shared<detail::JoinCoordinator>(state.process_group);
+    state.training->join = std::make_shared<detail::JoinCoordinator>(state.process_group, &state.models);
   }
   if (state.config.seed) {
     set_seed(*state.config.seed);
@@ -146,6 +150,7 @@ detail::LoaderContext Accelerator::loader_context() const {
   context.seed = state_->data_seed;
   context.gradient_state = state_->gradient_state;
   context.joiner = state_->training->join;
+  context.registry = state_->loaders;
   return context;
 }
 
@@ -171,6 +176,7 @@ void Accelerator::prepare_model(torch::nn::Module& model) {
   }
   state_->training->reach.add(synchronizer.get());
   models.push_back(std::move(synchronizer));
+  state_->precision->prepare_model(model);
 }
 
 Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {
@@ -189,6 +195,7 @@ Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer
   prepared->tracker = state_->training->tracker;
   prepared->fused = detail::fused_kind_of(*prepared->optimizer);
   prepared->num_processes = num_processes();
+  state_->precision->attach(prepared);
   state_->optimizers.push_back(prepared);
   return Optimizer(prepared);
 }
@@ -204,6 +211,7 @@ Scheduler Accelerator::prepare_scheduler(std::shared_ptr<torch::optim::LRSchedul
   prepared->steps_per_optimizer_step =
       state_->config.scheduler_steps_per_process && !state_->config.split_batches ? num_processes() : 1;
   prepared->optimizer_steps_seen = state_->gradient_state->optimizer_steps;
+  state_->precision->attach(*prepared);
   state_->schedulers.push_back(prepared);
   return Scheduler(prepared);
 }
@@ -211,6 +219,9 @@ Scheduler Accelerator::prepare_scheduler(std::shared_ptr<torch::optim::LRSchedul
 void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradient,
                            std::optional<bool> retain_graph, bool create_graph,
                            std::optional<at::TensorList> inputs) {
+  if (state_->config.debug) {
+    detail::debug_mode_before_backward(*state_); // every N steps: do the replicas still agree?
+  }
   auto& training = *state_->training;
   auto& gradients = *state_->gradient_state;
   if (state_->process_group && gradients.sync_gradients) {
@@ -221,9 +232,10 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
       }
     }
   }
+  auto differentiated = state_->precision->before_backward(loss);
   training.tracker->inside_accelerator_backward.store(true);
   try {
-    loss.backward(gradient, retain_graph, create_graph, inputs);
+    differentiated.backward(gradient, retain_graph, create_graph, inputs);
   } catch (...) {
     training.tracker->inside_accelerator_backward.store(false);
     throw;
@@ -237,10 +249,12 @@ Accelerator::AccumulateGuard Accelerator::begin_accumulate() {
   ++gradients.micro_steps_in_window;
   gradients.sync_gradients = gradients.micro_steps_in_window >= gradients.accumulation_steps ||
                              gradients.end_of_dataloader;
+  state_->precision->begin_forward();
   return AccumulateGuard(this);
 }
 
 void Accelerator::end_accumulate() {
+  state_->precision->end_step();
   auto& gradients = *state_->gradient_state;
   if (gradients.sync_gradients) {
     gradients.micro_steps_in_window = 0;
@@ -294,11 +308,16 @@ torch::Tensor Accelerator::clip_grad_norm_(const std::vector<torch::Tensor>& par
     return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(state_->device));
   }
   torch::NoGradGuard no_grad;
+  // fp16: unscales first (or, mid-window, says which loss scale the gradients still carry).
+  auto loss_scale = state_->precision->prepare_gradients_for_clipping(state_->gradient_state->sync_gradients);
   // Inside an accumulation window the gradients are sums over its micro-steps; the norm is of their mean.
   const double micro_steps = std::max(state_->gradient_state->micro_steps_in_window, 1);
   auto norms = at::_foreach_norm(gradients, norm_type);
   auto stacked = torch::stack(norms);
   auto total = (std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type)) / micro_steps;
+  if (loss_scale) {
+    total = total / *loss_scale;
+  }
   auto coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
   at::_foreach_mul_(gradients, coefficient);
   return total;
@@ -306,9 +325,15 @@ torch::Tensor Accelerator::clip_grad_norm_(const std::vector<torch::Tensor>& par
 
 void Accelerator::clip_grad_value_(const std::vector<torch::Tensor>& parameters, double clip_value) {
   torch::NoGradGuard no_grad;
+  auto loss_scale = state_->precision->prepare_gradients_for_clipping(state_->gradient_state->sync_gradients);
   const double bound = clip_value * std::max(state_->gradient_state->micro_steps_in_window, 1);
   for (auto& gradient : gradients_of(parameters)) {
-    gradient.clamp_(-bound, bound);
+    if (loss_scale) {
+      auto scaled_bound = *loss_scale * bound;
+      gradient.clamp_(-scaled_bound, scaled_bound);
+    } else {
+      gradient.clamp_(-bound, bound);
+    }
   }
 }
 
@@ -316,6 +341,11 @@ void Accelerator::set_seed(uint64_t seed, bool device_specific) {
   const uint64_t effective = seed + (device_specific ? static_cast<uint64_t>(process_index()) : 0);
   torch::manual_seed(effective); // the CPU generator and every CUDA generator
   state_->data_seed = seed;      // identical on every process: the loaders' shuffles must agree
+  for (const auto& weak : state_->loaders->cores) {
+    if (auto core = weak.lock()) {
+      core->set_seed(seed);
+    }
+  }
 }
 
 void Accelerator::free_memory() {

@@ -163,21 +163,29 @@ LoaderCore::LoaderCore(std::optional<size_t> dataset_size, DataLoaderOptions opt
   position_.seed = context_.seed;
 }
 
+std::shared_ptr<LoaderCore> LoaderCore::create(std::optional<size_t> dataset_size, DataLoaderOptions options,
+                                               LoaderContext context) {
+  auto core = std::make_shared<LoaderCore>(dataset_size, std::move(options), std::move(context));
+  if (const auto& registry = core->context_.registry) {
+    auto& cores = registry->cores;
+    cores.erase(std::remove_if(cores.begin(), cores.end(), [](const auto& entry) { return entry.expired(); }),
+                cores.end());
+    cores.push_back(core);
+  }
+  return core;
+}
+
 LoaderCore::~LoaderCore() {
   end_pass();
 }
 
 DataLoaderState LoaderCore::state() const {
-  return position_;
+  DataLoaderState state = position_;
+  state.global_batch_size = plan_.global_batch_size();
+  return state;
 }
 
 void LoaderCore::set_state(const DataLoaderState& state) {
-  if (state.batches_consumed > plan_.global_batches()) {
-    throw std::invalid_argument(
-        "accelerate::DataLoader::set_state: batches_consumed = " + std::to_string(state.batches_consumed) +
-        " exceeds the " + std::to_string(plan_.global_batches()) +
-        " global batches of an epoch; the state was saved with another dataset size or global batch size");
-  }
   if (in_pass_) {
     throw std::logic_error("accelerate::DataLoader::set_state: called while a pass over the loader is in "
                            "progress (epoch " +
@@ -185,8 +193,35 @@ void LoaderCore::set_state(const DataLoaderState& state) {
                            std::to_string(position_.batches_consumed) +
                            "); restore the state before iterating");
   }
+  const uint64_t global = plan_.global_batch_size();
+  uint64_t batches = state.batches_consumed;
+  if (state.global_batch_size != 0 && state.global_batch_size != global) {
+    // Saved with another global batch size (another number of processes): resume at the same sample.
+    const uint64_t samples = state.batches_consumed * state.global_batch_size;
+    if (samples >= plan_.dataset_size()) {
+      batches = plan_.global_batches();
+    } else if (samples % global == 0) {
+      batches = samples / global;
+    } else {
+      throw std::invalid_argument(
+          "accelerate::DataLoader::set_state: the state was saved after " + std::to_string(samples) +
+          " samples of epoch " + std::to_string(state.epoch) + " (" + std::to_string(state.batches_consumed) +
+          " global batches of " + std::to_string(state.global_batch_size) +
+          "), and this loader's global batch of " + std::to_string(global) +
+          " (batch size x processes) does not divide it; resume with a global batch size that divides " +
+          std::to_string(samples) + ", or keep it at " + std::to_string(state.global_batch_size));
+    }
+  }
+  if (batches > plan_.global_batches()) {
+    throw std::invalid_argument(
+        "accelerate::DataLoader::set_state: batches_consumed = " + std::to_string(batches) + " exceeds the " +
+        std::to_string(plan_.global_batches()) +
+        " global batches of an epoch; the state was saved with another dataset size or global batch size");
+  }
   position_ = state;
-  resume_pending_ = state.batches_consumed > 0;
+  position_.batches_consumed = batches;
+  position_.global_batch_size = 0; // kept in the plan; state() reports it
+  resume_pending_ = batches > 0;
 }
 
 void LoaderCore::set_epoch(uint64_t epoch) {

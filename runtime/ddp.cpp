@@ -204,7 +204,21 @@ std::vector<GradientSynchronizer*> ReachAnalysis::reached_by(const torch::Tensor
   return reached;
 }
 
+void GradientSynchronizer::broadcast_state_from(int source) {
+  if (!process_group_) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto tensors : {model_->parameters(), buffers_}) {
+    for (auto& tensor : tensors) {
+      std::vector<torch::Tensor> message{tensor.detach()};
+      process_group_->broadcast(message, c10d::BroadcastOptions{source})->wait();
+    }
+  }
+}
+
 int64_t JoinCoordinator::processes_with_batches(bool has_batch) {
+  batches_taken_ += has_batch ? 1 : 0;
   if (!current_step_.empty()) {
     last_step_ = std::move(current_step_);
     current_step_.clear();
@@ -222,6 +236,21 @@ void JoinCoordinator::join_until_all_exhausted() {
     }
     processes_with_batches(false);
   }
+  synchronize_models();
+}
+
+void JoinCoordinator::synchronize_models() {
+  // The process that took the most batches (the highest rank among equals) trained on everything.
+  const int64_t world = process_group_->getSize();
+  std::vector<torch::Tensor> key{torch::full({1}, batches_taken_ * world + process_group_->getRank(), torch::kInt64)};
+  c10d::AllreduceOptions max;
+  max.reduceOp = c10d::ReduceOp::MAX;
+  process_group_->allreduce(key, max)->wait();
+  const int source = static_cast<int>(key[0].item<int64_t>() % world);
+  for (const auto& model : *models_) {
+    model->broadcast_state_from(source);
+  }
+  batches_taken_ = 0;
 }
 
 } // namespace accelerate::detail

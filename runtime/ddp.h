@@ -41,6 +41,8 @@ public:
   void arm(const torch::Tensor& loss);
   /// Takes part, with zero gradients, in the collectives one armed backward issues on the other processes.
   void shadow_armed_backward();
+  /// Makes parameters and buffers equal to process `source`'s.
+  void broadcast_state_from(int source);
   /// Suspends synchronisation (`Accelerator::no_sync`).
   bool no_sync = false;
 
@@ -78,8 +80,10 @@ private:
 /// answering the others' gradient all-reduces with zeros (the average stays over the whole world size).
 class JoinCoordinator : public Joiner {
 public:
-  explicit JoinCoordinator(c10::intrusive_ptr<c10d::ProcessGroup> process_group)
-      : process_group_(std::move(process_group)) {}
+  /// `models` are the Accelerator's prepared models (re-synchronised when everyone has joined).
+  JoinCoordinator(c10::intrusive_ptr<c10d::ProcessGroup> process_group,
+                  const std::vector<std::shared_ptr<GradientSynchronizer>>* models)
+      : process_group_(std::move(process_group)), models_(models) {}
 
   int64_t processes_with_batches(bool has_batch) override;
   void join_until_all_exhausted() override;
@@ -87,7 +91,12 @@ public:
   void record_armed(GradientSynchronizer* model) { current_step_.push_back(model); }
 
 private:
+  /// Broadcasts every prepared model's parameters and buffers from the process that took the most steps.
+  void synchronize_models();
+
   c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
+  const std::vector<std::shared_ptr<GradientSynchronizer>>* models_;
+  int64_t batches_taken_ = 0;
   std::vector<GradientSynchronizer*> current_step_;
   std::vector<GradientSynchronizer*> last_step_;
   int64_t last_count_ = 0;

@@ -1,8 +1,12 @@
-// The prepared optimizer and scheduler: fused ATen optimizer steps, accumulation gating, sync checks.
+// The prepared optimizer and scheduler: fused ATen optimizer steps, accumulation gating, sync checks, and the
+// fp16 grad scaler folded into the fused step (grad_scale/found_inf) with one deferred skip read per step.
 #include <accelerate/optimizer.h>
 #include <accelerate/scheduler.h>
 
 #include "optimizer_state.h"
+#include "precision.h"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <map>
 #include <stdexcept>
@@ -30,16 +34,36 @@ struct BatchKeyLess {
   }
 };
 
-std::optional<torch::Tensor> grad_scale_for(int micro_steps, const c10::Device& device) {
-  if (micro_steps <= 1) {
-    return std::nullopt;
-  }
-  return torch::full({}, static_cast<float>(micro_steps), torch::TensorOptions(torch::kFloat32).device(device));
-}
+/// What the fused kernels take besides the tensors: the divisor of the gradients (micro-steps, times the loss
+/// scale while the gradients still carry it) and the fp16 skip flag.
+struct StepScaling {
+  int micro_steps = 1;
+  torch::Tensor loss_scale; // undefined: the gradients carry no loss scale
+  torch::Tensor found_inf;  // undefined: no fp16 skip check
 
-/// Adam and AdamW through `_fused_adam_` / `_fused_adamw_`, with the state kept in libtorch's AdamParamState.
-template <typename Options>
-void fused_adam_step(OptimizerState& state, int micro_steps, bool decoupled_weight_decay) {
+  std::optional<torch::Tensor> grad_scale(const c10::Device& device) const {
+    if (loss_scale.defined()) {
+      // A power of two times a small integer is exact: dividing by it rounds as dividing by micro_steps does.
+      return (micro_steps > 1 ? loss_scale * micro_steps : loss_scale).to(device);
+    }
+    if (micro_steps <= 1) {
+      return std::nullopt;
+    }
+    return torch::full({}, static_cast<float>(micro_steps), torch::TensorOptions(torch::kFloat32).device(device));
+  }
+  std::optional<torch::Tensor> found_inf_on(const c10::Device& device) const {
+    if (!found_inf.defined()) {
+      return std::nullopt;
+    }
+    return found_inf.to(device);
+  }
+};
+
+/// Adam and AdamW through `_fused_adam_` / `_fused_adamw_`, with the state kept in libtorch's own param state
+/// type. Appends the stepped parameters' keys to `stepped` (their step counts roll back if fp16 skips).
+template <typename Options, typename ParamState>
+void fused_adam_step(OptimizerState& state, const StepScaling& scaling, bool decoupled_weight_decay,
+                     std::vector<void*>& stepped) {
   auto& optimizer = *state.optimizer;
   for (auto& group : optimizer.param_groups()) {
     auto& options = static_cast<Options&>(group.options());
@@ -50,7 +74,7 @@ void fused_adam_step(OptimizerState& state, int micro_steps, bool decoupled_weig
       }
       auto& slot = optimizer.state()[param.unsafeGetTensorImpl()];
       if (!slot) {
-        auto fresh = std::make_unique<torch::optim::AdamParamState>();
+        auto fresh = std::make_unique<ParamState>();
         fresh->step(0);
         fresh->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
         fresh->exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
@@ -59,7 +83,7 @@ void fused_adam_step(OptimizerState& state, int micro_steps, bool decoupled_weig
         }
         slot = std::move(fresh);
       }
-      auto& adam = static_cast<torch::optim::AdamParamState&>(*slot);
+      auto& adam = static_cast<ParamState&>(*slot);
       // One float step tensor per parameter, refreshed whenever libtorch's count moved (e.g. a load).
       auto& [step_tensor, step_seen] = state.step_tensors[param.unsafeGetTensorImpl()];
       if (!step_tensor.defined() || step_seen != adam.step()) {
@@ -68,6 +92,7 @@ void fused_adam_step(OptimizerState& state, int micro_steps, bool decoupled_weig
       }
       step_seen = adam.step() + 1;
       adam.step(adam.step() + 1);
+      stepped.push_back(param.unsafeGetTensorImpl());
       auto& batch = batches[{param.device(), param.scalar_type()}];
       batch.params.push_back(param);
       batch.grads.push_back(param.grad());
@@ -81,29 +106,35 @@ void fused_adam_step(OptimizerState& state, int micro_steps, bool decoupled_weig
     const auto [beta1, beta2] = options.betas();
     for (auto& [key, batch] : batches) {
       torch::NoGradGuard no_grad;
-      auto scale = grad_scale_for(micro_steps, key.first);
+      auto grad_scale = scaling.grad_scale(key.first);
+      auto found_inf = scaling.found_inf_on(key.first);
       at::_foreach_add_(batch.steps, 1); // the kernels read the step count after this step, as torch.optim does
       if (decoupled_weight_decay) {
         at::_fused_adamw_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
                           batch.max_second_moments, batch.steps, options.lr(), beta1, beta2, options.weight_decay(),
-                          options.eps(), options.amsgrad(), /*maximize=*/false, scale, std::nullopt);
+                          options.eps(), options.amsgrad(), /*maximize=*/false, grad_scale, found_inf);
       } else {
         at::_fused_adam_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
                          batch.max_second_moments, batch.steps, options.lr(), beta1, beta2, options.weight_decay(),
-                         options.eps(), options.amsgrad(), /*maximize=*/false, scale, std::nullopt);
+                         options.eps(), options.amsgrad(), /*maximize=*/false, grad_scale, found_inf);
+      }
+      if (found_inf) {
+        // A skipped step takes its count back on the device, as torch.optim's fused Adam does.
+        at::_foreach_sub_(batch.steps, std::vector<torch::Tensor>(batch.steps.size(), *found_inf));
       }
     }
   }
 }
 
-/// SGD through `_fused_sgd_`, with momentum buffers kept in libtorch's SGDParamState. Returns false when
-/// the group's state is half-initialised (a new param group): the caller then steps the libtorch way.
-bool fused_sgd_step(OptimizerState& state, int micro_steps) {
+/// True when every SGD group's momentum state is all there or all missing: `_fused_sgd_` takes one
+/// is_first_step per call, so a half-initialised group (a new param group) steps the libtorch way.
+bool fused_sgd_possible(const OptimizerState& state) {
   auto& optimizer = *state.optimizer;
   for (auto& group : optimizer.param_groups()) {
     auto& options = static_cast<torch::optim::SGDOptions&>(group.options());
-    const bool momentum = options.momentum() != 0;
-    std::map<BatchKey, FusedBatch, BatchKeyLess> batches;
+    if (options.momentum() == 0) {
+      continue;
+    }
     size_t with_buffer = 0;
     size_t with_grad = 0;
     for (auto& param : group.params()) {
@@ -117,10 +148,32 @@ bool fused_sgd_step(OptimizerState& state, int micro_steps) {
         ++with_buffer;
       }
     }
-    if (momentum && with_buffer != 0 && with_buffer != with_grad) {
+    if (with_buffer != 0 && with_buffer != with_grad) {
       return false;
     }
-    const bool first_step = momentum && with_buffer == 0;
+  }
+  return true;
+}
+
+/// SGD through `_fused_sgd_`, with momentum buffers kept in libtorch's SGDParamState (`fused_sgd_possible`
+/// must hold).
+void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
+  auto& optimizer = *state.optimizer;
+  for (auto& group : optimizer.param_groups()) {
+    auto& options = static_cast<torch::optim::SGDOptions&>(group.options());
+    const bool momentum = options.momentum() != 0;
+    std::map<BatchKey, FusedBatch, BatchKeyLess> batches;
+    bool first_step = momentum;
+    for (auto& param : group.params()) {
+      if (!param.grad().defined() || !momentum) {
+        continue;
+      }
+      auto it = optimizer.state().find(param.unsafeGetTensorImpl());
+      if (it != optimizer.state().end() &&
+          static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer().defined()) {
+        first_step = false;
+      }
+    }
     for (auto& param : group.params()) {
       if (!param.grad().defined()) {
         continue;
@@ -144,10 +197,9 @@ bool fused_sgd_step(OptimizerState& state, int micro_steps) {
       torch::NoGradGuard no_grad;
       at::_fused_sgd_(batch.params, batch.grads, batch.first_moments, options.weight_decay(), options.momentum(),
                       options.lr(), options.dampening(), options.nesterov(), /*maximize=*/false, first_step,
-                      grad_scale_for(micro_steps, key.first), std::nullopt);
+                      scaling.grad_scale(key.first), scaling.found_inf_on(key.first));
     }
   }
-  return true;
 }
 
 void plain_step(OptimizerState& state, int micro_steps) {
@@ -162,6 +214,43 @@ void plain_step(OptimizerState& state, int micro_steps) {
     }
   }
   state.optimizer->step();
+}
+
+/// Starts copying an fp16 step's `found_inf` to the host without waiting for it (read by resolve_pending_step).
+void defer_skip_decision(OptimizerState& state, const torch::Tensor& found_inf, std::vector<void*> stepped) {
+  auto& pending = state.pending;
+  pending.adam_parameters = std::move(stepped);
+  if (found_inf.is_cpu()) {
+    pending.found_inf_host = found_inf;
+    pending.copied.reset();
+  } else {
+    if (!pending.found_inf_host.defined() || !pending.found_inf_host.is_pinned()) {
+      pending.found_inf_host = at::empty({}, torch::TensorOptions(torch::kFloat32).pinned_memory(true));
+    }
+    pending.found_inf_host.copy_(found_inf, /*non_blocking=*/true);
+    const auto device = found_inf.device();
+    if (!pending.copied) {
+      pending.copied = std::make_shared<c10::Event>(device.type());
+    }
+    c10::impl::VirtualGuardImpl guard(device.type());
+    pending.copied->record(guard.getStream(device));
+  }
+  pending.pending = true;
+}
+
+template <typename ParamState>
+void take_back_step_counts(OptimizerState& state, const std::vector<void*>& keys) {
+  for (void* key : keys) {
+    auto it = state.optimizer->state().find(key);
+    if (it != state.optimizer->state().end()) {
+      auto& adam = static_cast<ParamState&>(*it->second);
+      adam.step(adam.step() - 1);
+    }
+    auto step = state.step_tensors.find(key);
+    if (step != state.step_tensors.end()) {
+      step->second.second -= 1; // the device tensor already took its count back
+    }
+  }
 }
 
 } // namespace
@@ -179,16 +268,55 @@ FusedKind fused_kind_of(const torch::optim::Optimizer& optimizer) {
   return FusedKind::None;
 }
 
+std::vector<torch::Tensor> optimizer_gradients(const torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> gradients;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& param : group.params()) {
+      if (param.grad().defined()) {
+        gradients.push_back(param.grad());
+      }
+    }
+  }
+  return gradients;
+}
+
+void resolve_pending_step(OptimizerState& state) {
+  auto& pending = state.pending;
+  if (!pending.pending) {
+    return;
+  }
+  pending.pending = false;
+  if (pending.copied) {
+    pending.copied->synchronize();
+  }
+  const bool skipped = pending.found_inf_host.item<float>() != 0.0f;
+  state.last_step_overflowed = skipped;
+  if (!skipped) {
+    return;
+  }
+  state.last_step_skipped = true;
+  --state.gradient_state->optimizer_steps;
+  if (state.fused == FusedKind::AdamW) {
+    take_back_step_counts<torch::optim::AdamWParamState>(state, pending.adam_parameters);
+  } else if (state.fused == FusedKind::Adam) {
+    take_back_step_counts<torch::optim::AdamParamState>(state, pending.adam_parameters);
+  }
+}
+
 } // namespace detail
 
 Optimizer::Optimizer(std::shared_ptr<detail::OptimizerState> state) : state_(std::move(state)) {}
 
 torch::optim::Optimizer& Optimizer::unwrap() const { return *state_->optimizer; }
-bool Optimizer::step_was_skipped() const { return state_->last_step_skipped; }
+bool Optimizer::step_was_skipped() const {
+  detail::resolve_pending_step(*state_);
+  return state_->last_step_skipped;
+}
 int64_t Optimizer::fused_steps() const { return state_->fused_steps; }
 
 void Optimizer::step() {
   auto& state = *state_;
+  detail::resolve_pending_step(state);
   auto& gradients = *state.gradient_state;
   if (!gradients.sync_gradients) {
     state.last_step_skipped = true;
@@ -200,29 +328,71 @@ void Optimizer::step() {
         "loss.backward() ran. Call accelerator.backward(loss) instead, so every process steps on the same "
         "averaged gradients");
   }
-  const int micro_steps = std::max(gradients.micro_steps_in_window, 1);
-  bool fused = true;
-  switch (state.fused) {
-  case detail::FusedKind::AdamW:
-    detail::fused_adam_step<torch::optim::AdamWOptions>(state, micro_steps, /*decoupled_weight_decay=*/true);
-    break;
-  case detail::FusedKind::Adam:
-    detail::fused_adam_step<torch::optim::AdamOptions>(state, micro_steps, /*decoupled_weight_decay=*/false);
-    break;
-  case detail::FusedKind::SGD:
-    fused = detail::fused_sgd_step(state, micro_steps);
-    if (!fused) {
-      detail::plain_step(state, micro_steps);
+  detail::StepScaling scaling;
+  scaling.micro_steps = std::max(gradients.micro_steps_in_window, 1);
+  const bool fused = state.fused != detail::FusedKind::None &&
+                     (state.fused != detail::FusedKind::SGD || detail::fused_sgd_possible(state));
+
+  // fp16: the gradients carry the loss scale unless clipping already unscaled them (and found their inf/nan).
+  detail::GradScaler* scaler = state.precision ? state.precision->scaler() : nullptr;
+  torch::Tensor found_inf = std::exchange(state.unscaled_found_inf, torch::Tensor());
+  const bool carries_scale = scaler != nullptr && !found_inf.defined();
+  torch::NoGradGuard no_grad;
+
+  if (fused) {
+    if (scaler != nullptr) {
+      if (carries_scale) {
+        // Check only (multiply by 1): the kernel divides by scale x micro-steps itself, as torch.amp does.
+        found_inf = scaler->check_and_unscale(detail::optimizer_gradients(*state.optimizer),
+                                              torch::ones({}, scaler->scale_tensor().options()));
+        scaling.loss_scale = scaler->scale_tensor();
+      }
+      scaler->reduce_across_processes(found_inf);
+      scaling.found_inf = found_inf;
     }
-    break;
-  case detail::FusedKind::None:
-    fused = false;
-    detail::plain_step(state, micro_steps);
-    break;
+    std::vector<void*> stepped;
+    switch (state.fused) {
+    case detail::FusedKind::AdamW:
+      detail::fused_adam_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+          state, scaling, /*decoupled_weight_decay=*/true, stepped);
+      break;
+    case detail::FusedKind::Adam:
+      detail::fused_adam_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(
+          state, scaling, /*decoupled_weight_decay=*/false, stepped);
+      break;
+    case detail::FusedKind::SGD:
+      detail::fused_sgd_step(state, scaling);
+      break;
+    case detail::FusedKind::None:
+      break;
+    }
+    ++state.fused_steps;
+    // Counted as taken; resolve_pending_step takes it back if found_inf says the kernels skipped it.
+    state.last_step_skipped = false;
+    state.last_step_overflowed = false;
+    ++gradients.optimizer_steps;
+    if (scaler != nullptr) {
+      detail::defer_skip_decision(state, found_inf, std::move(stepped));
+    }
+  } else {
+    bool skip = false;
+    if (scaler != nullptr) {
+      if (carries_scale) {
+        found_inf = scaler->check_and_unscale(detail::optimizer_gradients(*state.optimizer), scaler->inverse_scale());
+      }
+      scaler->reduce_across_processes(found_inf);
+      skip = found_inf.item<float>() != 0.0f; // libtorch's own step cannot read a device flag
+    }
+    if (!skip) {
+      detail::plain_step(state, scaling.micro_steps);
+      ++gradients.optimizer_steps;
+    }
+    state.last_step_skipped = skip;
+    state.last_step_overflowed = skip;
   }
-  state.fused_steps += fused ? 1 : 0;
-  state.last_step_skipped = false;
-  ++gradients.optimizer_steps;
+  if (scaler != nullptr) {
+    scaler->update(found_inf);
+  }
   gradients.backwards_since_step = 0;
 }
 
@@ -234,10 +404,17 @@ void Optimizer::zero_grad(bool set_to_none) {
     return;
   }
   state_->optimizer->zero_grad(set_to_none);
+  state_->unscaled_found_inf = torch::Tensor(); // fresh gradients carry the loss scale again
 }
 
-void Optimizer::save(torch::serialize::OutputArchive& archive) const { state_->optimizer->save(archive); }
-void Optimizer::load(torch::serialize::InputArchive& archive) { state_->optimizer->load(archive); }
+void Optimizer::save(torch::serialize::OutputArchive& archive) const {
+  detail::resolve_pending_step(*state_); // Adam's step counts are final only once the skip decision is read
+  state_->optimizer->save(archive);
+}
+void Optimizer::load(torch::serialize::InputArchive& archive) {
+  detail::resolve_pending_step(*state_);
+  state_->optimizer->load(archive);
+}
 
 Scheduler::Scheduler(std::shared_ptr<detail::SchedulerState> state) : state_(std::move(state)) {}
 
@@ -248,6 +425,9 @@ void Scheduler::step() {
   auto& state = *state_;
   int repeats = 1;
   if (state.step_with_optimizer) {
+    if (state.precision) {
+      state.precision->resolve_pending_steps(); // the one deferred host read of an fp16 step
+    }
     const int64_t optimizer_steps = state.gradient_state->optimizer_steps;
     if (optimizer_steps == state.optimizer_steps_seen) {
       return; // no real optimizer step since the last call: a micro-step, or a skipped fp16 step

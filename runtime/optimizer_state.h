@@ -9,9 +9,21 @@
 #include <unordered_map>
 #include <vector>
 
+#include <c10/core/Event.h>
 #include <torch/torch.h>
 
 namespace accelerate::detail {
+
+class Precision;
+
+/// An fp16 step whose skip decision is still on the device: `found_inf` is being copied to the host
+/// asynchronously, and is read once, when someone needs to know (`resolve_pending_step`).
+struct PendingStep {
+  bool pending = false;
+  torch::Tensor found_inf_host;        // 0-dim float32, pinned when the step ran on a GPU
+  std::shared_ptr<c10::Event> copied;  // recorded after the copy on the device's stream; null on the CPU
+  std::vector<void*> adam_parameters; // whose libtorch step counts roll back if the step was skipped
+};
 
 /// Which ATen fused kernel steps an optimizer, if any.
 enum class FusedKind { None, Adam, AdamW, SGD };
@@ -27,6 +39,14 @@ struct OptimizerState {
   int64_t fused_steps = 0;
   bool last_step_skipped = false;
   int num_processes = 1;
+  /// The Accelerator's precision recipe (its fp16 grad scaler), linked by `Precision::attach`.
+  std::shared_ptr<Precision> precision;
+  /// fp16: the last step's deferred skip decision.
+  PendingStep pending;
+  /// The last real step was skipped by the grad scaler (inf/nan gradients).
+  bool last_step_overflowed = false;
+  /// Set when clipping already unscaled this step's gradients: their inf/nan flag (consumed by the step).
+  torch::Tensor unscaled_found_inf;
 };
 
 struct SchedulerState {
@@ -37,9 +57,18 @@ struct SchedulerState {
   /// `gradient_state->optimizer_steps` when this scheduler last stepped.
   int64_t optimizer_steps_seen = 0;
   int64_t steps = 0;
+  /// The Accelerator's precision recipe: the scheduler reads fp16 skip decisions before stepping.
+  std::shared_ptr<Precision> precision;
 };
 
 /// Picks the fused kernel for `optimizer`'s type and options, or None.
 FusedKind fused_kind_of(const torch::optim::Optimizer& optimizer);
+
+/// The defined gradients of every parameter `optimizer` steps.
+std::vector<torch::Tensor> optimizer_gradients(const torch::optim::Optimizer& optimizer);
+
+/// Reads `state`'s deferred fp16 skip decision, if any (one host read): on a skip, marks the step skipped and
+/// takes it back from the step counters (`GradientState::optimizer_steps`, Adam's per-parameter step).
+void resolve_pending_step(OptimizerState& state);
 
 } // namespace accelerate::detail

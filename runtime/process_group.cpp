@@ -1,10 +1,12 @@
 // Rendezvous through c10d's TCPStore and the process group that carries every collective of the runtime.
 #include "process_group.h"
 
+#include "debug_mode.h"
 #include "device.h"
 
 #include <stdexcept>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/exception.h>
 
@@ -63,16 +65,22 @@ void check_world_size(c10d::Store& store, const LaunchEnvironment& env) {
 } // namespace
 
 c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env, const c10::Device& device,
-                                                            std::chrono::milliseconds timeout) {
+                                                            std::chrono::milliseconds timeout, bool debug_mode) {
   auto store = connect_store(env, timeout);
   check_world_size(*store, env);
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
-  auto gloo = create_gloo_backend(store, env.rank, env.world_size, env.master_addr, timeout);
+  auto checked = [&](c10::intrusive_ptr<c10d::Backend> backend) {
+    return debug_mode ? wrap_backend_for_debug_mode(std::move(backend),
+                                                    c10::make_intrusive<c10d::PrefixStore>("accelerate/debug", store),
+                                                    timeout)
+                      : backend;
+  };
+  auto gloo = checked(create_gloo_backend(store, env.rank, env.world_size, env.master_addr, timeout));
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   if (device.is_cuda()) {
     group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL,
-                      create_nccl_backend(store, env.rank, env.world_size, timeout));
+                      checked(create_nccl_backend(store, env.rank, env.world_size, timeout)));
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
   }
   return group;

@@ -11,9 +11,11 @@ namespace accelerate::detail {
 
 /// Connects to (rank 0: hosts) the TCPStore at MASTER_ADDR:MASTER_PORT and builds a process group: Gloo for
 /// CPU tensors, and NCCL for CUDA tensors when `device` is a GPU. Throws `std::runtime_error` naming the
-/// variable to fix when the address or port is unusable.
+/// variable to fix when the address or port is unusable. With `debug_mode` (ACCELERATE_DEBUG_MODE), every
+/// collective is first checked across processes (runtime/debug_mode.h).
 c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env, const c10::Device& device,
-                                                            std::chrono::milliseconds timeout);
+                                                            std::chrono::milliseconds timeout,
+                                                            bool debug_mode = false);
 
 /// A Gloo backend bound to the local address that reaches `master_addr` (or to `GLOO_SOCKET_IFNAME`).
 /// Lives in its own translation unit: see runtime/gloo_shim/README.md.

@@ -4,9 +4,11 @@
 #include "config.h"
 #include "environment.h"
 
+#include <accelerate/detail/loader_context.h>
 #include <accelerate/gradient_state.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -19,6 +21,7 @@ class GradientSynchronizer;
 struct OptimizerState;
 struct SchedulerState;
 struct TrainingState;
+class Precision;
 
 struct AcceleratorState {
   ResolvedConfig config;
@@ -33,10 +36,24 @@ struct AcceleratorState {
   std::vector<std::shared_ptr<SchedulerState>> schedulers;
   /// The seed prepared loaders shuffle with (`set_seed`, or `AcceleratorOptions::seed`).
   uint64_t data_seed = 0;
+  /// Prepared loaders (for the data position in checkpoints, and `set_seed`).
+  std::shared_ptr<LoaderRegistry> loaders = std::make_shared<LoaderRegistry>();
+  /// Objects added by `register_for_checkpointing`, in registration order.
+  std::vector<std::pair<std::function<void(torch::serialize::OutputArchive&)>,
+                        std::function<void(torch::serialize::InputArchive&)>>>
+      checkpoint_entries;
+  /// The number the next automatically named checkpoint gets (restored by `load_state`).
+  int64_t next_checkpoint_number = 0;
   /// `set_trigger` raised it on this process.
   bool trigger = false;
+  /// The mixed-precision recipe (runtime/precision.cpp).
+  std::shared_ptr<Precision> precision;
   /// Backward tracking, reach analysis, Join (runtime/accelerator.cpp).
   std::shared_ptr<TrainingState> training;
+  /// `save_state`/`load_state` calls so far: numbers each collective checkpoint call (runtime/checkpoint.cpp).
+  int64_t checkpoint_calls = 0;
+  /// The optimizer step debug mode last compared the replicas' checksums at (runtime/debug_mode.cpp).
+  int64_t debug_checked_step = -1;
 };
 
 } // namespace accelerate::detail

@@ -56,7 +56,7 @@ install_torch() {
   py=$(python_for_venv)
   rm -rf "$VENV.tmp"
   "$py" -m venv "$VENV.tmp" || fail "'$py -m venv $VENV.tmp' failed"
-  "$VENV.tmp/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml \
+  "$VENV.tmp/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml accelerate==1.15.0 \
     || fail "'pip install torch==$TORCH_VERSION' failed; see pip's message above"
   rm -rf "$VENV"
   mv "$VENV.tmp" "$VENV"

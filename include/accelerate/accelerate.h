@@ -2,4 +2,5 @@
 #pragma once
 
 #include <accelerate/accelerator.h>
+#include <accelerate/nn.h>
 #include <accelerate/options.h>

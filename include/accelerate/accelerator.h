@@ -1,13 +1,16 @@
 // Accelerator: the one object a training program talks to, as in Hugging Face Accelerate.
 #pragma once
 
+#include <accelerate/data_options.h>
 #include <accelerate/detail/loader_context.h>
 #include <accelerate/gradient_state.h>
 #include <accelerate/optimizer.h>
 #include <accelerate/options.h>
 #include <accelerate/scheduler.h>
 
+#include <functional>
 #include <iostream>
+#include <string>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -19,6 +22,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
 
 namespace accelerate {
 
@@ -173,10 +177,10 @@ public:
 
   /// A distributed data loader over a map-style dataset (anything with `get_batch(indices)` and `size()`,
   /// such as `MNIST(...).map(Stack<>())`): each process gets its share of every global batch, on `device()`.
+  /// `DataLoaderOptions` converts from libtorch's options and adds `shuffle` (default true).
   /// Defined in <accelerate/data.h>.
   template <typename Dataset>
-  std::unique_ptr<DataLoader<Dataset>> prepare_data_loader(Dataset dataset,
-                                                           torch::data::DataLoaderOptions options = {});
+  std::unique_ptr<DataLoader<Dataset>> prepare_data_loader(Dataset dataset, DataLoaderOptions options = {});
 
   // ---- The training step --------------------------------------------------------------------------------
   /// Runs `loss.backward(gradient, retain_graph, create_graph)` with gradient synchronisation armed for
@@ -249,6 +253,47 @@ public:
   /// device memory.
   void free_memory();
 
+  // ---- Mixed precision ---------------------------------------------------------------------------------
+  /// RAII guard: autocast on for code outside a training step (evaluation); the `accumulate` guard already
+  /// opens it for training steps. Does nothing with mixed precision "no".
+  class AutocastGuard {
+  public:
+    AutocastGuard(AutocastGuard&& other) noexcept;
+    AutocastGuard(const AutocastGuard&) = delete;
+    AutocastGuard& operator=(const AutocastGuard&) = delete;
+    AutocastGuard& operator=(AutocastGuard&&) = delete;
+    ~AutocastGuard();
+
+  private:
+    friend class Accelerator;
+    explicit AutocastGuard(Accelerator* accelerator) : accelerator_(accelerator) {}
+    Accelerator* accelerator_;
+  };
+  [[nodiscard]] AutocastGuard autocast();
+  /// True when the last optimizer step was skipped by the fp16 grad scaler (inf/nan gradients).
+  bool optimizer_step_was_skipped() const;
+
+  // ---- Checkpoints -------------------------------------------------------------------------------------
+  /// Saves everything needed to resume, collectively (every process calls it): models (unwrapped keys),
+  /// optimizers, schedulers, step counters, each process's RNG states, the data position of every prepared
+  /// loader, and every registered object. Written to a temporary directory, then renamed: a crash at any
+  /// moment leaves the previous checkpoint loadable. Without a directory: `project_dir/checkpoints/
+  /// checkpoint_<n>` (automatic naming), pruned to `total_limit`. Returns the directory written.
+  std::string save_state(const std::string& directory = "");
+  /// Loads what `save_state` wrote (collectively); without a directory, the latest automatic checkpoint.
+  void load_state(const std::string& directory = "");
+  /// Adds an object to what `save_state`/`load_state` cover: anything with
+  /// `void save(torch::serialize::OutputArchive&) const` and `void load(torch::serialize::InputArchive&)`.
+  template <typename T>
+  void register_for_checkpointing(T& object) {
+    register_checkpoint_entry(
+        [&object](torch::serialize::OutputArchive& archive) { object.save(archive); },
+        [&object](torch::serialize::InputArchive& archive) { object.load(archive); });
+  }
+  /// Saves a model's weights (main process): `model.safetensors` (readable by Python's safetensors) and a
+  /// libtorch archive `model.pt`, in `directory`.
+  void save_model(const torch::nn::Module& model, const std::string& directory);
+
   // ---- Collectives --------------------------------------------------------------------------------------
   /// Concatenates `tensor` from every process along dimension 0 (same shape on every process).
   torch::Tensor gather(const torch::Tensor& tensor);
@@ -312,6 +357,8 @@ public:
   bool check_trigger();
 
 private:
+  void register_checkpoint_entry(std::function<void(torch::serialize::OutputArchive&)> save,
+                                 std::function<void(torch::serialize::InputArchive&)> load);
   AccumulateGuard begin_accumulate();
   void end_accumulate();
   NoSyncGuard begin_no_sync(std::vector<torch::nn::Module*> models);

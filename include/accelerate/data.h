@@ -141,18 +141,22 @@ template <> struct ToDevice<std::string> {
 // ---- Where a loader stands -------------------------------------------------------------------------------
 
 /// Where a prepared loader stands, for checkpoints. `loader->set_state(saved)` makes the next pass continue
-/// with the batch after the last one the training loop took. Batches count *global* batches, so a state saved
-/// by N processes resumes on M at the same sample when the global batch size is the same.
+/// with the batch after the last one the training loop took. Batches count *global* batches, and the state
+/// records their size, so a state saved by N processes resumes on M at the same sample when the new global
+/// batch size divides the samples consumed (always when it is unchanged, e.g. with `split_batches`).
 struct DataLoaderState {
   /// The epoch in progress; each epoch's order is drawn from `seed` and `epoch`.
   uint64_t epoch = 0;
-  /// Batches of `epoch` the training loop has taken (the one being processed included).
+  /// Global batches of `epoch` the training loop has taken (the one being processed included).
   uint64_t batches_consumed = 0;
   /// The seed the order is drawn from.
   uint64_t seed = 0;
+  /// Samples per global batch (per-process batch × processes) when the state was taken; 0: this loader's.
+  uint64_t global_batch_size = 0;
 
   bool operator==(const DataLoaderState& other) const {
-    return epoch == other.epoch && batches_consumed == other.batches_consumed && seed == other.seed;
+    return epoch == other.epoch && batches_consumed == other.batches_consumed && seed == other.seed &&
+           global_batch_size == other.global_batch_size;
   }
   bool operator!=(const DataLoaderState& other) const { return !(*this == other); }
 };
@@ -207,7 +211,11 @@ private:
 /// template `DataLoader` only fetches and moves batches; everything else lives here (runtime/data.cpp).
 class LoaderCore {
 public:
-  /// Throws `std::invalid_argument` when the dataset has no size or the options are unusable.
+  /// A core added to `context.registry` (when there is one), so the accelerator can reach it for
+  /// checkpoints and `set_seed`. Throws `std::invalid_argument` when the dataset has no size or the options
+  /// are unusable.
+  static std::shared_ptr<LoaderCore> create(std::optional<size_t> dataset_size, DataLoaderOptions options,
+                                            LoaderContext context);
   LoaderCore(std::optional<size_t> dataset_size, DataLoaderOptions options, LoaderContext context);
   ~LoaderCore();
   LoaderCore(const LoaderCore&) = delete;
@@ -218,7 +226,8 @@ public:
   const LoaderContext& context() const { return context_; }
 
   DataLoaderState state() const;
-  /// Throws `std::invalid_argument` when `batches_consumed` exceeds the epoch's global batches.
+  /// Throws `std::invalid_argument` when the state lies past the epoch's end, or was saved with a global
+  /// batch size that does not divide the samples it consumed; `std::logic_error` during a pass.
   void set_state(const DataLoaderState& state);
   /// Moves to the start of `epoch`; a no-op when `epoch` is the current one (so a loop that calls
   /// `set_epoch(e)` each epoch neither undoes a `set_state` resume nor the automatic advance).
@@ -360,8 +369,8 @@ public:
 
   /// Prefer `Accelerator::prepare_data_loader`, which fills `context` from the accelerator.
   DataLoader(Dataset dataset, DataLoaderOptions options, detail::LoaderContext context)
-      : dataset_(std::move(dataset)), core_(std::make_shared<detail::LoaderCore>(
-                                          detail::dataset_size(dataset_), options, std::move(context))) {}
+      : dataset_(std::move(dataset)),
+        core_(detail::LoaderCore::create(detail::dataset_size(dataset_), options, std::move(context))) {}
   // Iterators point at their loader: copying one would be a second loader sharing the first one's position.
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -399,9 +408,8 @@ private:
 
 template <typename Dataset>
 std::unique_ptr<DataLoader<Dataset>>
-Accelerator::prepare_data_loader(Dataset dataset, torch::data::DataLoaderOptions options) {
-  return std::make_unique<DataLoader<Dataset>>(std::move(dataset), DataLoaderOptions(options),
-                                               loader_context());
+Accelerator::prepare_data_loader(Dataset dataset, DataLoaderOptions options) {
+  return std::make_unique<DataLoader<Dataset>>(std::move(dataset), std::move(options), loader_context());
 }
 
 // ---- Loaders that are not torch::data --------------------------------------------------------------------

@@ -220,7 +220,7 @@ def ProgramIsFoundOnPath():
 
 def ZeroProcessesIsRejected():
     check_usage_error(launch("--num_processes", "0", PROBE),
-                      "accel launch: --num_processes must be >= 1 (got 0)")
+                      "accel launch: --num_processes must be a whole number >= 1 (got '0')")
 
 
 def NonNumericProcessesIsRejected():
@@ -239,7 +239,7 @@ def MissingFlagValueIsRejected():
 
 def PortOutOfRangeIsRejected():
     check_usage_error(launch("--main_process_port", "65536", PROBE),
-                      "accel launch: --main_process_port must be between 0 and 65535 (got 65536)")
+                      "accel launch: --main_process_port must be a whole number between 0 and 65535 (got '65536')")
 
 
 def UnknownFlagSuggestsTheRightOne():
@@ -384,6 +384,134 @@ def SecondSignalKillsRanksAtOnce():
                                          "with SIGKILL on a second signal"], "accel must say it used SIGKILL",
           result)
     check_no_process_left(probe_pids(result.stdout), result)
+
+
+# ------------------------------------------------------------------------------------ machines, settings
+
+def write_config(text):
+    config = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    config.write(text)
+    config.close()
+    return config.name
+
+
+def env_lines(stdout):
+    """{rank: {NAME: value}} from `env` run as the program (lines prefixed [rankN]: when N > 1)."""
+    ranks = {}
+    for line in stdout.splitlines():
+        match = re.match(r"(?:\[rank(\d+)\]: )?(\w+)=(.*)", line)
+        if match:
+            ranks.setdefault(int(match.group(1) or 0), {})[match.group(2)] = match.group(3)
+    return ranks
+
+
+def SecondMachineRanksAreOffset():
+    result = launch("-q", "--num_machines", "2", "--machine_rank", "1", "--num_processes", "4",
+                    "--main_process_ip", "127.0.0.1", PROBE)
+    check(result.code == 0, "machine 1 of 2 must start its ranks", result)
+    for local, rank in ((0, 2), (1, 3)):
+        lines = [line for line in rank_lines(result.stdout, rank) if "probe pid=" in line]
+        check(len(lines) == 1, f"expected global rank {rank} (local {local}) on machine 1", result)
+        got = env_of(lines[0])
+        expected = {"RANK": rank, "LOCAL_RANK": local, "WORLD_SIZE": 4, "LOCAL_WORLD_SIZE": 2, "GROUP_RANK": 1,
+                    "GROUP_WORLD_SIZE": 2, "ROLE_RANK": rank, "ROLE_WORLD_SIZE": 4}
+        for name, value in expected.items():
+            check(got.get(name) == str(value), f"rank {rank}: expected {name}={value}, got {got.get(name)}", result)
+
+
+def SettingsComeFromConfigThenEnvironmentThenFlags():
+    config = write_config("distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: fp16\ndebug: true\n"
+                          "use_cpu: true\n")
+    try:
+        from_file = env_lines(launch("-q", "--config_file", config, "env").stdout)
+        check(sorted(from_file) == [0, 1], "num_processes 2 from the config file must start 2 ranks")
+        check(from_file[0].get("ACCELERATE_MIXED_PRECISION") == "fp16" and
+              from_file[0].get("ACCELERATE_DEBUG_MODE") == "true" and
+              from_file[0].get("ACCELERATE_USE_CPU") == "True", f"the config's settings: {from_file[0]}")
+        env = environment(ACCELERATE_MIXED_PRECISION="bf16", ACCELERATE_CONFIG_FILE=config)
+        from_env = env_lines(launch("-q", "env", env=env).stdout)
+        check(from_env[1].get("ACCELERATE_MIXED_PRECISION") == "bf16", "the environment must beat the config file")
+        from_flag = env_lines(launch("-q", "--mixed_precision", "no", "--num_processes", "1", "env", env=env).stdout)
+        check(sorted(from_flag) == [0] and from_flag[0].get("ACCELERATE_MIXED_PRECISION") == "no",
+              "flags must beat the environment and the config file")
+        bad = launch("-q", "env", env=environment(ACCELERATE_MIXED_PRECISION="fp17"))
+        check_usage_error(bad, "accel launch: ACCELERATE_MIXED_PRECISION=fp17 in the environment must be one of no, "
+                               "fp16, bf16, fp8 (fix or unset it; it overrides the config file)")
+    finally:
+        os.unlink(config)
+
+
+def FsdpAndZeroSettingsAreExported():
+    fsdp = env_lines(launch("-q", "--use_fsdp", "--fsdp_version", "2", "--fsdp_offload_params", "yes", "env").stdout)[0]
+    expected = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "true",
+                "FSDP_SHARDING_STRATEGY": "FULL_SHARD", "FSDP_SYNC_MODULE_STATES": "true"}
+    for name, value in expected.items():
+        check(fsdp.get(name) == value, f"--use_fsdp: expected {name}={value}, got {fsdp.get(name)}")
+    zero = env_lines(launch("-q", "--use_deepspeed", "--zero_stage", "2", "--gradient_accumulation_steps", "4",
+                            "env").stdout)[0]
+    expected = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2",
+                "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4"}
+    for name, value in expected.items():
+        check(zero.get(name) == value, f"--use_deepspeed: expected {name}={value}, got {zero.get(name)}")
+    gpus = env_lines(launch("-q", "--gpu_ids", "1", "env").stdout)[0]
+    check(gpus.get("CUDA_VISIBLE_DEVICES") == "1", "--gpu_ids must become CUDA_VISIBLE_DEVICES")
+    cpu = env_lines(launch("-q", "--cpu", "--gpu_ids", "1", "env", env=environment(CUDA_VISIBLE_DEVICES=None)).stdout)[0]
+    check("CUDA_VISIBLE_DEVICES" not in cpu, "--cpu must not set CUDA_VISIBLE_DEVICES")
+
+
+def RestartsStartEveryRankAgain():
+    result = launch("-q", "--num_processes", "2", "--max_restarts", "2", PROBE, "--fail", "1", "3")
+    check(result.code == 3, "a rank failing every time ends with its exit code after the restarts", result)
+    restarts = [line for line in result.stderr.splitlines() if "restarting the 2 local rank(s)" in line]
+    check(len(restarts) == 2 and "restart 2 of --max_restarts 2" in restarts[1], "two restarts must be reported",
+          result)
+    # Rank 1 prints its pid before failing, each time (rank 0 may be stopped before it prints).
+    check(len(re.findall(r"\[rank1\]: probe pid=", result.stdout)) == 3, "each of 3 attempts must start rank 1",
+          result)
+
+
+def LogDirKeepsEachRanksOutput():
+    with tempfile.TemporaryDirectory() as logs:
+        result = launch("-q", "--num_processes", "2", "--log_dir", logs, "--tee", "3", PROBE, "--stderr", "oops")
+        check(result.code == 0, "expected exit code 0", result)
+        check("[rank1]: oops" in result.stderr, "with --tee the console still gets the output", result)
+        with open(os.path.join(logs, "attempt_0", "1", "stderr.log")) as log:
+            check(log.read() == "oops\n", "rank 1's stderr.log must hold its stderr, unprefixed")
+        with open(os.path.join(logs, "attempt_0", "0", "stdout.log")) as log:
+            check(log.read().startswith("probe pid="), "rank 0's stdout.log must hold its stdout")
+    check_usage_error(launch("--tee", "3", PROBE), "accel launch: --tee 3 needs --log_dir (the folder the log files "
+                                                   "go to)")
+
+
+def MultiMachineMistakesAreRejected():
+    check_usage_error(launch("--num_machines", "2", "--num_processes", "2", PROBE),
+                      "accel launch: --num_machines 2 needs --main_process_ip (the address of machine rank 0, "
+                      "reachable from every machine)")
+    check_usage_error(launch("--num_machines", "2", "--num_processes", "2", "--main_process_ip", "127.0.0.1",
+                             "--main_process_port", "0", PROBE),
+                      "accel launch: --main_process_port 0 picks a free port on one machine only; with "
+                      "--num_machines 2 give every machine the same port, like 29500")
+    check_usage_error(launch("--num_machines", "2", "--machine_rank", "2", "--main_process_ip", "127.0.0.1", PROBE),
+                      "accel launch: --machine_rank must be below --num_machines 2 (got 2)")
+    check_usage_error(launch("--num_machines", "2", "--num_processes", "3", "--main_process_ip", "127.0.0.1", PROBE),
+                      "accel launch: --num_processes is the total over all machines, as in Accelerate: 3 is not a "
+                      "multiple of --num_machines 2 (give 4, for example)")
+    check_usage_error(launch("--cpu", "--use_fsdp", PROBE),
+                      "accel launch: use one of --cpu, --multi_gpu, --use_fsdp, --use_deepspeed at a time (got --cpu "
+                      "and --use_fsdp)")
+    check_usage_error(launch("--multi_gpu", "--num_processes", "1", PROBE),
+                      "accel launch: --multi_gpu needs at least 2 processes (got 1; for one GPU, leave out --multi_gpu)")
+
+
+def BusyPortIsRejected():
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        check_usage_error(launch("--num_processes", "2", "--main_process_port", str(port), PROBE),
+                          f"accel launch: --main_process_port {port} is already in use on 127.0.0.1 (another job's "
+                          "rendezvous? give another port, or 0 to pick a free one)")
 
 
 # ------------------------------------------------------------------------------------------------------ CLI

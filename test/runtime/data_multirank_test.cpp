@@ -30,7 +30,9 @@ struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
   size_t size_;
 };
 
-auto stacked(size_t size) { return IndexDataset(size).map(torch::data::transforms::Stack<>()); }
+auto stacked(size_t size) {
+  return IndexDataset(size).map(torch::data::transforms::Stack<>());
+}
 
 std::vector<int64_t> values(const torch::Tensor& tensor) {
   auto flat = tensor.to(torch::kInt64).reshape({-1}).contiguous();
@@ -43,8 +45,7 @@ std::vector<int64_t> iota(int64_t count) {
   return result;
 }
 
-// ---- The loader ---------------------------------------------------------------------------------------------
-
+// ---- The loader ------------------------------------------------------------------------------------------
 TEST(DataLoaderMultirank, GatherForMetricsReturnsEverySampleOnce) {
   accelerate::Accelerator accelerator(test_options());
   ASSERT_GE(accelerator.num_processes(), 2) << "run under accel launch with 2 or more processes";
@@ -85,9 +86,36 @@ TEST(DataLoaderMultirank, UnevenBatchesSeeEverySampleOnceAndNobodyHangs) {
   EXPECT_EQ(all, iota(kSamples));
 }
 
+TEST(DataLoaderMultirank, UnevenBatchesTrainWithoutHanging) {
+  // Process 0 has one batch more than process 1: its last backward all-reduces gradients with a process whose
+  // loader is exhausted, which must answer through the joiner instead of leaving it waiting.
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options().even_batches(false));
+  ASSERT_GE(accelerator.num_processes(), 2);
+  torch::manual_seed(0);
+  torch::nn::Linear model(1, 1);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.01));
+  auto loader = accelerator.prepare_data_loader(stacked(7), torch::data::DataLoaderOptions(3));
+  int64_t steps = 0;
+  for (auto& batch : *loader) {
+    optimizer.zero_grad();
+    accelerator.backward(model->forward(batch.data.to(torch::kFloat32)).sum());
+    optimizer.step();
+    ++steps;
+  }
+  EXPECT_EQ(steps, static_cast<int64_t>(loader->size()));
+  // Training ended on every process with the same weights: the joined steps were real all-reduces.
+  auto weights = torch::cat({model->weight.detach().reshape({-1}), model->bias.detach()});
+  auto mine = weights.clone();
+  auto from_main = accelerator.broadcast(weights, 0);
+  EXPECT_TRUE(mine.equal(from_main)) << "process " << accelerator.process_index() << " drifted";
+}
+
 TEST(DataLoaderMultirank, ProcessesDrawTheSameOrderEachEpoch) {
   accelerate::Accelerator accelerator(test_options());
-  auto loader = accelerator.prepare_data_loader(stacked(12), torch::data::DataLoaderOptions(2).drop_last(true));
+  auto loader =
+      accelerator.prepare_data_loader(stacked(12), torch::data::DataLoaderOptions(2).drop_last(true));
   loader->set_epoch(5);
   std::vector<int64_t> mine;
   for (auto& batch : *loader) {
@@ -101,8 +129,7 @@ TEST(DataLoaderMultirank, ProcessesDrawTheSameOrderEachEpoch) {
   EXPECT_EQ(all, iota(12 / global * global)) << "drop_last keeps only full global batches";
 }
 
-// ---- The collectives ------------------------------------------------------------------------------------------
-
+// ---- The collectives -------------------------------------------------------------------------------------
 /// One accelerator for every collectives test of the process: a second rendezvous on the same port could meet
 /// a process still holding the first one's store.
 accelerate::Accelerator& shared_accelerator() {
@@ -188,7 +215,8 @@ TEST(CollectivesMultirank, MainProcessFirstRunsTheMainBlockBeforeTheOthers) {
   {
     auto guard = accelerator.main_process_first();
     if (accelerator.is_main_process()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300)); // the others would overtake without the guard
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(300)); // the others would overtake without the guard
       std::ofstream(marker) << "downloaded";
     } else {
       EXPECT_TRUE(std::filesystem::exists(marker)) << "process " << accelerator.process_index()

@@ -7,6 +7,8 @@ accelerate_multirank_test(multirank.DataLoader.GatherForMetricsReturnsEverySampl
                           FILTER DataLoaderMultirank.GatherForMetricsReturnsEverySampleOnce TIMEOUT 60)
 accelerate_multirank_test(multirank.DataLoader.UnevenBatchesSeeEverySampleOnceAndNobodyHangs NPROC 2
                           FILTER DataLoaderMultirank.UnevenBatchesSeeEverySampleOnceAndNobodyHangs TIMEOUT 60)
+accelerate_multirank_test(multirank.DataLoader.UnevenBatchesTrainWithoutHanging NPROC 2
+                          FILTER DataLoaderMultirank.UnevenBatchesTrainWithoutHanging TIMEOUT 60)
 accelerate_multirank_test(multirank.DataLoader.ProcessesDrawTheSameOrderEachEpoch NPROC 3
                           FILTER DataLoaderMultirank.ProcessesDrawTheSameOrderEachEpoch TIMEOUT 60)
 # The collectives' tests are quick: one launch of 3 ranks runs them all.

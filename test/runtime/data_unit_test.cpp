@@ -28,7 +28,9 @@ struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
   size_t size_;
 };
 
-auto stacked(size_t size) { return IndexDataset(size).map(torch::data::transforms::Stack<>()); }
+auto stacked(size_t size) {
+  return IndexDataset(size).map(torch::data::transforms::Stack<>());
+}
 using StackedDataset = decltype(stacked(0));
 
 LoaderContext context(int processes, int rank, bool even_batches = true, bool split_batches = false,
@@ -57,8 +59,7 @@ std::vector<std::vector<int64_t>> one_pass(accelerate::DataLoader<StackedDataset
   return batches;
 }
 
-// ---- Epoch order ----------------------------------------------------------------------------------------------
-
+// ---- Epoch order -----------------------------------------------------------------------------------------
 TEST(EpochOrder, MatchesTheDocumentedGenerator) {
   // Computed from the algorithm as <accelerate/data.h> documents it (a Python transcription): checkpoints
   // depend on this order never changing.
@@ -192,17 +193,18 @@ TEST(ShardPlan, SplitBatchesNeedsAMultipleOfTheProcesses) {
   EXPECT_THROW(ShardPlan(10, DataLoaderOptions(0), context(1, 0)), std::invalid_argument);
 }
 
-// ---- The loader ------------------------------------------------------------------------------------------------
-
+// ---- The loader ------------------------------------------------------------------------------------------
 TEST(DataLoader, YieldsThisProcessSharePerBatch) {
-  accelerate::DataLoader<StackedDataset> loader(stacked(10), DataLoaderOptions(3).shuffle(false), context(2, 1));
+  accelerate::DataLoader<StackedDataset> loader(stacked(10), DataLoaderOptions(3).shuffle(false),
+                                                context(2, 1));
   EXPECT_EQ(loader.size(), 2u);
   auto batches = one_pass(loader);
   EXPECT_EQ(batches, (std::vector<std::vector<int64_t>>{{3, 4, 5}, {9, 0, 1}}));
 }
 
 TEST(DataLoader, TakesTorchOptionsAndShufflesByDefault) {
-  accelerate::DataLoader<StackedDataset> loader(stacked(10), torch::data::DataLoaderOptions(10), context(1, 0));
+  accelerate::DataLoader<StackedDataset> loader(stacked(10), torch::data::DataLoaderOptions(10),
+                                                context(1, 0));
   auto batches = one_pass(loader);
   ASSERT_EQ(batches.size(), 1u);
   std::vector<int64_t> expected{4, 9, 2, 5, 1, 7, 6, 0, 3, 8}; // epoch_order(10, 0, 0)
@@ -211,7 +213,8 @@ TEST(DataLoader, TakesTorchOptionsAndShufflesByDefault) {
 
 TEST(DataLoader, EachEpochReshufflesTheSameWayEverywhere) {
   auto make = [] {
-    return accelerate::DataLoader<StackedDataset>(stacked(50), DataLoaderOptions(10), context(1, 0, true, false, 3));
+    return accelerate::DataLoader<StackedDataset>(stacked(50), DataLoaderOptions(10),
+                                                  context(1, 0, true, false, 3));
   };
   auto loader = make();
   auto epoch0 = one_pass(loader);
@@ -221,14 +224,28 @@ TEST(DataLoader, EachEpochReshufflesTheSameWayEverywhere) {
 
   auto other = make(); // another process, or a rerun
   EXPECT_EQ(one_pass(other), epoch0);
-  other.set_epoch(1);  // a no-op: the pass already advanced to epoch 1
+  other.set_epoch(1); // a no-op: the pass already advanced to epoch 1
   EXPECT_EQ(one_pass(other), epoch1);
   other.set_epoch(0);
   EXPECT_EQ(one_pass(other), epoch0);
 }
 
+TEST(DataLoader, ANewSeedDrawsANewOrder) {
+  accelerate::DataLoader<StackedDataset> loader(stacked(50), DataLoaderOptions(50),
+                                                context(1, 0, true, false, 1));
+  accelerate::DataLoader<StackedDataset> reseeded(stacked(50), DataLoaderOptions(50), context(1, 0));
+  auto seed1 = one_pass(loader);
+  reseeded.core()->set_seed(1);
+  EXPECT_EQ(one_pass(reseeded), seed1);
+  EXPECT_EQ(reseeded.state().seed, 1u);
+  reseeded.core()->set_seed(2);
+  reseeded.set_epoch(0);
+  EXPECT_NE(one_pass(reseeded), seed1);
+}
+
 TEST(DataLoader, ResumeFromStateContinuesWithTheNextBatch) {
-  accelerate::DataLoader<StackedDataset> reference(stacked(30), DataLoaderOptions(4), context(1, 0, true, false, 9));
+  accelerate::DataLoader<StackedDataset> reference(stacked(30), DataLoaderOptions(4),
+                                                   context(1, 0, true, false, 9));
   reference.set_epoch(2);
   auto expected = one_pass(reference);
 
@@ -244,14 +261,14 @@ TEST(DataLoader, ResumeFromStateContinuesWithTheNextBatch) {
       break;
     }
   }
-  EXPECT_EQ(saved, (accelerate::DataLoaderState{2, 3, 9}));
+  EXPECT_EQ(saved, (accelerate::DataLoaderState{2, 3, 9, 4}));
 
   accelerate::DataLoader<StackedDataset> resumed(stacked(30), DataLoaderOptions(4), context(1, 0));
   resumed.set_state(saved);
   resumed.set_epoch(2); // what a loop that sets the epoch each epoch does: must not undo the resume
   auto rest = one_pass(resumed);
   EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(expected.begin() + 3, expected.end()));
-  EXPECT_EQ(resumed.state(), (accelerate::DataLoaderState{3, 0, 9}));
+  EXPECT_EQ(resumed.state(), (accelerate::DataLoaderState{3, 0, 9, 4}));
 }
 
 TEST(DataLoader, APassLeftMidEpochStartsThatEpochAgain) {
@@ -272,6 +289,58 @@ TEST(DataLoader, OnePassAtATime) {
   auto it = loader.begin();
   EXPECT_THROW(loader.begin(), std::logic_error);
   EXPECT_THROW(loader.set_state({0, 1, 0}), std::logic_error);
+}
+
+TEST(DataLoader, ResumesOnAnotherNumberOfProcessesAtTheSameSample) {
+  // Saved by 2 processes × 3 (global batch 6) after 2 batches: 12 samples of epoch 1 consumed.
+  const accelerate::DataLoaderState saved{1, 2, 5, 6};
+  std::vector<int64_t> rest_on_one, rest_on_three;
+  accelerate::DataLoader<StackedDataset> one(stacked(20), DataLoaderOptions(4), context(1, 0));
+  one.set_state(saved);
+  EXPECT_EQ(one.state(), (accelerate::DataLoaderState{1, 3, 5, 4})) << "12 samples = 3 global batches of 4";
+  for (const auto& batch : one_pass(one)) {
+    rest_on_one.insert(rest_on_one.end(), batch.begin(), batch.end());
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    accelerate::DataLoader<StackedDataset> part(stacked(20), DataLoaderOptions(1).drop_last(true),
+                                                context(3, rank));
+    part.set_state(saved); // global batch 3 divides 12
+    for (const auto& batch : one_pass(part)) {
+      rest_on_three.insert(rest_on_three.end(), batch.begin(), batch.end());
+    }
+  }
+  auto order = accelerate::detail::epoch_order(20, 5, 1, true);
+  std::vector<int64_t> expected(order.begin() + 12, order.end());
+  EXPECT_EQ(rest_on_one, expected);
+  std::sort(rest_on_three.begin(), rest_on_three.end());
+  std::vector<int64_t> expected_three(order.begin() + 12,
+                                      order.begin() + 18); // drop_last: 2 full batches of 3
+  std::sort(expected_three.begin(), expected_three.end());
+  EXPECT_EQ(rest_on_three, expected_three);
+
+  accelerate::DataLoader<StackedDataset> five(stacked(20), DataLoaderOptions(5), context(1, 0));
+  try {
+    five.set_state(saved);
+    FAIL() << "a global batch of 5 resumed after 12 samples";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("global batch of 5 (batch size x processes) does not divide"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(DataLoader, JoinsTheRegistryWhileAlive) {
+  auto ctx = context(1, 0);
+  ctx.registry = std::make_shared<accelerate::detail::LoaderRegistry>();
+  auto registry = ctx.registry;
+  {
+    accelerate::DataLoader<StackedDataset> loader(stacked(8), DataLoaderOptions(4), ctx);
+    ASSERT_EQ(registry->cores.size(), 1u);
+    EXPECT_EQ(registry->cores[0].lock(), loader.core());
+  }
+  EXPECT_TRUE(registry->cores[0].expired());
+  accelerate::DataLoader<StackedDataset> next(stacked(8), DataLoaderOptions(4), ctx);
+  EXPECT_EQ(registry->cores.size(), 1u) << "expired entries are dropped";
 }
 
 TEST(DataLoader, SetStateRejectsAPositionPastTheEpoch) {
@@ -318,7 +387,7 @@ TEST(DataLoader, UnevenBatchesAnnounceEachBatchAndJoinWhenExhausted) {
   ctx.joiner = joiner;
   accelerate::DataLoader<StackedDataset> loader(stacked(7), DataLoaderOptions(3).shuffle(false), ctx);
   EXPECT_EQ(one_pass(loader), (std::vector<std::vector<int64_t>>{{3, 4, 5}}));
-  EXPECT_EQ(joiner->calls, (std::vector<std::string>{"has_batch", "join"}));
+  EXPECT_EQ(joiner->calls, (std::vector<std::string>{"has_batch", "no_batch", "join"}));
 
   auto even_joiner = std::make_shared<RecordingJoiner>();
   auto even = context(2, 1, /*even_batches=*/true);
@@ -346,7 +415,8 @@ TEST(DataLoader, RefusesWorkerThreadsAndUnsizedDatasets) {
 }
 
 TEST(DataLoader, UnstackedExamplesArriveAsAVector) {
-  accelerate::DataLoader<IndexDataset> loader(IndexDataset(4), DataLoaderOptions(2).shuffle(false), context(1, 0));
+  accelerate::DataLoader<IndexDataset> loader(IndexDataset(4), DataLoaderOptions(2).shuffle(false),
+                                              context(1, 0));
   std::vector<size_t> sizes;
   for (auto& batch : loader) {
     sizes.push_back(batch.size());
@@ -355,15 +425,15 @@ TEST(DataLoader, UnstackedExamplesArriveAsAVector) {
   EXPECT_EQ(sizes, (std::vector<size_t>{2, 2}));
 }
 
-// ---- to_device --------------------------------------------------------------------------------------------------
-
+// ---- to_device -------------------------------------------------------------------------------------------
 TEST(ToDevice, MovesEveryTensorInNestedContainers) {
   const torch::Device meta(torch::kMeta);
   auto tensor = [] { return torch::ones({2}); };
   std::map<std::string, torch::Tensor> named{{"ids", tensor()}};
   auto batch = std::make_tuple(torch::data::Example<>(tensor(), tensor()), std::make_pair(tensor(), 3),
-                               std::vector<torch::Tensor>{tensor(), torch::Tensor()}, std::optional<torch::Tensor>(tensor()),
-                               named, torch::data::TensorExample(tensor()), std::string("kept"));
+                               std::vector<torch::Tensor>{tensor(), torch::Tensor()},
+                               std::optional<torch::Tensor>(tensor()), named,
+                               torch::data::TensorExample(tensor()), std::string("kept"));
   auto moved = accelerate::to_device(batch, meta);
   EXPECT_TRUE(std::get<0>(moved).data.is_meta());
   EXPECT_TRUE(std::get<0>(moved).target.is_meta());
@@ -385,8 +455,7 @@ struct TokenBatch {
 
 } // namespace
 
-template <>
-struct accelerate::ToDevice<TokenBatch> {
+template <> struct accelerate::ToDevice<TokenBatch> {
   static TokenBatch apply(TokenBatch batch, const torch::Device& device) {
     return {accelerate::to_device(batch.ids, device), batch.step};
   }
@@ -400,8 +469,7 @@ TEST(ToDevice, UsesTheUsersSpecialization) {
   EXPECT_EQ(moved.step, 5);
 }
 
-// ---- The iterable adapter ------------------------------------------------------------------------------------
-
+// ---- The iterable adapter --------------------------------------------------------------------------------
 std::vector<torch::Tensor> numbered_batches(int64_t count) {
   std::vector<torch::Tensor> batches;
   for (int64_t i = 0; i < count; ++i) {
@@ -414,7 +482,8 @@ TEST(IterableAdapter, TakesEveryPthBatchAndCompletesTheLastRound) {
   auto source = numbered_batches(7);
   for (int rank = 0; rank < 3; ++rank) {
     auto gradient = std::make_shared<accelerate::GradientState>();
-    accelerate::IterableAdapter<std::vector<torch::Tensor>&> adapter(source, 3, rank, torch::kCPU, gradient, false);
+    accelerate::IterableAdapter<std::vector<torch::Tensor>&> adapter(source, 3, rank, torch::kCPU, gradient,
+                                                                     false);
     std::vector<int64_t> taken;
     std::vector<bool> last;
     int64_t remainder = -2;
@@ -433,8 +502,8 @@ TEST(IterableAdapter, TakesEveryPthBatchAndCompletesTheLastRound) {
 
 TEST(IterableAdapter, DropLastDropsAShortRoundAndAFullLastRoundIsMarked) {
   auto gradient = std::make_shared<accelerate::GradientState>();
-  accelerate::IterableAdapter<std::vector<torch::Tensor>> dropped(numbered_batches(7), 3, 1, torch::kCPU, gradient,
-                                                                 true);
+  accelerate::IterableAdapter<std::vector<torch::Tensor>> dropped(numbered_batches(7), 3, 1, torch::kCPU,
+                                                                  gradient, true);
   std::vector<int64_t> taken;
   std::vector<bool> last;
   for (auto& batch : dropped) {
@@ -443,10 +512,11 @@ TEST(IterableAdapter, DropLastDropsAShortRoundAndAFullLastRoundIsMarked) {
     EXPECT_EQ(gradient->remainder, -1);
   }
   EXPECT_EQ(taken, (std::vector<int64_t>{1, 4}));
-  EXPECT_EQ(last, (std::vector<bool>{false, false})) << "the dropped round's loss is only known after the fact";
+  EXPECT_EQ(last, (std::vector<bool>{false, false}))
+      << "the dropped round's loss is only known after the fact";
 
-  accelerate::IterableAdapter<std::vector<torch::Tensor>> exact(numbered_batches(6), 3, 2, torch::kCPU, gradient,
-                                                               false);
+  accelerate::IterableAdapter<std::vector<torch::Tensor>> exact(numbered_batches(6), 3, 2, torch::kCPU,
+                                                                gradient, false);
   last.clear();
   for (auto& batch : exact) {
     (void)batch;
@@ -455,9 +525,23 @@ TEST(IterableAdapter, DropLastDropsAShortRoundAndAFullLastRoundIsMarked) {
   EXPECT_EQ(last, (std::vector<bool>{false, true}));
 }
 
-// ---- One-process Accelerator: collectives and prepare_data_loader ---------------------------------------------
+TEST(IterableAdapter, ShardsALibtorchLoader) {
+  auto source = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(stacked(6), 2);
+  auto gradient = std::make_shared<accelerate::GradientState>();
+  accelerate::IterableAdapter<decltype(*source)&> adapter(*source, 2, 1, torch::kCPU, gradient, false);
+  std::vector<std::vector<int64_t>> taken;
+  for (auto& batch : adapter) {
+    taken.push_back(values(batch.data));
+  }
+  // Batches {0,1} {2,3} {4,5}: rounds [b0 b1] [b2, b0 again]; process 1 takes b1, then the repeat of b0.
+  EXPECT_EQ(taken, (std::vector<std::vector<int64_t>>{{2, 3}, {0, 1}}));
+  EXPECT_EQ(gradient->remainder, -1) << "restored after the pass";
+}
 
-accelerate::AcceleratorOptions one_process() { return accelerate::AcceleratorOptions().cpu(true); }
+// ---- One-process Accelerator: collectives and prepare_data_loader ----------------------------------------
+accelerate::AcceleratorOptions one_process() {
+  return accelerate::AcceleratorOptions().cpu(true);
+}
 
 TEST(CollectivesOneProcess, BehaveAsTheIdentityWithAccelerateShapes) {
   accelerate::Accelerator accelerator(one_process());

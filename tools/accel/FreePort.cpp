@@ -1,4 +1,4 @@
-// Choosing a free TCP port for the rendezvous (see FreePort.h).
+// Choosing a free TCP port for the rendezvous, and checking a given one is free (see FreePort.h).
 #include "FreePort.h"
 
 #include "Flags.h"
@@ -54,6 +54,29 @@ int pickFreePort(const std::string& address) {
     throw UsageError("--main_process_port 0 needs a free port on --main_process_ip " + address +
                      ", but binding there failed: " + std::strerror(lastErrno) + fix);
   return port;
+}
+
+void checkPortIsFree(const std::string& address, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* candidates = nullptr;
+  if (::getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &candidates) != 0)
+    return;
+  bool inUse = false;
+  for (addrinfo* candidate = candidates; candidate && !inUse; candidate = candidate->ai_next) {
+    int fd = ::socket(candidate->ai_family, candidate->ai_socktype | SOCK_CLOEXEC, candidate->ai_protocol);
+    if (fd < 0)
+      continue;
+    int on = 1; // as c10d's TCPStore binds: a port in TIME_WAIT from an earlier run is free
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    inUse = ::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0 && errno == EADDRINUSE;
+    ::close(fd);
+  }
+  ::freeaddrinfo(candidates);
+  if (inUse)
+    throw UsageError("--main_process_port " + std::to_string(port) + " is already in use on " + address +
+                     " (another job's rendezvous? give another port, or 0 to pick a free one)");
 }
 
 } // namespace accel

@@ -5,6 +5,7 @@
 #include "RankOutput.h"
 #include "SignalPipe.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <system_error>
 #include <unistd.h>
@@ -28,6 +30,12 @@ using Clock = std::chrono::steady_clock;
 
 /// What the launcher passes on to its ranks; SIGCHLD is caught too, to notice ranks exiting.
 const std::vector<int> kForwardedSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+std::vector<int> caughtSignals() {
+  std::vector<int> signals = kForwardedSignals;
+  signals.push_back(SIGCHLD);
+  return signals;
+}
 
 /// After the last rank exits, how long processes it left behind (after SIGKILL) get to close its pipes.
 constexpr std::chrono::milliseconds kFinalDrainTimeout{1000};
@@ -110,17 +118,20 @@ struct Pipe {
 /// group's id cannot be reused while the launcher may still signal it.
 class RankSupervisor {
 public:
-  explicit RankSupervisor(const LaunchOptions& options) : options_(options), signalPipe_(caughtSignals()) {}
+  RankSupervisor(const LaunchOptions& options, SignalPipe& signalPipe, int attempt)
+      : options_(options), signalPipe_(signalPipe), attempt_(attempt) {}
   ~RankSupervisor() { killAndReapEverything(); }
   RankSupervisor(const RankSupervisor&) = delete;
   RankSupervisor& operator=(const RankSupervisor&) = delete;
 
   void startRanks();
   int superviseUntilAllExited();
+  /// Whether a signal to the launcher (not a failed rank) ended this attempt: then there is no restart.
+  bool stoppedBySignal() const { return launcherSignal_ != 0; }
 
 private:
-  static std::vector<int> caughtSignals();
   Environment environmentSharedByRanks() const;
+  int openLogFile(int rank, const char* stream) const;
   void startRank(int rank, const Environment& shared);
   [[noreturn]] void becomeRank(const SignalPipe::BlockedForFork& blocked, pid_t launcherPid, int rank,
                                const Pipe& out, const Pipe& err, std::vector<char*>& argv,
@@ -145,7 +156,8 @@ private:
   bool anyOutputOpen() const;
 
   const LaunchOptions& options_;
-  SignalPipe signalPipe_;
+  SignalPipe& signalPipe_;
+  int attempt_ = 0; ///< 0 for the first start, k for the k-th restart
   std::vector<RankProcess> ranks_;
   pid_t groupId_ = 0; ///< rank 0's pid once it is started
   std::optional<Clock::time_point> killDeadline_;
@@ -157,12 +169,6 @@ private:
   int ranksRunningWhenStopped_ = 0;
 };
 
-std::vector<int> RankSupervisor::caughtSignals() {
-  std::vector<int> signals = kForwardedSignals;
-  signals.push_back(SIGCHLD);
-  return signals;
-}
-
 Environment RankSupervisor::environmentSharedByRanks() const {
   Environment environment = Environment::current();
   // As torchrun does: N ranks each using every core for OpenMP would oversubscribe the machine.
@@ -171,7 +177,28 @@ Environment RankSupervisor::environmentSharedByRanks() const {
     if (!options_.quiet)
       report("setting OMP_NUM_THREADS=1 for each rank (it was unset); set it yourself to tune CPU threads");
   }
+  for (const auto& [name, value] : options_.exportedVariables)
+    environment.set(name, value);
+  // torchrun's names, so a program written for torchrun finds them (the resume contract, docs/cli.md).
+  environment.set("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt_));
+  environment.set("TORCHELASTIC_MAX_RESTARTS", std::to_string(options_.maxRestarts));
   return environment;
+}
+
+/// Opens <logDir>/attempt_<k>/<rank>/<stream>.log for writing, creating its folders.
+int RankSupervisor::openLogFile(int rank, const char* stream) const {
+  std::string folder = options_.logDir;
+  for (const std::string& part : {std::string("attempt_") + std::to_string(attempt_), std::to_string(rank)}) {
+    folder += "/" + part;
+    ::mkdir(folder.c_str(), 0755);
+  }
+  const std::string path = folder + "/" + stream + ".log";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw std::system_error(errno, std::generic_category(),
+                            "cannot write " + path + " (check that --log_dir " + options_.logDir +
+                                " is writable)");
+  return fd;
 }
 
 void RankSupervisor::startRanks() {
@@ -181,10 +208,14 @@ void RankSupervisor::startRanks() {
     startRank(rank, shared);
 }
 
-void RankSupervisor::startRank(int rank, const Environment& shared) {
+void RankSupervisor::startRank(int localRank, const Environment& shared) {
   RankPlacement placement;
-  placement.rank = placement.localRank = rank;
-  placement.worldSize = placement.localWorldSize = options_.numProcesses;
+  placement.rank = options_.machineRank * options_.numProcesses + localRank;
+  placement.localRank = localRank;
+  placement.worldSize = options_.numProcesses * options_.numMachines;
+  placement.localWorldSize = options_.numProcesses;
+  placement.nodeRank = options_.machineRank;
+  placement.numNodes = options_.numMachines;
   placement.masterAddr = options_.mainProcessIp;
   placement.masterPort = options_.mainProcessPort;
   Environment environment = rankEnvironment(shared, placement);
@@ -195,19 +226,25 @@ void RankSupervisor::startRank(int rank, const Environment& shared) {
     argv.push_back(argument.data());
   argv.push_back(nullptr);
 
+  // One rank writes straight to the launcher's streams (a terminal stays a terminal) unless it is logged.
+  const int rank = placement.rank;
   bool prefixOutput = options_.numProcesses > 1;
+  bool logged = !options_.logDir.empty() && (options_.logStdout || options_.logStderr);
+  bool piped = prefixOutput || logged;
   Pipe out, err;
-  if (prefixOutput) {
+  if (piped) {
     out = Pipe::open();
     err = Pipe::open();
   }
 
   RankProcess& process = ranks_.emplace_back();
   process.rank = rank;
-  const std::string prefix = "[rank" + std::to_string(rank) + "]: ";
-  if (prefixOutput) {
-    process.stdoutPipe = std::make_unique<RankOutputPipe>(out.readEnd, STDOUT_FILENO, prefix);
-    process.stderrPipe = std::make_unique<RankOutputPipe>(err.readEnd, STDERR_FILENO, prefix);
+  const std::string prefix = prefixOutput ? "[rank" + std::to_string(rank) + "]: " : "";
+  if (piped) {
+    int stdoutLog = options_.logStdout && logged ? openLogFile(rank, "stdout") : -1;
+    int stderrLog = options_.logStderr && logged ? openLogFile(rank, "stderr") : -1;
+    process.stdoutPipe = std::make_unique<RankOutputPipe>(out.readEnd, STDOUT_FILENO, prefix, stdoutLog);
+    process.stderrPipe = std::make_unique<RankOutputPipe>(err.readEnd, STDERR_FILENO, prefix, stderrLog);
   }
 
   pid_t launcherPid = ::getpid();
@@ -216,10 +253,10 @@ void RankSupervisor::startRank(int rank, const Environment& shared) {
     SignalPipe::BlockedForFork blocked(signalPipe_);
     pid = ::fork();
     if (pid == 0)
-      becomeRank(blocked, launcherPid, rank, out, err, argv, envp);
+      becomeRank(blocked, launcherPid, localRank, out, err, argv, envp);
   }
   int forkErrno = errno;
-  if (prefixOutput) {
+  if (piped) {
     ::close(out.writeEnd);
     ::close(err.writeEnd);
   }
@@ -227,17 +264,17 @@ void RankSupervisor::startRank(int rank, const Environment& shared) {
     throw std::system_error(forkErrno, std::generic_category(),
                             "cannot start rank " + std::to_string(rank) + ": fork failed");
   // Set the group here as well as in the child, so it is in place whichever of the two runs first.
-  ::setpgid(pid, rank == 0 ? pid : groupId_);
-  if (rank == 0)
+  ::setpgid(pid, localRank == 0 ? pid : groupId_);
+  if (localRank == 0)
     groupId_ = pid;
   process.pid = pid;
 }
 
-void RankSupervisor::becomeRank(const SignalPipe::BlockedForFork& blocked, pid_t launcherPid, int rank,
+void RankSupervisor::becomeRank(const SignalPipe::BlockedForFork& blocked, pid_t launcherPid, int localRank,
                                 const Pipe& out, const Pipe& err, std::vector<char*>& argv,
                                 std::vector<char*>& envp) const {
   blocked.restoreDefaultsInChild();
-  ::setpgid(0, rank == 0 ? 0 : groupId_);
+  ::setpgid(0, localRank == 0 ? 0 : groupId_);
 #ifdef __linux__
   // If the launcher itself is SIGKILLed it cannot stop its ranks, so the kernel does. SIGKILL, because a
   // rank that ignores SIGTERM would otherwise outlive it.
@@ -252,15 +289,16 @@ void RankSupervisor::becomeRank(const SignalPipe::BlockedForFork& blocked, pid_t
     ::dup2(err.writeEnd, STDERR_FILENO);
   }
   // The ranks are a background process group: one reading the terminal would be stopped (SIGTTIN).
-  // Rank 0 keeps a piped or redirected stdin; the other ranks, and rank 0 at a terminal, read /dev/null.
-  if (rank != 0 || ::isatty(STDIN_FILENO)) {
+  // Local rank 0 keeps a piped or redirected stdin; the others, and rank 0 at a terminal, read /dev/null.
+  if (localRank != 0 || ::isatty(STDIN_FILENO)) {
     int devNull = ::open("/dev/null", O_RDONLY);
     ::dup2(devNull, STDIN_FILENO);
     ::close(devNull);
   }
   ::execve(options_.executablePath.c_str(), argv.data(), envp.data());
   std::string message = "accel launch: cannot execute " + options_.executablePath + " as rank " +
-                        std::to_string(rank) + ": " + std::strerror(errno) + "\n";
+                        std::to_string(options_.machineRank * options_.numProcesses + localRank) + ": " +
+                        std::strerror(errno) + "\n";
   writeFully(STDERR_FILENO, message.data(), message.size());
   ::_exit(127);
 }
@@ -301,10 +339,13 @@ void RankSupervisor::waitForEvents(std::optional<Clock::time_point> deadline) {
       }
     }
   }
-  int timeoutMs = -1;
+  // SIGCHLD wakes the loop when a rank exits; the monitor interval only bounds how long it sleeps.
+  auto monitor =
+      std::chrono::milliseconds(static_cast<long long>(options_.monitorIntervalSeconds * 1000) + 1);
+  int timeoutMs = static_cast<int>(std::min<long long>(monitor.count(), 60 * 60 * 1000));
   if (deadline) {
     auto remaining = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
-    timeoutMs = static_cast<int>(std::max<std::chrono::milliseconds::rep>(0, remaining.count()));
+    timeoutMs = static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(remaining.count(), 0, timeoutMs));
   }
   if (::poll(watched.data(), watched.size(), timeoutMs) <= 0)
     return; // timed out, or interrupted by a signal whose byte is now waiting on the signal pipe
@@ -326,6 +367,7 @@ void RankSupervisor::handleSignals() {
 }
 
 void RankSupervisor::collectExitedRanks() {
+  std::optional<size_t> firstFailed;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     RankProcess& process = ranks_[i];
     if (!process.running())
@@ -339,10 +381,15 @@ void RankSupervisor::collectExitedRanks() {
       continue;
     process.exit = RankExit::from(info);
     process.reaped = !isGroupLeader;
-    if (process.exit->failed() && !stopping()) {
-      failedRank_ = i;
-      stopRanks(SIGTERM);
-    }
+    // Of ranks found failed together, blame one that exited with a code over one a signal killed: when a
+    // rank exits, its peers' collectives often abort (SIGABRT) a moment later, and the cause is the exit.
+    if (process.exit->failed() && (!firstFailed || ranks_[*firstFailed].exit->killedBySignal))
+      if (!firstFailed || !process.exit->killedBySignal)
+        firstFailed = i;
+  }
+  if (firstFailed && !stopping()) {
+    failedRank_ = *firstFailed;
+    stopRanks(SIGTERM);
   }
 }
 
@@ -442,9 +489,17 @@ bool RankSupervisor::anyOutputOpen() const {
 } // namespace
 
 int launchLocalRanks(const LaunchOptions& options) {
-  RankSupervisor supervisor(options);
-  supervisor.startRanks();
-  return supervisor.superviseUntilAllExited();
+  SignalPipe signalPipe(caughtSignals());
+  for (int attempt = 0;; ++attempt) {
+    RankSupervisor supervisor(options, signalPipe, attempt);
+    supervisor.startRanks();
+    int exitCode = supervisor.superviseUntilAllExited();
+    if (exitCode == 0 || supervisor.stoppedBySignal() || attempt >= options.maxRestarts)
+      return exitCode;
+    report("restarting the " + std::to_string(options.numProcesses) + " local rank(s): restart " +
+           std::to_string(attempt + 1) + " of --max_restarts " + std::to_string(options.maxRestarts) +
+           " (TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt + 1) + ")");
+  }
 }
 
 } // namespace accel

@@ -62,8 +62,8 @@ void PrefixedLineWriter::writeLine(const char* text, size_t size) {
   writeFully(destinationFd_, line.data(), line.size());
 }
 
-RankOutputPipe::RankOutputPipe(int sourceFd, int destinationFd, std::string prefix)
-    : sourceFd_(sourceFd), writer_(destinationFd, std::move(prefix)) {}
+RankOutputPipe::RankOutputPipe(int sourceFd, int destinationFd, std::string prefix, int logFd)
+    : sourceFd_(sourceFd), logFd_(logFd), writer_(destinationFd, std::move(prefix)) {}
 
 RankOutputPipe::~RankOutputPipe() {
   close();
@@ -78,6 +78,8 @@ void RankOutputPipe::forwardAvailable() {
     close();
     return;
   }
+  if (logFd_ >= 0)
+    writeFully(logFd_, buffer, static_cast<size_t>(received));
   writer_.write(buffer, static_cast<size_t>(received));
 }
 
@@ -87,6 +89,9 @@ void RankOutputPipe::close() {
   writer_.finish();
   ::close(sourceFd_);
   sourceFd_ = -1;
+  if (logFd_ >= 0)
+    ::close(logFd_);
+  logFd_ = -1;
 }
 
 } // namespace accel

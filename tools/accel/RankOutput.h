@@ -29,7 +29,8 @@ private:
 /// The read end of the pipe a rank writes one stream (stdout or stderr) to, and where its lines go.
 class RankOutputPipe {
 public:
-  RankOutputPipe(int sourceFd, int destinationFd, std::string prefix);
+  /// With `logFd` >= 0, everything read is also written there as it came (no prefix); the pipe closes it.
+  RankOutputPipe(int sourceFd, int destinationFd, std::string prefix, int logFd = -1);
   ~RankOutputPipe();
   RankOutputPipe(const RankOutputPipe&) = delete;
   RankOutputPipe& operator=(const RankOutputPipe&) = delete;
@@ -44,6 +45,7 @@ public:
 
 private:
   int sourceFd_;
+  int logFd_;
   PrefixedLineWriter writer_;
 };
 

@@ -1,5 +1,6 @@
-// The `accel` command: picks the subcommand (`launch`; later `config`, `env`) and turns errors into exit
-// codes.
+// The `accel` command: picks the subcommand (`config`, `launch`, `env`) and turns errors into exit codes.
+#include "ConfigCommand.h"
+#include "EnvCommand.h"
 #include "Flags.h"
 #include "LaunchCommand.h"
 
@@ -18,7 +19,9 @@ struct Subcommand {
 };
 
 const Subcommand kSubcommands[] = {
+    {"config", accel::kConfigSummary, accel::runConfigCommand},
     {"launch", accel::kLaunchSummary, accel::runLaunchCommand},
+    {"env", accel::kEnvSummary, accel::runEnvCommand},
 };
 
 constexpr int kUsageErrorExitCode = 2;
@@ -31,7 +34,8 @@ std::string usage() {
                      "\n"
                      "commands:\n";
   for (const Subcommand& subcommand : kSubcommands)
-    text += "  " + std::string(subcommand.name) + "  " + subcommand.summary + "\n";
+    text += "  " + std::string(subcommand.name) + std::string(8 - std::string(subcommand.name).size(), ' ') +
+            subcommand.summary + "\n";
   text += "\n"
           "Run `accel <command> --help` for a command's flags.\n";
   return text;

@@ -1,18 +1,101 @@
-// test/passes/Inputs/accelerate/accelerate.h: a mirror of the runtime's accelerate::Accelerator, for fast checks
-// of rewritten test files. Signatures match include/accelerate/accelerator.h for what is declared here.
+// test/passes/Inputs/accelerate/accelerate.h: a mirror of the runtime's public API, for fast checks of rewritten
+// test files. Signatures match include/accelerate/*.h for what is declared here; templates are simplified
+// where the real ones only add checks.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <cstddef>
+#include <iostream>
+#include <memory>
 #include <optional>
+#include <utility>
 
 namespace accelerate {
+
+enum class ReduceOp { SUM, MEAN, MAX };
+
+class Optimizer {
+public:
+  void step();
+  void zero_grad(bool set_to_none = true);
+  torch::optim::Optimizer& unwrap() const;
+  operator torch::optim::Optimizer&() const { return unwrap(); }
+  torch::optim::Optimizer& operator*() const { return unwrap(); }
+  const Optimizer* operator->() const { return this; }
+  Optimizer* operator->() { return this; }
+};
+
+class Scheduler {
+public:
+  void step();
+  torch::optim::LRScheduler& unwrap() const;
+  torch::optim::LRScheduler& operator*() const { return unwrap(); }
+  Scheduler* operator->() { return this; }
+  const Scheduler* operator->() const { return this; }
+};
+
+struct DataLoaderOptions {
+  DataLoaderOptions() = default;
+  /* implicit */ DataLoaderOptions(size_t batch_size);
+  /* implicit */ DataLoaderOptions(const torch::data::DataLoaderOptions& options);
+  DataLoaderOptions& shuffle(bool new_shuffle);
+};
+
+template <typename Dataset> class DataLoader {
+public:
+  using BatchType = typename Dataset::BatchType;
+  torch::data::Iterator<BatchType> begin();
+  torch::data::Iterator<BatchType> end();
+};
+
 class Accelerator {
 public:
   Accelerator();
   Accelerator(const Accelerator&) = delete;
+  static Accelerator& current();
+
+  torch::Device device() const;
+  bool is_main_process() const;
+
+  template <typename Model> Model& prepare(Model& model);
+  template <typename Opt, std::enable_if_t<std::is_base_of_v<torch::optim::Optimizer, std::decay_t<Opt>>, int> = 0>
+  Optimizer prepare(Opt&& optimizer);
+  template <typename Sched,
+            std::enable_if_t<std::is_base_of_v<torch::optim::LRScheduler, std::decay_t<Sched>>, int> = 0>
+  Scheduler prepare(Sched&& scheduler);
+
+#ifdef ACCEL_MIRROR_UNSHUFFLED_LOADERS // What the runtime will take once loaders can keep their order.
+  template <typename Dataset>
+  std::unique_ptr<DataLoader<Dataset>> prepare_data_loader(Dataset dataset, DataLoaderOptions options = {});
+#else
+  template <typename Dataset>
+  std::unique_ptr<DataLoader<Dataset>> prepare_data_loader(Dataset dataset,
+                                                           torch::data::DataLoaderOptions options = {});
+#endif
+
   void backward(const torch::Tensor& loss, const torch::Tensor& gradient = {},
                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
                 std::optional<at::TensorList> inputs = std::nullopt);
+
+  class AccumulateGuard {
+  public:
+    AccumulateGuard(AccumulateGuard&& other) noexcept;
+    ~AccumulateGuard();
+  };
+  template <typename... Models> [[nodiscard]] AccumulateGuard accumulate(Models&... models);
+
+  torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& parameters, double max_norm,
+                                double norm_type = 2.0);
+  void clip_grad_value_(const std::vector<torch::Tensor>& parameters, double clip_value);
+
+  torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
+  torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
+  void wait_for_everyone();
+
+  template <typename... Args> void print(const Args&... args) {
+    if (is_main_process())
+      (std::cout << ... << args) << std::endl;
+  }
 };
 } // namespace accelerate

@@ -1,0 +1,110 @@
+// passes/AccumulatePass.cpp: the rule that wraps each training step in an accumulation guard.
+#include "passes/AccumulatePass.h"
+
+#include "passes/Insertion.h"
+#include "passes/Macros.h"
+#include "passes/TrainingCode.h"
+
+#include "clang/AST/ASTContext.h"
+#include "clang/AST/ExprCXX.h"
+#include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/Tooling/Transformer/Stencil.h"
+#include "llvm/ADT/STLExtras.h"
+
+namespace accelerate::passes {
+namespace {
+
+using namespace clang::ast_matchers;
+using namespace clang::transformer;
+
+constexpr char LoopId[] = "loop";
+constexpr char BodyId[] = "body";
+
+auto anyLoop() { return stmt(anyOf(forStmt(), cxxForRangeStmt(), whileStmt(), doStmt())); }
+
+/// A loop with a backward pass and an optimizer step in it.
+bool runsTrainingStep(const clang::Stmt& Loop, clang::ASTContext& Context) {
+  return loopTrains(Loop, Context) && !match(stmt(hasDescendant(optimizerStep())), Loop, Context).empty();
+}
+
+/// The innermost loop that runs a training step: no loop inside it runs one too.
+AST_MATCHER(clang::Stmt, isInnermostTrainingStepLoop) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  if (!runsTrainingStep(Node, Context))
+    return false;
+  for (const BoundNodes& Inner : match(stmt(forEachDescendant(anyLoop().bind("inner"))), Node, Context))
+    if (runsTrainingStep(*Inner.getNodeAs<clang::Stmt>("inner"), Context))
+      return false;
+  return true;
+}
+
+/// `model` for a module variable or member, `*model` for a raw pointer to one.
+std::string modelName(const clang::ValueDecl& Model) {
+  return (Model.getType()->isPointerType() ? "*" : "") + Model.getNameAsString();
+}
+
+/// The models the loop's step trains: those whose parameters the stepped optimizers were made with, else the
+/// modules it calls `forward` on (written `model->forward(x)` or `model.forward(x)`).
+std::vector<std::string> steppedModels(const clang::Stmt& Loop, clang::ASTContext& Context) {
+  std::vector<const clang::ValueDecl*> Models;
+  auto Add = [&](const clang::ValueDecl* Model) {
+    if (Model && !llvm::is_contained(Models, Model))
+      Models.push_back(Model);
+  };
+  for (const BoundNodes& Found : match(stmt(forEachDescendant(stmt(optimizerStep()).bind("step"))), Loop, Context)) {
+    const auto* Step = Found.getNodeAs<clang::CXXMemberCallExpr>("step");
+    const clang::Expr* Object = Step->getImplicitObjectArgument()->IgnoreImplicit();
+    if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
+      if (Arrow->getOperator() == clang::OO_Arrow)
+        Object = Arrow->getArg(0);
+    const auto* Optimizer = llvm::dyn_cast_or_null<clang::VarDecl>(namedDeclaration(Object));
+    if (Optimizer && Optimizer->getInit())
+      for (const clang::Expr* Model : modelsTrainedBy(*Optimizer->getInit(), Context))
+        Add(namedDeclaration(Model));
+  }
+  if (Models.empty()) {
+    auto Forward = memberExpr(member(hasName("forward")), hasObjectExpression(expr().bind("object")));
+    auto DependentForward = cxxDependentScopeMemberExpr(hasMemberName("forward"),
+                                                        hasObjectExpression(expr().bind("object")));
+    for (const BoundNodes& Found :
+         match(stmt(forEachDescendant(expr(anyOf(Forward, DependentForward)))), Loop, Context)) {
+      const clang::Expr* Object = Found.getNodeAs<clang::Expr>("object")->IgnoreImplicit();
+      if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
+        if (Arrow->getOperator() == clang::OO_Arrow)
+          Object = Arrow->getArg(0);
+      const clang::ValueDecl* Model = namedDeclaration(Object);
+      if (Model && !match(valueDecl(hasType(isModuleType())), *Model, Context).empty())
+        Add(Model);
+    }
+  }
+  std::vector<std::string> Names;
+  for (const clang::ValueDecl* Model : Models)
+    Names.push_back(modelName(*Model));
+  return Names;
+}
+
+Stencil accumulateStatement() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
+    return "auto accumulate = accelerator.accumulate(" + llvm::join(steppedModels(*Loop, *Result.Context), ", ") +
+           ");";
+  });
+}
+
+} // namespace
+
+StatementMatcher accumulatedLoop() {
+  return stmt(anyLoop(), hasBody(compoundStmt(unless(isInMacroExpansion())).bind(BodyId)),
+              isInnermostTrainingStepLoop(), isInTrainingFile(), unless(isInDistributedFunction()))
+      .bind(LoopId);
+}
+
+PassRule accumulatePass() {
+  return makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, accumulatedLoop()),
+                  insertAtBlockStart(BodyId, accumulateStatement()),
+                  cat("the accumulation guard spans one training step (forward, backward, optimizer step): with "
+                      "gradient_accumulation_steps k, gradients are synchronised and the optimizer steps on every "
+                      "k-th batch only, and the last batch of a prepared loader always completes a step"));
+}
+
+} // namespace accelerate::passes

@@ -1,0 +1,41 @@
+// passes/DataLoaderPass.h: training loaders made with `torch::data::make_data_loader` become the runtime's
+// distributed loader.
+#ifndef ACCELERATE_PASSES_DATALOADERPASS_H
+#define ACCELERATE_PASSES_DATALOADERPASS_H
+
+#include "passes/Registry.h"
+
+#include "clang/ASTMatchers/ASTMatchers.h"
+
+namespace clang {
+class ASTContext;
+class VarDecl;
+} // namespace clang
+
+namespace accelerate::passes {
+
+/// Rewrites the loaders a training loop reads into prepared loaders, which give each process its share of
+/// every global batch, already on `accelerator.device()`:
+///
+///   auto loader = torch::data::make_data_loader(std::move(dataset), 64);
+///     →  auto loader = accelerator.prepare_data_loader(std::move(dataset), 64);
+///   auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(dataset, options);
+///     →  auto loader = accelerator.prepare_data_loader(dataset,
+///                                                      accelerate::DataLoaderOptions(options).shuffle(false));
+///
+/// `for (auto& batch : *loader)` keeps working. The sequential form needs the runtime to take
+/// accelerate::DataLoaderOptions (RuntimeSupport::UnshuffledLoaders); until then such loaders are reported
+/// and left as they are. Loaders that only evaluation loops read are left alone: every process evaluates the
+/// whole set, so metrics stay global. Loaders with an explicit sampler object or a stateful dataset are
+/// reported.
+PassRule dataLoaderPass();
+
+/// True when dataLoaderPass() rewrites the declaration of `Loader`: its batches then arrive on the device.
+bool isPreparedLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
+
+/// Matches the declarations dataLoaderPass() rewrites (they use `accelerator`).
+clang::ast_matchers::StatementMatcher preparedLoaderDeclaration();
+
+} // namespace accelerate::passes
+
+#endif // ACCELERATE_PASSES_DATALOADERPASS_H

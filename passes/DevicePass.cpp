@@ -1,0 +1,272 @@
+// passes/DevicePass.cpp: the rule that hands device choice and placement to the accelerator.
+#include "passes/DevicePass.h"
+
+#include "passes/DataLoaderPass.h"
+#include "passes/Insertion.h"
+#include "passes/Macros.h"
+#include "passes/TrainingCode.h"
+
+#include "clang/AST/ASTContext.h"
+#include "clang/AST/ExprCXX.h"
+#include "clang/AST/StmtCXX.h"
+#include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/Lex/Lexer.h"
+#include "clang/Tooling/Transformer/RangeSelector.h"
+#include "clang/Tooling/Transformer/Stencil.h"
+
+namespace accelerate::passes {
+namespace {
+
+using namespace clang::ast_matchers;
+using namespace clang::transformer;
+
+constexpr char StatementId[] = "statement";
+constexpr char VariableId[] = "variable";
+constexpr char CallId[] = "call";
+constexpr char ObjectId[] = "object";
+constexpr char ArgumentId[] = "argument";
+constexpr char DtypeId[] = "dtype";
+constexpr char ValueId[] = "value";
+
+constexpr char AcceleratorDevice[] = "accelerator.device()";
+
+AST_MATCHER(clang::StringLiteral, isCudaString) {
+  return Node.getCharByteWidth() == 1 && Node.getString().starts_with("cuda");
+}
+AST_MATCHER(clang::StringLiteral, isCpuString) {
+  return Node.getCharByteWidth() == 1 && Node.getString().starts_with("cpu");
+}
+
+/// An expression that names CUDA: the constant, a "cuda" string, a CUDA availability check.
+StatementMatcher cudaMention() {
+  return stmt(anyOf(declRefExpr(to(varDecl(hasName("::c10::kCUDA")))),
+                    declRefExpr(to(enumConstantDecl(hasName("::c10::DeviceType::CUDA")))),
+                    stringLiteral(isCudaString()),
+                    callExpr(callee(functionDecl(hasName("::torch::cuda::is_available"))))));
+}
+
+/// An expression that names the CPU.
+StatementMatcher cpuMention() {
+  return stmt(anyOf(declRefExpr(to(varDecl(hasName("::c10::kCPU")))),
+                    declRefExpr(to(enumConstantDecl(hasName("::c10::DeviceType::CPU")))),
+                    stringLiteral(isCpuString())));
+}
+
+bool has(const StatementMatcher& Matcher, const clang::Stmt& S, clang::ASTContext& Context) {
+  return !match(stmt(anyOf(Matcher, hasDescendant(Matcher))), S, Context).empty();
+}
+
+/// A device variable that training uses: declared or set from CUDA, from a check, from another device, or
+/// from anything but an explicit CPU device. `torch::Device cpu(torch::kCPU)` is not one.
+AST_MATCHER(clang::VarDecl, isTrainingDevice) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::Expr* Init = Node.getInit();
+  if (!Init)
+    return false;
+  bool ExplicitCpu = has(cpuMention(), *Init, Context) && !has(cudaMention(), *Init, Context) &&
+                     !has(declRefExpr(to(varDecl(hasType(isDeviceType())))), *Init, Context);
+  if (!ExplicitCpu)
+    return true;
+  // `torch::Device device(torch::kCPU); if (torch::cuda::is_available()) device = torch::kCUDA;`
+  const clang::FunctionDecl* Function = enclosingFunction(*Init, Context);
+  if (!Function || !Function->hasBody())
+    return false;
+  auto Target = declRefExpr(to(varDecl(equalsNode(&Node))));
+  auto Assignment = stmt(anyOf(binaryOperator(isAssignmentOperator(), hasLHS(ignoringParenImpCasts(Target)),
+                                              hasRHS(hasDescendant(cudaMention()))),
+                               cxxOperatorCallExpr(hasOverloadedOperatorName("="), hasArgument(0, Target),
+                                                   hasArgument(1, anyOf(cudaMention(), hasDescendant(cudaMention()))))));
+  return has(Assignment, *Function->getBody(), Context);
+}
+
+/// The argument names the CPU and nothing else.
+AST_MATCHER(clang::Expr, isCpuDevice) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  return has(cpuMention(), Node, Context) && !has(cudaMention(), Node, Context);
+}
+
+/// `torch::kCUDA`, `"cuda"`, `torch::Device(torch::kCUDA)`: a CUDA device written as a constant.
+AST_MATCHER(clang::Expr, isCudaConstant) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::Expr* E = Node.IgnoreUnlessSpelledInSource();
+  if (!match(cudaMention(), *E, Context).empty())
+    return true;
+  const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(E);
+  if (!Construct)
+    if (const auto* Cast = llvm::dyn_cast<clang::CXXFunctionalCastExpr>(E))
+      Construct = llvm::dyn_cast<clang::CXXConstructExpr>(Cast->getSubExpr()->IgnoreImplicit());
+  return Construct && Construct->getNumArgs() > 0 &&
+         !match(cudaMention(), *Construct->getArg(0)->IgnoreUnlessSpelledInSource(), Context).empty();
+}
+
+/// The tensor comes from a batch of a prepared loader: it names the loop variable of a loop over one, or a
+/// local initialised from such a tensor.
+bool derivesFromPreparedBatch(const clang::Expr& E, clang::ASTContext& Context, int Depth = 0) {
+  if (Depth > 3)
+    return false;
+  auto Reference = declRefExpr(to(decl(anyOf(varDecl(), bindingDecl())).bind("decl")));
+  for (const BoundNodes& Found : match(stmt(anyOf(Reference, forEachDescendant(Reference))), E, Context)) {
+    const clang::Decl* Declaration = Found.getNodeAs<clang::Decl>("decl");
+    const clang::VarDecl* Variable = llvm::dyn_cast<clang::VarDecl>(Declaration);
+    if (const auto* Binding = llvm::dyn_cast<clang::BindingDecl>(Declaration))
+      Variable = llvm::dyn_cast_or_null<clang::VarDecl>(Binding->getDecomposedDecl());
+    if (!Variable)
+      continue;
+    for (const clang::DynTypedNode& Parent : Context.getParents(*Variable)) {
+      const auto* Statement = Parent.get<clang::DeclStmt>();
+      if (!Statement)
+        continue;
+      for (const clang::DynTypedNode& Loop : Context.getParents(*Statement)) {
+        const auto* RangeFor = Loop.get<clang::CXXForRangeStmt>();
+        if (RangeFor && RangeFor->getLoopVariable() == Variable)
+          if (const clang::VarDecl* Loader = iteratedLoader(*RangeFor, Context))
+            if (isPreparedLoader(*Loader, Context))
+              return true;
+      }
+    }
+    if (Variable->hasLocalStorage() && Variable->getInit() &&
+        derivesFromPreparedBatch(*Variable->getInit(), Context, Depth + 1))
+      return true;
+  }
+  return false;
+}
+
+AST_MATCHER(clang::Expr, isFromPreparedBatch) {
+  return derivesFromPreparedBatch(Node, Finder->getASTContext());
+}
+
+/// The module a member call is made on, through `->` on a holder or smart pointer.
+AST_MATCHER(clang::CXXMemberCallExpr, isOnTrainedModel) {
+  const clang::Expr* Object = Node.getImplicitObjectArgument()->IgnoreImplicit();
+  if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
+    if (Arrow->getOperator() == clang::OO_Arrow)
+      Object = Arrow->getArg(0);
+  const clang::ValueDecl* Model = namedDeclaration(Object);
+  return Model && isTrainedModel(*Model, Finder->getASTContext());
+}
+
+AST_MATCHER(clang::Stmt, isStatementInBlock) {
+  clang::DynTypedNodeList Parents = Finder->getASTContext().getParents(Node);
+  while (!Parents.empty() && (Parents[0].get<clang::ExprWithCleanups>() || Parents[0].get<clang::ImplicitCastExpr>()))
+    Parents = Finder->getASTContext().getParents(Parents[0]);
+  return !Parents.empty() && Parents[0].get<clang::CompoundStmt>();
+}
+
+auto inScope() {
+  return allOf(unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()));
+}
+
+auto tensorMethod(llvm::StringRef Name) {
+  return callee(cxxMethodDecl(hasName(Name), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))));
+}
+auto moduleMethod(llvm::StringRef Name) {
+  return callee(cxxMethodDecl(hasName(Name), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module")))));
+}
+
+/// `x.to(device)` and `x.to(device, dtype)`: a move that names a device (not the CPU), with no other explicit
+/// argument but a dtype.
+StatementMatcher tensorMoveToDevice() {
+  auto DeviceArgument = expr(anyOf(hasType(isDeviceType()), stringLiteral()), unless(isCpuDevice()));
+  return cxxMemberCallExpr(tensorMethod("to"), on(expr().bind(ObjectId)),
+                           hasArgument(0, DeviceArgument.bind(ArgumentId)),
+                           anyOf(argumentCountIs(1), hasArgument(1, cxxDefaultArgExpr()),
+                                 hasArgument(1, expr(hasType(enumDecl(hasName("::c10::ScalarType")))).bind(DtypeId))),
+                           anyOf(argumentCountIs(1), argumentCountIs(2), hasArgument(2, cxxDefaultArgExpr())));
+}
+
+StatementMatcher tensorCuda() {
+  return cxxMemberCallExpr(tensorMethod("cuda"), on(expr().bind(ObjectId)));
+}
+
+/// `model->to(device)` as a statement of its own: one device argument, nothing else.
+StatementMatcher trainedModelMove() {
+  return cxxMemberCallExpr(moduleMethod("to"), isOnTrainedModel(),
+                           hasArgument(0, expr(anyOf(hasType(isDeviceType()), stringLiteral()), unless(isCpuDevice()))),
+                           anyOf(argumentCountIs(1), hasArgument(1, cxxDefaultArgExpr())), isStatementInBlock())
+      .bind(CallId);
+}
+
+/// A CUDA constant as the device argument of a move or of `TensorOptions::device`.
+StatementMatcher cudaConstantArgument() {
+  auto Move = cxxMemberCallExpr(anyOf(tensorMethod("to"), moduleMethod("to"),
+                                      callee(cxxMethodDecl(hasName("device"),
+                                                           ofClass(hasName("::c10::TensorOptions"))))),
+                                hasArgument(0, expr(isCudaConstant()).bind(ArgumentId)));
+  return stmt(Move, unless(trainedModelMove()),
+              unless(cxxMemberCallExpr(tensorMoveToDevice(), on(isFromPreparedBatch()))))
+      .bind(CallId);
+}
+
+StatementMatcher deviceDeclaration() {
+  return declStmt(hasSingleDecl(varDecl(hasLocalStorage(), hasType(isDeviceType()), isTrainingDevice()).bind(VariableId)))
+      .bind(StatementId);
+}
+
+StatementMatcher deviceAssignment() {
+  auto Target = declRefExpr(to(varDecl(hasLocalStorage(), hasType(isDeviceType()), isTrainingDevice())));
+  auto NotYet = unless(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("device"), ofClass(hasName("::accelerate::Accelerator"))))));
+  return stmt(anyOf(binaryOperator(isAssignmentOperator(), hasLHS(ignoringParenImpCasts(Target)),
+                                   hasRHS(expr(NotYet).bind(ValueId))),
+                    cxxOperatorCallExpr(hasOverloadedOperatorName("="), hasArgument(0, Target),
+                                        hasArgument(1, expr(NotYet).bind(ValueId)))))
+      .bind(StatementId);
+}
+
+/// The declaration with the accelerator's device: `torch::Device device = accelerator.device();`, keeping
+/// the declared type unless it was a DeviceType, which cannot hold a device index.
+Stencil deviceDeclarationText() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
+    std::string Type = "torch::Device";
+    clang::QualType Declared = Variable->getType();
+    bool IsEnum = Declared->isEnumeralType();
+    if (!IsEnum || Declared->getContainedAutoType())
+      Type = clang::Lexer::getSourceText(
+                 clang::CharSourceRange::getTokenRange(Variable->getTypeSourceInfo()->getTypeLoc().getSourceRange()),
+                 *Result.SourceManager, Result.Context->getLangOpts())
+                 .str();
+    if (Declared.isConstQualified() && !llvm::StringRef(Type).starts_with("const"))
+      Type = "const " + Type;
+    return Type + " " + Variable->getNameAsString() + " = " + AcceleratorDevice + ";";
+  });
+}
+
+} // namespace
+
+StatementMatcher deviceSiteUsingAccelerator() {
+  return stmt(anyOf(deviceDeclaration(), deviceAssignment(), cudaConstantArgument(),
+                    cxxMemberCallExpr(tensorCuda(), unless(on(isFromPreparedBatch())))),
+              inScope());
+}
+
+PassRule devicePass() {
+  auto Scoped = [](StatementMatcher Matcher) {
+    return traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(Matcher, inScope()));
+  };
+  auto Object = node(ObjectId);
+  return applyFirst<std::string>({
+      makeRule(Scoped(deviceDeclaration()),
+               changeTo(statementWithSemicolon(StatementId), deviceDeclarationText()),
+               cat("the accelerator picks each process's device (cuda:<local rank> when CUDA is available, else "
+                   "the CPU); '", name(VariableId), "' is that device, for the code that still uses it")),
+      makeRule(Scoped(deviceAssignment()), changeTo(node(ValueId), cat(AcceleratorDevice)),
+               cat("the accelerator picks each process's device; this assignment would move training elsewhere")),
+      makeRule(Scoped(trainedModelMove()), removeStatement(CallId),
+               cat("accelerator.prepare() moves the model to accelerator.device() (the model is prepared where "
+                   "its optimizer is made)")),
+      makeRule(Scoped(cxxMemberCallExpr(tensorMoveToDevice(), on(isFromPreparedBatch())).bind(CallId)),
+               changeTo(node(CallId), ifBound(DtypeId, cat(Object, ".to(", node(DtypeId), ")"), cat(Object))),
+               cat("a prepared loader's batches are already on accelerator.device()")),
+      makeRule(Scoped(cxxMemberCallExpr(tensorCuda(), on(isFromPreparedBatch())).bind(CallId)),
+               changeTo(node(CallId), cat(Object)),
+               cat("a prepared loader's batches are already on accelerator.device()")),
+      makeRule(Scoped(stmt(tensorCuda()).bind(CallId)), changeTo(node(CallId), cat(Object, ".to(", AcceleratorDevice, ")")),
+               cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); .cuda() would put "
+                   "every process on GPU 0")),
+      makeRule(Scoped(cudaConstantArgument()), changeTo(node(ArgumentId), cat(AcceleratorDevice)),
+               cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); a constant CUDA "
+                   "device would put every process on GPU 0")),
+  });
+}
+
+} // namespace accelerate::passes

@@ -1,0 +1,55 @@
+// passes/LayersPass.cpp: the rule that swaps torch::nn::Linear for accelerate::nn::Linear in user modules.
+#include "passes/LayersPass.h"
+
+#include "passes/Macros.h"
+
+#include "clang/AST/ASTContext.h"
+#include "clang/AST/DeclCXX.h"
+#include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/Basic/SourceManager.h"
+#include "clang/Tooling/Transformer/RangeSelector.h"
+#include "clang/Tooling/Transformer/Stencil.h"
+
+namespace accelerate::passes {
+namespace {
+
+using namespace clang::ast_matchers;
+using namespace clang::transformer;
+
+constexpr char TypeId[] = "type";
+
+AST_MATCHER(clang::TypeLoc, isInMainFile) {
+  const clang::SourceManager& SM = Finder->getASTContext().getSourceManager();
+  return Node.getBeginLoc().isValid() && !Node.getBeginLoc().isMacroID() &&
+         SM.isWrittenInMainFile(SM.getExpansionLoc(Node.getBeginLoc()));
+}
+
+AST_MATCHER(clang::TypeLoc, hasRuntimeLinear) {
+  return runtimeSupport().AccelerateLinear;
+}
+
+/// `torch::nn::Linear` as spelled in a user module: a member's type, or a construction in its methods.
+TypeLocMatcher linearInUserModule() {
+  auto Linear = loc(qualType(hasDeclaration(cxxRecordDecl(hasName("::torch::nn::Linear")))));
+  auto UserModule = cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"), unless(hasName("::torch::nn::Module")));
+  // `torch::nn::Linear` is an elaborated type around the record `Linear`: take the outer one, once.
+  return typeLoc(Linear, unless(qualifiedTypeLoc()), unless(hasParent(elaboratedTypeLoc())), isInMainFile(),
+                 hasAncestor(UserModule))
+      .bind(TypeId);
+}
+
+} // namespace
+
+PassRule layersPass() {
+  return applyFirst<std::string>({
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, typeLoc(linearInUserModule(), hasRuntimeLinear())),
+               changeTo(node(TypeId), cat("accelerate::nn::Linear")),
+               cat("accelerate::nn::Linear has torch::nn::Linear's options and parameter names, fuses the bias into "
+                   "the GEMM (at::linear) and runs fp8 under mixed_precision fp8")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, linearInUserModule()), noopEdit(node(TypeId)),
+               cat("torch::nn::Linear not rewritten: accelerate::nn::Linear (fused bias, fp8) is not in this "
+                   "runtime yet")),
+  });
+}
+
+} // namespace accelerate::passes

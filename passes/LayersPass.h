@@ -1,0 +1,24 @@
+// passes/LayersPass.h: the user's own modules use accelerate::nn::Linear (fused bias, fp8-capable).
+#ifndef ACCELERATE_PASSES_LAYERSPASS_H
+#define ACCELERATE_PASSES_LAYERSPASS_H
+
+#include "passes/Registry.h"
+
+namespace accelerate::passes {
+
+/// In the modules the user defines (classes derived from `torch::nn::Module` in the rewritten file),
+/// `torch::nn::Linear` becomes `accelerate::nn::Linear`, a drop-in with the same options and parameter names
+/// that fuses the bias into the GEMM and runs fp8 under that precision (shared/DESIGN.md §3.9):
+///
+///   torch::nn::Linear fc1{nullptr};        →  accelerate::nn::Linear fc1{nullptr};
+///   register_module("fc1", torch::nn::Linear(784, 512))
+///                                          →  register_module("fc1", accelerate::nn::Linear(784, 512))
+///
+/// Modules the user does not define (a TorchScript model, libtorch's own) are left alone. The runtime does not
+/// have accelerate::nn::Linear yet (RuntimeSupport::AccelerateLinear): until it does, each site is reported
+/// as "not rewritten", and the pass is off unless named in `--passes=`.
+PassRule layersPass();
+
+} // namespace accelerate::passes
+
+#endif // ACCELERATE_PASSES_LAYERSPASS_H

@@ -1,0 +1,249 @@
+// passes/OutputPass.cpp: the rule that keeps training output to the main process.
+#include "passes/OutputPass.h"
+
+#include "passes/Insertion.h"
+#include "passes/Macros.h"
+#include "passes/TrainingCode.h"
+
+#include "clang/AST/ASTContext.h"
+#include "clang/AST/ExprCXX.h"
+#include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/Lex/Lexer.h"
+#include "clang/Tooling/Transformer/Stencil.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <optional>
+
+namespace accelerate::passes {
+namespace {
+
+using namespace clang::ast_matchers;
+using namespace clang::transformer;
+
+constexpr char StatementId[] = "statement";
+
+/// `a << b << c`: the stream (`a`) and what is written to it (`b`, `c`), for resolved and dependent code.
+struct StreamChain {
+  const clang::Expr* Stream = nullptr;
+  std::vector<const clang::Expr*> Operands;
+};
+
+std::optional<StreamChain> streamChain(const clang::Expr* E) {
+  StreamChain Chain;
+  E = E->IgnoreUnlessSpelledInSource();
+  while (true) {
+    E = E->IgnoreParens();
+    if (const auto* Operator = llvm::dyn_cast<clang::CXXOperatorCallExpr>(E);
+        Operator && Operator->getOperator() == clang::OO_LessLess && Operator->getNumArgs() == 2) {
+      Chain.Operands.insert(Chain.Operands.begin(), Operator->getArg(1));
+      E = Operator->getArg(0)->IgnoreUnlessSpelledInSource();
+      continue;
+    }
+    if (const auto* Binary = llvm::dyn_cast<clang::BinaryOperator>(E); Binary && Binary->getOpcode() == clang::BO_Shl) {
+      Chain.Operands.insert(Chain.Operands.begin(), Binary->getRHS());
+      E = Binary->getLHS()->IgnoreUnlessSpelledInSource();
+      continue;
+    }
+    break;
+  }
+  if (Chain.Operands.empty())
+    return std::nullopt;
+  Chain.Stream = E;
+  return Chain;
+}
+
+/// What kind of stream a chain writes to.
+enum class Stream { Cout, OtherStandard, File, None };
+
+Stream streamKind(const clang::Expr* E) {
+  const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(E->IgnoreParenImpCasts());
+  const auto* Variable = Reference ? llvm::dyn_cast<clang::VarDecl>(Reference->getDecl()) : nullptr;
+  if (!Variable)
+    return Stream::None;
+  std::string Name = Variable->getQualifiedNameAsString();
+  if (Name == "std::cout")
+    return Stream::Cout;
+  if (Name == "std::cerr" || Name == "std::clog")
+    return Stream::OtherStandard;
+  const auto* Record = Variable->getType().getNonReferenceType()->getAsCXXRecordDecl();
+  if (Record && (Record->getQualifiedNameAsString() == "std::basic_ofstream" ||
+                 Record->getQualifiedNameAsString() == "std::basic_fstream"))
+    return Stream::File;
+  return Stream::None;
+}
+
+/// The name an operand spells when it is a function (`std::endl`, `std::flush`), resolved or not.
+std::string manipulatorName(const clang::Expr* E) {
+  E = E->IgnoreUnlessSpelledInSource()->IgnoreParenImpCasts();
+  if (const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(E))
+    if (llvm::isa<clang::FunctionDecl>(Reference->getDecl()))
+      return Reference->getDecl()->getNameAsString();
+  if (const auto* Unresolved = llvm::dyn_cast<clang::UnresolvedLookupExpr>(E))
+    return Unresolved->getName().getAsString();
+  return "";
+}
+
+bool isTemplateManipulator(const clang::Expr* E) {
+  std::string Name = manipulatorName(E);
+  return Name == "endl" || Name == "flush" || Name == "ends";
+}
+
+std::string sourceText(clang::SourceRange Range, const clang::ASTContext& Context) {
+  return clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Range), Context.getSourceManager(),
+                                     Context.getLangOpts())
+      .str();
+}
+
+/// A `\n`-terminated string literal written as one token: its spelling without the `\n`.
+std::optional<std::string> withoutFinalNewline(const clang::Expr* E, const clang::ASTContext& Context) {
+  E = E->IgnoreUnlessSpelledInSource()->IgnoreParenImpCasts();
+  std::string Text = sourceText(E->getSourceRange(), Context);
+  if (llvm::isa<clang::CharacterLiteral>(E) && Text == "'\\n'")
+    return std::string();
+  if (!llvm::isa<clang::StringLiteral>(E) || !llvm::StringRef(Text).ends_with("\\n\"") ||
+      llvm::StringRef(Text).count('"') != 2 || !llvm::StringRef(Text).starts_with("\""))
+    return std::nullopt;
+  Text = Text.substr(0, Text.size() - 3) + "\"";
+  return Text == "\"\"" ? std::string() : Text;
+}
+
+/// `std::cout << ... << std::endl;` (or a final "...\n") with no other function manipulator: it fits
+/// accelerator.print, which ends the line itself.
+bool fitsPrint(const StreamChain& Chain, const clang::ASTContext& Context) {
+  if (streamKind(Chain.Stream) != Stream::Cout)
+    return false;
+  const clang::Expr* Last = Chain.Operands.back();
+  bool EndsLine = manipulatorName(Last) == "endl" || withoutFinalNewline(Last, Context).has_value();
+  return EndsLine && llvm::none_of(llvm::ArrayRef(Chain.Operands).drop_back(), isTemplateManipulator);
+}
+
+/// A condition above `S`, inside its function, that depends on a tensor's value (or a dependent type):
+/// processes could disagree on it.
+bool underTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
+  auto TensorValue = expr(anyOf(declRefExpr(hasType(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))),
+                                declRefExpr(isTypeDependent()), cxxDependentScopeMemberExpr(),
+                                cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item"))))));
+  clang::DynTypedNodeList Parents = Context.getParents(S);
+  while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
+    const clang::Expr* Condition = nullptr;
+    if (const auto* If = Parents[0].get<clang::IfStmt>())
+      Condition = If->getCond();
+    else if (const auto* While = Parents[0].get<clang::WhileStmt>())
+      Condition = While->getCond();
+    else if (const auto* For = Parents[0].get<clang::ForStmt>())
+      Condition = For->getCond();
+    if (Condition && !match(expr(anyOf(TensorValue, hasDescendant(TensorValue))), *Condition, Context).empty())
+      return true;
+    Parents = Context.getParents(Parents[0]);
+  }
+  return false;
+}
+
+/// The tensors the function runs backward on, written as variables: its losses.
+std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  auto Loss = declRefExpr(to(varDecl().bind("loss")));
+  auto Resolved = cxxMemberCallExpr(callee(cxxMethodDecl(hasName("backward"), ofClass(cxxRecordDecl(isSameOrDerivedFrom(
+                                                                                   "::at::TensorBase"))))),
+                                    on(ignoringParenImpCasts(Loss)));
+  auto Dependent = cxxDependentScopeMemberExpr(hasMemberName("backward"), hasObjectExpression(ignoringParenImpCasts(Loss)));
+  std::vector<const clang::ValueDecl*> Losses;
+  for (const BoundNodes& Found :
+       match(stmt(forEachDescendant(expr(anyOf(Resolved, Dependent)))), *Function.getBody(), Context))
+    Losses.push_back(Found.getNodeAs<clang::ValueDecl>("loss"));
+  return Losses;
+}
+
+/// The operand as written, with `loss.item<T>()` reading the mean loss over the processes.
+std::string operandText(const clang::Expr& Operand, const std::vector<const clang::ValueDecl*>& Losses,
+                        clang::ASTContext& Context) {
+  std::string Text = sourceText(Operand.getSourceRange(), Context);
+  if (Losses.empty())
+    return Text;
+  auto Object = expr(ignoringParenImpCasts(declRefExpr(to(varDecl().bind("loss"))))).bind("object");
+  auto Item = expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item"))), on(Object)),
+                         callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("item"), hasObjectExpression(Object))))));
+  const clang::SourceManager& SM = Context.getSourceManager();
+  unsigned Start = SM.getFileOffset(SM.getExpansionLoc(Operand.getBeginLoc()));
+  std::vector<std::pair<unsigned, unsigned>> Ranges; // of the loss objects, relative to Start
+  for (const BoundNodes& Found : match(expr(anyOf(Item, forEachDescendant(Item))), Operand, Context)) {
+    if (!llvm::is_contained(Losses, Found.getNodeAs<clang::ValueDecl>("loss")))
+      continue;
+    const auto* LossObject = Found.getNodeAs<clang::Expr>("object");
+    unsigned Begin = SM.getFileOffset(SM.getExpansionLoc(LossObject->getBeginLoc())) - Start;
+    Ranges.push_back({Begin, static_cast<unsigned>(sourceText(LossObject->getSourceRange(), Context).size())});
+  }
+  llvm::sort(Ranges, [](auto A, auto B) { return A.first > B.first; });
+  for (auto [Begin, Length] : Ranges)
+    if (Begin + Length <= Text.size())
+      Text = Text.substr(0, Begin) + "accelerator.reduce(" + Text.substr(Begin, Length) +
+             ", accelerate::ReduceOp::MEAN)" + Text.substr(Begin + Length);
+  return Text;
+}
+
+AST_MATCHER(clang::Expr, isStreamOutput) {
+  std::optional<StreamChain> Chain = streamChain(&Node);
+  return Chain && streamKind(Chain->Stream) != Stream::None;
+}
+
+AST_MATCHER(clang::Expr, fitsAcceleratorPrint) {
+  std::optional<StreamChain> Chain = streamChain(&Node);
+  return Chain && fitsPrint(*Chain, Finder->getASTContext());
+}
+
+StatementMatcher printfCall() {
+  auto Names = hasAnyName("::printf", "::std::printf", "::puts", "::std::puts", "::fprintf", "::std::fprintf");
+  return callExpr(callee(expr(ignoringImplicit(anyOf(declRefExpr(to(functionDecl(Names))),
+                                                     unresolvedLookupExpr(hasAnyDeclaration(functionDecl(Names))))))));
+}
+
+/// `accelerator.print(operands...)`, without the final newline, losses reduced where that is safe.
+Stencil printText() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    clang::ASTContext& Context = *Result.Context;
+    const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
+    std::optional<StreamChain> Chain = streamChain(Statement);
+    std::vector<const clang::ValueDecl*> Losses;
+    const clang::FunctionDecl* Function = enclosingFunction(*Statement, Context);
+    if (Function && !underTensorCondition(*Statement, Context))
+      Losses = lossesOf(*Function, Context);
+    std::vector<std::string> Operands;
+    for (const clang::Expr* Operand : llvm::ArrayRef(Chain->Operands).drop_back())
+      Operands.push_back(operandText(*Operand, Losses, Context));
+    if (std::optional<std::string> Last = withoutFinalNewline(Chain->Operands.back(), Context); Last && !Last->empty())
+      Operands.push_back(*Last);
+    return "accelerator.print(" + llvm::join(Operands, ", ") + ");";
+  });
+}
+
+auto inScope() {
+  return allOf(unless(isInMacroExpansion()), isInTrainingOrEvaluationCode(), unless(isInDistributedFunction()));
+}
+
+StatementMatcher printable() {
+  return expr(isStreamOutput(), fitsAcceleratorPrint(), isWholeStatement(), inScope()).bind(StatementId);
+}
+
+StatementMatcher guardable() {
+  return expr(anyOf(expr(isStreamOutput()), printfCall()), isWholeStatement(), inScope()).bind(StatementId);
+}
+
+} // namespace
+
+StatementMatcher outputStatement() {
+  return stmt(anyOf(printable(), guardable()));
+}
+
+PassRule outputPass() {
+  return applyFirst<std::string>({
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, printable()),
+               changeTo(statementWithSemicolon(StatementId), printText()),
+               cat("accelerator.print() prints on the main process only, once per job instead of once per "
+                   "process; a loss the function runs backward on is printed as its mean over the processes "
+                   "(accelerator.reduce), the loss of the global batch")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, guardable()),
+               guardStatement(StatementId, "accelerator.is_main_process()"),
+               cat("only the main process writes this output, once per job instead of once per process")),
+  });
+}
+
+} // namespace accelerate::passes

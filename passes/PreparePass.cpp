@@ -1,0 +1,177 @@
+// passes/PreparePass.cpp: the rule that prepares optimizers, schedulers and the models an optimizer trains.
+#include "passes/PreparePass.h"
+
+#include "passes/Insertion.h"
+#include "passes/Macros.h"
+#include "passes/TrainingCode.h"
+
+#include "clang/AST/ASTContext.h"
+#include "clang/AST/ExprCXX.h"
+#include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/Lex/Lexer.h"
+#include "clang/Tooling/Transformer/RangeSelector.h"
+#include "clang/Tooling/Transformer/Stencil.h"
+
+namespace accelerate::passes {
+namespace {
+
+using namespace clang::ast_matchers;
+using namespace clang::transformer;
+
+constexpr char StatementId[] = "statement";
+constexpr char VariableId[] = "variable";
+constexpr char ConstructId[] = "construct";
+constexpr char FactoryId[] = "factory";
+
+std::string sourceText(clang::CharSourceRange Range, const MatchFinder::MatchResult& Result) {
+  return clang::Lexer::getSourceText(Range, *Result.SourceManager, Result.Context->getLangOpts()).str();
+}
+std::string sourceText(clang::SourceRange Range, const MatchFinder::MatchResult& Result) {
+  return sourceText(clang::CharSourceRange::getTokenRange(Range), Result);
+}
+
+/// A variable that holds the object itself (not a pointer or a reference).
+AST_MATCHER(clang::VarDecl, holdsObject) {
+  clang::QualType Type = Node.getType();
+  if (Type->isReferenceType() || Type->isPointerType())
+    return false;
+  const auto* Record = Type->getAsCXXRecordDecl();
+  std::string Name = Record ? Record->getQualifiedNameAsString() : "";
+  return Record && Name != "std::shared_ptr" && Name != "std::unique_ptr";
+}
+
+/// `T name(args)`, `T name{args}`, `T name = T(args)`, `auto name = T(args)`, and
+/// `auto name = std::make_shared<T>(args)` (or make_unique) for an optimizer or scheduler type T, declared
+/// alone in a function.
+StatementMatcher declarationOf(clang::ast_matchers::internal::Matcher<clang::QualType> Type) {
+  auto Construct = cxxConstructExpr(hasType(Type)).bind(ConstructId);
+  auto Made = callExpr(callee(functionDecl(hasAnyName("::std::make_shared", "::std::make_unique"))),
+                       hasType(Type))
+                  .bind(FactoryId);
+  auto Variable = varDecl(hasLocalStorage(), unless(isStaticLocal()),
+                          anyOf(allOf(holdsObject(), hasType(Type), hasInitializer(Construct)),
+                                hasInitializer(Made)))
+                      .bind(VariableId);
+  return declStmt(hasSingleDecl(Variable), unless(isInMacroExpansion()), isInTrainingFile(),
+                  unless(isInDistributedFunction()))
+      .bind(StatementId);
+}
+
+/// The object being made, as an expression: `T(args)` for `T name(args)` and for `make_shared<T>(args)`,
+/// the initializer itself when it already is `T(args)`.
+Stencil madeObject() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
+    if (const auto* Factory = Result.Nodes.getNodeAs<clang::CallExpr>(FactoryId)) {
+      const auto* Callee =
+          llvm::dyn_cast<clang::DeclRefExpr>(Factory->getCallee()->IgnoreUnlessSpelledInSource());
+      if (!Callee || Callee->getNumTemplateArgs() != 1)
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       "expected std::make_shared<T>(...) with one template argument");
+      std::string Type = sourceText(Callee->getTemplateArgs()[0].getSourceRange(), Result);
+      auto Arguments = callArgs(FactoryId)(Result);
+      if (!Arguments)
+        return Arguments.takeError();
+      return Type + "(" + sourceText(*Arguments, Result) + ")";
+    }
+    const auto* Construct = Result.Nodes.getNodeAs<clang::CXXConstructExpr>(ConstructId);
+    // `T name = T(args)` or `auto name = T(args)`: the initializer is already the object.
+    if (Variable->getInitStyle() == clang::VarDecl::CInit)
+      return sourceText(Variable->getInit()->IgnoreUnlessSpelledInSource()->getSourceRange(), Result);
+    std::string Type = sourceText(
+        Variable->getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc().getSourceRange(), Result);
+    clang::SourceRange Parens = Construct->getParenOrBraceRange();
+    if (Parens.isInvalid()) // `T name;`: default-constructed.
+      return Type + "()";
+    return Type + sourceText(Parens, Result);
+  });
+}
+
+Stencil preparedDeclarationText() {
+  return cat("auto ", name(VariableId), " = accelerator.prepare(", madeObject(), ");");
+}
+
+/// The models the optimizer trains that no earlier optimizer in the same function trains: each is prepared
+/// right before this optimizer, once.
+std::vector<const clang::Expr*> modelsToPrepare(const MatchFinder::MatchResult& Result) {
+  const auto* Statement = Result.Nodes.getNodeAs<clang::Stmt>(StatementId);
+  const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
+  clang::ASTContext& Context = *Result.Context;
+  const clang::SourceManager& SM = *Result.SourceManager;
+  const clang::FunctionDecl* Function = enclosingFunction(*Statement, Context);
+  std::vector<const clang::ValueDecl*> Earlier;
+  for (const clang::Expr* Construction : optimizerConstructions(Context)) {
+    if (enclosingFunction(*Construction, Context) != Function ||
+        !SM.isBeforeInTranslationUnit(Construction->getBeginLoc(), Statement->getBeginLoc()))
+      continue;
+    for (const clang::Expr* Model : modelsTrainedBy(*Construction, Context))
+      Earlier.push_back(namedDeclaration(Model));
+  }
+  std::vector<const clang::Expr*> Models;
+  for (const clang::Expr* Model : modelsTrainedBy(*Variable->getInit(), Context))
+    if (!llvm::is_contained(Earlier, namedDeclaration(Model)))
+      Models.push_back(Model);
+  return Models;
+}
+
+AST_MATCHER(clang::VarDecl, trainsSomeModel) {
+  return Node.getInit() && !modelsTrainedBy(*Node.getInit(), Finder->getASTContext()).empty();
+}
+
+Stencil modelPreparations() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    std::string Text;
+    for (const clang::Expr* Model : modelsToPrepare(Result)) {
+      std::string Name = sourceText(Model->getSourceRange(), Result);
+      // A raw pointer to a module: prepare takes the module itself.
+      if (Model->getType()->isPointerType())
+        Name = "*" + Name;
+      Text += (Text.empty() ? "" : "\n") + ("accelerator.prepare(" + Name + ");");
+    }
+    return Text;
+  });
+}
+
+/// Inserts the models' preparations before the statement when there are any.
+EditGenerator prepareModels() {
+  return [](const MatchFinder::MatchResult& Result) -> llvm::Expected<llvm::SmallVector<Edit, 1>> {
+    if (modelsToPrepare(Result).empty())
+      return llvm::SmallVector<Edit, 1>();
+    return editList({insertBeforeStatement(StatementId, modelPreparations())})(Result);
+  };
+}
+
+} // namespace
+
+StatementMatcher preparedDeclaration() {
+  return declStmt(anyOf(declarationOf(isOptimizerType()), declarationOf(isSchedulerType())),
+                  hasSingleDecl(varDecl(anyOf(hasType(isSchedulerType()), trainsSomeModel()))));
+}
+
+PassRule preparePass() {
+  auto OptimizerWithModel =
+      declStmt(declarationOf(isOptimizerType()), hasSingleDecl(varDecl(trainsSomeModel())));
+  return applyFirst<std::string>({
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, OptimizerWithModel),
+               flatten(prepareModels(), changeTo(statementWithSemicolon(StatementId), preparedDeclarationText())),
+               cat("accelerator.prepare() returns an accelerate::Optimizer with the same step(), zero_grad() and "
+                   "`->`, which converts to torch::optim::Optimizer& for schedulers and torch::save: it steps with "
+                   "fused kernels, only at the end of an accumulation window, and only on synchronised "
+                   "gradients; the models it trains are prepared first, in place: moved to "
+                   "accelerator.device(), their parameters broadcast from the main process, their gradients "
+                   "synchronised across processes")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isOptimizerType())),
+               noopEdit(node(StatementId)),
+               cat("optimizer '", name(VariableId),
+                   "' not prepared: its constructor takes no model's parameters() (loose tensors, or a "
+                   "vector built elsewhere), so no model is known whose gradients to synchronise; prepare the "
+                   "model with accelerator.prepare(model) and the optimizer with "
+                   "accelerator.prepare(optimizer) by hand")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isSchedulerType())),
+               changeTo(statementWithSemicolon(StatementId), preparedDeclarationText()),
+               cat("accelerator.prepare() returns an accelerate::Scheduler with the same step(): it steps once "
+                   "per real optimizer step, not on accumulation micro-steps")),
+  });
+}
+
+} // namespace accelerate::passes

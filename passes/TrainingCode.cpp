@@ -1,0 +1,329 @@
+// passes/TrainingCode.cpp: the facts about the user's code that several passes share.
+#include "passes/TrainingCode.h"
+
+#include "passes/BackwardPass.h"
+
+#include "clang/AST/ASTContext.h"
+#include "clang/AST/DeclCXX.h"
+#include "clang/AST/DeclTemplate.h"
+#include "clang/AST/ExprCXX.h"
+#include "clang/AST/StmtCXX.h"
+#include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/Basic/SourceManager.h"
+#include "llvm/ADT/STLExtras.h"
+
+namespace accelerate::passes {
+namespace {
+
+using namespace clang::ast_matchers;
+
+/// The class a type names, through references, pointers, `std::shared_ptr<T>` and `std::unique_ptr<T>`.
+const clang::CXXRecordDecl* underlyingRecord(clang::QualType Type) {
+  if (Type.isNull())
+    return nullptr;
+  Type = Type.getNonReferenceType();
+  if (Type->isPointerType())
+    Type = Type->getPointeeType();
+  const auto* Record = Type->getAsCXXRecordDecl();
+  if (const auto* Specialization = llvm::dyn_cast_or_null<clang::ClassTemplateSpecializationDecl>(Record)) {
+    std::string Name = Specialization->getQualifiedNameAsString();
+    if ((Name == "std::shared_ptr" || Name == "std::unique_ptr") &&
+        Specialization->getTemplateArgs().size() > 0 &&
+        Specialization->getTemplateArgs()[0].getKind() == clang::TemplateArgument::Type)
+      return Specialization->getTemplateArgs()[0].getAsType()->getAsCXXRecordDecl();
+  }
+  return Record;
+}
+
+/// True when `Record` is, or derives from, the class `QualifiedName` (or a specialization of the class
+/// template of that name).
+bool isOrDerivesFrom(const clang::CXXRecordDecl* Record, llvm::StringRef QualifiedName) {
+  if (!Record)
+    return false;
+  Record = Record->getDefinition() ? Record->getDefinition() : Record;
+  if (Record->getQualifiedNameAsString() == QualifiedName)
+    return true;
+  if (!Record->hasDefinition())
+    return false;
+  for (const clang::CXXBaseSpecifier& Base : Record->bases())
+    if (isOrDerivesFrom(Base.getType()->getAsCXXRecordDecl(), QualifiedName))
+      return true;
+  return false;
+}
+
+AST_MATCHER(clang::QualType, isModuleTypeImpl) {
+  const clang::CXXRecordDecl* Record = underlyingRecord(Node);
+  return isOrDerivesFrom(Record, "torch::nn::Module") || isOrDerivesFrom(Record, "torch::nn::ModuleHolder");
+}
+
+AST_MATCHER(clang::QualType, isOptimizerTypeImpl) {
+  return isOrDerivesFrom(underlyingRecord(Node), "torch::optim::Optimizer");
+}
+
+AST_MATCHER(clang::QualType, isSchedulerTypeImpl) {
+  return isOrDerivesFrom(underlyingRecord(Node), "torch::optim::LRScheduler");
+}
+
+AST_MATCHER(clang::QualType, isDeviceTypeImpl) {
+  clang::QualType Type = Node.getNonReferenceType().getUnqualifiedType().getCanonicalType();
+  if (const auto* Enum = Type->getAs<clang::EnumType>())
+    return Enum->getDecl()->getQualifiedNameAsString() == "c10::DeviceType";
+  const auto* Record = Type->getAsCXXRecordDecl();
+  return Record && Record->getQualifiedNameAsString() == "c10::Device";
+}
+
+/// Calls `Visit` with each top-level declaration written in the main file.
+template <typename Callback> void forEachMainFileDecl(clang::ASTContext& Context, Callback Visit) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
+    if (SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+      Visit(*TopLevel);
+}
+
+/// True when `Matcher` (a Decl or Stmt matcher) matches in the main file, top-level declarations included.
+template <typename MatcherType> bool mainFileHas(const MatcherType& Matcher, clang::ASTContext& Context) {
+  bool Found = false;
+  forEachMainFileDecl(Context, [&](clang::Decl& TopLevel) {
+    Found = Found || !match(decl(hasDescendant(Matcher)), TopLevel, Context).empty() ||
+            !match(Matcher, TopLevel, Context).empty();
+  });
+  return Found;
+}
+
+/// Every node `Matcher` matches in the main file, bound to `Id`.
+template <typename NodeType, typename MatcherType>
+std::vector<const NodeType*> allInMainFile(const MatcherType& Matcher, llvm::StringRef Id,
+                                           clang::ASTContext& Context) {
+  std::vector<const NodeType*> Result;
+  forEachMainFileDecl(Context, [&](clang::Decl& TopLevel) {
+    for (const BoundNodes& Found : match(decl(forEachDescendant(Matcher)), TopLevel, Context))
+      Result.push_back(Found.getNodeAs<NodeType>(Id));
+  });
+  return Result;
+}
+
+AST_MATCHER(clang::Stmt, inTrainingFileImpl) {
+  return mainFileTrains(Finder->getASTContext());
+}
+
+AST_MATCHER(clang::Stmt, inTrainingOrEvaluationCodeImpl) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::FunctionDecl* Function = enclosingFunction(Node, Context);
+  return Function && mainFileTrains(Context) && isTrainingOrEvaluationFunction(*Function, Context);
+}
+
+AST_MATCHER(clang::Stmt, inDistributedFunctionImpl) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::FunctionDecl* Function = enclosingFunction(Node, Context);
+  return Function && isDistributedFunction(*Function, Context);
+}
+
+/// The loader variable an expression names directly (`*loader`, `loader`), when `make_data_loader` made it.
+const clang::VarDecl* loaderVariable(const clang::Expr* Range) {
+  const auto* Variable = llvm::dyn_cast_or_null<clang::VarDecl>(namedDeclaration(Range));
+  if (!Variable || !Variable->getInit())
+    return nullptr;
+  const auto* Call = llvm::dyn_cast<clang::CallExpr>(Variable->getInit()->IgnoreUnlessSpelledInSource());
+  const clang::FunctionDecl* Callee = Call ? Call->getDirectCallee() : nullptr;
+  if (!Callee || Callee->getQualifiedNameAsString() != "torch::data::make_data_loader")
+    return nullptr;
+  return Variable;
+}
+
+} // namespace
+
+clang::ast_matchers::internal::Matcher<clang::QualType> isModuleType() {
+  return isModuleTypeImpl();
+}
+clang::ast_matchers::internal::Matcher<clang::QualType> isOptimizerType() {
+  return isOptimizerTypeImpl();
+}
+clang::ast_matchers::internal::Matcher<clang::QualType> isSchedulerType() {
+  return isSchedulerTypeImpl();
+}
+clang::ast_matchers::internal::Matcher<clang::QualType> isDeviceType() {
+  return isDeviceTypeImpl();
+}
+
+const clang::FunctionDecl* enclosingFunction(const clang::Stmt& S, clang::ASTContext& Context) {
+  clang::DynTypedNodeList Parents = Context.getParents(S);
+  while (!Parents.empty()) {
+    if (const auto* Function = Parents[0].get<clang::FunctionDecl>()) {
+      const auto* Method = llvm::dyn_cast<clang::CXXMethodDecl>(Function);
+      if (!Method || !Method->getParent()->isLambda())
+        return Function;
+    }
+    Parents = Context.getParents(Parents[0]);
+  }
+  return nullptr;
+}
+
+bool mainFileTrains(clang::ASTContext& Context) {
+  auto Optimizer = qualType(isOptimizerTypeImpl());
+  return mainFileHas(declaratorDecl(hasType(Optimizer)), Context) ||
+         mainFileHas(expr(hasType(Optimizer)), Context);
+}
+
+clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingFile() {
+  return inTrainingFileImpl();
+}
+
+bool isDistributedFunction(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  if (!Function.hasBody())
+    return false;
+  auto RuntimeOrC10d = callExpr(callee(functionDecl(matchesName("^::(accelerate|c10d)::"))));
+  return !match(stmt(hasDescendant(RuntimeOrC10d)), *Function.getBody(), Context).empty();
+}
+
+clang::ast_matchers::internal::Matcher<clang::Stmt> isInDistributedFunction() {
+  return inDistributedFunctionImpl();
+}
+
+const clang::ValueDecl* namedDeclaration(const clang::Expr* E) {
+  while (E) {
+    E = E->IgnoreUnlessSpelledInSource()->IgnoreParens();
+    if (const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(E))
+      return Reference->getDecl();
+    if (const auto* Member = llvm::dyn_cast<clang::MemberExpr>(E))
+      return Member->getMemberDecl();
+    if (const auto* Unary = llvm::dyn_cast<clang::UnaryOperator>(E)) {
+      if (Unary->getOpcode() != clang::UO_Deref)
+        return nullptr;
+      E = Unary->getSubExpr();
+      continue;
+    }
+    if (const auto* Operator = llvm::dyn_cast<clang::CXXOperatorCallExpr>(E)) {
+      if (Operator->getOperator() != clang::OO_Star || Operator->getNumArgs() != 1)
+        return nullptr;
+      E = Operator->getArg(0);
+      continue;
+    }
+    if (const auto* Call = llvm::dyn_cast<clang::CXXMemberCallExpr>(E)) {
+      const auto* Method = Call->getMethodDecl();
+      if (!Method || Method->getName() != "get" || Call->getNumArgs() != 0)
+        return nullptr;
+      E = Call->getImplicitObjectArgument();
+      continue;
+    }
+    return nullptr;
+  }
+  return nullptr;
+}
+
+std::vector<const clang::Expr*> optimizerConstructions(clang::ASTContext& Context) {
+  auto Construction =
+      expr(anyOf(cxxConstructExpr(hasType(isOptimizerTypeImpl()),
+                                  unless(hasDeclaration(cxxConstructorDecl(anyOf(isCopyConstructor(),
+                                                                                 isMoveConstructor()))))),
+                 callExpr(callee(functionDecl(hasAnyName("::std::make_shared", "::std::make_unique"))),
+                          hasType(isOptimizerTypeImpl()))))
+          .bind("construction");
+  return allInMainFile<clang::Expr>(Construction, "construction", Context);
+}
+
+std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArguments, clang::ASTContext& Context) {
+  auto Parameters =
+      cxxMemberCallExpr(callee(cxxMethodDecl(hasName("parameters"), ofClass(cxxRecordDecl(isSameOrDerivedFrom(
+                                                                         "::torch::nn::Module"))))))
+          .bind("parameters");
+  std::vector<const clang::ValueDecl*> Seen;
+  std::vector<const clang::Expr*> Models;
+  for (const BoundNodes& Found : match(findAll(Parameters), OptimizerArguments, Context)) {
+    const auto* Call = Found.getNodeAs<clang::CXXMemberCallExpr>("parameters");
+    const clang::Expr* Object = Call->getImplicitObjectArgument()->IgnoreImplicit();
+    // `model->parameters()` on a holder or smart pointer calls `operator->` on the model.
+    if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
+      if (Arrow->getOperator() == clang::OO_Arrow)
+        Object = Arrow->getArg(0);
+    const clang::ValueDecl* Model = namedDeclaration(Object);
+    if (Model && !llvm::is_contained(Seen, Model)) {
+      Seen.push_back(Model);
+      Models.push_back(Object);
+    }
+  }
+  return Models;
+}
+
+bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context) {
+  for (const clang::Expr* Construction : optimizerConstructions(Context))
+    for (const clang::Expr* Trained : modelsTrainedBy(*Construction, Context))
+      if (namedDeclaration(Trained) == &Model)
+        return true;
+  return false;
+}
+
+bool loopTrains(const clang::Stmt& Loop, clang::ASTContext& Context) {
+  auto DependentBackward = callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("backward"))));
+  auto Backward = stmt(anyOf(rewritableBackwardCall(), DependentBackward));
+  return !match(stmt(hasDescendant(Backward)), Loop, Context).empty();
+}
+
+const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTContext& Context) {
+  const auto* Loop = llvm::dyn_cast<clang::CXXForRangeStmt>(&RangeFor);
+  if (!Loop || !Loop->getRangeInit())
+    return nullptr;
+  if (const clang::VarDecl* Loader = loaderVariable(Loop->getRangeInit()))
+    return Loader;
+  // `for (auto& batch : data_loader)` in `train(..., DataLoader& data_loader, ...)`: the loader every call of
+  // the function passes.
+  const auto* Parameter = llvm::dyn_cast_or_null<clang::ParmVarDecl>(namedDeclaration(Loop->getRangeInit()));
+  const auto* Function =
+      Parameter ? llvm::dyn_cast<clang::FunctionDecl>(Parameter->getDeclContext()) : nullptr;
+  if (!Function)
+    return nullptr;
+  unsigned Index = Parameter->getFunctionScopeIndex();
+  const clang::VarDecl* Loader = nullptr;
+  bool AllCallsPassLoaders = true, AnyCall = false;
+  for (const clang::CallExpr* Call : allInMainFile<clang::CallExpr>(callExpr().bind("call"), "call", Context)) {
+    const clang::FunctionDecl* Callee = Call->getDirectCallee();
+    if (!Callee)
+      continue;
+    const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern();
+    if (Callee->getCanonicalDecl() != Function->getCanonicalDecl() &&
+        (!Pattern || Pattern->getCanonicalDecl() != Function->getCanonicalDecl()))
+      continue;
+    if (Index >= Call->getNumArgs())
+      continue;
+    AnyCall = true;
+    const clang::VarDecl* Passed = loaderVariable(Call->getArg(Index));
+    AllCallsPassLoaders = AllCallsPassLoaders && Passed;
+    if (!Loader)
+      Loader = Passed;
+  }
+  return AnyCall && AllCallsPassLoaders ? Loader : nullptr;
+}
+
+bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) {
+  for (const clang::Stmt* Loop : allInMainFile<clang::Stmt>(cxxForRangeStmt().bind("loop"), "loop", Context))
+    if (iteratedLoader(*Loop, Context) == &Loader && loopTrains(*Loop, Context))
+      return true;
+  return false;
+}
+
+StatementMatcher optimizerStep() {
+  return cxxMemberCallExpr(
+      callee(cxxMethodDecl(hasName("step"), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::optim::Optimizer"))))));
+}
+
+bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  if (!Function.hasBody())
+    return false;
+  if (Function.isMain())
+    return true;
+  const clang::Stmt& Body = *Function.getBody();
+  if (loopTrains(Body, Context))
+    return true;
+  auto Guard = varDecl(hasType(cxxRecordDecl(hasName("::torch::NoGradGuard"))));
+  if (!match(stmt(hasDescendant(stmt(anyOf(optimizerStep(), declStmt(has(Guard)))))), Body, Context).empty())
+    return true;
+  for (const BoundNodes& Found : match(stmt(forEachDescendant(cxxForRangeStmt().bind("loop"))), Body, Context))
+    if (iteratedLoader(*Found.getNodeAs<clang::Stmt>("loop"), Context))
+      return true;
+  return false;
+}
+
+clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode() {
+  return inTrainingOrEvaluationCodeImpl();
+}
+
+} // namespace accelerate::passes

@@ -1,0 +1,95 @@
+// passes/TrainingCode.h: what the passes agree is training code: the libtorch types they recognise, the models
+// an optimizer trains, the loaders a training loop reads, and the code they leave alone.
+#ifndef ACCELERATE_PASSES_TRAININGCODE_H
+#define ACCELERATE_PASSES_TRAININGCODE_H
+
+#include "clang/ASTMatchers/ASTMatchers.h"
+
+#include <vector>
+
+namespace clang {
+class ASTContext;
+class Expr;
+class FunctionDecl;
+class Stmt;
+class ValueDecl;
+class VarDecl;
+} // namespace clang
+
+namespace accelerate::passes {
+
+// ---- Types (through references, pointers, `std::shared_ptr` and `std::unique_ptr`) -------------------------
+
+/// A `torch::nn::Module` subclass, a module holder (`torch::nn::Linear`, a `TORCH_MODULE`), or a smart pointer
+/// to a module.
+clang::ast_matchers::internal::Matcher<clang::QualType> isModuleType();
+/// A class derived from `torch::optim::Optimizer`.
+clang::ast_matchers::internal::Matcher<clang::QualType> isOptimizerType();
+/// A class derived from `torch::optim::LRScheduler`.
+clang::ast_matchers::internal::Matcher<clang::QualType> isSchedulerType();
+/// `c10::Device` or `c10::DeviceType` (`torch::Device`, `torch::DeviceType`, `torch::kCUDA`'s type).
+clang::ast_matchers::internal::Matcher<clang::QualType> isDeviceType();
+
+// ---- Where code is --------------------------------------------------------------------------------------
+
+/// The function a statement is in, lambdas excluded (a lambda's statements belong to the function that
+/// defines it), following the parent map up. Null at namespace scope.
+const clang::FunctionDecl* enclosingFunction(const clang::Stmt& S, clang::ASTContext& Context);
+
+/// True when the main file trains something: it declares, takes or steps a `torch::optim` optimizer. Files that
+/// only use autograd (a `backward()` in a demo or a test) are not training code and are left alone.
+bool mainFileTrains(clang::ASTContext& Context);
+/// Matches any node when mainFileTrains().
+clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingFile();
+
+/// Matches a statement in a function that already distributes its work: it calls an `accelerate::Accelerator`
+/// member or a c10d collective. The passes leave such functions alone (the `distributed` pass says so once).
+/// This is also what makes a second run of accel-rewrite change nothing.
+clang::ast_matchers::internal::Matcher<clang::Stmt> isInDistributedFunction();
+/// True when `Function`'s body calls an `accelerate::Accelerator` member or a c10d collective.
+bool isDistributedFunction(const clang::FunctionDecl& Function, clang::ASTContext& Context);
+
+// ---- Models, optimizers, loaders --------------------------------------------------------------------------
+
+/// The variable or member an expression names, looking through `*`, `.get()`, parentheses and implicit
+/// conversions: `model`, `*model`, `this->model`, `model.get()`. Null for anything else.
+const clang::ValueDecl* namedDeclaration(const clang::Expr* E);
+
+/// The models whose `parameters()` an optimizer's constructor arguments take (`model->parameters()`,
+/// `model.parameters()`, `(*model).parameters()`), in source order, each model once: the expression naming
+/// the model as written there (`model`, `*model`, `this->net`).
+std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArguments, clang::ASTContext& Context);
+
+/// Every expression in the main file that constructs an optimizer: `SGD optimizer(...)`, `SGD(...)`,
+/// `std::make_shared<SGD>(...)`, in source order.
+std::vector<const clang::Expr*> optimizerConstructions(clang::ASTContext& Context);
+
+/// True when `Model` (a module variable or member) is trained: some optimizer constructed in the main file
+/// takes its `parameters()`. Models that are only evaluated (an EMA copy, a frozen feature extractor) are not.
+bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context);
+
+/// True when the loop's body runs a training step: a tensor `backward()` call, resolved or (in a template)
+/// spelled with a dependent type.
+bool loopTrains(const clang::Stmt& Loop, clang::ASTContext& Context);
+
+/// The data loader variable a range-for loop iterates, when its range is `*loader` or `loader` for a variable
+/// declared with `torch::data::make_data_loader(...)`; through one function parameter, when every call of the
+/// function in the main file passes such a loader for it. Null otherwise.
+const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTContext& Context);
+
+/// True when a loop that runs a training step iterates `Loader` (see iteratedLoader).
+bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
+
+/// True when `Function` is training or evaluation code: `main` of a training file, or a function that runs a
+/// backward pass, steps an optimizer, iterates a data loader or holds a `torch::NoGradGuard`. Its output and its
+/// files are the main process's.
+bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::ASTContext& Context);
+/// Matches a statement in such a function, in a training file.
+clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode();
+
+/// Matches `X.step()` on a `torch::optim` optimizer (through `->` too).
+clang::ast_matchers::StatementMatcher optimizerStep();
+
+} // namespace accelerate::passes
+
+#endif // ACCELERATE_PASSES_TRAININGCODE_H

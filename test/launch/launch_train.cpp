@@ -1,0 +1,125 @@
+// A tiny data-parallel training run for the launcher tests: the same program under accel launch, torchrun,
+// mpirun and Accelerate's launcher must end with bit-identical parameters, which rank 0 prints.
+//
+//   launch_train [--steps N] [--step-sleep MS] [--crash RANK STEP]
+//
+// Preconditions for bit-identical results (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
+// batches (rank r takes slice r of the global batch), no dropout, one intra-op thread.
+// Every rank prints `train pid=<pid> rank=<r> world=<n> restart=<TORCHELASTIC_RESTART_COUNT>` first;
+// rank 0 ends with `params fnv=<hash of every parameter's bytes> sum=<sum, %.17g>`.
+// --crash RANK STEP makes RANK exit 3 at STEP on the first attempt only (TORCHELASTIC_RESTART_COUNT unset
+// or 0), for --max_restarts tests; --step-sleep leaves time to kill a rank mid-run.
+#include <accelerate/accelerate.h>
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+namespace {
+
+struct Mlp : torch::nn::Module {
+  Mlp() {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 1));
+  }
+  torch::Tensor forward(torch::Tensor x) { return fc2->forward(torch::tanh(fc1->forward(x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+constexpr int64_t kGlobalBatch = 8;
+
+struct Options {
+  int steps = 20;
+  int stepSleepMs = 0;
+  int crashRank = -1;
+  int crashStep = -1;
+};
+
+Options parseOptions(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--steps" && i + 1 < argc)
+      options.steps = std::atoi(argv[++i]);
+    else if (arg == "--step-sleep" && i + 1 < argc)
+      options.stepSleepMs = std::atoi(argv[++i]);
+    else if (arg == "--crash" && i + 2 < argc) {
+      options.crashRank = std::atoi(argv[++i]);
+      options.crashStep = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "launch_train: unknown argument '%s'\n", arg.c_str());
+      std::exit(2);
+    }
+  }
+  return options;
+}
+
+int restartCount() {
+  const char* value = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return value ? std::atoi(value) : 0;
+}
+
+/// FNV-1a over the bytes of every parameter: equal hashes mean bit-identical parameters.
+uint64_t parameterHash(const std::vector<torch::Tensor>& parameters) {
+  uint64_t hash = 1469598103934665603ULL;
+  for (const torch::Tensor& parameter : parameters) {
+    torch::Tensor contiguous = parameter.detach().contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(contiguous.data_ptr());
+    for (size_t i = 0; i < contiguous.nbytes(); ++i)
+      hash = (hash ^ bytes[i]) * 1099511628211ULL;
+  }
+  return hash;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Options options = parseOptions(argc, argv);
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(
+      accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(20)));
+  const int rank = accelerator.process_index();
+  const int world = accelerator.num_processes();
+  std::printf("train pid=%d rank=%d world=%d restart=%d\n", static_cast<int>(::getpid()), rank, world,
+              restartCount());
+  std::fflush(stdout);
+
+  torch::manual_seed(7 + static_cast<uint64_t>(rank)); // different on each rank: prepare broadcasts rank 0's
+  auto model = std::make_shared<Mlp>();
+  model->to(torch::kFloat64);
+  accelerator.prepare(model);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+
+  const int64_t perRank = kGlobalBatch / world;
+  for (int step = 0; step < options.steps; ++step) {
+    if (rank == options.crashRank && step == options.crashStep && restartCount() == 0) {
+      std::fprintf(stderr, "launch_train: rank %d crashing at step %d as asked\n", rank, step);
+      std::fflush(stderr);
+      std::_Exit(3); // at once, as a crash does: no destructors closing the process group politely first
+    }
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+    auto x = at::randn({kGlobalBatch, 8}, generator, torch::kFloat64).narrow(0, rank * perRank, perRank);
+    auto y = at::randn({kGlobalBatch, 1}, generator, torch::kFloat64).narrow(0, rank * perRank, perRank);
+    optimizer.zero_grad();
+    accelerator.backward(torch::mse_loss(model->forward(x), y));
+    optimizer.step();
+    if (options.stepSleepMs > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.stepSleepMs));
+  }
+  accelerator.wait_for_everyone();
+  if (accelerator.is_main_process()) {
+    double sum = 0;
+    for (const torch::Tensor& parameter : model->parameters())
+      sum += parameter.sum().item<double>();
+    std::printf("params fnv=%016" PRIx64 " sum=%.17g\n", parameterHash(model->parameters()), sum);
+    std::fflush(stdout);
+  }
+  return 0;
+}

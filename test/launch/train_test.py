@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""2-rank Gloo training under every launcher, on two "machines", and through faults: train_test.py
+--accel A --train T TestName (one ctest test each, launch.train.<TestName>).
+
+launch_train prints `params fnv=<hash> sum=<sum>` on rank 0: the oracle is that every way of starting the
+same 2 ranks ends with bit-identical parameters. Standard library only; each test ends within
+HARD_TIMEOUT_S, and whatever it started is killed (every process carries this run's token). Exit 77 =
+skipped (ctest SKIP_RETURN_CODE), with the reason printed.
+"""
+import argparse
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+HARD_TIMEOUT_S = 110  # below ctest's TIMEOUT 120
+RUN_TIMEOUT_S = 60
+SKIP = 77
+
+ACCEL = ""
+TRAIN = ""
+TOKEN_VARIABLE = "ACCEL_TRAIN_TEST_TOKEN"
+TOKEN = f"{os.getpid()}-{time.time_ns()}"
+PARAMS = re.compile(r"params fnv=([0-9a-f]{16}) sum=(\S+)")
+
+
+class Skip(Exception):
+    pass
+
+
+def check(condition, message, output=None):
+    if not condition:
+        raise AssertionError(message + (f"\n--- output ---\n{output}--- end ---" if output is not None else ""))
+
+
+def environment(**overrides):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ACCELERATE_", "FSDP_", "OMPI_", "PMIX_", "SLURM_", "TORCHELASTIC_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", HF_HOME=tempfile.mkdtemp(prefix="accel-train-hf-"))
+    env[TOKEN_VARIABLE] = TOKEN
+    env.update({k: v for k, v in overrides.items() if v is not None})
+    return env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(command, env=None, timeout=RUN_TIMEOUT_S):
+    start = time.monotonic()
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                          env=env or environment(), timeout=timeout)
+    return done.returncode, done.stdout, time.monotonic() - start
+
+
+def params_of(output):
+    found = PARAMS.findall(output)
+    check(len(found) == 1, "expected exactly one `params` line from rank 0", output)
+    return found[0]
+
+
+def accel_run(*accel_args, train_args=(), env=None):
+    code, output, _ = run([ACCEL, "launch", "-q", *accel_args, TRAIN, *train_args], env)
+    check(code == 0, f"accel launch {' '.join(accel_args)} must exit 0 (got {code})", output)
+    return params_of(output)
+
+
+def reference():
+    """Two ranks on one machine, started by accel launch: the result every other way must equal."""
+    return accel_run("--num_processes", "2", "--main_process_port", str(free_port()))
+
+
+def kill_leftovers():
+    marker = f"{TOKEN_VARIABLE}={TOKEN}".encode() + b"\0"
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as environ:
+                    if marker in environ.read():
+                        os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def survivors():
+    marker = f"{TOKEN_VARIABLE}={TOKEN}".encode() + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as environ, open(f"/proc/{entry}/stat") as stat:
+                    if marker in environ.read() and stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def venv_tool_works(*module_args):
+    return subprocess.run([sys.executable, *module_args, "--help"], capture_output=True, timeout=60).returncode == 0
+
+
+# ------------------------------------------------------------------------------------------- launchers
+
+def TrainingIsIdenticalUnderEveryLauncher():
+    expected = reference()
+    print(f"accel launch: {expected}")
+    results = {}
+    port = str(free_port())
+    code, output, _ = run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           port, "--no-python", TRAIN])
+    check(code == 0, "torchrun --no-python must exit 0", output)
+    results["torchrun --no-python"] = params_of(output)
+
+    mpirun = subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True, text=True).stdout.strip()
+    if mpirun:
+        port = str(free_port())
+        env = environment(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        code, output, _ = run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "MASTER_ADDR=127.0.0.1",
+                               "-x", f"MASTER_PORT={port}", "-x", "OMP_NUM_THREADS=1", TRAIN], env)
+        check(code == 0, "mpirun -np 2 must exit 0", output)
+        results["mpirun -np 2"] = params_of(output)
+    else:
+        print("SKIPPED part: mpirun is not on PATH (Debian: openmpi-bin)")
+
+    if venv_tool_works("-m", "accelerate.commands.launch"):
+        port = str(free_port())
+        code, output, _ = run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                               "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                               "--main_process_port", port, "--no_python", TRAIN])
+        check(code == 0, "Accelerate's `accelerate launch --no_python` must exit 0", output)
+        results["accelerate launch --no_python"] = params_of(output)
+    else:
+        print(f"SKIPPED part: Python Accelerate is not installed for {sys.executable} (pip install accelerate)")
+
+    for launcher, params in results.items():
+        print(f"{launcher}: {params}")
+        check(params == expected, f"{launcher} ended with parameters {params}, accel launch with {expected}")
+
+
+# ------------------------------------------------------------------------------------------- two machines
+
+def start_machines(commands, env):
+    return [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                             env=env) for command in commands]
+
+
+def finish_machines(processes):
+    outputs = []
+    for process in processes:
+        output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
+        outputs.append(output)
+    for process, output in zip(processes, outputs):
+        check(process.returncode == 0, f"machine {processes.index(process)} must exit 0 (got {process.returncode})",
+              "".join(outputs))
+    return outputs
+
+
+def machine_command(prefix, rank, main_ip, port, extra=()):
+    return [*prefix, ACCEL, "launch", "-q", "--num_machines", "2", "--machine_rank", str(rank), "--num_processes", "2",
+            "--main_process_ip", main_ip, "--main_process_port", str(port), *extra, TRAIN]
+
+
+def TwoMachinesOnLoopbackMatchOneMachine():
+    expected = reference()
+    # In a private network namespace, machine 1's Gloo binds 127.0.0.2 (an address labelled lo:m1, named through
+    # GLOO_SOCKET_IFNAME) while machine 0 serves the rendezvous on 127.0.0.1.
+    script = ("ip link set lo up && ip addr add 127.0.0.2/8 dev lo label lo:m1 && exec \"$@\"")
+    can_unshare = subprocess.run(["unshare", "-n", "sh", "-c", script, "sh", "true"], capture_output=True).returncode == 0
+    port = free_port()
+    if can_unshare:
+        wrapper = ["unshare", "-n", "sh", "-c", script, "sh", sys.executable, "-c", TWO_MACHINES_IN_ONE_NAMESPACE]
+        code, output, _ = run([*wrapper, ACCEL, TRAIN, str(port)])
+        check(code == 0, "two machines in one namespace must both exit 0", output)
+        check("machine 1 bound 127.0.0.2" in output, "machine 1's Gloo must have bound 127.0.0.2", output)
+        params = params_of(output)
+    else:
+        print("NOTE: cannot create a network namespace (unshare -n needs CAP_SYS_ADMIN); both machines use "
+              "127.0.0.1")
+        outputs = finish_machines(start_machines([machine_command([], r, "127.0.0.1", port) for r in (0, 1)],
+                                                 environment()))
+        params = params_of("".join(outputs))
+    print(f"one machine: {expected}\ntwo machines: {params}")
+    check(params == expected, f"two machines ended with {params}, one machine with {expected}")
+
+
+# Runs inside the namespace: both machines, machine 1 with GLOO_SOCKET_IFNAME=lo:m1; reports what it bound.
+TWO_MACHINES_IN_ONE_NAMESPACE = r"""
+import os, subprocess, sys
+accel, train, port = sys.argv[1:4]
+common = ["--num_machines", "2", "--num_processes", "2", "--main_process_ip", "127.0.0.1", "--main_process_port", port]
+machines = [subprocess.Popen([accel, "launch", "-q", "--machine_rank", str(r), *common, train, "--step-sleep", "20"],
+                             env=dict(os.environ, **({"GLOO_SOCKET_IFNAME": "lo:m1"} if r else {})),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+bound = set()
+# While the machines run, look for machine 1's Gloo listener on 127.0.0.2.
+import time
+while any(machine.poll() is None for machine in machines) and not bound:
+    if "127.0.0.2:" in subprocess.run(["ss", "-tln"], capture_output=True, text=True).stdout:
+        bound.add("127.0.0.2")
+    time.sleep(0.05)
+for r, machine in enumerate(machines):
+    out, _ = machine.communicate(timeout=60)
+    sys.stdout.write(out)
+    if machine.returncode:
+        sys.exit(f"machine {r} exited {machine.returncode}")
+if "127.0.0.2" in bound:
+    print("machine 1 bound 127.0.0.2")
+"""
+
+
+def TwoMachinesInNetworkNamespacesMatchOneMachine():
+    expected = reference()
+    suffix = f"{os.getpid() % 100000}"
+    names = [f"accel-m0-{suffix}", f"accel-m1-{suffix}"]
+    links = [f"acc0-{suffix}", f"acc1-{suffix}"]
+    # 192.0.2.0/24 is TEST-NET-1 (RFC 5737): it exists only on this veth pair, inside these two namespaces.
+    addresses = ["192.0.2.1", "192.0.2.2"]
+    setup = [["ip", "netns", "add", names[0]], ["ip", "netns", "add", names[1]],
+             ["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]]]
+    for i in (0, 1):
+        setup += [["ip", "link", "set", links[i], "netns", names[i]],
+                  ["ip", "-n", names[i], "addr", "add", f"{addresses[i]}/24", "dev", links[i]],
+                  ["ip", "-n", names[i], "link", "set", links[i], "up"],
+                  ["ip", "-n", names[i], "link", "set", "lo", "up"]]
+    try:
+        for command in setup:
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise Skip(f"cannot set up two network namespaces joined by a veth pair (`{' '.join(command)}`: "
+                           f"{done.stderr.strip()}); run as root with CAP_NET_ADMIN and CAP_SYS_ADMIN to test this")
+        port = free_port()
+        commands = [machine_command(["ip", "netns", "exec", names[r]], r, addresses[0], port) for r in (0, 1)]
+        outputs = finish_machines(start_machines(commands, environment()))
+        params = params_of("".join(outputs))
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    print(f"one machine: {expected}\ntwo namespaces: {params}")
+    check(params == expected, f"two namespaces ended with {params}, one machine with {expected}")
+
+
+# ------------------------------------------------------------------------------------------- faults
+
+def KilledRankEndsTheJob():
+    command = [ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()), TRAIN,
+               "--steps", "100000", "--step-sleep", "5"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment())
+    output = b""
+    start = time.monotonic()
+    while output.count(b"train pid=") < 2 and time.monotonic() - start < 30:
+        if select.select([process.stdout], [], [], 1)[0]:
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            output += chunk
+    pids = {int(rank): int(pid) for pid, rank in re.findall(rb"train pid=(\d+) rank=(\d)", output)}
+    check(set(pids) == {0, 1}, "both ranks must start and print their pid", output.decode(errors="replace"))
+    time.sleep(1)  # mid-training: both ranks are in the step loop's collectives
+    os.kill(pids[1], signal.SIGKILL)
+    killed = time.monotonic()
+    rest, _ = process.communicate(timeout=40)
+    took = time.monotonic() - killed
+    text = (output + rest).decode(errors="replace")
+    check(took < 30, f"the job must end within 30 s of the kill (took {took:.1f} s)", text)
+    check(process.returncode == 128 + signal.SIGKILL, f"accel must exit 137 (got {process.returncode})", text)
+    check(f"rank 1 (pid {pids[1]}) was killed by signal 9 (SIGKILL)" in text, "accel must name the killed rank", text)
+    time.sleep(0.5)
+    left = survivors()
+    check(not left, f"processes {left} outlived the job", text)
+    print(f"job ended {took:.1f} s after rank 1 was killed")
+
+
+def MaxRestartsRecoversFromOneCrash():
+    expected = reference()
+    port = str(free_port())
+    code, output, _ = run([ACCEL, "launch", "--num_processes", "2", "--main_process_port", port, "--max_restarts", "1",
+                           TRAIN, "--crash", "1", "5"])
+    check(code == 0, f"one crash with --max_restarts 1 must end in success (got {code})", output)
+    check("restart 1 of --max_restarts 1" in output, "accel must say it restarted", output)
+    check(re.search(r"\[rank1\]: train pid=\d+ rank=1 world=2 restart=1", output) is not None,
+          "the restarted ranks must see TORCHELASTIC_RESTART_COUNT=1", output)
+    # No checkpoint yet (the checkpoint issue): the second attempt trains from the start, so it must end where
+    # an uninterrupted run does. Resuming from the latest checkpoint is tested once save_state/load_state land.
+    check(params_of(output) == expected, "the restarted run must end with the uninterrupted run's parameters", output)
+
+    code, output, _ = run([ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()),
+                           TRAIN, "--crash", "1", "5"])
+    check(code == 3, f"without --max_restarts the crash's exit code 3 must end the job (got {code})", output)
+    check(re.search(r"rank 1 \(pid \d+\) failed with exit code 3", output) is not None, "accel must name rank 1", output)
+
+
+TESTS = {name: test for name, test in globals().items()
+         if isinstance(test, types.FunctionType) and name[0].isupper()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="print the test names, one a line, and exit")
+    parser.add_argument("--accel")
+    parser.add_argument("--train")
+    parser.add_argument("test", nargs="?", choices=sorted(TESTS))
+    args = parser.parse_args()
+    if args.list:
+        print("\n".join(TESTS))
+        return 0
+    if not (args.accel and args.train and args.test):
+        parser.error("give --accel, --train and a test name (or --list)")
+    global ACCEL, TRAIN
+    ACCEL, TRAIN = os.path.abspath(args.accel), os.path.abspath(args.train)
+
+    def give_up(signum, frame):
+        kill_leftovers()
+        sys.exit(f"FAIL {args.test}: no result after {HARD_TIMEOUT_S} s (a hang)")
+
+    signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(HARD_TIMEOUT_S)
+    try:
+        TESTS[args.test]()
+    except Skip as reason:
+        print(f"SKIP {args.test}: {reason}")
+        return SKIP
+    except (AssertionError, subprocess.TimeoutExpired) as failure:
+        print(f"FAIL {args.test}: {failure}")
+        return 1
+    finally:
+        kill_leftovers()
+    print(f"PASS {args.test}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,496 @@
+// Single-process tests of checkpoints: the safetensors reader and writer, save_state/load_state round trips,
+// automatic naming and pruning across a restart, and bad input that must fail clearly and lose nothing.
+#include <accelerate/accelerate.h>
+#include <accelerate/safetensors.h>
+
+#include "../../runtime/durable_file.h"
+#include "../../runtime/safetensors.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+
+namespace {
+
+using accelerate::detail::join_path;
+using accelerate::detail::list_directory;
+using accelerate::detail::path_exists;
+
+/// A fresh directory under the test's temporary folder, removed when the test ends. (The runtime's POSIX
+/// helpers, not std::filesystem: see runtime/durable_file.h for why.)
+class ScratchDirectory {
+public:
+  ScratchDirectory() {
+    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
+    path_ = join_path(testing::TempDir(),
+                      "accel-ckpt-" + std::string(test->name()) + "-" + std::to_string(::getpid()));
+    accelerate::detail::remove_tree(path_);
+    accelerate::detail::make_directories(path_);
+  }
+  ~ScratchDirectory() {
+    try {
+      accelerate::detail::remove_tree(path_);
+    } catch (const std::exception&) {
+    }
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return join_path(path_, name); }
+
+private:
+  std::string path_;
+};
+
+/// Copies the files of `from` (one level, as a checkpoint has) into a new directory `to`.
+void copy_directory(const std::string& from, const std::string& to) {
+  accelerate::detail::make_directories(to);
+  for (const auto& name : list_directory(from)) {
+    accelerate::detail::write_file_durably(join_path(to, name),
+                                           accelerate::detail::read_whole_file(join_path(from, name)));
+  }
+}
+
+/// Bitwise equality, for every dtype (torch::equal does not cover float8).
+bool same_bytes(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) {
+    return false;
+  }
+  auto x = a.contiguous();
+  auto y = b.contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+std::map<std::string, torch::Tensor> every_dtype() {
+  auto ramp = torch::arange(12, torch::kFloat64).reshape({3, 4}) / 7 - 0.5;
+  return {
+      {"f64", ramp},
+      {"f32", ramp.to(torch::kFloat32)},
+      {"f16", ramp.to(torch::kFloat16)},
+      {"bf16", ramp.to(torch::kBFloat16)},
+      {"f8_e4m3", torch::tensor({0.5, -1.0, 2.0, 448.0}).to(torch::kFloat8_e4m3fn)},
+      {"f8_e5m2", torch::tensor({0.25, -3.0, 1024.0, 57344.0}).to(torch::kFloat8_e5m2)},
+      {"i64", torch::arange(-2, 3, torch::kInt64)},
+      {"i32", torch::arange(5, torch::kInt32)},
+      {"i8", torch::tensor({-128, 0, 127}, torch::kInt8)},
+      {"u8", torch::tensor({0, 255}, torch::kUInt8)},
+      {"bool", torch::tensor({true, false, true})},
+      {"scalar", torch::tensor(3.5)},
+      {"empty", torch::empty({0, 3})},
+  };
+}
+
+// ---- safetensors ------------------------------------------------------------------------------------------
+
+TEST(Safetensors, RoundTripsEveryDtypeBitExactly) {
+  ScratchDirectory dir;
+  const auto tensors = every_dtype();
+  accelerate::save_safetensors(tensors, dir / "all.safetensors", {{"format", "pt"}, {"note", "ünïcode"}});
+  const auto loaded = accelerate::load_safetensors(dir / "all.safetensors");
+  ASSERT_EQ(loaded.tensors.size(), tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    ASSERT_TRUE(loaded.tensors.count(name)) << name;
+    EXPECT_TRUE(same_bytes(loaded.tensors.at(name), tensor)) << name;
+  }
+  EXPECT_EQ(loaded.metadata.at("format"), "pt");
+  EXPECT_EQ(loaded.metadata.at("note"), "ünïcode");
+}
+
+TEST(Safetensors, StoresNonContiguousAndTiedTensorsByValue) {
+  ScratchDirectory dir;
+  auto base = torch::arange(12, torch::kFloat32).reshape({3, 4});
+  auto transposed = base.t();            // a non-contiguous view
+  auto strided = base.slice(1, 0, 4, 2); // every other column
+  ASSERT_FALSE(transposed.is_contiguous());
+  accelerate::save_safetensors(
+      {{"embed.weight", base}, {"head.weight", base}, {"transposed", transposed}, {"strided", strided}},
+      dir / "views.safetensors");
+  const auto loaded = accelerate::load_safetensors(dir / "views.safetensors").tensors;
+  EXPECT_TRUE(torch::equal(loaded.at("embed.weight"), base));
+  EXPECT_TRUE(torch::equal(loaded.at("head.weight"), base));
+  EXPECT_TRUE(torch::equal(loaded.at("transposed"), transposed));
+  EXPECT_TRUE(torch::equal(loaded.at("strided"), strided));
+  EXPECT_EQ(accelerate::detail::read_whole_file(dir / "views.safetensors").size() % 8, 0u);
+}
+
+TEST(Safetensors, FileLayoutFollowsTheSpecification) {
+  const std::string bytes = accelerate::detail::encode_safetensors(
+      {{"a_half", torch::ones({3}, torch::kFloat16)}, {"b_double", torch::ones({2}, torch::kFloat64)}}, {});
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, bytes.data(), 8);
+  EXPECT_EQ(header_length % 8, 0u) << "the header is padded to 8 bytes";
+  const std::string header = bytes.substr(8, header_length);
+  // Larger elements first, so every tensor starts at a multiple of its element size.
+  EXPECT_LT(header.find("b_double"), header.find("a_half")) << header;
+  EXPECT_NE(header.find("\"data_offsets\":[0,16]"), std::string::npos) << header;
+  EXPECT_NE(header.find("\"data_offsets\":[16,22]"), std::string::npos) << header;
+  EXPECT_EQ(bytes.size(), 8 + header_length + 22);
+}
+
+TEST(Safetensors, RejectsTruncatedCorruptAndUnknownInput) {
+  ScratchDirectory dir;
+  const std::string good = accelerate::detail::encode_safetensors({{"w", torch::ones({4, 4})}}, {});
+  auto expect_error = [&](const std::string& bytes, const std::string& expected) {
+    accelerate::detail::write_file_durably(dir / "bad.safetensors", bytes);
+    try {
+      accelerate::load_safetensors(dir / "bad.safetensors");
+      ADD_FAILURE() << "no error; expected one mentioning '" << expected << "'";
+    } catch (const std::runtime_error& error) {
+      EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("bad.safetensors"), std::string::npos) << error.what();
+    }
+  };
+  expect_error(good.substr(0, good.size() - 5),
+               "needs bytes [0, 64) of the data section, but the file holds only 59");
+  expect_error(good.substr(0, 6), "fewer than the 8-byte header length");
+  std::string corrupt_header = good;
+  corrupt_header[9] = '!';
+  expect_error(corrupt_header, "does not parse");
+  expect_error(good + "extra", "follow the header");
+  const std::string unknown = accelerate::detail::encode_safetensors({{"w", torch::ones({2})}}, {});
+  std::string renamed = unknown;
+  renamed.replace(renamed.find("\"F32\""), 5, "\"X99\"");
+  expect_error(renamed, "dtype X99");
+  try {
+    accelerate::load_safetensors(dir / "missing.safetensors");
+    ADD_FAILURE() << "a missing file loaded";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("No such file"), std::string::npos) << error.what();
+  }
+}
+
+// ---- save_state / load_state ------------------------------------------------------------------------------
+
+struct Net : torch::nn::Module {
+  explicit Net(int64_t hidden = 16) {
+    fc1 = register_module("fc1", torch::nn::Linear(4, hidden));
+    drop = register_module("drop", torch::nn::Dropout(0.2));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, 1));
+    register_buffer("calls", torch::zeros({1}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return fc2->forward(drop->forward(torch::tanh(fc1->forward(x))));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Dropout drop{nullptr};
+};
+
+/// Sample i: 4 features drawn from a generator seeded by i, and the index as the target's second column.
+struct Samples {
+  explicit Samples(size_t size) : size_(size) {}
+  std::pair<torch::Tensor, torch::Tensor> get_batch(const std::vector<size_t>& indices) {
+    std::vector<torch::Tensor> x, y;
+    for (auto index : indices) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(index);
+      auto features = at::randn({4}, generator);
+      x.push_back(features);
+      y.push_back(torch::stack({features.sum().sin(), torch::tensor(static_cast<float>(index))}));
+    }
+    return {torch::stack(x), torch::stack(y)};
+  }
+  size_t size() const { return size_; }
+  size_t size_;
+};
+
+/// A user object registered for checkpointing.
+struct Counter {
+  int64_t value = 0;
+  void save(torch::serialize::OutputArchive& archive) const { archive.write("value", torch::tensor(value)); }
+  void load(torch::serialize::InputArchive& archive) {
+    torch::Tensor saved;
+    archive.read("value", saved);
+    value = saved.item<int64_t>();
+  }
+};
+
+/// One training setup: everything save_state covers.
+struct Training {
+  explicit Training(accelerate::AcceleratorOptions options, int64_t hidden = 16)
+      : accelerator(options.cpu(true)), model(std::make_shared<Net>(hidden)) {
+    accelerator.prepare(model);
+    optimizer.emplace(accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2)));
+    scheduler.emplace(accelerator.prepare(torch::optim::StepLR(**optimizer, 2, 0.5)));
+    loader = accelerator.prepare_data_loader(Samples(20), accelerate::DataLoaderOptions(3));
+    accelerator.register_for_checkpointing(counter);
+  }
+
+  /// Trains `steps` optimizer steps, calling `after_step(k)` after the k-th inside the loop (where a training
+  /// program saves its checkpoints); returns the sample indices of each step. Passes start where the loader
+  /// stands: a pass left with `break` starts its epoch over, one resumed by load_state continues.
+  std::vector<std::vector<int64_t>> train(int steps, const std::function<void(int)>& after_step = nullptr) {
+    std::vector<std::vector<int64_t>> seen;
+    int done = 0;
+    while (done < steps) {
+      for (auto& [x, y] : *loader) {
+        optimizer->zero_grad();
+        auto out = model->forward(x) + 1e-3 * torch::randn({x.size(0), 1});
+        accelerator.backward(torch::mse_loss(out, y.slice(1, 0, 1)));
+        optimizer->step();
+        scheduler->step();
+        ++counter.value;
+        seen.emplace_back();
+        for (int64_t i = 0; i < y.size(0); ++i) {
+          seen.back().push_back(static_cast<int64_t>(y[i][1].item<float>()));
+        }
+        if (after_step) {
+          after_step(++done);
+        } else {
+          ++done;
+        }
+        if (done == steps) {
+          break;
+        }
+      }
+    }
+    return seen;
+  }
+
+  std::vector<torch::Tensor> snapshot() {
+    std::vector<torch::Tensor> values;
+    for (const auto& p : model->parameters()) {
+      values.push_back(p.detach().clone());
+    }
+    for (auto& group : optimizer->param_groups()) {
+      for (auto& p : group.params()) {
+        auto& state = static_cast<torch::optim::AdamWParamState&>(
+            *optimizer->unwrap().state().at(p.unsafeGetTensorImpl()));
+        values.push_back(state.exp_avg().clone());
+        values.push_back(state.exp_avg_sq().clone());
+        values.push_back(torch::tensor(state.step()));
+      }
+    }
+    values.push_back(torch::tensor(optimizer->param_groups()[0].options().get_lr(), torch::kFloat64));
+    return values;
+  }
+
+  accelerate::Accelerator accelerator;
+  std::shared_ptr<Net> model;
+  std::optional<accelerate::Optimizer> optimizer;
+  std::optional<accelerate::Scheduler> scheduler;
+  std::unique_ptr<accelerate::DataLoader<Samples>> loader;
+  Counter counter;
+};
+
+void expect_same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(same_bytes(a[i], b[i])) << "tensor " << i << " differs";
+  }
+}
+
+TEST(Checkpoint, ResumingRepeatsTrainingBitForBit) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(3));
+  // Saved mid-epoch (20 samples / 3 per batch = 7 batches), then 6 more steps that cross into epoch 1.
+  auto batches = run.train(11, [&](int step) {
+    if (step == 5) {
+      EXPECT_EQ(run.accelerator.save_state(dir / "ckpt"), dir / "ckpt");
+    }
+  });
+  const std::vector<std::vector<int64_t>> expected_batches(batches.begin() + 5, batches.end());
+  const auto expected_state = run.snapshot();
+  const auto expected_counter = run.counter.value;
+  const auto expected_steps = run.scheduler->steps();
+
+  Training resumed(accelerate::AcceleratorOptions().seed(99)); // another seed: everything must come back
+  resumed.accelerator.load_state(dir / "ckpt");
+  EXPECT_EQ(resumed.counter.value, 5);
+  EXPECT_EQ(resumed.accelerator.gradient_state()->optimizer_steps, 5);
+  EXPECT_EQ(resumed.loader->state().batches_consumed, 5u);
+  EXPECT_EQ(resumed.train(6), expected_batches);
+  expect_same(resumed.snapshot(), expected_state);
+  EXPECT_EQ(resumed.counter.value, expected_counter);
+  EXPECT_EQ(resumed.scheduler->steps(), expected_steps);
+}
+
+TEST(Checkpoint, LayoutAndMetadataAreDocumented) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(1));
+  run.train(2);
+  const std::string saved = run.accelerator.save_state(dir / "ckpt");
+  for (const char* name : {"metadata.json", "model.safetensors", "optimizer.bin", "random_states_0.bin",
+                           "custom_checkpoint_0.bin"}) {
+    EXPECT_TRUE(path_exists(join_path(saved, name))) << name;
+  }
+  std::ifstream in(join_path(saved, "metadata.json"));
+  const std::string metadata((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* key :
+       {"\"format_version\": 1", "\"world_size\": 1", "\"mixed_precision\": \"no\"", "\"step\": 2",
+        "\"torch_version\": \"2.11.0\"", "\"batches_consumed\": 2", "\"step_count\": 2"}) {
+    EXPECT_NE(metadata.find(key), std::string::npos) << key << " in\n" << metadata;
+  }
+  // The model file is plain safetensors with the unwrapped module's names.
+  const auto model = accelerate::load_safetensors(join_path(saved, "model.safetensors"));
+  EXPECT_EQ(model.tensors.size(), 5u); // fc1.weight, fc1.bias, fc2.weight, fc2.bias, calls
+  EXPECT_TRUE(torch::equal(model.tensors.at("fc1.weight"), run.model->fc1->weight));
+}
+
+TEST(Checkpoint, TotalLimitKeepsTheNewestTwoAcrossARestart) {
+  ScratchDirectory dir;
+  auto options = [&] {
+    return accelerate::AcceleratorOptions()
+        .project_dir(dir.path())
+        .automatic_checkpoint_naming(true)
+        .total_limit(2)
+        .seed(5);
+  };
+  auto names = [&] { return list_directory(dir / "checkpoints"); };
+  {
+    Training run(options());
+    for (int i = 0; i < 5; ++i) {
+      run.train(1);
+      EXPECT_EQ(run.accelerator.save_state(), dir / ("checkpoints/checkpoint_" + std::to_string(i)));
+    }
+    EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_3", "checkpoint_4", "latest"}));
+  }
+  {
+    Training restarted(options()); // a new process: the counter comes back from the checkpoint
+    restarted.accelerator.load_state();
+    EXPECT_EQ(restarted.accelerator.gradient_state()->optimizer_steps, 5);
+    restarted.train(1);
+    EXPECT_EQ(restarted.accelerator.save_state(), dir / "checkpoints/checkpoint_5");
+    EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_4", "checkpoint_5", "latest"}));
+  }
+  {
+    Training fresh(options()); // a restart that does not load still never overwrites a checkpoint
+    EXPECT_EQ(fresh.accelerator.save_state(), dir / "checkpoints/checkpoint_6");
+    EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_5", "checkpoint_6", "latest"}));
+  }
+}
+
+TEST(Checkpoint, InterruptedSaveIsIgnoredAndCleanedUp) {
+  ScratchDirectory dir;
+  auto options = accelerate::AcceleratorOptions().project_dir(dir.path()).seed(2);
+  Training run(options);
+  run.train(2);
+  run.accelerator.save_state();
+  const auto state = run.snapshot();
+  // What a SIGKILL in the middle of the next save leaves behind (test/checkpoint kills real processes).
+  const std::string partial = dir / "checkpoints/.checkpoint_1.partial";
+  accelerate::detail::make_directories(partial);
+  accelerate::detail::write_file_durably(join_path(partial, "model.safetensors"), "half a file");
+  run.train(2);
+  run.accelerator.load_state();
+  expect_same(run.snapshot(), state);
+  EXPECT_EQ(run.accelerator.save_state(), dir / "checkpoints/checkpoint_1");
+  EXPECT_FALSE(path_exists(partial));
+}
+
+TEST(Checkpoint, SavingTwiceToOneDirectoryReplacesItWhole) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(4));
+  run.train(1);
+  run.accelerator.save_state(dir / "ckpt");
+  run.train(2);
+  const auto state = run.snapshot();
+  run.accelerator.save_state(dir / "ckpt/"); // the same directory, spelled with a trailing slash
+  run.train(1);
+  run.accelerator.load_state(dir / "ckpt");
+  expect_same(run.snapshot(), state);
+  EXPECT_EQ(list_directory(dir.path()), std::vector<std::string>{"ckpt"});
+}
+
+/// Runs `call`, which must throw an exception whose message contains each of `expected`.
+template <typename Call> void expect_error(Call&& call, std::initializer_list<std::string> expected) {
+  try {
+    call();
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& error) {
+    for (const auto& text : expected) {
+      EXPECT_NE(std::string(error.what()).find(text), std::string::npos)
+          << "'" << text << "' not in: " << error.what();
+    }
+  }
+}
+
+TEST(Checkpoint, BadInputFailsClearlyAndLosesNothing) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(6));
+  run.train(2);
+  const std::string good = run.accelerator.save_state(dir / "good");
+  run.train(1);
+  const auto before = run.snapshot();
+  auto copy = [&](const std::string& name) {
+    copy_directory(good, dir / name);
+    return dir / name;
+  };
+  auto rewrite = [](const std::string& file, const std::function<void(std::string&)>& change) {
+    std::string bytes = accelerate::detail::read_whole_file(file);
+    change(bytes);
+    accelerate::detail::write_file_durably(file, bytes);
+  };
+
+  expect_error([&] { run.accelerator.load_state(dir / "nowhere"); },
+               {"'" + (dir / "nowhere") + "' does not exist"});
+
+  const auto truncated = copy("truncated");
+  rewrite(join_path(truncated, "optimizer.bin"), [](std::string& bytes) { bytes.resize(bytes.size() / 2); });
+  expect_error([&] { run.accelerator.load_state(truncated); },
+               {"is damaged", "'optimizer.bin' holds", "truncated", "load an earlier checkpoint"});
+
+  const auto corrupt = copy("corrupt");
+  rewrite(join_path(corrupt, "model.safetensors"),
+          [](std::string& bytes) { bytes[bytes.size() - 3] ^= 0x40; });
+  expect_error([&] { run.accelerator.load_state(corrupt); },
+               {"'model.safetensors' has content hash", "corrupt"});
+
+  const auto future = copy("future");
+  rewrite(join_path(future, "metadata.json"), [](std::string& text) {
+    text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 7");
+  });
+  expect_error([&] { run.accelerator.load_state(future); },
+               {"format version 7", "reads format versions up to 1", "newer accelerate-cpp"});
+
+  {
+    Training other(accelerate::AcceleratorOptions().seed(6), /*hidden=*/8);
+    const std::string other_checkpoint = other.accelerator.save_state(dir / "other");
+    expect_error([&] { run.accelerator.load_state(other_checkpoint); },
+                 {"holds another model", "different shapes", "fc1.weight: checkpoint [8, 4], model [16, 4]",
+                  "fc2.weight: checkpoint [1, 8], model [1, 16]"});
+  }
+  accelerate::detail::make_directories(dir / "plain");
+  expect_error([&] { run.accelerator.load_state(dir / "plain"); }, {"has no metadata.json"});
+
+  expect_same(run.snapshot(), before); // none of the failed loads changed anything
+  run.accelerator.load_state(good);
+  EXPECT_EQ(run.accelerator.gradient_state()->optimizer_steps, 2);
+}
+
+TEST(Checkpoint, ExistingDirectoryThatIsNoCheckpointIsNotOverwritten) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(7));
+  accelerate::detail::make_directories(dir / "results");
+  accelerate::detail::write_file_durably(dir / "results/notes.txt", "keep me");
+  expect_error([&] { run.accelerator.save_state(dir / "results"); },
+               {"exists and is not a checkpoint", "Choose a new or empty directory"});
+  EXPECT_EQ(accelerate::detail::read_whole_file(dir / "results/notes.txt"), "keep me");
+}
+
+TEST(Checkpoint, LoadingWithoutAnyCheckpointExplains) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(8));
+  expect_error([&] { run.accelerator.load_state(); }, {"no project_dir is set"});
+  Training with_project(accelerate::AcceleratorOptions().project_dir(dir.path()));
+  expect_error([&] { with_project.accelerator.load_state(); }, {"no checkpoint found under"});
+}
+
+TEST(Checkpoint, SaveModelWritesSafetensorsAndALibtorchArchive) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(9));
+  run.accelerator.save_model(*run.model, dir / "export");
+  const auto weights = accelerate::load_safetensors(dir / "export/model.safetensors");
+  EXPECT_EQ(weights.metadata.at("format"), "pt");
+  EXPECT_TRUE(torch::equal(weights.tensors.at("fc2.weight"), run.model->fc2->weight));
+  auto copy = std::make_shared<Net>();
+  torch::serialize::InputArchive archive;
+  archive.load_from(dir / "export/model.pt");
+  copy->load(archive);
+  EXPECT_TRUE(torch::equal(copy->fc1->weight, run.model->fc1->weight));
+}
+
+} // namespace

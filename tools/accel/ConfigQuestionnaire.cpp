@@ -1,0 +1,400 @@
+// `accel config`'s questions and the config they make (see ConfigQuestionnaire.h).
+#include "ConfigQuestionnaire.h"
+
+#include "ConfigSchema.h"
+#include "ConfigValues.h"
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+namespace accel {
+
+// ------------------------------------------------------------------------------------------- Prompter
+
+std::string Prompter::answer(const std::string& prompt) {
+  out_ << prompt << std::flush;
+  std::string line;
+  if (!std::getline(in_, line))
+    throw UsageError("the input ended before every question was answered (last question: " + prompt +
+                     "...); answer each one, or use `accel config default`");
+  if (!line.empty() && line.back() == '\r')
+    line.pop_back();
+  if (echoAnswers_)
+    out_ << line << "\n";
+  size_t first = line.find_first_not_of(" \t");
+  size_t last = line.find_last_not_of(" \t");
+  return first == std::string::npos ? "" : line.substr(first, last - first + 1);
+}
+
+void Prompter::note(const std::string& message) {
+  out_ << message << "\n";
+}
+
+size_t Prompter::choose(const std::string& question, const std::vector<std::string>& options,
+                        size_t defaultIndex) {
+  out_ << question << "\n";
+  for (size_t i = 0; i < options.size(); ++i)
+    out_ << "  [" << i << "] " << options[i] << "\n";
+  const std::string prompt = "Choose 0-" + std::to_string(options.size() - 1) + " or type the name [" +
+                             std::to_string(defaultIndex) + "]: ";
+  while (true) {
+    std::string typed = answer(prompt);
+    if (typed.empty())
+      return defaultIndex;
+    for (size_t i = 0; i < options.size(); ++i)
+      if (typed == std::to_string(i) || canonicalValue(ValueRule::choice({options[i]}), typed))
+        return i;
+    note("Please enter a number from 0 to " + std::to_string(options.size() - 1) + ", or one of the names.");
+  }
+}
+
+bool Prompter::yesNo(const std::string& question, bool defaultAnswer) {
+  const std::string prompt = question + (defaultAnswer ? " [YES/no]: " : " [yes/NO]: ");
+  while (true) {
+    std::string typed = answer(prompt);
+    if (typed.empty())
+      return defaultAnswer;
+    if (auto value = parseBool(typed))
+      return *value;
+    note("Please enter yes or no.");
+  }
+}
+
+long long Prompter::wholeNumber(const std::string& question, long long defaultValue, long long min,
+                                long long max) {
+  const ValueRule rule = ValueRule::wholeNumber(min, max);
+  const std::string prompt = question + " [" + std::to_string(defaultValue) + "]: ";
+  while (true) {
+    std::string typed = answer(prompt);
+    if (typed.empty())
+      return defaultValue;
+    if (auto value = canonicalValue(rule, typed))
+      return std::stoll(*value);
+    note("Please enter " + rule.describe() + ".");
+  }
+}
+
+double Prompter::number(const std::string& question, double defaultValue) {
+  char shown[32];
+  std::snprintf(shown, sizeof(shown), "%g", defaultValue);
+  const std::string prompt = question + " [" + shown + "]: ";
+  while (true) {
+    std::string typed = answer(prompt);
+    if (typed.empty())
+      return defaultValue;
+    if (auto value = canonicalValue(ValueRule::number(), typed))
+      return std::stod(*value);
+    note("Please enter " + ValueRule::number().describe() + ".");
+  }
+}
+
+std::string Prompter::text(const std::string& question, const std::string& defaultValue) {
+  const std::string prompt = question + (defaultValue.empty() ? ": " : " [" + defaultValue + "]: ");
+  while (true) {
+    std::string typed = answer(prompt);
+    if (!typed.empty())
+      return typed;
+    if (!defaultValue.empty())
+      return defaultValue;
+    note("This one has no default: please enter a value.");
+  }
+}
+
+// ------------------------------------------------------------------------------------------- questions
+
+namespace {
+
+/// What the answers so far decided; each ask* function reads what it needs and adds to it.
+struct Answers {
+  std::string distributedType = "NO";
+  bool useCpu = false;
+  long long numMachines = 1;
+  ConfigValue config = ConfigValue::map();
+  ConfigValue deepspeed = ConfigValue::map();
+  ConfigValue fsdp = ConfigValue::map();
+
+  bool isMultiProcess() const { return distributedType == "MULTI_CPU" || distributedType == "MULTI_GPU"; }
+};
+
+void askComputeEnvironment(Prompter& prompter) {
+  while (prompter.choose("In which compute environment are you running?",
+                         {"This machine", "AWS (Amazon SageMaker)"}) != 0)
+    prompter.note("accel launches on this machine (and others like it) only; SageMaker jobs are started by "
+                  "Python Accelerate. Choose 0.");
+}
+
+void askMachineType(Prompter& prompter, Answers& answers) {
+  static const std::vector<std::string> kTypes = {"NO", "MULTI_CPU", "MULTI_GPU"};
+  answers.distributedType = kTypes[prompter.choose("Which type of machine are you using?",
+                                                   {"No distributed training", "multi-CPU", "multi-GPU"})];
+}
+
+void askMachines(Prompter& prompter, Answers& answers) {
+  answers.numMachines = prompter.wholeNumber("How many machines will you use (more than 1 for multi-node "
+                                             "training)?",
+                                             1, 1, INT_MAX);
+  answers.config.set("num_machines", ConfigValue::number(answers.numMachines));
+  if (answers.numMachines == 1)
+    return;
+  std::vector<std::string> ranks;
+  for (long long rank = 0; rank < answers.numMachines; ++rank)
+    ranks.push_back(std::to_string(rank));
+  answers.config.set("machine_rank", ConfigValue::number(static_cast<long long>(
+                                         prompter.choose("What is the rank of this machine?", ranks))));
+  answers.config.set("main_process_ip", ConfigValue::string(prompter.text(
+                                            "What is the IP address of the machine that will host the "
+                                            "main process",
+                                            "")));
+  answers.config.set("main_process_port", ConfigValue::number(prompter.wholeNumber(
+                                              "What port will the main process listen on (every "
+                                              "machine uses the same)?",
+                                              29500, 1, 65535)));
+  bool sameNetwork =
+      prompter.yesNo("Are all the machines on the same local network? Answer no if they are in the "
+                     "cloud or on different networks",
+                     true);
+  answers.config.set("same_network", ConfigValue::boolean(sameNetwork));
+  if (!sameNetwork)
+    answers.config.set("rdzv_backend", ConfigValue::string(prompter.text(
+                                           "Which rendezvous backend will you use (accel always uses "
+                                           "a static TCPStore rendezvous at the main process)?",
+                                           "static")));
+}
+
+void askCpuOnly(Prompter& prompter, Answers& answers) {
+  if (answers.distributedType == "NO")
+    answers.useCpu =
+        prompter.yesNo("Do you want to run your training on CPU only (even if a GPU is available)?", false);
+  else
+    answers.useCpu = answers.distributedType == "MULTI_CPU";
+  answers.config.set("use_cpu", ConfigValue::boolean(answers.useCpu));
+}
+
+void askOffload(Prompter& prompter, Answers& answers, const std::string& what, const std::string& key) {
+  const auto& devices = offloadDevices();
+  std::string device = devices[prompter.choose("Where should " + what + " be offloaded?", devices)];
+  answers.deepspeed.set(key + "_device", ConfigValue::string(device));
+  if (device == "nvme")
+    answers.deepspeed.set(key + "_nvme_path", ConfigValue::string(prompter.text(
+                                                  "Which NVMe path should " + what + " go to?", "/nvme")));
+}
+
+void askZero(Prompter& prompter, Answers& answers) {
+  if (!prompter.yesNo(
+          "Do you want to use DeepSpeed-style ZeRO sharding (accelerate-cpp's own ZeRO; no DeepSpeed "
+          "install needed)?",
+          false))
+    return;
+  answers.distributedType = "DEEPSPEED";
+  long long stage = static_cast<long long>(
+      prompter.choose("What should be your ZeRO optimization stage?", {"0", "1", "2", "3"}, 2));
+  answers.deepspeed.set("zero_stage", ConfigValue::number(stage));
+  if (stage >= 2) {
+    askOffload(prompter, answers, "optimizer states", "offload_optimizer");
+    askOffload(prompter, answers, "parameters", "offload_param");
+  }
+  answers.deepspeed.set("gradient_accumulation_steps", ConfigValue::number(prompter.wholeNumber(
+                                                           "How many gradient accumulation steps does your "
+                                                           "training loop take?",
+                                                           1, 1, INT_MAX)));
+  if (prompter.yesNo("Do you want to use gradient clipping?", false)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", prompter.number("What is the gradient clipping value?", 1.0));
+    answers.deepspeed.set("gradient_clipping",
+                          ConfigValue::scalar(*canonicalValue(ValueRule::number(), text), false));
+  }
+  if (stage == 3)
+    answers.deepspeed.set("zero3_save_16bit_model", ConfigValue::boolean(prompter.yesNo(
+                                                        "Do you want to save 16-bit model weights when using "
+                                                        "ZeRO stage 3?",
+                                                        false)));
+  if (answers.numMachines > 1) {
+    // accel starts each machine's ranks itself, as torchrun does: DeepSpeed's "standard" launcher.
+    answers.deepspeed.set("deepspeed_multinode_launcher", ConfigValue::string("standard"));
+  }
+}
+
+void askAutoWrap(Prompter& prompter, Answers& answers) {
+  const auto& policies = fsdpAutoWrapPolicies();
+  std::string policy = policies[prompter.choose("What should be your auto wrap policy?", policies)];
+  answers.fsdp.set("fsdp_auto_wrap_policy", ConfigValue::string(policy));
+  if (policy == "TRANSFORMER_BASED_WRAP")
+    answers.fsdp.set(
+        "fsdp_transformer_layer_cls_to_wrap",
+        ConfigValue::string(prompter.text("Which module classes should each be wrapped (comma-separated, "
+                                          "case-sensitive, like Block or Block,Embedding)?",
+                                          "")));
+  else if (policy == "SIZE_BASED_WRAP")
+    answers.fsdp.set("fsdp_min_num_params", ConfigValue::number(prompter.wholeNumber(
+                                                "What is the minimum number of parameters of a wrapped "
+                                                "module?",
+                                                100000000, 0, LLONG_MAX)));
+}
+
+void askFsdp(Prompter& prompter, Answers& answers) {
+  if (!prompter.yesNo("Do you want to use FullyShardedDataParallel?", false))
+    return;
+  answers.distributedType = "FSDP";
+  long long version =
+      static_cast<long long>(prompter.choose("What should be your FSDP version?", {"1", "2"}, 1)) + 1;
+  answers.fsdp.set("fsdp_version", ConfigValue::number(version));
+  if (version == 1) {
+    const auto& strategies = fsdpShardingStrategies();
+    // Accelerate keeps FSDP1's sharding strategy under this key.
+    answers.fsdp.set("fsdp_reshard_after_forward",
+                     ConfigValue::string(
+                         strategies[prompter.choose("What should be your sharding strategy?", strategies)]));
+  } else {
+    answers.fsdp.set(
+        "fsdp_reshard_after_forward",
+        ConfigValue::boolean(prompter.yesNo("Do you want to reshard parameters after forward?", true)));
+  }
+  answers.fsdp.set(
+      "fsdp_offload_params",
+      ConfigValue::boolean(prompter.yesNo("Do you want to offload parameters and gradients to CPU?", false)));
+  askAutoWrap(prompter, answers);
+  if (version == 1) {
+    const auto& prefetch = fsdpBackwardPrefetchPolicies();
+    answers.fsdp.set(
+        "fsdp_backward_prefetch",
+        ConfigValue::string(
+            prefetch[prompter.choose("What should be your backward prefetch policy?", prefetch)]));
+  }
+  const auto& stateDictTypes = version == 1 ? fsdpStateDictTypes() : fsdp2StateDictTypes();
+  answers.fsdp.set(
+      "fsdp_state_dict_type",
+      ConfigValue::string(
+          stateDictTypes[prompter.choose("What should be your state dict type?", stateDictTypes)]));
+  if (version == 1) {
+    answers.fsdp.set("fsdp_forward_prefetch", ConfigValue::boolean(prompter.yesNo(
+                                                  "Do you want to prefetch parameters in forward?", false)));
+    answers.fsdp.set("fsdp_use_orig_params",
+                     ConfigValue::boolean(prompter.yesNo("Do you want to keep the original parameters "
+                                                         "(use_orig_params)?",
+                                                         true)));
+    bool sync = prompter.yesNo(
+        "Do you want each wrapped unit to broadcast its parameters from rank 0 at the start?", true);
+    answers.fsdp.set("fsdp_sync_module_states", ConfigValue::boolean(sync));
+    // Accelerate's launcher insists on sync_module_states when its (default) RAM-efficient loading is on.
+    if (!sync)
+      answers.fsdp.set("fsdp_cpu_ram_efficient_loading", ConfigValue::boolean(false));
+  }
+  answers.fsdp.set(
+      "fsdp_activation_checkpointing",
+      ConfigValue::boolean(prompter.yesNo("Do you want to use activation checkpointing?", false)));
+}
+
+void askNumProcesses(Prompter& prompter, Answers& answers) {
+  long long processes = 1;
+  if (answers.distributedType != "NO") {
+    const std::string what = answers.distributedType == "MULTI_CPU" ? "processes" : "GPU(s)";
+    const std::string scope = answers.numMachines > 1 ? " in total, over all machines" : "";
+    while (true) {
+      processes = prompter.wholeNumber(
+          "How many " + what + " should be used for distributed training" + scope + "?", 1, 1, INT_MAX);
+      if (processes % answers.numMachines != 0)
+        prompter.note("Please enter a multiple of the number of machines (" +
+                      std::to_string(answers.numMachines) + "): each runs the same number of processes.");
+      else if (answers.distributedType == "MULTI_GPU" && answers.numMachines == 1 && processes == 1)
+        prompter.note("multi-GPU on one machine needs at least 2 GPUs; for one, choose \"No distributed "
+                      "training\" instead.");
+      else
+        break;
+    }
+  }
+  answers.config.set("num_processes", ConfigValue::number(processes));
+}
+
+void askGpuIds(Prompter& prompter, Answers& answers) {
+  if (answers.useCpu || (answers.distributedType != "NO" && answers.distributedType != "MULTI_GPU"))
+    return;
+  answers.config.set("gpu_ids",
+                     ConfigValue::string(prompter.text("Which GPU(s) (by id) should be used for training "
+                                                       "on this machine, as a comma-separated list?",
+                                                       "all")));
+}
+
+void askMixedPrecision(Prompter& prompter, Answers& answers) {
+  const auto& modes = mixedPrecisionModes();
+  answers.config.set(
+      "mixed_precision",
+      ConfigValue::string(modes[prompter.choose("Do you wish to use mixed precision?", modes)]));
+}
+
+/// The keys Accelerate's questionnaire always writes, with the values it writes when not asked.
+ConfigValue baseConfig() {
+  ConfigValue config = ConfigValue::map();
+  config.set("compute_environment", ConfigValue::string("LOCAL_MACHINE"));
+  config.set("debug", ConfigValue::boolean(false));
+  config.set("downcast_bf16", ConfigValue::string("no"));
+  config.set("enable_cpu_affinity", ConfigValue::boolean(false));
+  config.set("machine_rank", ConfigValue::number(0));
+  config.set("main_training_function", ConfigValue::string("main"));
+  config.set("num_machines", ConfigValue::number(1));
+  config.set("rdzv_backend", ConfigValue::string("static"));
+  config.set("same_network", ConfigValue::boolean(true));
+  config.set("tpu_env", ConfigValue::list({}));
+  config.set("tpu_use_cluster", ConfigValue::boolean(false));
+  config.set("tpu_use_sudo", ConfigValue::boolean(false));
+  return config;
+}
+
+} // namespace
+
+ConfigDocument askConfigQuestions(Prompter& prompter) {
+  Answers answers;
+  answers.config = baseConfig();
+  askComputeEnvironment(prompter);
+  askMachineType(prompter, answers);
+  if (answers.isMultiProcess()) {
+    askMachines(prompter, answers);
+    answers.config.set("debug",
+                       ConfigValue::boolean(prompter.yesNo("Should distributed operations be checked while "
+                                                           "running for errors (slower, but a mismatch is "
+                                                           "reported instead of hanging)?",
+                                                           false)));
+  }
+  askCpuOnly(prompter, answers);
+  if (!answers.useCpu && (answers.distributedType == "NO" || answers.distributedType == "MULTI_GPU"))
+    askZero(prompter, answers);
+  if (answers.distributedType == "MULTI_GPU")
+    askFsdp(prompter, answers);
+  askNumProcesses(prompter, answers);
+  askGpuIds(prompter, answers);
+  askMixedPrecision(prompter, answers);
+
+  answers.config.set("distributed_type", ConfigValue::string(answers.distributedType));
+  if (!answers.deepspeed.entries.empty())
+    answers.config.set("deepspeed_config", answers.deepspeed);
+  if (!answers.fsdp.entries.empty())
+    answers.config.set("fsdp_config", answers.fsdp);
+  ConfigDocument document;
+  document.root = answers.config;
+  return document;
+}
+
+ConfigDocument defaultConfig(int gpuCount, const std::string& mixedPrecision) {
+  ConfigValue config = ConfigValue::map();
+  // What Accelerate's write_basic_config writes: its ClusterConfig defaults plus these.
+  config.set("compute_environment", ConfigValue::string("LOCAL_MACHINE"));
+  config.set("debug", ConfigValue::boolean(false));
+  config.set("distributed_type", ConfigValue::string(gpuCount > 1 ? "MULTI_GPU" : "NO"));
+  config.set("downcast_bf16", ConfigValue::boolean(false));
+  config.set("enable_cpu_affinity", ConfigValue::boolean(false));
+  config.set("machine_rank", ConfigValue::number(0));
+  config.set("main_training_function", ConfigValue::string("main"));
+  config.set("mixed_precision", ConfigValue::string(mixedPrecision));
+  config.set("num_machines", ConfigValue::number(1));
+  config.set("num_processes", ConfigValue::number(gpuCount > 0 ? gpuCount : 1));
+  config.set("rdzv_backend", ConfigValue::string("static"));
+  config.set("same_network", ConfigValue::boolean(false));
+  config.set("tpu_use_cluster", ConfigValue::boolean(false));
+  config.set("tpu_use_sudo", ConfigValue::boolean(false));
+  config.set("use_cpu", ConfigValue::boolean(gpuCount == 0));
+  ConfigDocument document;
+  document.root = config;
+  return document;
+}
+
+} // namespace accel

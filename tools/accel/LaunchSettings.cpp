@@ -1,0 +1,324 @@
+// Resolving `accel launch`'s settings from config file < environment < flags, and the variables they
+// export (see LaunchSettings.h).
+#include "LaunchSettings.h"
+
+#include "ConfigSchema.h"
+
+#include <algorithm>
+
+namespace accel {
+namespace {
+
+SettingSpec toggle(std::string name, std::string configKey, std::string variable, std::string help) {
+  return {std::move(name),      std::move(configKey), std::move(variable),
+          ValueRule::boolean(), std::move(help),      true};
+}
+
+SettingSpec valued(std::string name, std::string configKey, std::string variable, ValueRule rule,
+                   std::string help) {
+  return {std::move(name), std::move(configKey), std::move(variable),
+          std::move(rule), std::move(help),      false};
+}
+
+SettingSpec fsdp(const std::string& name, std::string variable, ValueRule rule, std::string help) {
+  return valued(name, "fsdp_config." + name, std::move(variable), std::move(rule), std::move(help));
+}
+
+SettingSpec deepspeed(const std::string& name, std::string variable, ValueRule rule, std::string help) {
+  return valued(name, "deepspeed_config." + name, std::move(variable), std::move(rule), std::move(help));
+}
+
+std::vector<std::string> reshardChoices() {
+  std::vector<std::string> choices = fsdpShardingStrategies();
+  choices.push_back("NO_RESHARD");
+  return choices;
+}
+
+/// The modes a flag can select; Accelerate allows one at a time.
+const char* const kModeFlags[] = {"cpu", "multi_gpu", "use_fsdp", "use_deepspeed"};
+
+} // namespace
+
+const std::vector<SettingSpec>& launchSettingSpecs() {
+  static const std::vector<SettingSpec> kSpecs = {
+      toggle("cpu", "use_cpu", "ACCELERATE_USE_CPU", "train on the CPU even where CUDA is available"),
+      toggle("multi_gpu", "", "", "one rank per GPU (distributed_type MULTI_GPU)"),
+      valued("num_processes", "num_processes", "", ValueRule::wholeNumber(1),
+             "how many ranks in total, over all machines (default 1; with --multi_gpu, one per GPU)"),
+      valued("num_machines", "num_machines", "", ValueRule::wholeNumber(1), "how many machines (default 1)"),
+      valued("machine_rank", "machine_rank", "", ValueRule::wholeNumber(0),
+             "this machine's rank, 0 to num_machines - 1 (default 0)"),
+      valued("main_process_ip", "main_process_ip", "", ValueRule::text(),
+             "where rank 0 serves the rendezvous, exported as MASTER_ADDR (default 127.0.0.1)"),
+      valued("main_process_port", "main_process_port", "", ValueRule::wholeNumber(0, 65535),
+             "rendezvous port, exported as MASTER_PORT; 0 picks a free one on one machine (default 29500)"),
+      valued("gpu_ids", "gpu_ids", "", ValueRule::text(),
+             "the GPUs of this machine to use, like 0,1 or all; exported as CUDA_VISIBLE_DEVICES"),
+      toggle("same_network", "same_network", "", "all machines share a local network (accepted; no effect)"),
+      valued("rdzv_backend", "rdzv_backend", "", ValueRule::text(),
+             "accepted for Accelerate's configs; accel always uses a static TCPStore rendezvous"),
+      valued("mixed_precision", "mixed_precision", "ACCELERATE_MIXED_PRECISION",
+             ValueRule::choice(mixedPrecisionModes()), "no, fp16, bf16 or fp8 (default no)"),
+      valued("gradient_accumulation_steps", "deepspeed_config.gradient_accumulation_steps",
+             "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", ValueRule::wholeNumber(1),
+             "steps to accumulate gradients over before each optimizer step"),
+      toggle("debug", "debug", "ACCELERATE_DEBUG_MODE", "check collectives for mismatches while running"),
+      // FSDP (Accelerate's --fsdp_* flags and fsdp_config keys).
+      toggle("use_fsdp", "", "ACCELERATE_USE_FSDP", "shard with FSDP (distributed_type FSDP)"),
+      fsdp("fsdp_version", "FSDP_VERSION", ValueRule::wholeNumber(1, 2), "1 or 2 (default 1)"),
+      fsdp("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY", ValueRule::choice(fsdpShardingStrategies()),
+           "FSDP1's strategy (default FULL_SHARD)"),
+      fsdp("fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD",
+           ValueRule::boolOrChoice(reshardChoices()),
+           "true/false (FSDP2) or a sharding strategy (FSDP1) (default true)"),
+      fsdp("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", ValueRule::boolean(), "offload parameters to CPU"),
+      fsdp("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", ValueRule::wholeNumber(0, LLONG_MAX),
+           "SIZE_BASED_WRAP's threshold (default 100000000)"),
+      fsdp("fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", ValueRule::choice(fsdpAutoWrapPolicies()),
+           "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP"),
+      fsdp("fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", ValueRule::text(),
+           "module classes to wrap, comma-separated"),
+      fsdp("fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH",
+           ValueRule::choice(fsdpBackwardPrefetchPolicies()), "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH"),
+      fsdp("fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE", ValueRule::choice(fsdpStateDictTypes()),
+           "FULL_STATE_DICT, LOCAL_STATE_DICT or SHARDED_STATE_DICT"),
+      fsdp("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", ValueRule::boolean(), "prefetch in forward"),
+      fsdp("fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", ValueRule::boolean(), "keep original parameters"),
+      fsdp("fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", ValueRule::boolean(),
+           "load weights on rank 0 only (needs fsdp_sync_module_states)"),
+      fsdp("fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", ValueRule::boolean(),
+           "broadcast parameters from rank 0"),
+      fsdp("fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", ValueRule::boolean(),
+           "recompute activations in backward"),
+      fsdp("fsdp_activation_checkpointing_offload", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
+           ValueRule::boolean(), "offload checkpointed activations to CPU"),
+      fsdp("fsdp_ignored_modules", "FSDP_IGNORED_MODULES", ValueRule::text(), "modules FSDP leaves alone"),
+      // ZeRO (Accelerate's DeepSpeed flags and deepspeed_config keys).
+      toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED", "shard with ZeRO (distributed_type DEEPSPEED)"),
+      deepspeed("zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", ValueRule::wholeNumber(0, 3),
+                "ZeRO stage 0-3"),
+      deepspeed("offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+                ValueRule::choice(offloadDevices()), "none, cpu or nvme"),
+      deepspeed("offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+                ValueRule::choice(offloadDevices()), "none, cpu or nvme"),
+      deepspeed("offload_optimizer_nvme_path", "", ValueRule::text(), "NVMe path for optimizer states"),
+      deepspeed("offload_param_nvme_path", "", ValueRule::text(), "NVMe path for parameters"),
+      deepspeed("gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", ValueRule::number(),
+                "clip gradients' norm"),
+      deepspeed("zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", ValueRule::boolean(),
+                "build the model sharded (stage 3)"),
+      deepspeed("zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", ValueRule::boolean(),
+                "save 16-bit weights (stage 3)"),
+      deepspeed("deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", ValueRule::text(),
+                "a DeepSpeed JSON config"),
+      deepspeed("deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
+                ValueRule::text(), "MoE layer classes"),
+  };
+  return kSpecs;
+}
+
+// ------------------------------------------------------------------------------------------- LaunchSettings
+
+std::optional<std::string> LaunchSettings::get(const std::string& name) const {
+  auto found = values_.find(name);
+  if (found == values_.end())
+    return std::nullopt;
+  return found->second.text;
+}
+
+std::optional<SettingSource> LaunchSettings::sourceOf(const std::string& name) const {
+  auto found = values_.find(name);
+  if (found == values_.end())
+    return std::nullopt;
+  return found->second.source;
+}
+
+void LaunchSettings::set(const std::string& name, std::string text, SettingSource source) {
+  values_[name] = {std::move(text), source};
+}
+
+// ------------------------------------------------------------------------------------------- resolving
+
+namespace {
+
+void applyConfig(LaunchSettings& settings, const ConfigDocument& config) {
+  for (const SettingSpec& spec : launchSettingSpecs()) {
+    if (spec.configKey.empty())
+      continue;
+    std::optional<std::string> value = config.scalar(spec.configKey);
+    // num_processes -1 is Accelerate's "given at launch": no value here.
+    if (value && !(spec.name == "num_processes" && *value == "-1"))
+      settings.set(spec.name, *value, SettingSource::ConfigFile);
+  }
+  // distributed_type selects the mode the mode flags would.
+  const std::string type = config.scalar("distributed_type").value_or("NO");
+  if (type == "MULTI_GPU")
+    settings.set("multi_gpu", "true", SettingSource::ConfigFile);
+  if (type == "FSDP")
+    settings.set("use_fsdp", "true", SettingSource::ConfigFile);
+  if (type == "DEEPSPEED")
+    settings.set("use_deepspeed", "true", SettingSource::ConfigFile);
+  if (type == "MULTI_CPU")
+    settings.set("cpu", "true", SettingSource::ConfigFile);
+}
+
+void applyEnvironment(LaunchSettings& settings, const Environment& environment) {
+  for (const SettingSpec& spec : launchSettingSpecs()) {
+    if (spec.environmentVariable.empty())
+      continue;
+    std::optional<std::string> value = environment.get(spec.environmentVariable);
+    if (!value || value->empty())
+      continue;
+    ValueProblem problem;
+    std::optional<std::string> canonical = canonicalValue(spec.rule, *value, &problem);
+    if (!canonical)
+      throw UsageError(spec.environmentVariable + "=" + *value + " in the environment must be " +
+                       problem.mustBe + " (fix or unset it; it overrides the config file)");
+    settings.set(spec.name, *canonical, SettingSource::Environment);
+  }
+}
+
+std::string flagList(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + ("--" + names[i]);
+  return text;
+}
+
+void applyFlags(LaunchSettings& settings, const ParsedFlags& flags) {
+  for (const SettingSpec& spec : launchSettingSpecs()) {
+    if (!flags.has(spec.name))
+      continue;
+    if (spec.toggle) {
+      settings.set(spec.name, "true", SettingSource::Flag);
+      continue;
+    }
+    const std::string text = *flags.last(spec.name);
+    ValueProblem problem;
+    std::optional<std::string> canonical = canonicalValue(spec.rule, text, &problem);
+    if (!canonical)
+      throw UsageError("--" + spec.name + " must be " + problem.mustBe + " (got '" + text + "')");
+    settings.set(spec.name, *canonical, SettingSource::Flag);
+  }
+  std::vector<std::string> modeFlags;
+  for (const char* mode : kModeFlags)
+    if (flags.has(mode))
+      modeFlags.push_back(mode);
+  if (modeFlags.size() > 1)
+    throw UsageError("use one of --cpu, --multi_gpu, --use_fsdp, --use_deepspeed at a time (got " +
+                     flagList(modeFlags) + ")");
+  // A mode flag replaces the mode the config file or environment chose, as in Accelerate. --cpu only picks
+  // the device: FSDP or ZeRO from the config stay on, so the runtime refuses them rather than running DDP.
+  if (modeFlags.empty())
+    return;
+  for (const std::string mode : {"multi_gpu", "use_fsdp", "use_deepspeed"})
+    if (mode != modeFlags.front() && (modeFlags.front() != "cpu" || mode == "multi_gpu"))
+      settings.set(mode, "false", SettingSource::Flag);
+}
+
+} // namespace
+
+LaunchSettings resolveLaunchSettings(const ConfigDocument* config, const Environment& environment,
+                                     const ParsedFlags& flags) {
+  LaunchSettings settings;
+  if (config)
+    applyConfig(settings, *config);
+  applyEnvironment(settings, environment);
+  applyFlags(settings, flags);
+  return settings;
+}
+
+// ------------------------------------------------------------------------------------------- exporting
+
+namespace {
+
+std::string lowercase(std::string text) {
+  for (char& c : text)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+/// Accelerate's launcher exports these FSDP variables even when unset, with its flags' defaults.
+const std::map<std::string, std::string>& fsdpDefaults() {
+  static const std::map<std::string, std::string> kDefaults = {
+      {"fsdp_version", "1"},
+      {"fsdp_sharding_strategy", "FULL_SHARD"},
+      {"fsdp_reshard_after_forward", "true"},
+      {"fsdp_offload_params", "false"},
+      {"fsdp_min_num_params", "100000000"},
+      {"fsdp_forward_prefetch", "false"},
+      {"fsdp_use_orig_params", "true"},
+      {"fsdp_cpu_ram_efficient_loading", "true"},
+      {"fsdp_sync_module_states", "true"},
+      {"fsdp_activation_checkpointing", "false"},
+      {"fsdp_activation_checkpointing_offload", "false"},
+  };
+  return kDefaults;
+}
+
+/// Values Accelerate exports lowercased (str(value).lower()).
+bool exportedLowercase(const std::string& name) {
+  return name == "fsdp_reshard_after_forward" || name == "offload_optimizer_device" ||
+         name == "offload_param_device" || name == "gradient_clipping" ||
+         (fsdpDefaults().count(name) && name != "fsdp_version" && name != "fsdp_sharding_strategy" &&
+          name != "fsdp_min_num_params");
+}
+
+void addSectionVariables(std::vector<std::pair<std::string, std::string>>& variables,
+                         const LaunchSettings& settings, const std::string& section,
+                         const std::map<std::string, std::string>& defaults) {
+  for (const SettingSpec& spec : launchSettingSpecs()) {
+    if (spec.environmentVariable.empty() ||
+        spec.configKey.compare(0, section.size() + 1, section + ".") != 0 ||
+        spec.name == "gradient_accumulation_steps")
+      continue;
+    std::optional<std::string> value = settings.get(spec.name);
+    if (!value) {
+      auto fallback = defaults.find(spec.name);
+      if (fallback == defaults.end())
+        continue;
+      value = fallback->second;
+    }
+    variables.emplace_back(spec.environmentVariable,
+                           exportedLowercase(spec.name) ? lowercase(*value) : *value);
+  }
+}
+
+std::string deepspeedFieldsFromConfig(const LaunchSettings& settings, const ConfigDocument* config) {
+  std::string fields;
+  if (config)
+    if (const ConfigValue* section = config->root.find("deepspeed_config"))
+      for (const auto& entry : section->entries)
+        fields += (fields.empty() ? "" : ",") + entry.first;
+  if (settings.sourceOf("mixed_precision") == SettingSource::ConfigFile)
+    fields += std::string(fields.empty() ? "" : ",") + "mixed_precision";
+  return lowercase(fields);
+}
+
+} // namespace
+
+std::vector<std::pair<std::string, std::string>>
+acceleratorVariables(const LaunchSettings& settings, TrainingMode mode, const ConfigDocument* config) {
+  std::vector<std::pair<std::string, std::string>> variables;
+  const bool useCpu = settings.isTrue("cpu");
+  variables.emplace_back("ACCELERATE_USE_CPU", useCpu ? "True" : "False");
+  variables.emplace_back("ACCELERATE_MIXED_PRECISION", settings.get("mixed_precision").value_or("no"));
+  if (settings.isTrue("debug"))
+    variables.emplace_back("ACCELERATE_DEBUG_MODE", "true");
+  if (auto steps = settings.get("gradient_accumulation_steps"))
+    variables.emplace_back("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", *steps);
+  if (auto gpuIds = settings.get("gpu_ids"); gpuIds && *gpuIds != "all" && !useCpu)
+    variables.emplace_back("CUDA_VISIBLE_DEVICES", *gpuIds);
+  if (mode == TrainingMode::Fsdp) {
+    variables.emplace_back("ACCELERATE_USE_FSDP", "true");
+    addSectionVariables(variables, settings, "fsdp_config", fsdpDefaults());
+  }
+  if (mode == TrainingMode::DeepSpeed) {
+    variables.emplace_back("ACCELERATE_USE_DEEPSPEED", "true");
+    variables.emplace_back("ACCELERATE_CONFIG_DS_FIELDS", deepspeedFieldsFromConfig(settings, config));
+    addSectionVariables(variables, settings, "deepspeed_config", {});
+  }
+  return variables;
+}
+
+} // namespace accel
