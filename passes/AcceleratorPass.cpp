@@ -10,7 +10,7 @@
 #include "passes/DevicePass.h"
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
-#include "passes/OutputPass.h"
+#include "passes/MainProcessPass.h"
 #include "passes/PreparePass.h"
 #include "passes/TrainingCode.h"
 
@@ -52,8 +52,8 @@ AST_MATCHER(clang::FunctionDecl, fileHasAccelerator) {
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
     if (SM.getFileID(SM.getExpansionLoc(TopLevel->getLocation())) != File)
       continue;
-    if (!match(findAll(Declaration), *TopLevel, Context).empty() ||
-        !match(decl(hasDescendant(Use)), *TopLevel, Context).empty())
+    if (!match(traverse(clang::TK_AsIs, findAll(Declaration)), *TopLevel, Context).empty() ||
+        !match(traverse(clang::TK_AsIs, decl(hasDescendant(Use))), *TopLevel, Context).empty())
       return true;
   }
   return false;
@@ -67,7 +67,7 @@ AST_MATCHER(clang::FunctionDecl, isLambdaCallOperator) {
 /// Everything the other passes rewrite into a use of `accelerator`.
 StatementMatcher usesAccelerator() {
   return stmt(anyOf(rewritableBackwardCall(), preparedDeclaration(), preparedLoaderDeclaration(),
-                    deviceSiteUsingAccelerator(), accumulatedLoop(), clipCall(), outputStatement(), guardedSave()));
+                    deviceSiteUsingAccelerator(), accumulatedLoop(), clipCall(), mainProcessOutput(), guardedSave()));
 }
 
 AST_MATCHER_P(clang::FunctionDecl, hasUseOfAccelerator, StatementMatcher, Uses) {
@@ -103,24 +103,76 @@ const clang::FunctionDecl* mainFunction(clang::ASTContext& Context) {
   return nullptr;
 }
 
-/// True when the function constructs the accelerator rather than reaching the one `main` made: it is `main`,
-/// or it runs backward in a file without `main`.
+/// True when another function of the main file calls `Function` (or an instantiation of it).
+bool isCalledInMainFile(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  auto Call = callExpr(callee(functionDecl().bind("callee"))).bind("call");
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
+    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+      continue;
+    for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, decl(forEachDescendant(Call))), *TopLevel, Context)) {
+      const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
+      const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern();
+      if (Callee->getCanonicalDecl() != Function.getCanonicalDecl() &&
+          (!Pattern || Pattern->getCanonicalDecl() != Function.getCanonicalDecl()))
+        continue;
+      const clang::FunctionDecl* Caller = enclosingFunction(*Found.getNodeAs<clang::Stmt>("call"), Context);
+      if (Caller && Caller->getCanonicalDecl() != Function.getCanonicalDecl())
+        return true;
+    }
+  }
+  return false;
+}
+
+/// True when the function constructs the accelerator rather than reaching another one through current(): it
+/// is `main`; or, in a file without `main`, no other function of the file calls it (it is where training
+/// starts, as far as this file shows).
 bool ownsAccelerator(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
   if (Function.isMain())
     return true;
   if (mainFunction(Context))
     return false;
-  return !match(stmt(hasDescendant(rewritableBackwardCall())), *Function.getBody(), Context).empty();
+  return !isCalledInMainFile(Function, Context);
 }
 
-/// `main` when another function of the file reaches the accelerator through current().
-AST_MATCHER(clang::FunctionDecl, isMainForOtherFunctions) {
-  if (!Node.isMain())
+/// True when `Function` calls one of `Targets`, directly or through functions of the main file (two calls deep).
+bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::FunctionDecl*> Targets,
+             clang::ASTContext& Context, int Depth = 2) {
+  if (!Function.hasBody())
     return false;
-  for (const clang::FunctionDecl* User : functionsUsingAccelerator(Finder->getASTContext()))
-    if (!User->isMain())
+  auto Call = callExpr(callee(functionDecl().bind("callee")));
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Call))), *Function.getBody(), Context)) {
+    const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
+    if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
+      Callee = Pattern;
+    if (Callee->getCanonicalDecl() == Function.getCanonicalDecl())
+      continue;
+    for (const clang::FunctionDecl* Target : Targets)
+      if (Target->getCanonicalDecl() == Callee->getCanonicalDecl())
+        return true;
+    if (Depth > 0 && Callee->hasBody() &&
+        Context.getSourceManager().isWrittenInMainFile(Context.getSourceManager().getExpansionLoc(Callee->getLocation())) &&
+        reaches(*Callee, Targets, Context, Depth - 1))
       return true;
+  }
   return false;
+}
+
+/// A function where training starts (`main`, or in a file without main a function no other function of the
+/// file calls) that calls functions that reach the accelerator through current(): it must construct it even
+/// when it does not use it itself.
+AST_MATCHER(clang::FunctionDecl, isEntryForOtherFunctions) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  if (!Node.hasBody() || !ownsAccelerator(Node, Context))
+    return false;
+  std::vector<const clang::FunctionDecl*> Users;
+  for (const clang::FunctionDecl* User : functionsUsingAccelerator(Context))
+    if (User->getCanonicalDecl() != Node.getCanonicalDecl() && !ownsAccelerator(*User, Context))
+      Users.push_back(User);
+  if (Users.empty())
+    return false;
+  return Node.isMain() || reaches(Node, Users, Context);
 }
 
 Stencil declarationText() {
@@ -139,13 +191,23 @@ Stencil explainPlacement() {
     std::string Name = Function->getQualifiedNameAsString();
     if (Function->isMain())
       return Why + "it is declared at the top of main, where training starts";
-    if (!ownsAccelerator(*Function, *Result.Context))
-      return Why + llvm::formatv("'{0}' reaches the one main declared through accelerate::Accelerator::current()",
+    if (ownsAccelerator(*Function, *Result.Context) &&
+        match(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(hasDescendant(usesAccelerator()))),
+              *Function->getBody(), *Result.Context)
+            .empty())
+      return Why + llvm::formatv("this file has no main, and no function of it calls '{0}', so it is declared at "
+                                 "the top of '{0}', for the functions it calls; if '{0}' runs more than once, or "
+                                 "another file also constructs one, move the declaration to where training starts",
                                  Name)
                        .str();
-    return Why + llvm::formatv("this file has no main, so it is declared at the top of '{0}', whose body calls "
-                               "backward; if '{0}' runs more than once, move the declaration to where training "
-                               "starts and pass the accelerator to '{0}' by reference",
+    if (!ownsAccelerator(*Function, *Result.Context))
+      return Why + llvm::formatv("'{0}' reaches the one {1} declared through accelerate::Accelerator::current()",
+                                 Name, mainFunction(*Result.Context) ? "main" : "its caller")
+                       .str();
+    return Why + llvm::formatv("this file has no main, and no function of it calls '{0}', so it is declared at "
+                               "the top of '{0}'; if '{0}' runs more than once, or another file also constructs "
+                               "one, move the declaration to where training starts (functions that need it reach "
+                               "it with accelerate::Accelerator::current())",
                                Name)
                      .str();
   });
@@ -157,7 +219,7 @@ PassRule acceleratorPass() {
   auto NeedsAccelerator =
       functionDecl(isDefinition(), unless(isLambdaCallOperator()),
                    hasBody(compoundStmt(unless(isInMacroExpansion())).bind(BodyId)),
-                   anyOf(hasUseOfAccelerator(usesAccelerator()), isMainForOtherFunctions()),
+                   anyOf(hasUseOfAccelerator(usesAccelerator()), isEntryForOtherFunctions()),
                    unless(fileHasAccelerator()))
           .bind(FunctionId);
   return makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, NeedsAccelerator),

@@ -24,7 +24,7 @@ auto anyLoop() { return stmt(anyOf(forStmt(), cxxForRangeStmt(), whileStmt(), do
 
 /// A loop with a backward pass and an optimizer step in it.
 bool runsTrainingStep(const clang::Stmt& Loop, clang::ASTContext& Context) {
-  return loopTrains(Loop, Context) && !match(stmt(hasDescendant(optimizerStep())), Loop, Context).empty();
+  return loopTrains(Loop, Context) && !match(traverse(clang::TK_AsIs, stmt(hasDescendant(optimizerStep()))), Loop, Context).empty();
 }
 
 /// The innermost loop that runs a training step: no loop inside it runs one too.
@@ -32,7 +32,7 @@ AST_MATCHER(clang::Stmt, isInnermostTrainingStepLoop) {
   clang::ASTContext& Context = Finder->getASTContext();
   if (!runsTrainingStep(Node, Context))
     return false;
-  for (const BoundNodes& Inner : match(stmt(forEachDescendant(anyLoop().bind("inner"))), Node, Context))
+  for (const BoundNodes& Inner : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(anyLoop().bind("inner")))), Node, Context))
     if (runsTrainingStep(*Inner.getNodeAs<clang::Stmt>("inner"), Context))
       return false;
   return true;
@@ -51,7 +51,7 @@ std::vector<std::string> steppedModels(const clang::Stmt& Loop, clang::ASTContex
     if (Model && !llvm::is_contained(Models, Model))
       Models.push_back(Model);
   };
-  for (const BoundNodes& Found : match(stmt(forEachDescendant(stmt(optimizerStep()).bind("step"))), Loop, Context)) {
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(stmt(optimizerStep()).bind("step")))), Loop, Context)) {
     const auto* Step = Found.getNodeAs<clang::CXXMemberCallExpr>("step");
     const clang::Expr* Object = Step->getImplicitObjectArgument()->IgnoreImplicit();
     if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
@@ -67,13 +67,13 @@ std::vector<std::string> steppedModels(const clang::Stmt& Loop, clang::ASTContex
     auto DependentForward = cxxDependentScopeMemberExpr(hasMemberName("forward"),
                                                         hasObjectExpression(expr().bind("object")));
     for (const BoundNodes& Found :
-         match(stmt(forEachDescendant(expr(anyOf(Forward, DependentForward)))), Loop, Context)) {
+         match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Forward, DependentForward))))), Loop, Context)) {
       const clang::Expr* Object = Found.getNodeAs<clang::Expr>("object")->IgnoreImplicit();
       if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
         if (Arrow->getOperator() == clang::OO_Arrow)
           Object = Arrow->getArg(0);
       const clang::ValueDecl* Model = namedDeclaration(Object);
-      if (Model && !match(valueDecl(hasType(isModuleType())), *Model, Context).empty())
+      if (Model && !match(traverse(clang::TK_AsIs, valueDecl(hasType(isModuleType()))), *Model, Context).empty())
         Add(Model);
     }
   }
@@ -94,7 +94,8 @@ Stencil accumulateStatement() {
 } // namespace
 
 StatementMatcher accumulatedLoop() {
-  return stmt(anyLoop(), hasBody(compoundStmt(unless(isInMacroExpansion())).bind(BodyId)),
+  auto Body = hasBody(compoundStmt(unless(isInMacroExpansion())).bind(BodyId));
+  return stmt(anyOf(forStmt(Body), cxxForRangeStmt(Body), whileStmt(Body), doStmt(Body)),
               isInnermostTrainingStepLoop(), isInTrainingFile(), unless(isInDistributedFunction()))
       .bind(LoopId);
 }

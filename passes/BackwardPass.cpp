@@ -72,7 +72,7 @@ Stencil trailingArguments() {
 AST_MATCHER(clang::CallExpr, isTensorBackwardInEveryInstantiation) {
   clang::ASTContext& Context = Finder->getASTContext();
   return holdsInEveryInstantiation(Node, Context, [&](const clang::Stmt& Instantiated) {
-    return !match(tensorBackwardCall(), Instantiated, Context).empty();
+    return !match(traverse(clang::TK_AsIs, tensorBackwardCall()), Instantiated, Context).empty();
   });
 }
 

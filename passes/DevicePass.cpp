@@ -53,7 +53,7 @@ StatementMatcher cpuMention() {
 }
 
 bool has(const StatementMatcher& Matcher, const clang::Stmt& S, clang::ASTContext& Context) {
-  return !match(stmt(anyOf(Matcher, hasDescendant(Matcher))), S, Context).empty();
+  return !match(traverse(clang::TK_AsIs, stmt(anyOf(Matcher, hasDescendant(Matcher)))), S, Context).empty();
 }
 
 /// A device variable that training uses: declared or set from CUDA, from a check, from another device, or
@@ -63,8 +63,9 @@ AST_MATCHER(clang::VarDecl, isTrainingDevice) {
   const clang::Expr* Init = Node.getInit();
   if (!Init)
     return false;
+  auto DeviceVariable = declRefExpr(to(varDecl(hasLocalStorage(), hasType(isDeviceType()))));
   bool ExplicitCpu = has(cpuMention(), *Init, Context) && !has(cudaMention(), *Init, Context) &&
-                     !has(declRefExpr(to(varDecl(hasType(isDeviceType())))), *Init, Context);
+                     !has(DeviceVariable, *Init, Context);
   if (!ExplicitCpu)
     return true;
   // `torch::Device device(torch::kCPU); if (torch::cuda::is_available()) device = torch::kCUDA;`
@@ -89,14 +90,28 @@ AST_MATCHER(clang::Expr, isCpuDevice) {
 AST_MATCHER(clang::Expr, isCudaConstant) {
   clang::ASTContext& Context = Finder->getASTContext();
   const clang::Expr* E = Node.IgnoreUnlessSpelledInSource();
-  if (!match(cudaMention(), *E, Context).empty())
+  if (!match(traverse(clang::TK_AsIs, cudaMention()), *E, Context).empty())
     return true;
   const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(E);
   if (!Construct)
     if (const auto* Cast = llvm::dyn_cast<clang::CXXFunctionalCastExpr>(E))
       Construct = llvm::dyn_cast<clang::CXXConstructExpr>(Cast->getSubExpr()->IgnoreImplicit());
   return Construct && Construct->getNumArgs() > 0 &&
-         !match(cudaMention(), *Construct->getArg(0)->IgnoreUnlessSpelledInSource(), Context).empty();
+         !match(traverse(clang::TK_AsIs, cudaMention()), *Construct->getArg(0)->IgnoreUnlessSpelledInSource(), Context).empty();
+}
+
+/// The range-for loop whose variable `Variable` is. The parent map has the loop variable's DeclStmt between
+/// them, or not, depending on the traversal in force.
+const clang::CXXForRangeStmt* loopDeclaring(const clang::VarDecl& Variable, clang::ASTContext& Context) {
+  for (const clang::DynTypedNode& Parent : Context.getParents(Variable)) {
+    const auto* Loop = Parent.get<clang::CXXForRangeStmt>();
+    if (const auto* Statement = Parent.get<clang::DeclStmt>())
+      for (const clang::DynTypedNode& Grandparent : Context.getParents(*Statement))
+        Loop = Loop ? Loop : Grandparent.get<clang::CXXForRangeStmt>();
+    if (Loop && Loop->getLoopVariable() == &Variable)
+      return Loop;
+  }
+  return nullptr;
 }
 
 /// The tensor comes from a batch of a prepared loader: it names the loop variable of a loop over one, or a
@@ -105,27 +120,19 @@ bool derivesFromPreparedBatch(const clang::Expr& E, clang::ASTContext& Context, 
   if (Depth > 3)
     return false;
   auto Reference = declRefExpr(to(decl(anyOf(varDecl(), bindingDecl())).bind("decl")));
-  for (const BoundNodes& Found : match(stmt(anyOf(Reference, forEachDescendant(Reference))), E, Context)) {
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(anyOf(Reference, forEachDescendant(Reference)))), E, Context)) {
     const clang::Decl* Declaration = Found.getNodeAs<clang::Decl>("decl");
     const clang::VarDecl* Variable = llvm::dyn_cast<clang::VarDecl>(Declaration);
     if (const auto* Binding = llvm::dyn_cast<clang::BindingDecl>(Declaration))
       Variable = llvm::dyn_cast_or_null<clang::VarDecl>(Binding->getDecomposedDecl());
     if (!Variable)
       continue;
-    for (const clang::DynTypedNode& Parent : Context.getParents(*Variable)) {
-      const auto* Statement = Parent.get<clang::DeclStmt>();
-      if (!Statement)
-        continue;
-      for (const clang::DynTypedNode& Loop : Context.getParents(*Statement)) {
-        const auto* RangeFor = Loop.get<clang::CXXForRangeStmt>();
-        if (RangeFor && RangeFor->getLoopVariable() == Variable)
-          if (const clang::VarDecl* Loader = iteratedLoader(*RangeFor, Context))
-            if (isPreparedLoader(*Loader, Context))
-              return true;
-      }
-    }
+    if (const clang::CXXForRangeStmt* Loop = loopDeclaring(*Variable, Context))
+      if (const clang::VarDecl* Loader = iteratedLoader(*Loop, Context))
+        if (isPreparedLoader(*Loader, Context))
+          return true;
     if (Variable->hasLocalStorage() && Variable->getInit() &&
-        derivesFromPreparedBatch(*Variable->getInit(), Context, Depth + 1))
+        derivesFromPreparedBatch(*Variable->getInit()->IgnoreUnlessSpelledInSource(), Context, Depth + 1))
       return true;
   }
   return false;

@@ -74,13 +74,12 @@ llvm::Expected<const clang::Stmt*> boundStatement(const MatchFinder::MatchResult
   return llvm::createStringError(llvm::inconvertibleErrorCode(), "'" + Id + "' is not bound to a statement");
 }
 
-/// The statement's characters, its terminating semicolon included.
+/// The statement's characters, its terminating semicolon included, as a character range.
 clang::CharSourceRange rangeWithSemicolon(const clang::Stmt& S, clang::ASTContext& Context) {
-  return clang::tooling::maybeExtendRange(clang::CharSourceRange::getTokenRange(S.getSourceRange()),
-                                          clang::tok::semi, Context);
+  clang::CharSourceRange Range = clang::tooling::maybeExtendRange(
+      clang::CharSourceRange::getTokenRange(S.getSourceRange()), clang::tok::semi, Context);
+  return clang::Lexer::makeFileCharRange(Range, Context.getSourceManager(), Context.getLangOpts());
 }
-
-bool isHorizontalSpace(char C) { return C == ' ' || C == '\t'; }
 
 /// The text between the start of `Loc`'s line and `Loc`.
 llvm::StringRef linePrefix(clang::SourceLocation Loc, const clang::SourceManager& SM) {

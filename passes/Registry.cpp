@@ -10,7 +10,7 @@
 #include "passes/DevicePass.h"
 #include "passes/DistributedPass.h"
 #include "passes/LayersPass.h"
-#include "passes/OutputPass.h"
+#include "passes/MainProcessPass.h"
 #include "passes/PreparePass.h"
 
 namespace accelerate::passes {
@@ -30,7 +30,7 @@ llvm::ArrayRef<PassInfo> allPasses() {
        "device declarations become `accelerator.device()`; manual moves of prepared models and batches go"},
       {"accumulate", accumulatePass, "each training step runs inside `auto accumulate = accelerator.accumulate(...)`"},
       {"clip", clipPass, "`torch::nn::utils::clip_grad_norm_/value_` become the accelerator's"},
-      {"output", outputPass, "training output is printed (`accelerator.print`) or written by the main process only"},
+      {"main-process", mainProcessPass, "training output is printed (`accelerator.print`) or written by the main process only"},
       {"checkpoint", checkpointPass, "`torch::save(...)` in training code runs on the main process only"},
       {"layers", layersPass, "`torch::nn::Linear` in the user's modules becomes `accelerate::nn::Linear` (off: not in "
                              "the runtime yet)",

@@ -84,8 +84,8 @@ template <typename Callback> void forEachMainFileDecl(clang::ASTContext& Context
 template <typename MatcherType> bool mainFileHas(const MatcherType& Matcher, clang::ASTContext& Context) {
   bool Found = false;
   forEachMainFileDecl(Context, [&](clang::Decl& TopLevel) {
-    Found = Found || !match(decl(hasDescendant(Matcher)), TopLevel, Context).empty() ||
-            !match(Matcher, TopLevel, Context).empty();
+    Found = Found || !match(traverse(clang::TK_AsIs, decl(hasDescendant(Matcher))), TopLevel, Context).empty() ||
+            !match(traverse(clang::TK_AsIs, Matcher), TopLevel, Context).empty();
   });
   return Found;
 }
@@ -96,7 +96,7 @@ std::vector<const NodeType*> allInMainFile(const MatcherType& Matcher, llvm::Str
                                            clang::ASTContext& Context) {
   std::vector<const NodeType*> Result;
   forEachMainFileDecl(Context, [&](clang::Decl& TopLevel) {
-    for (const BoundNodes& Found : match(decl(forEachDescendant(Matcher)), TopLevel, Context))
+    for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, decl(forEachDescendant(Matcher))), TopLevel, Context))
       Result.push_back(Found.getNodeAs<NodeType>(Id));
   });
   return Result;
@@ -172,7 +172,7 @@ bool isDistributedFunction(const clang::FunctionDecl& Function, clang::ASTContex
   if (!Function.hasBody())
     return false;
   auto RuntimeOrC10d = callExpr(callee(functionDecl(matchesName("^::(accelerate|c10d)::"))));
-  return !match(stmt(hasDescendant(RuntimeOrC10d)), *Function.getBody(), Context).empty();
+  return !match(traverse(clang::TK_AsIs, stmt(hasDescendant(RuntimeOrC10d))), *Function.getBody(), Context).empty();
 }
 
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInDistributedFunction() {
@@ -228,7 +228,7 @@ std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArgu
           .bind("parameters");
   std::vector<const clang::ValueDecl*> Seen;
   std::vector<const clang::Expr*> Models;
-  for (const BoundNodes& Found : match(findAll(Parameters), OptimizerArguments, Context)) {
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, findAll(Parameters)), OptimizerArguments, Context)) {
     const auto* Call = Found.getNodeAs<clang::CXXMemberCallExpr>("parameters");
     const clang::Expr* Object = Call->getImplicitObjectArgument()->IgnoreImplicit();
     // `model->parameters()` on a holder or smart pointer calls `operator->` on the model.
@@ -252,10 +252,34 @@ bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context) {
   return false;
 }
 
-bool loopTrains(const clang::Stmt& Loop, clang::ASTContext& Context) {
+namespace {
+
+/// A backward call in `S`, or in a function of the main file that `S` calls, `Depth` calls deep at most.
+bool runsBackward(const clang::Stmt& S, clang::ASTContext& Context, int Depth) {
   auto DependentBackward = callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("backward"))));
   auto Backward = stmt(anyOf(rewritableBackwardCall(), DependentBackward));
-  return !match(stmt(hasDescendant(Backward)), Loop, Context).empty();
+  if (!match(traverse(clang::TK_AsIs, stmt(hasDescendant(Backward))), S, Context).empty())
+    return true;
+  if (Depth == 0)
+    return false;
+  const clang::SourceManager& SM = Context.getSourceManager();
+  auto Call = callExpr(callee(functionDecl(hasBody(stmt())).bind("callee")));
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Call))), S, Context)) {
+    const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
+    if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
+      Callee = Pattern;
+    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(Callee->getLocation())) || Callee->getBody() == &S)
+      continue;
+    if (runsBackward(*Callee->getBody(), Context, Depth - 1))
+      return true;
+  }
+  return false;
+}
+
+} // namespace
+
+bool loopTrains(const clang::Stmt& Loop, clang::ASTContext& Context) {
+  return runsBackward(Loop, Context, /*Depth=*/2);
 }
 
 const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTContext& Context) {
@@ -314,9 +338,9 @@ bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::
   if (loopTrains(Body, Context))
     return true;
   auto Guard = varDecl(hasType(cxxRecordDecl(hasName("::torch::NoGradGuard"))));
-  if (!match(stmt(hasDescendant(stmt(anyOf(optimizerStep(), declStmt(has(Guard)))))), Body, Context).empty())
+  if (!match(traverse(clang::TK_AsIs, stmt(hasDescendant(stmt(anyOf(optimizerStep(), declStmt(has(Guard))))))), Body, Context).empty())
     return true;
-  for (const BoundNodes& Found : match(stmt(forEachDescendant(cxxForRangeStmt().bind("loop"))), Body, Context))
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(cxxForRangeStmt().bind("loop")))), Body, Context))
     if (iteratedLoader(*Found.getNodeAs<clang::Stmt>("loop"), Context))
       return true;
   return false;

@@ -69,7 +69,7 @@ std::vector<const clang::Expr*> optimizerConstructions(clang::ASTContext& Contex
 bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context);
 
 /// True when the loop's body runs a training step: a tensor `backward()` call, resolved or (in a template)
-/// spelled with a dependent type.
+/// spelled with a dependent type, in the loop or in a function of the main file it calls (two calls deep).
 bool loopTrains(const clang::Stmt& Loop, clang::ASTContext& Context);
 
 /// The data loader variable a range-for loop iterates, when its range is `*loader` or `loader` for a variable

@@ -31,8 +31,8 @@ llvm::Error overlapError(const FileEdit& First, const FileEdit& Second) {
 
 } // namespace
 
-llvm::Expected<std::string> applyEdits(llvm::StringRef FileName, llvm::StringRef Code,
-                                       llvm::ArrayRef<FileEdit> Edits) {
+llvm::Expected<std::vector<PlannedEdit>> planEdits(llvm::StringRef FileName, llvm::StringRef Code,
+                                                   llvm::ArrayRef<FileEdit> Edits) {
   std::vector<const FileEdit*> TextEdits;
   std::vector<const FileEdit*> IncludeEdits;
   for (const FileEdit& Edit : Edits)
@@ -45,11 +45,20 @@ llvm::Expected<std::string> applyEdits(llvm::StringRef FileName, llvm::StringRef
       return overlapError(Previous, *TextEdits[I]);
   }
 
-  clang::tooling::Replacements Replacements;
-  for (const FileEdit* Edit : TextEdits)
-    if (llvm::Error Err =
-            Replacements.add(clang::tooling::Replacement(FileName, Edit->Offset, Edit->Length, Edit->Text)))
-      return Err;
+  // An insertion right where another edit starts (a statement put before one that changes) is one
+  // replacement: Replacements refuses two at one offset, whose order it cannot know.
+  std::vector<PlannedEdit> Planned;
+  std::string Pending;
+  for (size_t I = 0; I < TextEdits.size(); ++I) {
+    const FileEdit& Edit = *TextEdits[I];
+    if (Edit.Length == 0 && I + 1 < TextEdits.size() && TextEdits[I + 1]->Offset == Edit.Offset) {
+      Pending += Edit.Text;
+      continue;
+    }
+    Planned.push_back({clang::tooling::Replacement(FileName, Edit.Offset, Edit.Length, Pending + Edit.Text),
+                       Edit.FindingId});
+    Pending.clear();
+  }
 
   clang::tooling::HeaderIncludes Includes(FileName, Code, includeStyleForAccelerate());
   std::set<std::string> Added;
@@ -62,11 +71,17 @@ llvm::Expected<std::string> applyEdits(llvm::StringRef FileName, llvm::StringRef
       Header = Header.trim('"');
     std::optional<clang::tooling::Replacement> Insertion =
         Includes.insert(Header, IsAngled, clang::tooling::IncludeDirective::Include);
-    if (!Insertion)
-      continue; // Already included.
-    if (llvm::Error Err = Replacements.add(*Insertion))
-      return Err;
+    if (Insertion) // Otherwise the file already includes it.
+      Planned.push_back({*Insertion, Edit->FindingId});
   }
+  return Planned;
+}
+
+llvm::Expected<std::string> applyEdits(llvm::StringRef Code, llvm::ArrayRef<PlannedEdit> Edits) {
+  clang::tooling::Replacements Replacements;
+  for (const PlannedEdit& Edit : Edits)
+    if (llvm::Error Err = Replacements.add(Edit.Replacement))
+      return Err;
   return clang::tooling::applyAllReplacements(Code, Replacements);
 }
 

@@ -4,10 +4,13 @@
 #include "passes/Registry.h"
 #include "rewriter/OutputFile.h"
 #include "rewriter/PassRunner.h"
+#include "rewriter/TextDiff.h"
 #include "rewriter/ToolRunner.h"
 
 #include "clang/Frontend/CompilerInstance.h"
 #include "clang/Frontend/FrontendActions.h"
+#include "clang/Tooling/Core/Diagnostic.h"
+#include "clang/Tooling/DiagnosticsYaml.h"
 #include "clang/Tooling/Tooling.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -66,36 +69,94 @@ llvm::Error checkRewriteCompiles(const clang::tooling::CompilationDatabase& Data
   return llvm::Error::success();
 }
 
+std::string place(const Finding& Found) {
+  return Found.File + ":" + std::to_string(Found.Line) + ":" + std::to_string(Found.Column);
+}
+
+/// Warnings always; changes and notes with Explain; then one summary line when there is anything to say.
 void printFindings(const FileRewrite& Rewrite, bool Explain) {
   llvm::raw_ostream& OS = llvm::errs();
+  unsigned Changes = 0, Warnings = 0, Notes = 0;
   for (const Finding& Found : Rewrite.Findings) {
-    std::string Where = Found.File + ":" + std::to_string(Found.Line) + ":" + std::to_string(Found.Column);
     switch (Found.What) {
     case Finding::Kind::NotRewritten:
-      OS << Where << ": warning: " << Found.Message << "\n";
+      ++Warnings;
+      OS << place(Found) << ": warning: " << Found.Message << " [" << Found.Pass << "]\n";
       break;
     case Finding::Kind::OutsideMainFile:
-      OS << Where << ": warning: not rewritten: only the main file (" << Rewrite.File
+      ++Warnings;
+      OS << place(Found) << ": warning: not rewritten: only the main file (" << Rewrite.File
          << ") is rewritten for now; change this by hand: ";
       llvm::interleave(Found.Edits, OS, "; ");
       OS << " (pass '" << Found.Pass << "': " << Found.Message << ")\n";
       break;
+    case Finding::Kind::Note:
+      ++Notes;
+      if (Explain)
+        OS << place(Found) << ": note: [" << Found.Pass << "] " << Found.Message << "\n";
+      break;
     case Finding::Kind::Change:
+      ++Changes;
       if (Explain) {
-        OS << Where << ": note: [" << Found.Pass << "] ";
+        OS << place(Found) << ": note: [" << Found.Pass << "] ";
         llvm::interleave(Found.Edits, OS, "; ");
         OS << ": " << Found.Message << "\n";
       }
       break;
     }
   }
-  if (!Explain)
+  if (Changes + Warnings + Notes == 0 && !Explain)
     return;
-  unsigned Changes = 0, Left = 0;
-  for (const Finding& Found : Rewrite.Findings)
-    ++(Found.What == Finding::Kind::Change ? Changes : Left);
   OS << Tool << ": " << Rewrite.File << ": " << Changes << (Changes == 1 ? " change" : " changes") << ", "
-     << Left << " not rewritten\n";
+     << Warnings << " not rewritten";
+  if (Notes)
+    OS << ", " << Notes << " left alone";
+  OS << "\n";
+}
+
+/// The rewrite's edits as clang-apply-replacements reads them: one diagnostic per change, named after its pass.
+llvm::Error writeFixes(llvm::StringRef Path, const FileRewrite& Rewrite) {
+  clang::tooling::TranslationUnitDiagnostics Fixes;
+  Fixes.MainSourceFile = Rewrite.File;
+  for (const Finding& Found : Rewrite.Findings) {
+    if (Found.What != Finding::Kind::Change)
+      continue;
+    clang::tooling::DiagnosticMessage Message;
+    Message.Message = Found.Message;
+    Message.FilePath = Found.File;
+    Message.FileOffset = Found.Offset;
+    for (const PlannedEdit& Edit : Rewrite.Edits)
+      if (Edit.FindingId == Found.Id)
+        llvm::consumeError(Message.Fix[Edit.Replacement.getFilePath()].add(Edit.Replacement));
+    Fixes.Diagnostics.emplace_back(("accel-rewrite-" + Found.Pass), Message,
+                                   llvm::SmallVector<clang::tooling::DiagnosticMessage, 1>(),
+                                   clang::tooling::Diagnostic::Warning, "");
+  }
+  std::string Text;
+  llvm::raw_string_ostream Stream(Text);
+  llvm::yaml::Output YAML(Stream);
+  YAML << Fixes;
+  Stream.flush();
+  return writeFileAtomically(Path, Text);
+}
+
+/// A Makefile rule `Target: <every file the rewrite read>`, for ninja's DEPFILE (spaces escaped).
+llvm::Error writeDepFile(llvm::StringRef Path, llvm::StringRef Target, llvm::ArrayRef<std::string> Files) {
+  auto Escape = [](llvm::StringRef Name) {
+    std::string Out;
+    for (char C : Name) {
+      if (C == ' ' || C == '#')
+        Out += '\\';
+      if (C == '$')
+        Out += '$';
+      Out += C;
+    }
+    return Out;
+  };
+  std::string Text = Escape(Target) + ":";
+  for (const std::string& File : Files)
+    Text += " \\\n  " + Escape(File);
+  return writeFileAtomically(Path, Text + "\n");
 }
 
 int fail(llvm::Error Err, llvm::StringRef Context) {
@@ -122,7 +183,7 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
     return fail(llvm::createStringError(EC, "cannot resolve '" + Options.InputFile + "': " + EC.message()),
                 "");
 
-  auto Rewrite = rewriteFile(Database, File, CompileFlags{Options.ResourceDir, {}}, passes::allPasses());
+  auto Rewrite = rewriteFile(Database, File, CompileFlags{Options.ResourceDir, {}}, Options.Passes);
   if (!Rewrite) {
     bool DoesNotCompile = Rewrite.errorIsA<CompileError>();
     return fail(Rewrite.takeError(),
@@ -136,6 +197,16 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   printFindings(*Rewrite, Options.Explain);
 
   bool Changed = Rewrite->Rewritten != Rewrite->Original;
+  if (!Options.ExportFixes.empty())
+    if (llvm::Error Err = writeFixes(Options.ExportFixes, *Rewrite))
+      return fail(std::move(Err), "");
+  if (Options.Check) {
+    if (Changed)
+      llvm::errs() << Tool << ": " << Options.InputFile << " needs rewriting (run accel-rewrite -i "
+                   << Options.InputFile << ", or see --diff)\n";
+    return Changed ? 1 : 0;
+  }
+
   if (Changed)
     if (llvm::Error Err = checkRewriteCompiles(Database, File, Rewrite->Rewritten, Options))
       return fail(std::move(Err),
@@ -147,17 +218,29 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
                       "file. The runtime headers checked against are in " +
                       Options.RuntimeIncludeDir);
 
+  if (Options.Diff) {
+    llvm::outs() << unifiedDiff(Options.InputFile, Options.InputFile, Rewrite->Original, Rewrite->Rewritten);
+    llvm::outs().flush();
+    return 0;
+  }
+  std::string Output = Options.LineDirectives
+                           ? withLineDirectives(File, Rewrite->Original, Rewrite->Rewritten)
+                           : Rewrite->Rewritten;
+  std::string Target = Options.InPlace ? Options.InputFile : Options.OutputFile;
   if (Options.InPlace) {
     if (Changed)
-      if (llvm::Error Err = writeFileAtomically(Options.InputFile, Rewrite->Rewritten))
+      if (llvm::Error Err = writeFileAtomically(Options.InputFile, Output))
         return fail(std::move(Err), "");
   } else if (!Options.OutputFile.empty()) {
-    if (llvm::Error Err = writeFileAtomically(Options.OutputFile, Rewrite->Rewritten))
+    if (llvm::Error Err = writeFileAtomically(Options.OutputFile, Output))
       return fail(std::move(Err), "");
   } else {
-    llvm::outs() << Rewrite->Rewritten;
+    llvm::outs() << Output;
     llvm::outs().flush();
   }
+  if (!Options.DepFile.empty())
+    if (llvm::Error Err = writeDepFile(Options.DepFile, Target, Rewrite->ReadFiles))
+      return fail(std::move(Err), "");
   return 0;
 }
 

@@ -2,9 +2,12 @@
 #ifndef ACCELERATE_REWRITER_DRIVER_H
 #define ACCELERATE_REWRITER_DRIVER_H
 
+#include "passes/Registry.h"
+
 #include "clang/Tooling/CompilationDatabase.h"
 
 #include <string>
+#include <vector>
 
 namespace accelerate::rewriter {
 
@@ -12,15 +15,22 @@ struct DriverOptions {
   std::string InputFile;
   std::string OutputFile;        ///< `-o`: write here; empty means stdout (unless InPlace).
   bool InPlace = false;          ///< `-i`: replace InputFile (only when something changed).
-  bool Explain = false;          ///< `--explain`: every change, its place and its reason, on stderr.
+  bool Explain = false;          ///< `--explain`: every change and note, its place and its reason, on stderr.
+  bool Check = false;            ///< `--check`: write nothing; exit 1 when the file needs rewriting.
+  bool Diff = false;             ///< `--diff`: a unified diff on stdout instead of the rewritten file.
+  bool LineDirectives = false;   ///< `--line-directives`: `#line` lines that map the output to InputFile.
+  std::string ExportFixes;       ///< `--export-fixes`: the edits as clang-apply-replacements YAML, here.
+  std::string DepFile;           ///< `--depfile`: the files the rewrite read, as a Makefile rule, here.
+  std::vector<passes::PassInfo> Passes; ///< The passes to run, in registry order.
   std::string ResourceDir;       ///< Clang's resource directory, prepended as `-resource-dir=`.
   std::string RuntimeIncludeDir; ///< Holds accelerate/accelerate.h; appended as `-I` to check the rewrite.
 };
 
-/// Rewrites one file: parse it, run every registered pass, report warnings (and, with Explain, every change),
-/// check that the rewritten text compiles, then write it. Returns the exit code: 0 on success, 1 when the
-/// input does not compile, the rewrite would not compile, or the output cannot be written; in those cases
-/// nothing is written.
+/// Rewrites one file: parse it, run the passes, report (warnings always, with a one-line summary; with
+/// Explain, every change and note), check that the rewritten text compiles, then write it, its diff, its
+/// fixes or its dependencies as asked. Returns the exit code: 0 on success, 1 when the input does not compile,
+/// the rewrite would not compile, an output cannot be written, or (Check) the file needs rewriting; on an
+/// error nothing is written.
 int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverOptions& Options);
 
 /// The directory whose accelerate/accelerate.h the rewrite is checked against: `<bin>/../include` next to

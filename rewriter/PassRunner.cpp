@@ -38,6 +38,7 @@ std::string oneLine(llvm::StringRef Text) {
 struct Collected {
   std::string MainFile;
   std::string MainText;
+  std::vector<std::string> ReadFiles;
   std::vector<Finding> Findings;
   std::vector<FileEdit> MainFileEdits;
   std::string PassFailure; ///< Set when a pass's rule failed; the rewrite is then abandoned.
@@ -80,6 +81,9 @@ public:
     Finding Found;
     Found.Pass = Pass.Name.str();
     Found.Message = *Explanation;
+    bool IsNote = llvm::StringRef(Found.Message).starts_with(passes::NoteMarker);
+    if (IsNote)
+      Found.Message = Found.Message.substr(passes::NoteMarker.size());
     if (Edits->empty()) // Transformer drops edits whose range maps to no single place in the file.
       Found.Message = "not rewritten: pass '" + Found.Pass +
                       "' cannot edit this code in place (part of it comes from a macro expansion); change it "
@@ -116,16 +120,18 @@ public:
     Found.Column = SM.getExpansionColumnNumber(Where);
     Found.Offset = SM.getFileOffset(Where);
     if (Found.Edits.empty())
-      Found.What = Finding::Kind::NotRewritten;
+      Found.What = IsNote ? Finding::Kind::Note : Finding::Kind::NotRewritten;
     else if (!InMainFile)
       Found.What = Finding::Kind::OutsideMainFile;
     if (!Seen.insert({Found.File, Found.Offset, Found.Pass, Found.Message}).second)
       return; // The same match twice (e.g. a file parsed twice by one database) is one finding.
 
+    Found.Id = Out.Findings.size();
     if (Found.What == Finding::Kind::Change)
       for (FileEdit& Edit : NewEdits) {
         Edit.Origin =
             llvm::formatv("{0}:{1}:{2} (pass '{3}')", Found.File, Found.Line, Found.Column, Found.Pass);
+        Edit.FindingId = Found.Id;
         Out.MainFileEdits.push_back(std::move(Edit));
       }
     Out.Findings.push_back(std::move(Found));
@@ -153,6 +159,10 @@ public:
     Out.MainText = SM.getBufferData(Main).str();
     if (auto Entry = SM.getFileEntryRefForID(Main))
       Out.MainFile = Entry->getName().str();
+    for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end(); ++File) {
+      llvm::StringRef RealPath = File->first.getFileEntry().tryGetRealPathName();
+      Out.ReadFiles.push_back((RealPath.empty() ? File->first.getName() : RealPath).str());
+    }
   }
 
 private:
@@ -196,10 +206,16 @@ llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabas
   FileRewrite Result;
   Result.File = Out.MainFile;
   Result.Original = Out.MainText;
-  auto Rewritten = applyEdits(Out.MainFile, Out.MainText, Out.MainFileEdits);
+  auto Planned = planEdits(Out.MainFile, Out.MainText, Out.MainFileEdits);
+  if (!Planned)
+    return Planned.takeError();
+  auto Rewritten = applyEdits(Out.MainText, *Planned);
   if (!Rewritten)
     return Rewritten.takeError();
   Result.Rewritten = std::move(*Rewritten);
+  Result.Edits = std::move(*Planned);
+  Result.ReadFiles = std::move(Out.ReadFiles);
+  llvm::sort(Result.ReadFiles);
   Result.Findings = std::move(Out.Findings);
   llvm::stable_sort(Result.Findings, [](const Finding& A, const Finding& B) {
     return std::tie(A.File, A.Offset) < std::tie(B.File, B.Offset);

@@ -3,6 +3,7 @@
 #define ACCELERATE_REWRITER_PASSRUNNER_H
 
 #include "passes/Registry.h"
+#include "rewriter/ApplyEdits.h"
 #include "rewriter/ToolRunner.h"
 
 #include <string>
@@ -15,9 +16,11 @@ struct Finding {
   enum class Kind {
     Change,          ///< Rewritten in the main file.
     NotRewritten,    ///< Recognised but left alone (e.g. in a macro); Message is the warning.
+    Note,            ///< Left alone on purpose (already distributed code); Message says why.
     OutsideMainFile, ///< A change in another file (a header): reported, not applied.
   };
   Kind What = Kind::Change;
+  unsigned Id = 0;                ///< Unique in its FileRewrite; PlannedEdit::FindingId refers to it.
   std::string Pass;               ///< The pass's name in the registry.
   std::string File;               ///< Where, as the compiler names the file.
   unsigned Line = 0, Column = 0;  ///< 1-based.
@@ -32,6 +35,8 @@ struct FileRewrite {
   std::string Original;
   std::string Rewritten;
   std::vector<Finding> Findings;
+  std::vector<PlannedEdit> Edits;     ///< What turned Original into Rewritten.
+  std::vector<std::string> ReadFiles; ///< Every file the parse read: the main file and its headers.
 };
 
 /// Compiles `File` (see runOnFile) and runs `Passes` over it. Only the main file is rewritten; a change a

@@ -3,6 +3,8 @@
 #include "rewriter/Driver.h"
 
 #include "clang/Tooling/CommonOptionsParser.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -16,17 +18,94 @@ static cl::opt<std::string> OutputFile("o", cl::desc("Write the rewritten file t
 static cl::opt<bool> InPlace("i", cl::desc("Rewrite the input file in place (only if something changes)"),
                              cl::cat(Category));
 static cl::opt<bool> Explain("explain",
-                             cl::desc("Print each change with file:line:col and its reason to stderr"),
+                             cl::desc("Print each change and note with file:line:col and its reason to stderr"),
                              cl::cat(Category));
+static cl::opt<bool> Check("check",
+                           cl::desc("Write nothing; exit 1 when the file needs rewriting (a CI lint)"),
+                           cl::cat(Category));
+static cl::opt<bool> Diff("diff", cl::desc("Print a unified diff instead of the rewritten file"), cl::cat(Category));
+static cl::opt<std::string> ExportFixes("export-fixes",
+                                        cl::desc("Write the edits to <file> as YAML for clang-apply-replacements"),
+                                        cl::value_desc("file"), cl::cat(Category));
+static cl::opt<bool> LineDirectives(
+    "line-directives",
+    cl::desc("Add #line directives so diagnostics in the rewritten file name the original file and line"),
+    cl::cat(Category));
+static cl::opt<std::string> DepFile("depfile",
+                                    cl::desc("Write the files the rewrite read to <file> as a Makefile rule "
+                                             "(for a build system's DEPFILE); needs -o or -i"),
+                                    cl::value_desc("file"), cl::cat(Category));
+static cl::list<std::string> OnlyPasses("passes",
+                                        cl::desc("Run only these passes (comma-separated; see --list-passes); "
+                                                 "passes that are off by default run when named here"),
+                                        cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
+static cl::list<std::string> DisabledPasses("disable", cl::desc("Do not run these passes (comma-separated)"),
+                                            cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
 static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes, in the order they run, and exit"),
                                 cl::cat(Category));
+static cl::list<std::string> AssumeRuntime(
+    "assume-runtime",
+    cl::desc("Emit calls the runtime does not have yet (for tests): unshuffled-loaders, save-state, "
+             "accelerate-linear"),
+    cl::CommaSeparated, cl::Hidden, cl::cat(Category));
 static cl::extrahelp CommonHelp(clang::tooling::CommonOptionsParser::HelpMessage);
 
 static const char Overview[] =
     "rewrites a plain single-device libtorch training loop to use accelerate::Accelerator.\n\n"
-    "  accel-rewrite FILE [-o OUT | -i] [--explain] [-p BUILD_DIR] [-- compile flags]\n\n"
+    "  accel-rewrite FILE [-o OUT | -i | --diff | --check] [--explain] [-p BUILD_DIR] [-- compile flags]\n\n"
     "The rewritten file goes to stdout unless -o or -i is given. Nothing is written when FILE does not\n"
-    "compile or when the rewritten text would not compile.\n";
+    "compile or when the rewritten text would not compile. Warnings name each site that was recognised but\n"
+    "not rewritten, with the reason; a summary line counts them.\n";
+
+namespace {
+
+int usageError(const llvm::Twine& Message) {
+  llvm::errs() << "accel-rewrite: " << Message << "\n";
+  return 1;
+}
+
+/// The passes to run: the default ones, or exactly those named by --passes, minus --disable. Unknown names
+/// are an error that lists the known ones.
+bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
+  llvm::StringSet<> Known;
+  for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses())
+    Known.insert(Pass.Name);
+  for (const auto* Names : {&OnlyPasses, &DisabledPasses})
+    for (const std::string& Name : *Names)
+      if (!Known.contains(Name)) {
+        std::string List;
+        for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses())
+          List += (List.empty() ? "" : ", ") + Pass.Name.str();
+        usageError("unknown pass '" + Name + "' (known: " + List + ")");
+        return false;
+      }
+  for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses()) {
+    bool Wanted = OnlyPasses.empty() ? Pass.OnByDefault : llvm::is_contained(OnlyPasses, Pass.Name);
+    if (Wanted && !llvm::is_contained(DisabledPasses, Pass.Name))
+      Selected.push_back(Pass);
+  }
+  return true;
+}
+
+bool assumeRuntime() {
+  accelerate::passes::RuntimeSupport& Support = accelerate::passes::runtimeSupport();
+  for (const std::string& Feature : AssumeRuntime) {
+    if (Feature == "unshuffled-loaders")
+      Support.UnshuffledLoaders = true;
+    else if (Feature == "save-state")
+      Support.SaveState = true;
+    else if (Feature == "accelerate-linear")
+      Support.AccelerateLinear = true;
+    else {
+      usageError("unknown --assume-runtime feature '" + Feature +
+                 "' (known: unshuffled-loaders, save-state, accelerate-linear)");
+      return false;
+    }
+  }
+  return true;
+}
+
+} // namespace
 
 int main(int argc, const char** argv) {
   llvm::InitLLVM Init(argc, argv);
@@ -37,27 +116,38 @@ int main(int argc, const char** argv) {
   }
   if (ListPasses) {
     for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses())
-      llvm::outs() << Pass.Name << ": " << Pass.Summary << "\n";
+      llvm::outs() << Pass.Name << ": " << Pass.Summary << (Pass.OnByDefault ? "" : " [off by default]") << "\n";
     return 0;
   }
   const std::vector<std::string>& Files = Parser->getSourcePathList();
-  if (Files.size() != 1) {
-    llvm::errs() << "accel-rewrite: expected one input file (got " << Files.size()
-                 << "); run accel-rewrite once per file, see --help\n";
-    return 1;
-  }
-  if (InPlace && !OutputFile.empty()) {
-    llvm::errs() << "accel-rewrite: -i and -o were both given; use -i to rewrite " << Files.front()
-                 << " in place, or -o FILE to write the result elsewhere\n";
-    return 1;
-  }
+  if (Files.size() != 1)
+    return usageError("expected one input file (got " + llvm::Twine(Files.size()) +
+                      "); run accel-rewrite once per file, see --help");
+  if (InPlace && !OutputFile.empty())
+    return usageError("-i and -o were both given; use -i to rewrite " + Files.front() +
+                      " in place, or -o FILE to write the result elsewhere");
+  unsigned Modes = InPlace + !OutputFile.empty() + Diff + Check;
+  if (Modes > 1)
+    return usageError("choose one of -o, -i, --diff and --check");
+  if (LineDirectives && (InPlace || Diff || Check))
+    return usageError("--line-directives is for a rewritten copy (stdout or -o FILE), not for -i, --diff or "
+                      "--check");
+  if (!DepFile.empty() && !InPlace && OutputFile.empty())
+    return usageError("--depfile needs -o FILE (or -i): the rule it writes names the output");
 
-  static int AddressInThisBinary;
   accelerate::rewriter::DriverOptions Options;
+  if (!selectPasses(Options.Passes) || !assumeRuntime())
+    return 1;
+  static int AddressInThisBinary;
   Options.InputFile = Files.front();
   Options.OutputFile = OutputFile;
   Options.InPlace = InPlace;
   Options.Explain = Explain;
+  Options.Check = Check;
+  Options.Diff = Diff;
+  Options.LineDirectives = LineDirectives;
+  Options.ExportFixes = ExportFixes;
+  Options.DepFile = DepFile;
   Options.ResourceDir = ACCEL_CLANG_RESOURCE_DIR;
   Options.RuntimeIncludeDir = accelerate::rewriter::findRuntimeIncludeDir(
       llvm::sys::fs::getMainExecutable(argv[0], &AddressInThisBinary), ACCEL_RUNTIME_INCLUDE_DIR);

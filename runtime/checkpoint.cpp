@@ -45,15 +45,24 @@ constexpr const char* kMetadataFile = "metadata.json";
 constexpr const char* kLatestMarker = "latest";
 constexpr const char* kProbeFile = ".probe";
 
-/// Test-only: `ACCELERATE_TEST_KILL_DURING_SAVE=<point>` makes the process that reaches `point` of
-/// `save_state` SIGKILL itself, to prove that a crash at that moment loses nothing. The points are the
-/// names of the files written (`model.safetensors`, `optimizer.bin`, `random_states_1.bin`, `metadata.json`,
-/// ...) right after each is written, `rename` before the directory is renamed into place, and `latest`
-/// before the marker is updated.
+/// `save_state` calls this process has made, for the test-only kill hook below.
+int saves_started = 0;
+
+/// Test-only: `ACCELERATE_TEST_KILL_DURING_SAVE=<point>[@<n>]` makes the process that reaches `point` of its
+/// n-th `save_state` call (default: the first) SIGKILL itself, to prove that a crash at that moment loses
+/// nothing. The points are the names of the files written (`model.safetensors`, `optimizer.bin`,
+/// `random_states_1.bin`, `metadata.json`, ...) right after each is written and fsync'd, `rename` before the
+/// directory is renamed into place, and `latest` before the marker is updated.
 void kill_point(const std::string& point) {
   const char* wanted = std::getenv("ACCELERATE_TEST_KILL_DURING_SAVE");
-  if (wanted != nullptr && point == wanted) {
-    std::cerr << "accelerate: ACCELERATE_TEST_KILL_DURING_SAVE=" << point << ": killing this process"
+  if (wanted == nullptr) {
+    return;
+  }
+  const std::string spec = wanted;
+  const auto at = spec.find('@');
+  const int call = at == std::string::npos ? 1 : std::atoi(spec.c_str() + at + 1);
+  if (spec.substr(0, at) == point && call == saves_started) {
+    std::cerr << "accelerate: ACCELERATE_TEST_KILL_DURING_SAVE=" << spec << ": killing this process"
               << std::endl;
     std::raise(SIGKILL);
   }
@@ -207,6 +216,9 @@ public:
         try {
           reason = get("error/" + phase + "/" + std::to_string(rank));
         } catch (const std::exception&) {
+        }
+        if (const std::string own = "accelerate: " + op_ + ": "; reason.rfind(own, 0) == 0) {
+          reason.erase(0, own.size());
         }
         throw std::runtime_error("accelerate: " + op_ + " failed on process " + std::to_string(rank) +
                                  " while " + phase + ": " + reason);
@@ -902,6 +914,7 @@ void Accelerator::register_checkpoint_entry(std::function<void(torch::serialize:
 std::string Accelerator::save_state(const std::string& directory) {
   auto& state = *state_;
   detail::Collective collective(state, "save_state", directory);
+  ++detail::saves_started;
   const bool automatic = directory.empty();
   std::string target, partial;
   int64_t number = -1;

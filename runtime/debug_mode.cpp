@@ -527,8 +527,12 @@ std::string describe_code_location(const std::string& location) {
   }
   const bool known_function = !function.empty() && function != "??";
   const bool known_file = !file.empty() && file.rfind("??", 0) != 0;
-  if (known_file) {
+  const bool known_line = known_file && file.back() != '?' && file.compare(file.size() - 2, 2, ":0") != 0;
+  if (known_line) {
     return file + (known_function ? " (" + function + ")" : "");
+  }
+  if (known_file && known_function) { // symbols name the source file, but without debug info no line
+    return function + " in " + file.substr(0, file.rfind(':'));
   }
   if (known_function) {
     return function + " (" + location + ")";

@@ -1,5 +1,5 @@
-// fp8 GEMMs for accelerate::nn::Linear (the torchao Float8Linear recipe): dynamic per-tensor quantisation, the
-// _scaled_mm autograd function, device support, and the bf16 fallback with its warning.
+// fp8 GEMMs for accelerate::nn::Linear (the torchao Float8Linear recipe): dynamic per-tensor quantisation,
+// the _scaled_mm autograd function, device support, and the bf16 fallback with its warning.
 #include "fp8.h"
 
 #include <accelerate/nn.h>
@@ -33,11 +33,14 @@ double largest_finite(c10::ScalarType fp8_dtype) {
   case c10::ScalarType::Float8_e5m2:
     return 57344.0;
   default:
-    TORCH_CHECK(false, "accelerate: fp8 quantisation supports float8_e4m3fn and float8_e5m2 (got ", fp8_dtype, ")");
+    TORCH_CHECK(false, "accelerate: fp8 quantisation supports float8_e4m3fn and float8_e5m2 (got ", fp8_dtype,
+                ")");
   }
 }
 
-bool multiple_of_16(int64_t value) { return value > 0 && value % 16 == 0; }
+bool multiple_of_16(int64_t value) {
+  return value > 0 && value % 16 == 0;
+}
 
 /// The reference quantisation, in ATen ops: scale = fp8_max / amax computed in float64, then float32.
 Fp8Tensor quantize_with_aten(const torch::Tensor& tensor, c10::ScalarType fp8_dtype) {
@@ -78,12 +81,15 @@ std::optional<Fp8Tensor> quantize_with_cuda_kernels(const torch::Tensor& tensor,
 #endif
 
 /// A cast for `_scaled_mm`'s second operand, which must be column-major.
-torch::Tensor column_major(const torch::Tensor& matrix) { return matrix.t().contiguous().t(); }
+torch::Tensor column_major(const torch::Tensor& matrix) {
+  return matrix.t().contiguous().t();
+}
 
 /// y = x w^T + b with fp8 GEMMs; the backward re-quantises the saved high-precision x and w.
 struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
-                               const torch::Tensor& weight, const torch::Tensor& bias, c10::ScalarType out_dtype) {
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               c10::ScalarType out_dtype) {
     ctx->save_for_backward({input, weight});
     ctx->saved_data["has_bias"] = bias.defined();
     ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : out_dtype);
@@ -120,8 +126,9 @@ struct Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     if (ctx->needs_input_grad(1)) {
       // dw [N, K] = dy^T [N, M] @ x [M, K]
       auto x = quantize_fp8(input, c10::ScalarType::Float8_e4m3fn);
-      grad_weight = at::_scaled_mm(g.data.t().contiguous(), column_major(x.data), g.scale, x.scale, std::nullopt,
-                                   std::nullopt, weight.scalar_type(), /*use_fast_accum=*/false);
+      grad_weight =
+          at::_scaled_mm(g.data.t().contiguous(), column_major(x.data), g.scale, x.scale, std::nullopt,
+                         std::nullopt, weight.scalar_type(), /*use_fast_accum=*/false);
     }
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
       const auto bias_dtype = static_cast<c10::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
@@ -137,7 +144,8 @@ std::string shape_problem(int64_t rows, int64_t in_features, int64_t out_feature
     return "";
   }
   std::ostringstream out;
-  out << "fp8 GEMMs need in_features, out_features and the input's rows (batch x sequence) to be multiples of 16 "
+  out << "fp8 GEMMs need in_features, out_features and the input's rows (batch x sequence) to be multiples "
+         "of 16 "
          "(got in_features="
       << in_features << ", out_features=" << out_features << ", rows=" << rows << ")";
   return out.str();
@@ -164,8 +172,12 @@ torch::Tensor bf16_linear(const nn::LinearImpl& layer, const torch::Tensor& inpu
 
 } // namespace
 
-bool fp8_autocast_enabled() { return fp8_window_open; }
-void set_fp8_autocast_enabled(bool enabled) { fp8_window_open = enabled; }
+bool fp8_autocast_enabled() {
+  return fp8_window_open;
+}
+void set_fp8_autocast_enabled(bool enabled) {
+  fp8_window_open = enabled;
+}
 
 std::optional<std::pair<int, int>> cuda_capability(c10::DeviceIndex index) {
 #ifdef ACCEL_WITH_CUDA_KERNELS
@@ -274,14 +286,19 @@ torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight
   TORCH_CHECK(problem.empty(), "accelerate::nn::fp8_linear: ", problem,
               "; pad them, or use at::linear for this layer");
   const auto unsupported = detail::fp8_unsupported_reason(input.device());
-  TORCH_CHECK(unsupported.empty(), "accelerate::nn::fp8_linear: fp8 needs a CUDA GPU with compute capability 8.9 or ",
+  TORCH_CHECK(unsupported.empty(),
+              "accelerate::nn::fp8_linear: fp8 needs a CUDA GPU with compute capability 8.9 or ",
               "newer, but ", unsupported, "; use at::linear in bf16 there");
   return detail::Fp8LinearFunction::apply(input, weight, bias, out_dtype.value_or(input.scalar_type()));
 }
 
 namespace testing {
-void emulate_fp8_on_cpu(bool enabled) { detail::emulate_on_cpu.store(enabled); }
-bool fp8_emulated_on_cpu() { return detail::emulate_on_cpu.load(); }
+void emulate_fp8_on_cpu(bool enabled) {
+  detail::emulate_on_cpu.store(enabled);
+}
+bool fp8_emulated_on_cpu() {
+  return detail::emulate_on_cpu.load();
+}
 } // namespace testing
 
 } // namespace nn

@@ -18,8 +18,8 @@ namespace accelerate::detail {
 bool fp8_autocast_enabled();
 void set_fp8_autocast_enabled(bool enabled);
 
-/// The compute capability of CUDA device `index` (major, minor); nullopt when the runtime was built without its
-/// CUDA kernels and cannot ask.
+/// The compute capability of CUDA device `index` (major, minor); nullopt when the runtime was built without
+/// its CUDA kernels and cannot ask.
 std::optional<std::pair<int, int>> cuda_capability(c10::DeviceIndex index);
 /// Empty when `device` runs `at::_scaled_mm` (CUDA sm_89+, or the CPU under the test-only emulation switch);
 /// otherwise why not, in words, for a message.

@@ -1,5 +1,5 @@
-// accelerate::nn::Linear: torch::nn::Linear's options, parameters and initialisation, forward through at::linear
-// (or fp8 GEMMs inside an fp8 autocast window, runtime/fp8.cpp).
+// accelerate::nn::Linear: torch::nn::Linear's options, parameters and initialisation, forward through
+// at::linear (or fp8 GEMMs inside an fp8 autocast window, runtime/fp8.cpp).
 #include <accelerate/nn.h>
 
 #include "fp8.h"

@@ -49,7 +49,8 @@ struct StepScaling {
     if (micro_steps <= 1) {
       return std::nullopt;
     }
-    return torch::full({}, static_cast<float>(micro_steps), torch::TensorOptions(torch::kFloat32).device(device));
+    return torch::full({}, static_cast<float>(micro_steps),
+                       torch::TensorOptions(torch::kFloat32).device(device));
   }
   std::optional<torch::Tensor> found_inf_on(const c10::Device& device) const {
     if (!found_inf.defined()) {
@@ -108,15 +109,18 @@ void fused_adam_step(OptimizerState& state, const StepScaling& scaling, bool dec
       torch::NoGradGuard no_grad;
       auto grad_scale = scaling.grad_scale(key.first);
       auto found_inf = scaling.found_inf_on(key.first);
-      at::_foreach_add_(batch.steps, 1); // the kernels read the step count after this step, as torch.optim does
+      at::_foreach_add_(batch.steps,
+                        1); // the kernels read the step count after this step, as torch.optim does
       if (decoupled_weight_decay) {
         at::_fused_adamw_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
-                          batch.max_second_moments, batch.steps, options.lr(), beta1, beta2, options.weight_decay(),
-                          options.eps(), options.amsgrad(), /*maximize=*/false, grad_scale, found_inf);
+                          batch.max_second_moments, batch.steps, options.lr(), beta1, beta2,
+                          options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
+                          grad_scale, found_inf);
       } else {
         at::_fused_adam_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
-                         batch.max_second_moments, batch.steps, options.lr(), beta1, beta2, options.weight_decay(),
-                         options.eps(), options.amsgrad(), /*maximize=*/false, grad_scale, found_inf);
+                         batch.max_second_moments, batch.steps, options.lr(), beta1, beta2,
+                         options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
+                         grad_scale, found_inf);
       }
       if (found_inf) {
         // A skipped step takes its count back on the device, as torch.optim's fused Adam does.
@@ -195,9 +199,10 @@ void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
     }
     for (auto& [key, batch] : batches) {
       torch::NoGradGuard no_grad;
-      at::_fused_sgd_(batch.params, batch.grads, batch.first_moments, options.weight_decay(), options.momentum(),
-                      options.lr(), options.dampening(), options.nesterov(), /*maximize=*/false, first_step,
-                      scaling.grad_scale(key.first), scaling.found_inf_on(key.first));
+      at::_fused_sgd_(batch.params, batch.grads, batch.first_moments, options.weight_decay(),
+                      options.momentum(), options.lr(), options.dampening(), options.nesterov(),
+                      /*maximize=*/false, first_step, scaling.grad_scale(key.first),
+                      scaling.found_inf_on(key.first));
     }
   }
 }
@@ -216,7 +221,8 @@ void plain_step(OptimizerState& state, int micro_steps) {
   state.optimizer->step();
 }
 
-/// Starts copying an fp16 step's `found_inf` to the host without waiting for it (read by resolve_pending_step).
+/// Starts copying an fp16 step's `found_inf` to the host without waiting for it (read by
+/// resolve_pending_step).
 void defer_skip_decision(OptimizerState& state, const torch::Tensor& found_inf, std::vector<void*> stepped) {
   auto& pending = state.pending;
   pending.adam_parameters = std::move(stepped);
@@ -307,12 +313,16 @@ void resolve_pending_step(OptimizerState& state) {
 
 Optimizer::Optimizer(std::shared_ptr<detail::OptimizerState> state) : state_(std::move(state)) {}
 
-torch::optim::Optimizer& Optimizer::unwrap() const { return *state_->optimizer; }
+torch::optim::Optimizer& Optimizer::unwrap() const {
+  return *state_->optimizer;
+}
 bool Optimizer::step_was_skipped() const {
   detail::resolve_pending_step(*state_);
   return state_->last_step_skipped;
 }
-int64_t Optimizer::fused_steps() const { return state_->fused_steps; }
+int64_t Optimizer::fused_steps() const {
+  return state_->fused_steps;
+}
 
 void Optimizer::step() {
   auto& state = *state_;
@@ -378,7 +388,8 @@ void Optimizer::step() {
     bool skip = false;
     if (scaler != nullptr) {
       if (carries_scale) {
-        found_inf = scaler->check_and_unscale(detail::optimizer_gradients(*state.optimizer), scaler->inverse_scale());
+        found_inf =
+            scaler->check_and_unscale(detail::optimizer_gradients(*state.optimizer), scaler->inverse_scale());
       }
       scaler->reduce_across_processes(found_inf);
       skip = found_inf.item<float>() != 0.0f; // libtorch's own step cannot read a device flag
@@ -418,8 +429,12 @@ void Optimizer::load(torch::serialize::InputArchive& archive) {
 
 Scheduler::Scheduler(std::shared_ptr<detail::SchedulerState> state) : state_(std::move(state)) {}
 
-torch::optim::LRScheduler& Scheduler::unwrap() const { return *state_->scheduler; }
-int64_t Scheduler::steps() const { return state_->steps; }
+torch::optim::LRScheduler& Scheduler::unwrap() const {
+  return *state_->scheduler;
+}
+int64_t Scheduler::steps() const {
+  return state_->steps;
+}
 
 void Scheduler::step() {
   auto& state = *state_;

@@ -20,8 +20,8 @@ class Precision;
 /// asynchronously, and is read once, when someone needs to know (`resolve_pending_step`).
 struct PendingStep {
   bool pending = false;
-  torch::Tensor found_inf_host;        // 0-dim float32, pinned when the step ran on a GPU
-  std::shared_ptr<c10::Event> copied;  // recorded after the copy on the device's stream; null on the CPU
+  torch::Tensor found_inf_host;       // 0-dim float32, pinned when the step ran on a GPU
+  std::shared_ptr<c10::Event> copied; // recorded after the copy on the device's stream; null on the CPU
   std::vector<void*> adam_parameters; // whose libtorch step counts roll back if the step was skipped
 };
 

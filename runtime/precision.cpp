@@ -18,7 +18,8 @@
 namespace accelerate {
 namespace detail {
 
-// ---- GradScaler -----------------------------------------------------------------------------------------------
+// ---- GradScaler
+// -----------------------------------------------------------------------------------------------
 
 GradScaler::GradScaler(GradScalerOptions options, torch::Device device,
                        c10::intrusive_ptr<c10d::ProcessGroup> process_group)
@@ -27,8 +28,8 @@ GradScaler::GradScaler(GradScalerOptions options, torch::Device device,
 }
 
 void GradScaler::reset(GradScalerOptions options) {
-  TORCH_CHECK(options.init_scale > 0, "accelerate: GradScaler init_scale must be > 0 (got ", options.init_scale,
-              ")");
+  TORCH_CHECK(options.init_scale > 0, "accelerate: GradScaler init_scale must be > 0 (got ",
+              options.init_scale, ")");
   TORCH_CHECK(options.growth_factor > 1, "accelerate: GradScaler growth_factor must be > 1 (got ",
               options.growth_factor, ")");
   TORCH_CHECK(options.backoff_factor > 0 && options.backoff_factor < 1,
@@ -44,9 +45,13 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
   return loss * (loss.device() == device_ ? scale_ : scale_.to(loss.device(), /*non_blocking=*/true));
 }
 
-torch::Tensor GradScaler::inverse_scale() const { return scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32); }
+torch::Tensor GradScaler::inverse_scale() const {
+  return scale_.to(torch::kFloat64).reciprocal().to(torch::kFloat32);
+}
 
-double GradScaler::get_scale() const { return scale_.item<double>(); }
+double GradScaler::get_scale() const {
+  return scale_.item<double>();
+}
 
 torch::Tensor GradScaler::check_and_unscale(const std::vector<torch::Tensor>& gradients,
                                             const torch::Tensor& inverse_scale) const {
@@ -56,7 +61,8 @@ torch::Tensor GradScaler::check_and_unscale(const std::vector<torch::Tensor>& gr
   std::map<std::tuple<int, int, int>, std::vector<torch::Tensor>> groups;
   for (const auto& gradient : gradients) {
     auto dense = gradient.is_sparse() ? gradient._values() : gradient;
-    groups[{static_cast<int>(dense.device().type()), dense.device().index(), static_cast<int>(dense.scalar_type())}]
+    groups[{static_cast<int>(dense.device().type()), dense.device().index(),
+            static_cast<int>(dense.scalar_type())}]
         .push_back(dense);
   }
   for (auto& [key, group] : groups) {
@@ -111,7 +117,8 @@ void GradScaler::load(torch::serialize::InputArchive& archive) {
   growth_tracker_.copy_(tracker.reshape({}));
 }
 
-// ---- Precision ------------------------------------------------------------------------------------------------
+// ---- Precision
+// ------------------------------------------------------------------------------------------------
 
 namespace {
 
@@ -135,20 +142,22 @@ Precision::Precision(const ResolvedConfig& config, const torch::Device& device,
     autocast_dtype_ = torch::kFloat16;
     scaler_ = std::make_unique<GradScaler>(GradScalerOptions(), device_, process_group_);
     if (device_.is_cpu()) {
-      TORCH_WARN("accelerate: mixed_precision='fp16' on the CPU: autocast computes in float16 with dynamic loss "
-                 "scaling, as on a GPU, but most CPUs have no fp16 matrix units and run it several times slower "
-                 "than float32. Use mixed_precision='no' (or 'bf16' on CPUs with AMX/AVX512-BF16) for CPU "
-                 "training.");
+      TORCH_WARN(
+          "accelerate: mixed_precision='fp16' on the CPU: autocast computes in float16 with dynamic loss "
+          "scaling, as on a GPU, but most CPUs have no fp16 matrix units and run it several times slower "
+          "than float32. Use mixed_precision='no' (or 'bf16' on CPUs with AMX/AVX512-BF16) for CPU "
+          "training.");
     }
   } else if (recipe_ == "bf16") {
     autocast_dtype_ = torch::kBFloat16;
     if (device_.is_cuda()) {
       auto capability = cuda_capability(device_.index());
       if (capability && capability->first < 8) {
-        TORCH_WARN("accelerate: mixed_precision='bf16' on ", describe(device_),
-                   ", which has no bf16 tensor cores (they start with compute capability 8.0): autocast still "
-                   "computes in bfloat16, emulated, usually slower than float32. Use mixed_precision='fp16' on "
-                   "this GPU.");
+        TORCH_WARN(
+            "accelerate: mixed_precision='bf16' on ", describe(device_),
+            ", which has no bf16 tensor cores (they start with compute capability 8.0): autocast still "
+            "computes in bfloat16, emulated, usually slower than float32. Use mixed_precision='fp16' on "
+            "this GPU.");
       }
     }
   } else if (recipe_ == "fp8") {
@@ -157,16 +166,19 @@ Precision::Precision(const ResolvedConfig& config, const torch::Device& device,
     const auto reason = fp8_unsupported_reason(device_);
     fp8_enabled_ = reason.empty();
     if (!fp8_enabled_) {
-      TORCH_WARN("accelerate: mixed_precision='fp8' needs a CUDA GPU with compute capability 8.9 or newer (Ada, "
-                 "Hopper, Blackwell), but ",
-                 reason,
-                 ". Training runs in bf16 instead: autocast computes in bfloat16 and accelerate::nn::Linear layers "
-                 "use bf16 GEMMs. Set mixed_precision='bf16' to ask for that directly and silence this warning.");
+      TORCH_WARN(
+          "accelerate: mixed_precision='fp8' needs a CUDA GPU with compute capability 8.9 or newer (Ada, "
+          "Hopper, Blackwell), but ",
+          reason,
+          ". Training runs in bf16 instead: autocast computes in bfloat16 and accelerate::nn::Linear layers "
+          "use bf16 GEMMs. Set mixed_precision='bf16' to ask for that directly and silence this warning.");
     }
   }
 }
 
-Precision::~Precision() { close_window(); }
+Precision::~Precision() {
+  close_window();
+}
 
 void Precision::open_window() {
   if (!autocast_dtype_ || window_open_) {
@@ -199,9 +211,13 @@ void Precision::close_window() {
   window_open_ = false;
 }
 
-void Precision::begin_forward() { open_window(); }
+void Precision::begin_forward() {
+  open_window();
+}
 
-void Precision::end_step() { close_window(); }
+void Precision::end_step() {
+  close_window();
+}
 
 void Precision::open_guard() {
   const bool opens = autocast_dtype_.has_value() && !window_open_;
@@ -226,11 +242,12 @@ torch::Tensor Precision::before_backward(const torch::Tensor& loss) {
   }
   if (!forward_seen_ && !warned_no_window_) {
     warned_no_window_ = true;
-    TORCH_WARN("accelerate: mixed_precision='", recipe_,
-               "', but this backward follows a forward that ran outside any autocast region (no `accumulate` or "
-               "`autocast` guard was opened since the previous backward), so the forward computed in float32. "
-               "Open `auto step = accelerator.accumulate(model);` at the top of the training step, or wrap the "
-               "forward in `auto autocast = accelerator.autocast();`. (Warned once.)");
+    TORCH_WARN(
+        "accelerate: mixed_precision='", recipe_,
+        "', but this backward follows a forward that ran outside any autocast region (no `accumulate` or "
+        "`autocast` guard was opened since the previous backward), so the forward computed in float32. "
+        "Open `auto step = accelerator.accumulate(model);` at the top of the training step, or wrap the "
+        "forward in `auto autocast = accelerator.autocast();`. (Warned once.)");
   }
   close_window();
   forward_seen_ = false;
@@ -247,10 +264,11 @@ void Precision::prepare_model(torch::nn::Module& model) {
     }
   }
   if (recipe_ == "fp8" && fp8_enabled_ && plain_linears > 0) {
-    TORCH_WARN("accelerate: mixed_precision='fp8', but the model has ", plain_linears,
-               " torch::nn::Linear layer(s): only accelerate::nn::Linear runs fp8 GEMMs, these compute in bf16. "
-               "Declare them as accelerate::nn::Linear (same options and parameter names), or let accel-rewrite "
-               "swap the type.");
+    TORCH_WARN(
+        "accelerate: mixed_precision='fp8', but the model has ", plain_linears,
+        " torch::nn::Linear layer(s): only accelerate::nn::Linear runs fp8 GEMMs, these compute in bf16. "
+        "Declare them as accelerate::nn::Linear (same options and parameter names), or let accel-rewrite "
+        "swap the type.");
   }
 }
 
@@ -259,7 +277,9 @@ void Precision::attach(const std::shared_ptr<OptimizerState>& optimizer) {
   optimizers_.push_back(optimizer);
 }
 
-void Precision::attach(SchedulerState& scheduler) { scheduler.precision = shared_from_this(); }
+void Precision::attach(SchedulerState& scheduler) {
+  scheduler.precision = shared_from_this();
+}
 
 std::optional<torch::Tensor> Precision::prepare_gradients_for_clipping(bool sync_gradients) {
   if (!scaler_) {
@@ -271,7 +291,8 @@ std::optional<torch::Tensor> Precision::prepare_gradients_for_clipping(bool sync
   auto inverse = scaler_->inverse_scale();
   for (auto& weak : optimizers_) {
     if (auto optimizer = weak.lock(); optimizer && !optimizer->unscaled_found_inf.defined()) {
-      optimizer->unscaled_found_inf = scaler_->check_and_unscale(optimizer_gradients(*optimizer->optimizer), inverse);
+      optimizer->unscaled_found_inf =
+          scaler_->check_and_unscale(optimizer_gradients(*optimizer->optimizer), inverse);
     }
   }
   return std::nullopt;
@@ -312,7 +333,8 @@ void Precision::load(torch::serialize::InputArchive& archive) {
 
 } // namespace detail
 
-// ---- Accelerator members ----------------------------------------------------------------------------------------
+// ---- Accelerator members
+// ----------------------------------------------------------------------------------------
 
 Accelerator::AutocastGuard Accelerator::autocast() {
   state_->precision->open_guard();
@@ -328,6 +350,8 @@ Accelerator::AutocastGuard::~AutocastGuard() {
   }
 }
 
-bool Accelerator::optimizer_step_was_skipped() const { return state_->precision->last_step_overflowed(); }
+bool Accelerator::optimizer_step_was_skipped() const {
+  return state_->precision->last_step_overflowed();
+}
 
 } // namespace accelerate

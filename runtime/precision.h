@@ -1,5 +1,5 @@
-// Mixed precision for one Accelerator: the autocast window, the fp16 grad scaler, fp8 support, and the hooks the
-// prepared optimizer, scheduler and gradient clipping call (runtime-internal).
+// Mixed precision for one Accelerator: the autocast window, the fp16 grad scaler, fp8 support, and the hooks
+// the prepared optimizer, scheduler and gradient clipping call (runtime-internal).
 #pragma once
 
 #include "config.h"
@@ -37,7 +37,8 @@ struct GradScalerOptions {
 /// ```
 class GradScaler {
 public:
-  GradScaler(GradScalerOptions options, torch::Device device, c10::intrusive_ptr<c10d::ProcessGroup> process_group);
+  GradScaler(GradScalerOptions options, torch::Device device,
+             c10::intrusive_ptr<c10d::ProcessGroup> process_group);
 
   /// `loss * scale`, the tensor to differentiate.
   torch::Tensor scale(const torch::Tensor& loss) const;
@@ -95,7 +96,8 @@ public:
   void begin_forward();
   /// The `accumulate` guard ends: closes the window if the backward did not.
   void end_step();
-  /// `accelerator.autocast()`: opens the window unless open; `close_guard` closes it only if this one opened it.
+  /// `accelerator.autocast()`: opens the window unless open; `close_guard` closes it only if this one opened
+  /// it.
   void open_guard();
   void close_guard();
   /// Backward begins: autocast off (warns once when no window was open since the last backward). Returns the
@@ -106,13 +108,15 @@ public:
   /// under fp8, warns once when the model has `torch::nn::Linear` layers, which stay in bf16.
   void prepare_model(torch::nn::Module& model);
 
-  // ---- What the optimizer, scheduler and clipping call ------------------------------------------------------
+  // ---- What the optimizer, scheduler and clipping call
+  // ------------------------------------------------------
   /// Links a prepared optimizer (its step uses the scaler) or scheduler (it waits for the skip decision).
   void attach(const std::shared_ptr<OptimizerState>& optimizer);
   void attach(SchedulerState& scheduler);
-  /// Before clipping: on a micro-step that synchronises, unscales every prepared optimizer's gradients in place
-  /// (once per step, as `GradScaler.unscale_`) and returns nullopt; inside an accumulation window, where the
-  /// gradients must stay scaled, returns the factor they still carry (clipping divides the norm by it).
+  /// Before clipping: on a micro-step that synchronises, unscales every prepared optimizer's gradients in
+  /// place (once per step, as `GradScaler.unscale_`) and returns nullopt; inside an accumulation window,
+  /// where the gradients must stay scaled, returns the factor they still carry (clipping divides the norm by
+  /// it).
   std::optional<torch::Tensor> prepare_gradients_for_clipping(bool sync_gradients);
   /// Reads the deferred skip decision of every prepared optimizer's last step (one host read each).
   void resolve_pending_steps();

@@ -41,8 +41,15 @@ python_for_venv() {
   fail "no Python 3.10-3.13 with the venv module found; install python3-venv"
 }
 
+# Python packages the tests use beside torch: Hugging Face Accelerate (launcher and config oracle),
+# safetensors (checkpoint oracle), numpy and pyyaml.
+EXTRA_PYTHON_PACKAGES=(numpy pyyaml accelerate==1.15.0 safetensors)
+EXTRA_PYTHON_DISTRIBUTIONS="numpy pyyaml accelerate safetensors"
+
 install_torch() {
-  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  # Checked through pip's metadata: importing torch takes seconds.
+  if [ -f "$VENV/.complete" ] && compgen -G "$VENV/lib/python3*/site-packages/torch-$TORCH_VERSION*.dist-info" >/dev/null; then
+    install_extras
     return 0
   fi
   mkdir -p "$CACHE_ROOT"
@@ -54,13 +61,23 @@ install_torch() {
   say "installing torch==$TORCH_VERSION into $VENV (several GB, once per machine)"
   local py
   py=$(python_for_venv)
-  rm -rf "$VENV.tmp"
-  "$py" -m venv "$VENV.tmp" || fail "'$py -m venv $VENV.tmp' failed"
-  "$VENV.tmp/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy pyyaml accelerate==1.15.0 \
-    || fail "'pip install torch==$TORCH_VERSION' failed; see pip's message above"
+  # Built in place (venv scripts record their path); .complete marks a finished install.
   rm -rf "$VENV"
-  mv "$VENV.tmp" "$VENV"
-  # venv scripts record their path; the python binary itself works from the new location.
+  "$py" -m venv "$VENV" || fail "'$py -m venv $VENV' failed"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" "${EXTRA_PYTHON_PACKAGES[@]}" \
+    || fail "'pip install torch==$TORCH_VERSION ${EXTRA_PYTHON_PACKAGES[*]}' failed; see pip's message above"
+  touch "$VENV/.complete"
+}
+
+install_extras() {
+  local missing=0 module
+  for module in $EXTRA_PYTHON_DISTRIBUTIONS; do
+    compgen -G "$VENV/lib/python3*/site-packages/$module-*.dist-info" >/dev/null || missing=1
+  done
+  [ "$missing" -eq 0 ] && return 0
+  say "installing ${EXTRA_PYTHON_PACKAGES[*]} into $VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${EXTRA_PYTHON_PACKAGES[@]}" \
+    || fail "'pip install ${EXTRA_PYTHON_PACKAGES[*]}' into $VENV failed; see pip's message above"
 }
 
 case "${1:-}" in

@@ -11,7 +11,7 @@ echo
 echo "== accel launch --num_processes 2 $build/bin/mlp"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-OMP_NUM_THREADS=1 "$build/bin/accel" launch --num_processes 2 --main_process_port 0 "$build/bin/mlp" 200 | tee "$log"
-awk '/^\[rank0\]: step/ { if (first == "") first = $NF; last = $NF; step = $3 }
+OMP_NUM_THREADS=1 "$build/bin/accel" launch --num_processes 2 --main_process_port 0 "$build/bin/mlp" 64 3 | tee "$log"
+awk '/^(\[rank0\]: )?step [0-9]+ loss/ { if (first == "") first = $NF; last = $NF; step = $(NF-2) }
      END { if (first == "") { print "demo: no loss printed"; exit 1 }
            printf "\n== 2 processes trained %d steps: loss %.4f -> %.4f (%.0f%% lower)\n", step, first, last, 100 * (1 - last / first) }' "$log"

@@ -57,21 +57,22 @@ public:
 TORCH_MODULE(Linear);
 
 /// `input @ weight.T + bias` with fp8 GEMMs, differentiable (what `Linear` runs under fp8): input and weight
-/// are cast to e4m3 and the output gradient to e5m2, each with a dynamic per-tensor scale (amax / the format's
-/// largest value) and a saturating cast; the high-precision input and weight are saved for the backward, which
-/// runs two more `_scaled_mm`. Needs 2-D `input` [rows, in] and `weight` [out, in] with rows, in and out
-/// multiples of 16, on a CUDA sm_89+ GPU (or the CPU under `testing::emulate_fp8_on_cpu`). The output has
-/// `out_dtype`, by default the input's dtype.
+/// are cast to e4m3 and the output gradient to e5m2, each with a dynamic per-tensor scale (amax / the
+/// format's largest value) and a saturating cast; the high-precision input and weight are saved for the
+/// backward, which runs two more `_scaled_mm`. Needs 2-D `input` [rows, in] and `weight` [out, in] with rows,
+/// in and out multiples of 16, on a CUDA sm_89+ GPU (or the CPU under `testing::emulate_fp8_on_cpu`). The
+/// output has `out_dtype`, by default the input's dtype.
 ///
 /// ```
 /// auto y = accelerate::nn::fp8_linear(x, weight, bias, torch::kBFloat16);
 /// ```
-torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias = {},
+torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight,
+                         const torch::Tensor& bias = {},
                          std::optional<c10::ScalarType> out_dtype = std::nullopt);
 
 namespace testing {
-/// Test-only: lets the fp8 path run on the CPU (libtorch 2.11's CPU `_scaled_mm` emulates it), so fp8 numerics
-/// are testable without a GPU. Set it before constructing the Accelerator.
+/// Test-only: lets the fp8 path run on the CPU (libtorch 2.11's CPU `_scaled_mm` emulates it), so fp8
+/// numerics are testable without a GPU. Set it before constructing the Accelerator.
 void emulate_fp8_on_cpu(bool enabled);
 bool fp8_emulated_on_cpu();
 } // namespace testing

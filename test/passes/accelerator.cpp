@@ -1,6 +1,7 @@
-// The accelerator pass: `accelerate::Accelerator accelerator;` goes first in each function whose body calls
-// backward (once, however many calls), and <accelerate/accelerate.h> after the file's includes; nothing is
-// added when the file already has an accelerator.
+// The accelerator pass: `accelerator` is declared first in each function the rewrite makes use it (once), and
+// <accelerate/accelerate.h> goes after the file's includes. main constructs it; other functions of a file with
+// main reach it with Accelerator::current(); in a file without main, the function no other function of the file
+// calls constructs it. Nothing is added when the file already has an accelerator.
 // RUN: rm -rf %t && mkdir -p %t
 // RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
 // RUN: %accel-rewrite %s --explain -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --check-prefix=EXPLAIN
@@ -12,6 +13,11 @@
 // RUN:   | FileCheck %s --check-prefix=PARAMETER
 // RUN: %accel-rewrite %S/Inputs/uses_accelerator.cpp -- -std=c++17 -I%S/Inputs \
 // RUN:   | FileCheck %s --check-prefix=USES --implicit-check-not='accelerate::Accelerator accelerator;'
+//
+// Without main:
+// RUN: %accel-rewrite %S/Inputs/no_main.cpp --explain -- -std=c++17 -I%S/Inputs 2>%t/no_main.explain \
+// RUN:   | FileCheck %s --check-prefix=NO-MAIN
+// RUN: FileCheck %s --check-prefix=NO-MAIN-EXPLAIN < %t/no_main.explain
 
 #include <torch/torch.h>
 #include <vector>
@@ -24,12 +30,11 @@ torch::Tensor forward(torch::nn::Linear& model, const torch::Tensor& x) { return
 // CHECK: {{^}}torch::Tensor forward(torch::nn::Linear& model, const torch::Tensor& x) { return model->forward(x); }{{$}}
 
 void train_step(torch::Tensor loss) { loss.backward(); }
-// CHECK: {{^}}void train_step(torch::Tensor loss) { accelerate::Accelerator accelerator; accelerator.backward(loss); }{{$}}
-// EXPLAIN: accelerator.cpp:[[@LINE-2]]:{{[0-9]+}}: note: [accelerator] inserted 'accelerate::Accelerator accelerator;';
-// EXPLAIN-SAME: added #include <accelerate/accelerate.h>: one accelerate::Accelerator holds the process group
-// EXPLAIN-SAME: it is declared at the top of 'train_step', whose body calls backward; if 'train_step' runs more
-// EXPLAIN-SAME: than once, move the declaration to where training starts and pass the accelerator to 'train_step'
-// EXPLAIN-SAME: by reference
+// CHECK: {{^}}void train_step(torch::Tensor loss) { auto& accelerator = accelerate::Accelerator::current(); accelerator.backward(loss); }{{$}}
+// EXPLAIN: accelerator.cpp:[[@LINE-2]]:{{[0-9]+}}: note: [accelerator] inserted 'auto& accelerator =
+// EXPLAIN-SAME: accelerate::Accelerator::current();'; added #include <accelerate/accelerate.h>: one
+// EXPLAIN-SAME: accelerate::Accelerator holds the process group, device and precision settings that the rewritten
+// EXPLAIN-SAME: calls use; 'train_step' reaches the one main declared through accelerate::Accelerator::current()
 
 // The declaration is indented like the line below the brace, blank lines and tabs included.
 void tab_indented(torch::Tensor loss)
@@ -39,7 +44,7 @@ void tab_indented(torch::Tensor loss)
 }
 // CHECK:      {{^}}void tab_indented(torch::Tensor loss){{$}}
 // CHECK-NEXT: {{^[{]$}}
-// CHECK-NEXT: {{^}}	accelerate::Accelerator accelerator;{{$}}
+// CHECK-NEXT: {{^}}	auto& accelerator = accelerate::Accelerator::current();{{$}}
 // CHECK-EMPTY:
 // CHECK-NEXT: {{^}}	accelerator.backward(loss);{{$}}
 
@@ -62,8 +67,8 @@ int main() { // Entry point.
 // CHECK-NOT:  accelerate::Accelerator accelerator;
 // CHECK:      {{^}}    accelerator.backward(loss);{{$}}
 // CHECK-NEXT: {{^}}    accelerator.backward(loss);{{$}}
-// EXPLAIN: accelerator.cpp:{{[0-9]+}}:{{[0-9]+}}: note: [accelerator] {{.*}} it is declared at the top of main, whose
-// EXPLAIN-SAME: body calls backward{{$}}
+// EXPLAIN: accelerator.cpp:{{[0-9]+}}:{{[0-9]+}}: note: [accelerator] {{.*}} it is declared at the top of main,
+// EXPLAIN-SAME: where training starts{{$}}
 
 // EXISTING:     {{^}}#include <accelerate/accelerate.h>{{$}}
 // EXISTING-NOT: #include <accelerate/accelerate.h>
@@ -79,3 +84,12 @@ int main() { // Entry point.
 // USES-NEXT: {{^}}  evaluate(accelerator);{{$}}
 // USES-NEXT: {{^}}  torch::Tensor loss;{{$}}
 // USES-NEXT: {{^}}  accelerator.backward(loss);{{$}}
+
+// NO-MAIN:      {{^}}void step(torch::optim::SGD& optimizer, torch::Tensor loss) {{[{]}}{{$}}
+// NO-MAIN-NEXT: {{^}}  auto& accelerator = accelerate::Accelerator::current();{{$}}
+// NO-MAIN:      {{^}}void train(torch::nn::Linear& model, torch::optim::SGD& optimizer) {{[{]}}{{$}}
+// NO-MAIN-NEXT: {{^}}  accelerate::Accelerator accelerator;{{$}}
+// NO-MAIN-EXPLAIN: no_main.cpp:4:{{[0-9]+}}: note: [accelerator] {{.*}} 'step' reaches the one its caller declared
+// NO-MAIN-EXPLAIN-SAME: through accelerate::Accelerator::current()
+// NO-MAIN-EXPLAIN: no_main.cpp:9:{{[0-9]+}}: note: [accelerator] {{.*}} this file has no main, and no function of it
+// NO-MAIN-EXPLAIN-SAME: calls 'train', so it is declared at the top of 'train'

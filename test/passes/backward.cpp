@@ -10,6 +10,8 @@
 
 #include <memory>
 
+void update(torch::optim::SGD& optimizer); // A training file: it takes an optimizer.
+
 struct Scheduler {
   void backward();
 };

@@ -6,14 +6,44 @@
 // TWO: accel-rewrite: expected one input file (got 2); run accel-rewrite once per file, see --help
 // RUN: not %accel-rewrite -- -std=c++17 2>&1 | FileCheck %s --check-prefix=NONE
 // NONE: accel-rewrite: expected one input file (got 0)
+// RUN: not %accel-rewrite %s --diff --check -- -std=c++17 2>&1 | FileCheck %s --check-prefix=MODES
+// MODES: accel-rewrite: choose one of -o, -i, --diff and --check
+// RUN: not %accel-rewrite %s -i --line-directives -- -std=c++17 2>&1 | FileCheck %s --check-prefix=LINES
+// LINES: accel-rewrite: --line-directives is for a rewritten copy (stdout or -o FILE), not for -i, --diff or --check
+// RUN: not %accel-rewrite %s --depfile %t.d -- -std=c++17 2>&1 | FileCheck %s --check-prefix=DEPFILE
+// DEPFILE: accel-rewrite: --depfile needs -o FILE (or -i): the rule it writes names the output
+// RUN: not %accel-rewrite %s --passes=backward,bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// RUN: not %accel-rewrite %s --disable=bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// UNKNOWN: accel-rewrite: unknown pass 'bogus' (known: backward, accelerator, prepare, data-loader, device,
+// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, distributed)
+// RUN: not %accel-rewrite %s --assume-runtime=teleport -- -std=c++17 2>&1 | FileCheck %s --check-prefix=FEATURE
+// FEATURE: accel-rewrite: unknown --assume-runtime feature 'teleport' (known: unshuffled-loaders, save-state,
+// FEATURE-SAME: accelerate-linear)
 // RUN: %accel-rewrite --list-passes | FileCheck %s --check-prefix=LIST
-// LIST: backward: `X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`
-// LIST-NEXT: accelerator: declares `accelerate::Accelerator accelerator;`
+// LIST:      backward: `X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`
+// LIST-NEXT: accelerator: declares `accelerator`
+// LIST-NEXT: prepare:
+// LIST-NEXT: data-loader:
+// LIST-NEXT: device:
+// LIST-NEXT: accumulate:
+// LIST-NEXT: clip:
+// LIST-NEXT: main-process:
+// LIST-NEXT: checkpoint:
+// LIST-NEXT: layers: {{.*}} [off by default]
+// LIST-NEXT: distributed:
 // RUN: %accel-rewrite --help | FileCheck %s --check-prefix=HELP
-// HELP: accel-rewrite FILE [-o OUT | -i] [--explain] [-p BUILD_DIR] [-- compile flags]
+// HELP: accel-rewrite FILE [-o OUT | -i | --diff | --check] [--explain] [-p BUILD_DIR] [-- compile flags]
+// HELP: --check
+// HELP: --depfile=<file>
+// HELP: --diff
+// HELP: --disable=<name,...>
 // HELP: --explain
+// HELP: --export-fixes=<file>
 // HELP: -i
+// HELP: --line-directives
+// HELP: --list-passes
 // HELP: -o <file>
 // HELP: -p <string>
+// HELP: --passes=<name,...>
 
 int main() {}

@@ -21,6 +21,8 @@
 
 #include <torch/torch.h>
 
+void update(torch::optim::SGD& optimizer); // A training file: it takes an optimizer.
+
 int main() {
   torch::Tensor loss;
   loss.backward();

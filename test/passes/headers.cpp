@@ -7,10 +7,11 @@
 
 #include "train_step.h"
 
-int main() { train_step(torch::Tensor()); }
+torch::optim::SGD& optimizer(); // A training file: it mentions an optimizer.
+int main() { train_step(torch::Tensor(), optimizer()); }
 
 // CHECK: train_step.h:5:{{[0-9]+}}: warning: not rewritten: only the main file ({{.*}}headers.cpp) is rewritten
-// CHECK-SAME: for now; change this by hand: inserted 'accelerate::Accelerator accelerator;'; added #include
+// CHECK-SAME: for now; change this by hand: inserted 'auto& accelerator = accelerate::Accelerator::current();'; added #include
 // CHECK-SAME: <accelerate/accelerate.h> (pass 'accelerator':
-// CHECK: train_step.h:5:46: warning: not rewritten: only the main file ({{.*}}headers.cpp) is rewritten for now;
+// CHECK: train_step.h:6:3: warning: not rewritten: only the main file ({{.*}}headers.cpp) is rewritten for now;
 // CHECK-SAME: change this by hand: 'loss.backward()' -> 'accelerator.backward(loss)' (pass 'backward':

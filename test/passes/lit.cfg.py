@@ -29,7 +29,12 @@ config.environment["PATH"] = os.pathsep.join(
 config.environment["LC_ALL"] = "C"
 config.environment.pop("TERM", None)
 
+# clang-apply-replacements (Debian's clang-tools-19) applies --export-fixes output; tests that need it say so.
+if os.path.exists(os.path.join(config.llvm_tools_dir, "clang-apply-replacements")):
+    config.available_features.add("clang-apply-replacements")
+
 config.substitutions.append(("%accel-rewrite", accel_rewrite))
+config.substitutions.append(("%clang", os.path.join(config.llvm_tools_dir, "clang")))
 config.substitutions.append(("%torch_includes", config.torch_includes))
 if config.torch_includes:
     config.available_features.add("torch")

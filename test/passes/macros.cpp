@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+void update(torch::optim::SGD& optimizer); // A training file: it takes an optimizer.
+
 #define STEP(l) l.backward()
 #define TIMED(x) x
 #define LOSS loss

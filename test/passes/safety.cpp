@@ -13,6 +13,8 @@
 #include <torch/torch.h>
 #include <accelerate/accelerate.h>
 
+void update(torch::optim::SGD& optimizer); // A training file: it takes an optimizer.
+
 void step(accelerate::Accelerator& acc, torch::Tensor loss) {
   loss.backward();
 }

@@ -27,7 +27,8 @@ struct Net : torch::nn::Module {
 TEST(PrecisionMultirank, RanksSkipTogetherWhenOnlyOneOverflows) {
   at::set_num_threads(1);
   accelerate::Accelerator accelerator(
-      accelerate::AcceleratorOptions().cpu(true).mixed_precision("fp16").init_timeout(std::chrono::seconds(30)));
+      accelerate::AcceleratorOptions().cpu(true).mixed_precision("fp16").init_timeout(
+          std::chrono::seconds(30)));
   const int rank = accelerator.process_index();
   ASSERT_GE(accelerator.num_processes(), 2) << "run this test under accel launch with at least 2 processes";
   torch::manual_seed(rank == 0 ? 7 : 100 + rank); // prepare makes every rank's weights rank 0's
@@ -35,6 +36,10 @@ TEST(PrecisionMultirank, RanksSkipTogetherWhenOnlyOneOverflows) {
   accelerator.prepare(model);
   auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2));
   auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, /*step_size=*/1, /*gamma=*/0.9));
+  // A small initial scale: float16 gradients never overflow by themselves here, only where injected.
+  auto& precision = *accelerate::detail::internal_state(accelerator).precision;
+  precision.scaler()->reset({/*init_scale=*/256, /*growth_factor=*/2, /*backoff_factor=*/0.5,
+                             /*growth_interval=*/2000});
   // Only the last rank overflows, after the gradients were averaged: without the MAX all-reduce of found_inf
   // the other ranks would step and the replicas would drift apart.
   const std::set<int> overflow_steps{2, 5, 6};
@@ -59,9 +64,10 @@ TEST(PrecisionMultirank, RanksSkipTogetherWhenOnlyOneOverflows) {
   }
   EXPECT_EQ(scheduler.steps(), taken) << "rank " << rank;
   // Same scale and same weights everywhere.
-  auto scale = torch::full({1}, accelerate::detail::internal_state(accelerator).precision->scaler()->get_scale());
+  auto scale = torch::full({1}, precision.scaler()->get_scale());
   auto scales = accelerator.gather(scale);
   EXPECT_EQ(scales.min().item<double>(), scales.max().item<double>()) << "rank " << rank;
+  EXPECT_EQ(scales.min().item<double>(), 256.0 / 8) << "three backoffs";
   std::vector<torch::Tensor> flat;
   for (const auto& parameter : model->parameters()) {
     flat.push_back(parameter.detach().reshape({-1}));

@@ -4,6 +4,8 @@
 
 accelerate::Accelerator accelerator;
 
+void step(torch::optim::SGD& optimizer); // A training file: it takes an optimizer.
+
 int main() {
   torch::Tensor loss;
   loss.backward();

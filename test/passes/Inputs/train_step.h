@@ -2,4 +2,7 @@
 #pragma once
 #include <torch/torch.h>
 
-inline void train_step(torch::Tensor loss) { loss.backward(); }
+inline void train_step(torch::Tensor loss, torch::optim::SGD& optimizer) {
+  loss.backward();
+  optimizer.step();
+}

@@ -3,6 +3,7 @@
 #include "global_accelerator.h"
 
 void evaluate(accelerate::Accelerator&);
+void step(torch::optim::SGD& optimizer); // A training file: it takes an optimizer.
 
 int main() {
   evaluate(accelerator);

@@ -137,6 +137,8 @@ class InputArchive;
 } // namespace serialize
 
 namespace nn {
+template <typename Contained> class ModuleHolder;
+
 class Module {
 public:
   virtual ~Module() = default;
@@ -149,12 +151,15 @@ public:
   virtual void to(torch::Device device, bool non_blocking = false);
   template <typename ModuleType>
   std::shared_ptr<ModuleType> register_module(std::string name, std::shared_ptr<ModuleType> module);
+  template <typename ModuleType>
+  std::shared_ptr<ModuleType> register_module(std::string name, ModuleHolder<ModuleType> module_holder);
 };
 
 template <typename Contained> class ModuleHolder {
 public:
   using ContainedType = Contained;
   /* implicit */ ModuleHolder(std::nullptr_t);
+  /* implicit */ ModuleHolder(std::shared_ptr<Contained> module);
   Contained* operator->();
   const Contained* operator->() const;
   Contained& operator*();

@@ -1,5 +1,5 @@
-// passes/OutputPass.cpp: the rule that keeps training output to the main process.
-#include "passes/OutputPass.h"
+// passes/MainProcessPass.cpp: the rule that keeps training output to the main process.
+#include "passes/MainProcessPass.h"
 
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
@@ -132,7 +132,7 @@ bool underTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
       Condition = While->getCond();
     else if (const auto* For = Parents[0].get<clang::ForStmt>())
       Condition = For->getCond();
-    if (Condition && !match(expr(anyOf(TensorValue, hasDescendant(TensorValue))), *Condition, Context).empty())
+    if (Condition && !match(traverse(clang::TK_AsIs, expr(anyOf(TensorValue, hasDescendant(TensorValue)))), *Condition, Context).empty())
       return true;
     Parents = Context.getParents(Parents[0]);
   }
@@ -148,7 +148,7 @@ std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Functio
   auto Dependent = cxxDependentScopeMemberExpr(hasMemberName("backward"), hasObjectExpression(ignoringParenImpCasts(Loss)));
   std::vector<const clang::ValueDecl*> Losses;
   for (const BoundNodes& Found :
-       match(stmt(forEachDescendant(expr(anyOf(Resolved, Dependent)))), *Function.getBody(), Context))
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Resolved, Dependent))))), *Function.getBody(), Context))
     Losses.push_back(Found.getNodeAs<clang::ValueDecl>("loss"));
   return Losses;
 }
@@ -165,7 +165,7 @@ std::string operandText(const clang::Expr& Operand, const std::vector<const clan
   const clang::SourceManager& SM = Context.getSourceManager();
   unsigned Start = SM.getFileOffset(SM.getExpansionLoc(Operand.getBeginLoc()));
   std::vector<std::pair<unsigned, unsigned>> Ranges; // of the loss objects, relative to Start
-  for (const BoundNodes& Found : match(expr(anyOf(Item, forEachDescendant(Item))), Operand, Context)) {
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, expr(anyOf(Item, forEachDescendant(Item)))), Operand, Context)) {
     if (!llvm::is_contained(Losses, Found.getNodeAs<clang::ValueDecl>("loss")))
       continue;
     const auto* LossObject = Found.getNodeAs<clang::Expr>("object");
@@ -229,11 +229,11 @@ StatementMatcher guardable() {
 
 } // namespace
 
-StatementMatcher outputStatement() {
+StatementMatcher mainProcessOutput() {
   return stmt(anyOf(printable(), guardable()));
 }
 
-PassRule outputPass() {
+PassRule mainProcessPass() {
   return applyFirst<std::string>({
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, printable()),
                changeTo(statementWithSemicolon(StatementId), printText()),

@@ -1,6 +1,6 @@
-// passes/OutputPass.h: training output is printed, and logged, by the main process only.
-#ifndef ACCELERATE_PASSES_OUTPUTPASS_H
-#define ACCELERATE_PASSES_OUTPUTPASS_H
+// passes/MainProcessPass.h: training output is printed, and logged, by the main process only.
+#ifndef ACCELERATE_PASSES_MAINPROCESSPASS_H
+#define ACCELERATE_PASSES_MAINPROCESSPASS_H
 
 #include "passes/Registry.h"
 
@@ -20,11 +20,11 @@ namespace accelerate::passes {
 /// function runs backward on, printed with `.item<T>()` in `accelerator.print`, becomes its mean over the
 /// processes, so the printed loss is the global batch's; not where a condition on a tensor decides whether
 /// it prints (one process could print while another does not, and the mean is a collective).
-PassRule outputPass();
+PassRule mainProcessPass();
 
-/// Matches the output statements outputPass() rewrites (they use `accelerator`).
-clang::ast_matchers::StatementMatcher outputStatement();
+/// Matches the output statements mainProcessPass() rewrites (they use `accelerator`).
+clang::ast_matchers::StatementMatcher mainProcessOutput();
 
 } // namespace accelerate::passes
 
-#endif // ACCELERATE_PASSES_OUTPUTPASS_H
+#endif // ACCELERATE_PASSES_MAINPROCESSPASS_H

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# GPU check of accelerate-cpp (shared/DESIGN.md §5): builds the runtime against this machine's own torch (no
+# rewriter, no LLVM, no tests' GoogleTest, no network) and runs the mixed-precision GPU checks and benchmarks,
+# writing each result to OUT_DIR as soon as it has it.
+#
+#   scripts/gpu-check.sh [--quick] [--build-dir DIR] [--jobs N] [--python PY] OUT_DIR
+#
+# OUT_DIR receives, in this order: environment.txt, configure.log, build.log, then one file per stage
+# (checks.txt, gpt-small-losses.txt, gpt-86m.txt, fp8-linear.txt), and summary.txt, one line per step, appended
+# as each finishes. --quick keeps the stages within 5 minutes on an H200 (the build is timed separately).
+# Exit status: 0 all passed, 1 a check failed, 2 bad usage or the build failed, 3 no CUDA device.
+set -uo pipefail
+
+usage() {
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+QUICK=""
+BUILD_DIR="$REPO/build-gpu"
+JOBS="$(nproc 2>/dev/null || echo 4)"
+PYTHON="${ACCEL_PYTHON:-}"
+OUT=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK="--quick" ;;
+    --build-dir) [ $# -ge 2 ] || usage; BUILD_DIR="$2"; shift ;;
+    --jobs) [ $# -ge 2 ] || usage; JOBS="$2"; shift ;;
+    --python) [ $# -ge 2 ] || usage; PYTHON="$2"; shift ;;
+    -h|--help) usage ;;
+    -*) echo "gpu-check: unknown option '$1'" >&2; usage ;;
+    *) [ -z "$OUT" ] || { echo "gpu-check: one OUT_DIR only (got '$OUT' and '$1')" >&2; usage; }; OUT="$1" ;;
+  esac
+  shift
+done
+[ -n "$OUT" ] || { echo "gpu-check: give the folder to write results to, e.g. scripts/gpu-check.sh --quick out/" >&2; usage; }
+mkdir -p "$OUT" || { echo "gpu-check: cannot create '$OUT'" >&2; exit 2; }
+OUT="$(cd "$OUT" && pwd)"
+: > "$OUT/summary.txt"
+
+note() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt" >&2; }
+now() { date +%s; }
+
+# ---- Which torch: the machine's own (ACCEL_PYTHON, --python, then python3/python on PATH) -------------------
+if [ -z "$PYTHON" ]; then
+  for candidate in python3 python; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import torch' >/dev/null 2>&1; then
+      PYTHON="$(command -v "$candidate")"
+      break
+    fi
+  done
+fi
+if [ -z "$PYTHON" ] || ! "$PYTHON" -c 'import torch' >/dev/null 2>&1; then
+  note "no Python with torch found; pass --python /path/to/python (torch 2.11) or set ACCEL_PYTHON"
+  exit 2
+fi
+
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "host: $(hostname)"
+  echo "commit: $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "python: $PYTHON"
+  "$PYTHON" -c 'import torch; print("torch:", torch.__version__, "cuda:", torch.version.cuda, "available:", torch.cuda.is_available()); print("gpu:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none", torch.cuda.get_device_capability(0) if torch.cuda.is_available() else "")' 2>&1
+  command -v nvcc >/dev/null 2>&1 && nvcc --version | tail -n 2
+  [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1 && /usr/local/cuda/bin/nvcc --version | tail -n 2
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo "cmake: $(cmake --version | head -n 1)"
+} > "$OUT/environment.txt" 2>&1
+note "environment recorded in environment.txt"
+
+# ---- Build: the runtime and the precision benchmark only ----------------------------------------------------
+GENERATOR=()
+command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
+[ -f "$BUILD_DIR/CMakeCache.txt" ] && GENERATOR=() # keep whatever generator the folder was made with
+start=$(now)
+if ! cmake -S "$REPO" -B "$BUILD_DIR" ${GENERATOR[@]+"${GENERATOR[@]}"} -DCMAKE_BUILD_TYPE=Release \
+  -DACCEL_BUILD_REWRITER=OFF -DACCEL_BUILD_EXAMPLES=OFF -DACCEL_BUILD_TESTS=OFF \
+  -DACCEL_PYTHON="$PYTHON" > "$OUT/configure.log" 2>&1; then
+  note "configure failed after $(($(now) - start)) s: see configure.log"
+  tail -n 20 "$OUT/configure.log" >&2
+  exit 2
+fi
+grep -E "accelerate-cpp: (Torch|NCCL|CUDA kernels)" "$OUT/configure.log" | sed 's/^-- /  /' | tee -a "$OUT/summary.txt" >&2
+if ! cmake --build "$BUILD_DIR" --target bench_precision -j "$JOBS" > "$OUT/build.log" 2>&1; then
+  note "build failed after $(($(now) - start)) s: see build.log"
+  grep -E "error|Error" "$OUT/build.log" | head -n 20 >&2
+  exit 2
+fi
+note "build: $(($(now) - start)) s (configure + runtime + bench_precision, $JOBS jobs)"
+BENCH="$BUILD_DIR/bin/bench_precision"
+
+if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  note "no CUDA device visible to torch: the build works, but there is nothing to run here (the CPU versions of these checks are ctest -R 'runtime\\.(Autocast|GradScaler|MlpMnist|Linear|Fp8)')"
+  exit 3
+fi
+
+# ---- Stages, each written as soon as it ends; --quick fits them in 5 minutes ---------------------------------
+# name, seconds allowed
+STAGES=("checks 80" "gpt-small-losses 45" "gpt-86m 120" "fp8-linear 50")
+[ -n "$QUICK" ] || STAGES=("checks 150" "gpt-small-losses 90" "gpt-86m 300" "fp8-linear 150")
+BUDGET=300
+[ -n "$QUICK" ] || BUDGET=900
+run_start=$(now)
+status=0
+for entry in "${STAGES[@]}"; do
+  read -r stage limit <<< "$entry"
+  left=$((BUDGET - ($(now) - run_start)))
+  if [ "$left" -lt 10 ]; then
+    note "$stage: not run, the ${BUDGET} s budget is spent"
+    status=1
+    continue
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  stage_start=$(now)
+  (cd "$REPO" && timeout --kill-after=10 "$limit" "$BENCH" --stage "$stage" $QUICK --data "$REPO/test/data") \
+    > "$OUT/$stage.txt" 2>&1
+  rc=$?
+  elapsed=$(($(now) - stage_start))
+  case $rc in
+    0) note "$stage: ok (${elapsed} s) -> $stage.txt" ;;
+    124|137) note "$stage: TIMED OUT after ${limit} s -> $stage.txt (partial)"; status=1 ;;
+    *) note "$stage: FAILED (exit $rc, ${elapsed} s) -> $stage.txt"; status=1 ;;
+  esac
+  grep -E "^(FAIL|SKIP)" "$OUT/$stage.txt" | sed 's/^/  /' | tee -a "$OUT/summary.txt" >&2
+done
+note "stages: $(($(now) - run_start)) s; $([ $status -eq 0 ] && echo 'all passed' || echo 'something failed, see above')"
+exit $status

@@ -1,0 +1,45 @@
+// The checkpoint pass: torch::save in training and evaluation code runs on the main process only, at the
+// user's path; saves of models and optimizers say that a resumable checkpoint needs save_state.
+// RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
+// RUN: %accel-rewrite %s --explain -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --check-prefix=EXPLAIN
+
+#include <torch/torch.h>
+
+#include <string>
+
+int main() {
+  torch::nn::Linear model(4, 1);
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  torch::load(model, "model.pt"); // Every process reads the same file: unchanged.
+  // CHECK: {{^}}  torch::load(model, "model.pt"); // Every process reads the same file: unchanged.{{$}}
+  double best = 1e9;
+  for (int step = 1; step <= 100; ++step) {
+    optimizer.zero_grad();
+    auto loss = model->forward(torch::randn({8, 4})).sum();
+    loss.backward();
+    optimizer.step();
+    if (step % 10 == 0) {
+      torch::save(model, "model-" + std::to_string(step) + ".pt");
+      // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(model, "model-" + std::to_string(step) + ".pt");{{$}}
+      // EXPLAIN: checkpoint.cpp:[[@LINE-2]]:7: note: [checkpoint] inserted 'if (accelerator.is_main_process())':
+      // EXPLAIN-SAME: every process holds the same weights, so the main process alone writes them, at this path; a
+      // EXPLAIN-SAME: checkpoint that resumes training on any number of processes (optimizer state, data position)
+      // EXPLAIN-SAME: needs accelerator.save_state, which this runtime does not have yet
+      torch::save(optimizer, "optimizer.pt");
+      // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(optimizer, "optimizer.pt");{{$}}
+    }
+    if (loss.item<double>() < best)
+      torch::save(model, "best.pt"); // A condition on the local loss: the guard takes no collective.
+    // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(model, "best.pt");
+    torch::save(loss.detach(), "loss.pt");
+    // CHECK: {{^}}    if (accelerator.is_main_process()) torch::save(loss.detach(), "loss.pt");{{$}}
+    // EXPLAIN: checkpoint.cpp:[[@LINE-2]]:5: note: [checkpoint] inserted 'if (accelerator.is_main_process())':
+    // EXPLAIN-SAME: the main process alone writes this file, once per job instead of once per process
+  }
+}
+
+// Negative: outside training and evaluation code.
+void export_weights(torch::nn::Linear& model) {
+  torch::save(model, "export.pt");
+  // CHECK: {{^}}  torch::save(model, "export.pt");{{$}}
+}

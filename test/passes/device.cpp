@@ -1,0 +1,95 @@
+// The device pass: device declarations become the accelerator's device; moves that prepare makes unnecessary
+// go (prepared models, batches of prepared loaders); CUDA constants become the accelerator's device; moves to
+// the CPU, dtype conversions and moves of models that are only evaluated stay.
+// RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
+// RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --allow-empty \
+// RUN:   --check-prefix=WARN --implicit-check-not=warning:
+
+#include "datasets.h"
+
+#include <memory>
+#include <tuple>
+
+struct Net : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x);
+};
+
+int main() {
+  torch::Device device(torch::cuda::is_available() ? torch::kCUDA : torch::kCPU);
+  // CHECK: {{^}}  torch::Device device = accelerator.device();{{$}}
+  auto model = std::make_shared<Net>();
+  model->to(device);
+  // CHECK-NOT: {{^}}  model->to(device);
+  auto teacher = std::make_shared<Net>(); // Only evaluated: placed, not prepared.
+  teacher->to(device);
+  // CHECK: {{^}}  teacher->to(device);{{$}}
+  (*teacher).to(torch::kCUDA);
+  // CHECK: {{^}}  (*teacher).to(accelerator.device());{{$}}
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+
+  auto loader = torch::data::make_data_loader(Points().map(torch::data::transforms::Stack<>()), 64);
+  for (auto& batch : *loader) {
+    auto data = batch.data.to(device), target = batch.target.to(device);
+    // CHECK: {{^}}    auto data = batch.data, target = batch.target;{{$}}
+    auto halves = batch.data.to(device, torch::kDouble);
+    // CHECK: {{^}}    auto halves = batch.data.to(torch::kDouble);{{$}}
+    auto copied = data.cuda();
+    // CHECK: {{^}}    auto copied = data;{{$}}
+    auto on_cpu = batch.data.to(torch::kCPU);
+    // CHECK: {{^}}    auto on_cpu = batch.data.to(torch::kCPU);{{$}}
+    auto teacher_out = teacher->forward(data).cpu();
+    // CHECK: {{^}}    auto teacher_out = teacher->forward(data).cpu();{{$}}
+    auto noise = torch::randn({64, 10}, torch::TensorOptions().device(torch::kCUDA));
+    // CHECK: {{^}}    auto noise = torch::randn({64, 10}, torch::TensorOptions().device(accelerator.device()));{{$}}
+    auto mask = torch::zeros({64}, device);
+    // CHECK: {{^}}    auto mask = torch::zeros({64}, device);{{$}}
+    optimizer.zero_grad();
+    auto loss = model->forward(data).sum() + noise.sum() + mask.sum() + teacher_out.sum() + halves.sum();
+    loss.backward();
+    optimizer.step();
+  }
+}
+
+// A device chosen by if/else, or hard-coded; moves of tensors that no prepared loader made.
+void other_forms(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<torch::Tensor, torch::Tensor>> data) {
+  torch::Device device = torch::kCPU;
+  if (torch::cuda::is_available())
+    device = torch::kCUDA;
+  // CHECK:      {{^}}  torch::Device device = accelerator.device();{{$}}
+  // CHECK-NEXT: {{^}}  if (torch::cuda::is_available()){{$}}
+  // CHECK-NEXT: {{^}}    device = accelerator.device();{{$}}
+  auto gpu = torch::kCUDA;
+  // CHECK: {{^}}  auto gpu = accelerator.device();{{$}}
+  torch::DeviceType device_type = torch::kCUDA;
+  // CHECK: {{^}}  torch::Device device_type = accelerator.device();{{$}}
+  torch::Device cpu(torch::kCPU);
+  // CHECK: {{^}}  torch::Device cpu(torch::kCPU);{{$}}
+  for (auto& batch : data) {
+    auto x = std::get<0>(batch).to(device);
+    // CHECK: {{^}}    auto x = std::get<0>(batch).to(device);{{$}}
+    auto y = std::get<1>(batch).cuda();
+    // CHECK: {{^}}    auto y = std::get<1>(batch).to(accelerator.device());{{$}}
+    auto z = x.to("cuda:0");
+    // CHECK: {{^}}    auto z = x.to(accelerator.device());{{$}}
+    optimizer.zero_grad();
+    (net.forward(x) - y + z.to(gpu).to(device_type).to(cpu)).sum().backward();
+    optimizer.step();
+  }
+}
+
+// Batches of a prepared loader whose examples are tuples.
+void tuples(Net& net, torch::optim::SGD& optimizer) {
+  torch::Device device(torch::kCUDA, 0);
+  // CHECK: {{^}}  torch::Device device = accelerator.device();{{$}}
+  auto loader = torch::data::make_data_loader(Pairs(), 8);
+  for (auto& batch : *loader) {
+    auto inputs = std::get<0>(batch).to(device);
+    // CHECK: {{^}}    auto inputs = std::get<0>(batch);{{$}}
+    auto targets = std::get<1>(batch).to(device).view({-1});
+    // CHECK: {{^}}    auto targets = std::get<1>(batch).view({-1});{{$}}
+    optimizer.zero_grad();
+    torch::mse_loss(net.forward(inputs), targets).backward();
+    optimizer.step();
+  }
+}
+// WARN-NOT: warning

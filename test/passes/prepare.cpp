@@ -1,0 +1,86 @@
+// The prepare pass: optimizers and schedulers are declared through accelerator.prepare(...), and the models an
+// optimizer trains are prepared (in place) right before it, once.
+// RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
+// RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --check-prefix=WARN \
+// RUN:   --implicit-check-not=warning:
+
+#include <torch/torch.h>
+
+#include <memory>
+
+struct Net : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x);
+};
+
+void by_value(torch::nn::Linear model) {
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  // CHECK:      {{^}}  accelerator.prepare(model);{{$}}
+  // CHECK-NEXT: {{^}}  auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.1)));{{$}}
+  optimizer.step();
+}
+
+void by_pointer() {
+  auto net = std::make_shared<Net>();
+  auto optimizer = std::make_shared<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(1e-3));
+  // CHECK:      {{^}}  accelerator.prepare(net);{{$}}
+  // CHECK-NEXT: {{^}}  auto optimizer = accelerator.prepare(torch::optim::Adam(net->parameters(), torch::optim::AdamOptions(1e-3)));{{$}}
+  optimizer->step();
+  // CHECK: {{^}}  optimizer->step();{{$}}
+}
+
+// A module object (not a holder) and a raw pointer to one; braces instead of parentheses.
+void objects(Net& net, Net* other) {
+  torch::optim::SGD first{net.parameters(), 0.1};
+  // CHECK:      {{^}}  accelerator.prepare(net);{{$}}
+  // CHECK-NEXT: {{^}}  auto first = accelerator.prepare(torch::optim::SGD{net.parameters(), 0.1});{{$}}
+  torch::optim::SGD second = torch::optim::SGD(other->parameters(), 0.1);
+  // CHECK:      {{^}}  accelerator.prepare(*other);{{$}}
+  // CHECK-NEXT: {{^}}  auto second = accelerator.prepare(torch::optim::SGD(other->parameters(), 0.1));{{$}}
+}
+
+// A GAN: two models, two optimizers, each model prepared before its own optimizer.
+void gan(std::shared_ptr<Net> generator, std::shared_ptr<Net> discriminator) {
+  torch::optim::Adam g_optimizer(generator->parameters(), torch::optim::AdamOptions(2e-4));
+  torch::optim::Adam d_optimizer(discriminator->parameters(), torch::optim::AdamOptions(2e-4));
+  // CHECK:      {{^}}  accelerator.prepare(generator);{{$}}
+  // CHECK-NEXT: {{^}}  auto g_optimizer = accelerator.prepare(torch::optim::Adam(generator->parameters(), torch::optim::AdamOptions(2e-4)));{{$}}
+  // CHECK-NEXT: {{^}}  accelerator.prepare(discriminator);{{$}}
+  // CHECK-NEXT: {{^}}  auto d_optimizer = accelerator.prepare(torch::optim::Adam(discriminator->parameters(), torch::optim::AdamOptions(2e-4)));{{$}}
+}
+
+// One model, two optimizers: prepared once, before the first.
+void two_optimizers(torch::nn::Linear model) {
+  torch::optim::SGD slow(model->parameters(), 0.01);
+  torch::optim::SGD fast(model->parameters(), 0.1);
+  // CHECK:      {{^}}  accelerator.prepare(model);{{$}}
+  // CHECK-NEXT: {{^}}  auto slow = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.01));{{$}}
+  // CHECK-NEXT: {{^}}  auto fast = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));{{$}}
+}
+
+// A scheduler over a prepared optimizer, by value; `*optimizer` for one held by pointer.
+void schedulers(torch::nn::Linear model) {
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  torch::optim::StepLR scheduler(optimizer, 10, 0.5);
+  // CHECK: {{^}}  auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, 10, 0.5));{{$}}
+  scheduler.step();
+  auto adam = std::make_shared<torch::optim::Adam>(model->parameters());
+  auto decay = std::make_shared<torch::optim::StepLR>(*adam, 5);
+  // CHECK: {{^}}  auto decay = accelerator.prepare(torch::optim::StepLR(*adam, 5));{{$}}
+  decay->step();
+}
+
+// Negative: an optimizer over loose tensors is reported and left alone (no model to synchronise).
+void loose_tensors(torch::Tensor w, torch::Tensor b) {
+  torch::optim::SGD optimizer({w, b}, 0.1);
+  // CHECK: {{^}}  torch::optim::SGD optimizer({w, b}, 0.1);{{$}}
+  // WARN: prepare.cpp:[[@LINE-2]]:3: warning: optimizer 'optimizer' not prepared: its constructor takes no model's
+  // WARN-SAME: parameters() {{.*}}[prepare]
+}
+
+// Negative: references and pointers to optimizers made elsewhere stay as they are.
+void elsewhere(torch::optim::Optimizer& optimizer, std::shared_ptr<torch::optim::Optimizer> shared) {
+  optimizer.step();
+  shared->step();
+  // CHECK: {{^}}  optimizer.step();{{$}}
+  // CHECK: {{^}}  shared->step();{{$}}
+}
