@@ -17,15 +17,54 @@ using namespace clang::ast_matchers;
 using namespace clang::transformer;
 
 constexpr char StatementId[] = "statement";
-constexpr char StateId[] = "state";
 
-/// `torch::save(value, ...)`, resolved or (in a template) not yet.
-StatementMatcher torchSave() {
+constexpr char SaveState[] = "accelerator.save_state(\"checkpoint\");";
+
+/// `torch::save(...)`, resolved or (in a template) not yet.
+auto savesWithTorch() {
   auto Save = functionDecl(hasName("::torch::save"));
-  return callExpr(callee(expr(ignoringImplicit(anyOf(declRefExpr(to(Save)),
-                                                     unresolvedLookupExpr(hasAnyDeclaration(Save)))))),
-                  optionally(hasArgument(0, expr(hasType(qualType(anyOf(isModuleType(), isOptimizerType()))))
-                                                .bind(StateId))));
+  return callee(expr(ignoringImplicit(anyOf(declRefExpr(to(Save)), unresolvedLookupExpr(hasAnyDeclaration(Save))))));
+}
+
+StatementMatcher torchSave() {
+  return callExpr(savesWithTorch());
+}
+
+/// `torch::save(model_or_optimizer, ...)`: training state, not just a file.
+StatementMatcher stateSave() {
+  return callExpr(savesWithTorch(),
+                  hasArgument(0, expr(hasType(qualType(anyOf(isModuleType(), isOptimizerType()))))));
+}
+
+AST_MATCHER(clang::Stmt, isInTrainingLoopMatcher) {
+  return isInTrainingLoop(Node, Finder->getASTContext());
+}
+
+AST_MATCHER(clang::Stmt, isUnderTensorConditionMatcher) {
+  return isUnderTensorCondition(Node, Finder->getASTContext());
+}
+
+/// The save is a statement of a block, and no earlier statement of that block saves a model or an optimizer:
+/// one resumable checkpoint per group of saves.
+AST_MATCHER(clang::Stmt, isFirstStateSaveOfBlock) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  clang::DynTypedNodeList Parents = Context.getParents(Node);
+  const clang::Stmt* Child = &Node;
+  while (!Parents.empty() && Parents[0].get<clang::ExprWithCleanups>()) {
+    Child = Parents[0].get<clang::Stmt>();
+    Parents = Context.getParents(Parents[0]);
+  }
+  const auto* Block = Parents.empty() ? nullptr : Parents[0].get<clang::CompoundStmt>();
+  if (!Block)
+    return false;
+  for (const clang::Stmt* Earlier : Block->body()) {
+    if (Earlier == Child)
+      return true;
+    if (!match(traverse(clang::TK_AsIs, stmt(anyOf(stateSave(), hasDescendant(stateSave())))), *Earlier, Context)
+             .empty())
+      return false;
+  }
+  return true;
 }
 
 } // namespace
@@ -37,14 +76,26 @@ StatementMatcher guardedSave() {
 }
 
 PassRule checkpointPass() {
-  return makeRule(
-      traverse(clang::TK_IgnoreUnlessSpelledInSource, guardedSave()),
-      guardStatement(StatementId, "accelerator.is_main_process()"),
-      ifBound(StateId,
-              cat("every process holds the same weights, so the main process alone writes them, at this path; "
-                  "a checkpoint that resumes training on any number of processes (optimizer state, data "
-                  "position) needs accelerator.save_state, which this runtime does not have yet"),
-              cat("the main process alone writes this file, once per job instead of once per process")));
+  auto Guard = guardStatement(StatementId, "accelerator.is_main_process()");
+  auto StateSaveInLoop = stmt(guardedSave(), stateSave(), isInTrainingLoopMatcher());
+  auto Kept = cat("every process holds the same weights, so the main process alone writes them, at this path");
+  return applyFirst<std::string>({
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        stmt(StateSaveInLoop, unless(isUnderTensorConditionMatcher()), isFirstStateSaveOfBlock())),
+               flatten(editList({insertBeforeStatement(StatementId, cat(SaveState))}), Guard),
+               cat(Kept, "; accelerator.save_state(\"checkpoint\") before it saves, from every process, what "
+                         "resumes training on any number of processes (models, optimizers, schedulers, RNG "
+                         "states, the data position), replacing the last one atomically")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(StateSaveInLoop, isUnderTensorConditionMatcher())),
+               Guard,
+               cat(Kept, "; no resumable checkpoint (accelerator.save_state) is added here: a condition on a "
+                         "tensor's value decides whether this runs, processes could disagree on it, and "
+                         "save_state is collective; decide on a reduced value (accelerator.reduce) and call "
+                         "save_state by hand")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(guardedSave(), stateSave())), Guard, Kept),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, guardedSave()), Guard,
+               cat("the main process alone writes this file, once per job instead of once per process")),
+  });
 }
 
 } // namespace accelerate::passes

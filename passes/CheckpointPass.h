@@ -10,15 +10,20 @@ namespace accelerate::passes {
 
 /// In training and evaluation code, each `torch::save(...)` statement runs on the main process only, at the
 /// user's path, so files that other tools read (the model, sample images, tensors for inspection) are written
-/// once, not once per process:
+/// once, not once per process; and where the training loop saves a model or an optimizer, a checkpoint that
+/// resumes training is saved too, by every process (save_state is collective):
 ///
-///   torch::save(model, "model.pt");  →  if (accelerator.is_main_process()) torch::save(model, "model.pt");
+///   torch::save(model, "model.pt");  →  accelerator.save_state("checkpoint");
+///                                        if (accelerator.is_main_process()) torch::save(model, "model.pt");
+///   torch::save(samples, "s.pt");    →  if (accelerator.is_main_process()) torch::save(samples, "s.pt");
 ///
 /// Every process holds the same weights after a synchronised step, so the main process's copy is the model.
-/// The guard takes no collective, so it is safe under any condition (a "best loss so far" on a local loss).
-/// A checkpoint that resumes training (optimizer state, data position) is `accelerator.save_state`, which the
-/// runtime does not have yet (RuntimeSupport::SaveState): saves of a model or an optimizer say so in the
-/// explanation.
+/// `accelerator.save_state("checkpoint")` (models, optimizers, schedulers, RNG and data position; written to a
+/// temporary directory, then renamed) goes before the first such save of its block. It is not added where a
+/// condition on a tensor's value decides whether the save runs (a "best loss so far" on a local loss: the
+/// processes could disagree, and a collective reached by some would wait forever), nor where the save is not a
+/// statement of a block; the explanation says why. The guard alone takes no collective, so it is safe
+/// anywhere.
 PassRule checkpointPass();
 
 /// Matches the saves checkpointPass() guards (the guard uses `accelerator`).

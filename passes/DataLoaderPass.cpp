@@ -47,11 +47,7 @@ AST_MATCHER(clang::CallExpr, isPreparableLoaderCall) {
   if (!Callee || Callee->getNumParams() != 2)
     return false;
   Order Sampling = samplerOrder(Node);
-  return Sampling == Order::Shuffled || (Sampling == Order::Sequential && runtimeSupport().UnshuffledLoaders);
-}
-
-AST_MATCHER(clang::CallExpr, keepsOrder) {
-  return samplerOrder(Node) == Order::Sequential;
+  return Sampling == Order::Shuffled || Sampling == Order::Sequential;
 }
 
 AST_MATCHER(clang::VarDecl, isTrainingLoaderVariable) {
@@ -129,13 +125,6 @@ PassRule dataLoaderPass() {
                cat("data loader '", name(LoaderId),
                    "' not rewritten: its declared type is not `auto`, and prepare_data_loader returns "
                    "another type; declare it `auto`")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                        trainingLoaderDeclaration(callExpr(keepsOrder()))),
-               noopEdit(node(StatementId)),
-               cat("data loader '", name(LoaderId),
-                   "' not rewritten: it reads the dataset in order (SequentialSampler), and keeping that order "
-                   "needs prepare_data_loader(dataset, accelerate::DataLoaderOptions(...).shuffle(false)), "
-                   "which this runtime does not take yet; every process reads the whole dataset")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, trainingLoaderDeclaration(callExpr())),
                noopEdit(node(StatementId)),
                cat("data loader '", name(LoaderId),

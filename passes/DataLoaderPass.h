@@ -23,11 +23,9 @@ namespace accelerate::passes {
 ///     →  auto loader = accelerator.prepare_data_loader(dataset,
 ///                                                      accelerate::DataLoaderOptions(options).shuffle(false));
 ///
-/// `for (auto& batch : *loader)` keeps working. The sequential form needs the runtime to take
-/// accelerate::DataLoaderOptions (RuntimeSupport::UnshuffledLoaders); until then such loaders are reported
-/// and left as they are. Loaders that only evaluation loops read are left alone: every process evaluates the
-/// whole set, so metrics stay global. Loaders with an explicit sampler object or a stateful dataset are
-/// reported.
+/// `for (auto& batch : *loader)` keeps working. Loaders that only evaluation loops read are left alone: every
+/// process evaluates the whole set, so metrics stay global. Loaders with an explicit sampler object or a
+/// stateful dataset, and loaders declared with a type other than `auto`, are reported.
 PassRule dataLoaderPass();
 
 /// True when dataLoaderPass() rewrites the declaration of `Loader`: its batches then arrive on the device.

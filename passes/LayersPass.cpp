@@ -24,10 +24,6 @@ AST_MATCHER(clang::TypeLoc, isInMainFile) {
          SM.isWrittenInMainFile(SM.getExpansionLoc(Node.getBeginLoc()));
 }
 
-AST_MATCHER(clang::TypeLoc, hasRuntimeLinear) {
-  return runtimeSupport().AccelerateLinear;
-}
-
 /// `torch::nn::Linear` as spelled in a user module: a member's type, or a construction in its methods.
 TypeLocMatcher linearInUserModule() {
   auto Linear = loc(qualType(hasDeclaration(cxxRecordDecl(hasName("::torch::nn::Linear")))));
@@ -41,15 +37,10 @@ TypeLocMatcher linearInUserModule() {
 } // namespace
 
 PassRule layersPass() {
-  return applyFirst<std::string>({
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, typeLoc(linearInUserModule(), hasRuntimeLinear())),
-               changeTo(node(TypeId), cat("accelerate::nn::Linear")),
-               cat("accelerate::nn::Linear has torch::nn::Linear's options and parameter names, fuses the bias into "
-                   "the GEMM (at::linear) and runs fp8 under mixed_precision fp8")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, linearInUserModule()), noopEdit(node(TypeId)),
-               cat("torch::nn::Linear not rewritten: accelerate::nn::Linear (fused bias, fp8) is not in this "
-                   "runtime yet")),
-  });
+  return makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, linearInUserModule()),
+                  changeTo(node(TypeId), cat("accelerate::nn::Linear")),
+                  cat("accelerate::nn::Linear has torch::nn::Linear's options and parameter names, fuses the bias "
+                      "into the GEMM (at::linear) and runs fp8 under mixed_precision fp8"));
 }
 
 } // namespace accelerate::passes

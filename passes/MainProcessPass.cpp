@@ -117,28 +117,6 @@ bool fitsPrint(const StreamChain& Chain, const clang::ASTContext& Context) {
   return EndsLine && llvm::none_of(llvm::ArrayRef(Chain.Operands).drop_back(), isTemplateManipulator);
 }
 
-/// A condition above `S`, inside its function, that depends on a tensor's value (or a dependent type):
-/// processes could disagree on it.
-bool underTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
-  auto TensorValue = expr(anyOf(declRefExpr(hasType(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))),
-                                declRefExpr(isTypeDependent()), cxxDependentScopeMemberExpr(),
-                                cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item"))))));
-  clang::DynTypedNodeList Parents = Context.getParents(S);
-  while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
-    const clang::Expr* Condition = nullptr;
-    if (const auto* If = Parents[0].get<clang::IfStmt>())
-      Condition = If->getCond();
-    else if (const auto* While = Parents[0].get<clang::WhileStmt>())
-      Condition = While->getCond();
-    else if (const auto* For = Parents[0].get<clang::ForStmt>())
-      Condition = For->getCond();
-    if (Condition && !match(traverse(clang::TK_AsIs, expr(anyOf(TensorValue, hasDescendant(TensorValue)))), *Condition, Context).empty())
-      return true;
-    Parents = Context.getParents(Parents[0]);
-  }
-  return false;
-}
-
 /// The tensors the function runs backward on, written as variables: its losses.
 std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
   auto Loss = declRefExpr(to(varDecl().bind("loss")));
@@ -204,7 +182,7 @@ Stencil printText() {
     std::optional<StreamChain> Chain = streamChain(Statement);
     std::vector<const clang::ValueDecl*> Losses;
     const clang::FunctionDecl* Function = enclosingFunction(*Statement, Context);
-    if (Function && !underTensorCondition(*Statement, Context))
+    if (Function && !isUnderTensorCondition(*Statement, Context))
       Losses = lossesOf(*Function, Context);
     std::vector<std::string> Operands;
     for (const clang::Expr* Operand : llvm::ArrayRef(Chain->Operands).drop_back())

@@ -48,8 +48,10 @@ StatementMatcher declarationOf(clang::ast_matchers::internal::Matcher<clang::Qua
   auto Made = callExpr(callee(functionDecl(hasAnyName("::std::make_shared", "::std::make_unique"))),
                        hasType(Type))
                   .bind(FactoryId);
+  // In a template, `T name(args)` with dependent arguments has a ParenListExpr for an initializer.
+  auto DependentConstruct = parenListExpr().bind(ConstructId);
   auto Variable = varDecl(hasLocalStorage(), unless(isStaticLocal()),
-                          anyOf(allOf(holdsObject(), hasType(Type), hasInitializer(Construct)),
+                          anyOf(allOf(holdsObject(), hasType(Type), hasInitializer(anyOf(Construct, DependentConstruct))),
                                 hasInitializer(Made)))
                       .bind(VariableId);
   return declStmt(hasSingleDecl(Variable), unless(isInMacroExpansion()), isInTrainingFile(),
@@ -74,13 +76,16 @@ Stencil madeObject() {
         return Arguments.takeError();
       return Type + "(" + sourceText(*Arguments, Result) + ")";
     }
-    const auto* Construct = Result.Nodes.getNodeAs<clang::CXXConstructExpr>(ConstructId);
     // `T name = T(args)` or `auto name = T(args)`: the initializer is already the object.
     if (Variable->getInitStyle() == clang::VarDecl::CInit)
       return sourceText(Variable->getInit()->IgnoreUnlessSpelledInSource()->getSourceRange(), Result);
     std::string Type = sourceText(
         Variable->getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc().getSourceRange(), Result);
-    clang::SourceRange Parens = Construct->getParenOrBraceRange();
+    clang::SourceRange Parens;
+    if (const auto* Construct = Result.Nodes.getNodeAs<clang::CXXConstructExpr>(ConstructId))
+      Parens = Construct->getParenOrBraceRange();
+    else if (const auto* List = Result.Nodes.getNodeAs<clang::ParenListExpr>(ConstructId))
+      Parens = clang::SourceRange(List->getLParenLoc(), List->getRParenLoc());
     if (Parens.isInvalid()) // `T name;`: default-constructed.
       return Type + "()";
     return Type + sourceText(Parens, Result);

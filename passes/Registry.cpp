@@ -31,18 +31,16 @@ llvm::ArrayRef<PassInfo> allPasses() {
       {"accumulate", accumulatePass, "each training step runs inside `auto accumulate = accelerator.accumulate(...)`"},
       {"clip", clipPass, "`torch::nn::utils::clip_grad_norm_/value_` become the accelerator's"},
       {"main-process", mainProcessPass, "training output is printed (`accelerator.print`) or written by the main process only"},
-      {"checkpoint", checkpointPass, "`torch::save(...)` in training code runs on the main process only"},
-      {"layers", layersPass, "`torch::nn::Linear` in the user's modules becomes `accelerate::nn::Linear` (off: not in "
-                             "the runtime yet)",
+      {"checkpoint", checkpointPass,
+       "`torch::save(...)` in training code runs on the main process only; saving a model or optimizer in the "
+       "training loop also saves a resumable `accelerator.save_state(...)`"},
+      {"layers", layersPass,
+       "`torch::nn::Linear` in the user's modules becomes `accelerate::nn::Linear` (off by default: the member's type "
+       "changes, so code that takes it as a torch::nn::Linear must change too)",
        /*OnByDefault=*/false},
       {"distributed", distributedPass, "notes functions left alone because they already use the runtime or c10d"},
   };
   return Passes;
-}
-
-RuntimeSupport& runtimeSupport() {
-  static RuntimeSupport Support;
-  return Support;
 }
 
 } // namespace accelerate::passes

@@ -31,24 +31,6 @@ struct PassInfo {
 /// All passes, in the order they run. Every pass sees the original code; their edits must not overlap.
 llvm::ArrayRef<PassInfo> allPasses();
 
-/// What the runtime the rewrite targets provides beyond its core API (include/accelerate/). A pass emits a
-/// call only when the runtime has it (the rewritten file is compiled against the runtime before it is
-/// written); until then it reports the site as "not rewritten: needs ...". Each flag flips, in Registry.cpp,
-/// when the runtime gains the function; `--assume-runtime=` sets them for a test.
-struct RuntimeSupport {
-  /// `prepare_data_loader(dataset, accelerate::DataLoaderOptions(...).shuffle(false))`, for loaders made with
-  /// a `SequentialSampler` (today's prepare_data_loader takes torch::data::DataLoaderOptions, which has no
-  /// shuffle flag, and always shuffles).
-  bool UnshuffledLoaders = false;
-  /// `accelerator.save_state(dir)` / `load_state(dir)` (the checkpoint issue).
-  bool SaveState = false;
-  /// `accelerate::nn::Linear` (the precision issue).
-  bool AccelerateLinear = false;
-};
-
-/// The runtime support the passes assume; the driver may change it before running them.
-RuntimeSupport& runtimeSupport();
-
 } // namespace accelerate::passes
 
 #endif // ACCELERATE_PASSES_REGISTRY_H

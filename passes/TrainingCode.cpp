@@ -226,11 +226,20 @@ std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArgu
       cxxMemberCallExpr(callee(cxxMethodDecl(hasName("parameters"), ofClass(cxxRecordDecl(isSameOrDerivedFrom(
                                                                          "::torch::nn::Module"))))))
           .bind("parameters");
+  // In a template, `model->parameters()` on a model of dependent type.
+  auto DependentParameters =
+      callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("parameters")).bind("dependent")));
   std::vector<const clang::ValueDecl*> Seen;
   std::vector<const clang::Expr*> Models;
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, findAll(Parameters)), OptimizerArguments, Context)) {
-    const auto* Call = Found.getNodeAs<clang::CXXMemberCallExpr>("parameters");
-    const clang::Expr* Object = Call->getImplicitObjectArgument()->IgnoreImplicit();
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, findAll(stmt(anyOf(Parameters, DependentParameters)))),
+                                       OptimizerArguments, Context)) {
+    const clang::Expr* Object = nullptr;
+    if (const auto* Call = Found.getNodeAs<clang::CXXMemberCallExpr>("parameters"))
+      Object = Call->getImplicitObjectArgument()->IgnoreImplicit();
+    else if (const auto* Member = Found.getNodeAs<clang::CXXDependentScopeMemberExpr>("dependent"))
+      Object = Member->isImplicitAccess() ? nullptr : Member->getBase()->IgnoreImplicit();
+    if (!Object)
+      continue;
     // `model->parameters()` on a holder or smart pointer calls `operator->` on the model.
     if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
       if (Arrow->getOperator() == clang::OO_Arrow)
@@ -321,6 +330,39 @@ bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) 
   for (const clang::Stmt* Loop : allInMainFile<clang::Stmt>(cxxForRangeStmt().bind("loop"), "loop", Context))
     if (iteratedLoader(*Loop, Context) == &Loader && loopTrains(*Loop, Context))
       return true;
+  return false;
+}
+
+bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
+  auto TensorValue = expr(anyOf(declRefExpr(hasType(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))),
+                                declRefExpr(isTypeDependent()), cxxDependentScopeMemberExpr(),
+                                cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item"))))));
+  clang::DynTypedNodeList Parents = Context.getParents(S);
+  while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
+    const clang::Expr* Condition = nullptr;
+    if (const auto* If = Parents[0].get<clang::IfStmt>())
+      Condition = If->getCond();
+    else if (const auto* While = Parents[0].get<clang::WhileStmt>())
+      Condition = While->getCond();
+    else if (const auto* For = Parents[0].get<clang::ForStmt>())
+      Condition = For->getCond();
+    if (Condition && !match(traverse(clang::TK_AsIs, expr(anyOf(TensorValue, hasDescendant(TensorValue)))), *Condition, Context).empty())
+      return true;
+    Parents = Context.getParents(Parents[0]);
+  }
+  return false;
+}
+
+bool isInTrainingLoop(const clang::Stmt& S, clang::ASTContext& Context) {
+  clang::DynTypedNodeList Parents = Context.getParents(S);
+  while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
+    const auto* Loop = Parents[0].get<clang::Stmt>();
+    if (Loop && (llvm::isa<clang::ForStmt>(Loop) || llvm::isa<clang::CXXForRangeStmt>(Loop) ||
+                 llvm::isa<clang::WhileStmt>(Loop) || llvm::isa<clang::DoStmt>(Loop)) &&
+        loopTrains(*Loop, Context))
+      return true;
+    Parents = Context.getParents(Parents[0]);
+  }
   return false;
 }
 

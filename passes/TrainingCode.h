@@ -87,6 +87,13 @@ bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::
 /// Matches a statement in such a function, in a training file.
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode();
 
+/// True when a condition above `S` in its function (an `if`, `while` or `for` condition) depends on a tensor's
+/// value or on a dependent type: processes could disagree on it, so `S` must take no collective.
+bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context);
+
+/// True when `S` is inside a loop (of its function) that runs a training step (see loopTrains).
+bool isInTrainingLoop(const clang::Stmt& S, clang::ASTContext& Context);
+
 /// Matches `X.step()` on a `torch::optim` optimizer (through `->` too).
 clang::ast_matchers::StatementMatcher optimizerStep();
 

@@ -4,6 +4,8 @@
 
 #include "rewriter/ApplyEdits.h"
 
+#include "clang/AST/ASTConsumer.h"
+#include "clang/AST/ASTContext.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
 #include "clang/Basic/SourceManager.h"
 #include "clang/Frontend/CompilerInstance.h"
@@ -144,13 +146,34 @@ private:
   std::set<std::tuple<std::string, unsigned, std::string, std::string>> Seen;
 };
 
+/// Runs the match finder over the user's code only: the top-level declarations outside system headers. The
+/// passes never rewrite library code, and a training file includes tens of thousands of library declarations
+/// (all of libtorch) that would otherwise be matched node by node.
+class UserCodeConsumer : public clang::ASTConsumer {
+public:
+  explicit UserCodeConsumer(MatchFinder& Finder) : Finder(Finder) {}
+
+  void HandleTranslationUnit(clang::ASTContext& Context) override {
+    const clang::SourceManager& SM = Context.getSourceManager();
+    std::vector<clang::Decl*> UserDecls;
+    for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
+      if (!SM.isInSystemHeader(SM.getExpansionLoc(TopLevel->getLocation())))
+        UserDecls.push_back(TopLevel);
+    Context.setTraversalScope(UserDecls);
+    Finder.matchAST(Context);
+  }
+
+private:
+  MatchFinder& Finder;
+};
+
 /// Runs the match finder over the AST and keeps the main file's name and text before the AST goes away.
 class PassAction : public clang::ASTFrontendAction {
 public:
   PassAction(MatchFinder& Finder, Collected& Out) : Finder(Finder), Out(Out) {}
 
   std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance&, llvm::StringRef) override {
-    return Finder.newASTConsumer();
+    return std::make_unique<UserCodeConsumer>(Finder);
   }
 
   void EndSourceFileAction() override {

@@ -43,11 +43,6 @@ static cl::list<std::string> DisabledPasses("disable", cl::desc("Do not run thes
                                             cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
 static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes, in the order they run, and exit"),
                                 cl::cat(Category));
-static cl::list<std::string> AssumeRuntime(
-    "assume-runtime",
-    cl::desc("Emit calls the runtime does not have yet (for tests): unshuffled-loaders, save-state, "
-             "accelerate-linear"),
-    cl::CommaSeparated, cl::Hidden, cl::cat(Category));
 static cl::extrahelp CommonHelp(clang::tooling::CommonOptionsParser::HelpMessage);
 
 static const char Overview[] =
@@ -87,24 +82,6 @@ bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
   return true;
 }
 
-bool assumeRuntime() {
-  accelerate::passes::RuntimeSupport& Support = accelerate::passes::runtimeSupport();
-  for (const std::string& Feature : AssumeRuntime) {
-    if (Feature == "unshuffled-loaders")
-      Support.UnshuffledLoaders = true;
-    else if (Feature == "save-state")
-      Support.SaveState = true;
-    else if (Feature == "accelerate-linear")
-      Support.AccelerateLinear = true;
-    else {
-      usageError("unknown --assume-runtime feature '" + Feature +
-                 "' (known: unshuffled-loaders, save-state, accelerate-linear)");
-      return false;
-    }
-  }
-  return true;
-}
-
 } // namespace
 
 int main(int argc, const char** argv) {
@@ -136,7 +113,7 @@ int main(int argc, const char** argv) {
     return usageError("--depfile needs -o FILE (or -i): the rule it writes names the output");
 
   accelerate::rewriter::DriverOptions Options;
-  if (!selectPasses(Options.Passes) || !assumeRuntime())
+  if (!selectPasses(Options.Passes))
     return 1;
   static int AddressInThisBinary;
   Options.InputFile = Files.front();

@@ -89,11 +89,6 @@ std::string random_states_file(int rank) {
   return "random_states_" + std::to_string(rank) + ".bin";
 }
 
-/// `directory` as an absolute path without a trailing separator ("runs/ckpt/" names "runs/ckpt").
-std::string normalized_directory(const std::string& directory) {
-  return absolute_path(directory);
-}
-
 /// The hidden sibling a checkpoint is assembled in before it is renamed to `target`.
 std::string partial_of(const std::string& target) {
   return join_path(parent_path(target), "." + file_name(target) + ".partial");
@@ -253,12 +248,26 @@ private:
   }
 
   void set(const std::string& name, const std::string& value) {
-    store_->set(prefix_ + name, std::vector<uint8_t>(value.begin(), value.end()));
+    try {
+      store_->set(prefix_ + name, std::vector<uint8_t>(value.begin(), value.end()));
+    } catch (const c10::Error& error) {
+      throw store_lost(error);
+    }
     own_keys_.push_back(prefix_ + name);
   }
   std::string get(const std::string& name) {
-    const auto value = store_->get(prefix_ + name);
-    return std::string(value.begin(), value.end());
+    try {
+      const auto value = store_->get(prefix_ + name);
+      return std::string(value.begin(), value.end());
+    } catch (const c10::Error& error) {
+      throw store_lost(error);
+    }
+  }
+  std::runtime_error store_lost(const c10::Error& error) const {
+    return std::runtime_error("accelerate: " + op_ +
+                              ": the rendezvous store (hosted by process 0) stopped answering; process 0 has "
+                              "probably died. Cause: " +
+                              first_line(error.what_without_backtrace()));
   }
 
   /// Every process must make this call, with the same directory: a call made on some processes only (under
@@ -297,17 +306,14 @@ private:
             std::to_string(timeout.count()) + " ms, while process " + std::to_string(rank_) +
             " called it from " + describe_code_location(caller_location()) +
             ". Each process saves and restores its own random-number state, and the main process writes the "
-            "shared "
-            "files, so a call under `if (accelerator.is_main_process())` can never complete: call " +
-            op_ + " on every process (it already writes shared files from the main process only)";
+            "shared files, so a call under `if (accelerator.is_main_process())` can never complete: call " +
+            op_ + " on every process (it already writes shared files from the main process only). If the " +
+            "call is on every process, the missing one died or is stuck before it";
         set("abandoned", message);
         throw std::logic_error(message);
       }
     } catch (const c10::Error& error) {
-      throw std::runtime_error("accelerate: " + op_ +
-                               ": the rendezvous store (hosted by process 0) stopped "
-                               "answering; process 0 has probably died. Cause: " +
-                               first_line(error.what_without_backtrace()));
+      throw store_lost(error);
     }
     // Everyone arrived: the calls must be the same operation on the same directory.
     for (int rank = 0; rank < world_; ++rank) {
@@ -345,8 +351,7 @@ std::string automatic_root(const AcceleratorState& state, const std::string& op)
     throw std::invalid_argument(
         "accelerate: " + op +
         "() without a directory uses automatic checkpoint naming under project_dir, but no "
-        "project_dir is set; pass a directory, or set AcceleratorOptions().project_dir(\"runs/exp1\") (or "
-        "ACCELERATE_PROJECT_DIR)");
+        "project_dir is set; pass a directory, or set AcceleratorOptions().project_dir(\"runs/exp1\")");
   }
   return absolute_path(join_path(state.config.project_dir, "checkpoints"));
 }
@@ -545,12 +550,25 @@ Json training_metadata(AcceleratorState& state, int world, std::optional<int64_t
 
 // ---- Reading a checkpoint back ----------------------------------------------------------------------------
 
+/// What a scheduler handle keeps (see docs/checkpoint-format.md).
+struct SchedulerCounters {
+  unsigned step_count = 0;
+  int64_t steps = 0;
+  int64_t optimizer_steps_seen = 0;
+};
+
 /// A checkpoint read into memory and checked against this program, before anything is changed.
 struct LoadedCheckpoint {
   std::string directory;
-  Json metadata;
+  int saved_world_size = 0;
+  std::optional<int64_t> checkpoint_number;
+  int64_t optimizer_steps = 0;
+  int micro_steps_in_window = 0;
   std::vector<SafetensorsContent> models;
   std::vector<std::string> optimizers;
+  std::vector<int64_t> fused_steps;
+  std::vector<SchedulerCounters> schedulers;
+  std::vector<DataLoaderState> data_positions;
   std::vector<std::string> custom;
   std::optional<std::string> random_states;
 };
@@ -613,7 +631,7 @@ std::string read_recorded_file(const std::string& directory, const Json& files, 
 /// Where `load_state` reads from: `directory`, or the latest automatic checkpoint.
 std::string resolve_checkpoint(const AcceleratorState& state, const std::string& directory) {
   if (!directory.empty()) {
-    const std::string path = normalized_directory(directory);
+    const std::string path = absolute_path(directory);
     if (!path_exists(path)) {
       const std::string partial = partial_of(path);
       throw std::invalid_argument(
@@ -722,12 +740,12 @@ LoadedCheckpoint read_checkpoint(AcceleratorState& state, const std::string& dir
         ": it is not a checkpoint written by save_state (an interrupted save is never renamed into place, so "
         "this is some other directory); pass the directory save_state returned");
   }
+  Json metadata;
   try {
-    loaded.metadata = Json::parse(read_whole_file(metadata_path));
+    metadata = Json::parse(read_whole_file(metadata_path));
   } catch (const Json::exception& error) {
     damaged(directory, std::string(kMetadataFile) + " does not parse (" + error.what() + ")");
   }
-  const Json& metadata = loaded.metadata;
   if (!metadata.is_object() || !metadata.contains("format") || metadata["format"] != kFormatName) {
     damaged(directory, std::string(kMetadataFile) + " does not describe an accelerate-cpp checkpoint");
   }
@@ -764,13 +782,27 @@ LoadedCheckpoint read_checkpoint(AcceleratorState& state, const std::string& dir
     }
     loaded.optimizers.push_back(
         read_recorded_file(directory, files, field(optimizers[i], "file", directory).get<std::string>()));
+    loaded.fused_steps.push_back(number_field<int64_t>(optimizers[i], "fused_steps", directory));
   }
   const Json& schedulers = list_field(metadata, "schedulers", directory);
   check_count(directory, "scheduler(s)", schedulers.size(), state.schedulers.size(),
               "prepare the same schedulers, in the same order, before load_state");
+  for (const auto& scheduler : schedulers) {
+    loaded.schedulers.push_back({number_field<unsigned>(scheduler, "step_count", directory),
+                                 number_field<int64_t>(scheduler, "steps", directory),
+                                 number_field<int64_t>(scheduler, "optimizer_steps_seen", directory)});
+  }
   const Json& loaders = list_field(metadata, "data_loaders", directory);
   check_count(directory, "data loader position(s)", loaders.size(), live_loaders(state).size(),
               "prepare the same data loaders, in the same order, before load_state");
+  for (const auto& loader : loaders) {
+    DataLoaderState position;
+    position.epoch = number_field<uint64_t>(loader, "epoch", directory);
+    position.batches_consumed = number_field<uint64_t>(loader, "batches_consumed", directory);
+    position.seed = number_field<uint64_t>(loader, "seed", directory);
+    position.global_batch_size = number_field<uint64_t>(loader, "global_batch_size", directory);
+    loaded.data_positions.push_back(position);
+  }
   const Json& custom = list_field(metadata, "custom_objects", directory);
   check_count(
       directory, "registered object(s)", custom.size(), state.checkpoint_entries.size(),
@@ -779,11 +811,16 @@ LoadedCheckpoint read_checkpoint(AcceleratorState& state, const std::string& dir
     loaded.custom.push_back(
         read_recorded_file(directory, files, field(entry, "file", directory).get<std::string>()));
   }
-  const auto saved_world = number_field<int>(metadata, "world_size", directory);
-  if (rank < saved_world) {
+  loaded.saved_world_size = number_field<int>(metadata, "world_size", directory);
+  if (rank < loaded.saved_world_size) {
     loaded.random_states = read_recorded_file(directory, files, random_states_file(rank));
   }
-  field(metadata, "gradient_state", directory);
+  const Json& gradients = field(metadata, "gradient_state", directory);
+  loaded.optimizer_steps = number_field<int64_t>(gradients, "optimizer_steps", directory);
+  loaded.micro_steps_in_window = number_field<int>(gradients, "micro_steps_in_window", directory);
+  if (field(metadata, "checkpoint_number", directory).is_number_integer()) {
+    loaded.checkpoint_number = metadata["checkpoint_number"].get<int64_t>();
+  }
   return loaded;
 }
 
@@ -812,21 +849,13 @@ torch::serialize::InputArchive archive_of(const std::string& bytes, const torch:
 }
 
 void apply_checkpoint(AcceleratorState& state, const LoadedCheckpoint& loaded) {
-  const std::string& directory = loaded.directory;
-  const Json& metadata = loaded.metadata;
   Rollback rollback;
   try {
     // Data positions first: set_state checks them against this loader's batches.
     const auto loaders = live_loaders(state);
-    const Json& positions = metadata["data_loaders"];
     for (size_t i = 0; i < loaders.size(); ++i) {
-      DataLoaderState position;
-      position.epoch = number_field<uint64_t>(positions[i], "epoch", directory);
-      position.batches_consumed = number_field<uint64_t>(positions[i], "batches_consumed", directory);
-      position.seed = number_field<uint64_t>(positions[i], "seed", directory);
-      position.global_batch_size = number_field<uint64_t>(positions[i], "global_batch_size", directory);
       const auto previous = loaders[i]->state();
-      loaders[i]->set_state(position);
+      loaders[i]->set_state(loaded.data_positions[i]);
       rollback.add([core = loaders[i], previous] { core->set_state(previous); });
     }
     for (size_t i = 0; i < state.optimizers.size(); ++i) {
@@ -843,7 +872,7 @@ void apply_checkpoint(AcceleratorState& state, const LoadedCheckpoint& loaded) {
       auto archive = archive_of(loaded.optimizers[i], state.device);
       prepared.optimizer->load(archive);
       prepared.step_tensors.clear(); // the fused kernels' step tensors follow libtorch's restored counts
-      prepared.fused_steps = number_field<int64_t>(metadata["optimizers"][i], "fused_steps", directory);
+      prepared.fused_steps = loaded.fused_steps[i];
     }
     for (size_t i = 0; i < state.checkpoint_entries.size(); ++i) {
       auto& load = state.checkpoint_entries[i].second;
@@ -872,31 +901,27 @@ void apply_checkpoint(AcceleratorState& state, const LoadedCheckpoint& loaded) {
     rollback.run();
     throw;
   }
-  // What remains cannot fail: counters and generators.
-  const Json& schedulers = metadata["schedulers"];
+  // What remains cannot fail: counters, checked when read, and the generators.
   for (size_t i = 0; i < state.schedulers.size(); ++i) {
     auto& scheduler = *state.schedulers[i];
-    SchedulerStepCount::of(*scheduler.scheduler) =
-        number_field<unsigned>(schedulers[i], "step_count", directory);
-    scheduler.steps = number_field<int64_t>(schedulers[i], "steps", directory);
-    scheduler.optimizer_steps_seen = number_field<int64_t>(schedulers[i], "optimizer_steps_seen", directory);
+    SchedulerStepCount::of(*scheduler.scheduler) = loaded.schedulers[i].step_count;
+    scheduler.steps = loaded.schedulers[i].steps;
+    scheduler.optimizer_steps_seen = loaded.schedulers[i].optimizer_steps_seen;
   }
   auto& gradients = *state.gradient_state;
-  const Json& saved_gradients = metadata["gradient_state"];
-  gradients.optimizer_steps = number_field<int64_t>(saved_gradients, "optimizer_steps", directory);
-  gradients.micro_steps_in_window = number_field<int>(saved_gradients, "micro_steps_in_window", directory);
+  gradients.optimizer_steps = loaded.optimizer_steps;
+  gradients.micro_steps_in_window = loaded.micro_steps_in_window;
   gradients.backwards_since_step = 0;
   gradients.sync_gradients = true;
   if (loaded.random_states) {
     restore_random_states(state, *loaded.random_states);
   } else if (state.process_group) {
-    std::cerr << "accelerate: load_state: the checkpoint was written by " << metadata["world_size"]
+    std::cerr << "accelerate: load_state: the checkpoint was written by " << loaded.saved_world_size
               << " processes; process " << state.process_group->getRank()
               << " has no saved random state and keeps its own" << std::endl;
   }
-  if (metadata["checkpoint_number"].is_number_integer()) {
-    state.next_checkpoint_number =
-        std::max(state.next_checkpoint_number, metadata["checkpoint_number"].get<int64_t>() + 1);
+  if (loaded.checkpoint_number) {
+    state.next_checkpoint_number = std::max(state.next_checkpoint_number, *loaded.checkpoint_number + 1);
   }
 }
 
@@ -916,6 +941,13 @@ std::string Accelerator::save_state(const std::string& directory) {
   detail::Collective collective(state, "save_state", directory);
   ++detail::saves_started;
   const bool automatic = directory.empty();
+  if (const int pending = state.gradient_state->backwards_since_step; pending > 0 && collective.main()) {
+    std::cerr << "accelerate: save_state: called with the gradients of " << pending
+              << " backward pass(es) not yet applied by an optimizer step; gradients are not saved, so a run "
+                 "resumed from this checkpoint repeats that accumulation window without them. Save after "
+                 "optimizer.step()"
+              << std::endl;
+  }
   std::string target, partial;
   int64_t number = -1;
 
@@ -933,7 +965,7 @@ std::string Accelerator::save_state(const std::string& directory) {
         number = std::max(state.next_checkpoint_number, existing.empty() ? 0 : existing.back().first + 1);
         target = detail::join_path(root, "checkpoint_" + std::to_string(number));
       } else {
-        target = detail::normalized_directory(directory);
+        target = detail::absolute_path(directory); // "ckpt/" names "ckpt"
         root = detail::parent_path(target);
         detail::make_directories(root);
         if (detail::path_exists(target) &&

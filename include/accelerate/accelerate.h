@@ -4,3 +4,4 @@
 #include <accelerate/accelerator.h>
 #include <accelerate/nn.h>
 #include <accelerate/options.h>
+#include <accelerate/safetensors.h>

@@ -1,5 +1,6 @@
 // The checkpoint pass: torch::save in training and evaluation code runs on the main process only, at the
-// user's path; saves of models and optimizers say that a resumable checkpoint needs save_state.
+// user's path; where the training loop saves a model or an optimizer, every process also saves a resumable
+// checkpoint with accelerator.save_state, once per block, unless a condition on a tensor decides.
 // RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
 // RUN: %accel-rewrite %s --explain -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --check-prefix=EXPLAIN
 
@@ -20,17 +21,22 @@ int main() {
     optimizer.step();
     if (step % 10 == 0) {
       torch::save(model, "model-" + std::to_string(step) + ".pt");
-      // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(model, "model-" + std::to_string(step) + ".pt");{{$}}
-      // EXPLAIN: checkpoint.cpp:[[@LINE-2]]:7: note: [checkpoint] inserted 'if (accelerator.is_main_process())':
-      // EXPLAIN-SAME: every process holds the same weights, so the main process alone writes them, at this path; a
-      // EXPLAIN-SAME: checkpoint that resumes training on any number of processes (optimizer state, data position)
-      // EXPLAIN-SAME: needs accelerator.save_state, which this runtime does not have yet
+      // CHECK:      {{^}}      accelerator.save_state("checkpoint");{{$}}
+      // CHECK-NEXT: {{^}}      if (accelerator.is_main_process()) torch::save(model, "model-" + std::to_string(step) + ".pt");{{$}}
+      // EXPLAIN: checkpoint.cpp:[[@LINE-3]]:7: note: [checkpoint] inserted 'accelerator.save_state("checkpoint");';
+      // EXPLAIN-SAME: inserted 'if (accelerator.is_main_process())': every process holds the same weights, so the
+      // EXPLAIN-SAME: main process alone writes them, at this path; accelerator.save_state("checkpoint") before it
+      // EXPLAIN-SAME: saves, from every process, what resumes training on any number of processes
       torch::save(optimizer, "optimizer.pt");
+      // CHECK-NOT: {{^}} *accelerator.save_state
       // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(optimizer, "optimizer.pt");{{$}}
     }
     if (loss.item<double>() < best)
       torch::save(model, "best.pt"); // A condition on the local loss: the guard takes no collective.
     // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(model, "best.pt");
+    // EXPLAIN: checkpoint.cpp:[[@LINE-3]]:7: note: [checkpoint] {{.*}}; no resumable checkpoint
+    // EXPLAIN-SAME: (accelerator.save_state) is added here: a condition on a tensor's value decides whether this
+    // EXPLAIN-SAME: runs
     torch::save(loss.detach(), "loss.pt");
     // CHECK: {{^}}    if (accelerator.is_main_process()) torch::save(loss.detach(), "loss.pt");{{$}}
     // EXPLAIN: checkpoint.cpp:[[@LINE-2]]:5: note: [checkpoint] inserted 'if (accelerator.is_main_process())':

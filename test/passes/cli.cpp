@@ -16,9 +16,6 @@
 // RUN: not %accel-rewrite %s --disable=bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: accel-rewrite: unknown pass 'bogus' (known: backward, accelerator, prepare, data-loader, device,
 // UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, distributed)
-// RUN: not %accel-rewrite %s --assume-runtime=teleport -- -std=c++17 2>&1 | FileCheck %s --check-prefix=FEATURE
-// FEATURE: accel-rewrite: unknown --assume-runtime feature 'teleport' (known: unshuffled-loaders, save-state,
-// FEATURE-SAME: accelerate-linear)
 // RUN: %accel-rewrite --list-passes | FileCheck %s --check-prefix=LIST
 // LIST:      backward: `X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`
 // LIST-NEXT: accelerator: declares `accelerator`

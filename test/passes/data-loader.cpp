@@ -1,13 +1,8 @@
-// The data-loader pass: loaders that a training loop reads become prepared loaders; evaluation loaders, loaders
-// with their own sampler, and (until the runtime keeps an order) sequential loaders are left as they are.
+// The data-loader pass: loaders that a training loop reads become prepared loaders (a sequential one keeps its
+// order with shuffle(false)); evaluation loaders and loaders with their own sampler are left as they are.
 // RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
 // RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --check-prefix=WARN \
 // RUN:   --implicit-check-not=warning:
-//
-// With a runtime whose prepare_data_loader takes accelerate::DataLoaderOptions, a sequential loader keeps its
-// order with shuffle(false):
-// RUN: %accel-rewrite %s --assume-runtime=unshuffled-loaders -- -std=c++17 -I%S/Inputs \
-// RUN:   -DACCEL_MIRROR_UNSHUFFLED_LOADERS | FileCheck %s --check-prefix=ORDERED
 
 #include "datasets.h"
 
@@ -41,13 +36,7 @@ void sequential(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   auto loader =
       torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset), 64);
   // CHECK:      {{^}}  auto loader ={{$}}
-  // CHECK-NEXT: {{^}}      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset), 64);{{$}}
-  // WARN: data-loader.cpp:[[@LINE-4]]:3: warning: data loader 'loader' not rewritten: it reads the dataset in order
-  // WARN-SAME: (SequentialSampler), and keeping that order needs prepare_data_loader(dataset,
-  // WARN-SAME: accelerate::DataLoaderOptions(...).shuffle(false)), which this runtime does not take yet; every
-  // WARN-SAME: process reads the whole dataset [data-loader]
-  // ORDERED:      {{^}}  auto loader ={{$}}
-  // ORDERED-NEXT: {{^}}      accelerator.prepare_data_loader(std::move(dataset), accelerate::DataLoaderOptions(64).shuffle(false));{{$}}
+  // CHECK-NEXT: {{^}}      accelerator.prepare_data_loader(std::move(dataset), accelerate::DataLoaderOptions(64).shuffle(false));{{$}}
   for (auto& batch : *loader)
     step(model, optimizer, batch.data);
 }

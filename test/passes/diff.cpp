@@ -18,7 +18,7 @@
 
 // DIFF:      --- {{.*}}train.cpp
 // DIFF-NEXT: +++ {{.*}}train.cpp
-// DIFF-NEXT: @@ -1,
+// DIFF-NEXT: @@ -2,
 // DIFF:      +#include <accelerate/accelerate.h>
 // DIFF:      -  torch::Device device(torch::kCUDA);
 // DIFF-NEXT: +  accelerate::Accelerator accelerator;

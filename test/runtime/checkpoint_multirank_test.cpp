@@ -181,7 +181,9 @@ TEST(CheckpointMultirank, AFailureOnOneProcessFailsTheSaveEverywhereAndKeepsTheP
   }
   EXPECT_EQ(accelerate::detail::read_whole_file(accelerate::detail::join_path(first, "metadata.json")),
             before);
-  EXPECT_FALSE(accelerate::detail::path_exists(dir / ".ckpt.partial"));
+  if (accelerator.is_main_process()) {
+    EXPECT_FALSE(accelerate::detail::path_exists(dir / ".ckpt.partial")); // the main process cleaned up
+  }
   object.rank_to_fail = -1;
   accelerator.load_state(dir / "ckpt"); // still loadable, on every process
 }

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace accelerate {
@@ -65,14 +66,8 @@ public:
             std::enable_if_t<std::is_base_of_v<torch::optim::LRScheduler, std::decay_t<Sched>>, int> = 0>
   Scheduler prepare(Sched&& scheduler);
 
-#ifdef ACCEL_MIRROR_UNSHUFFLED_LOADERS // What the runtime will take once loaders can keep their order.
   template <typename Dataset>
   std::unique_ptr<DataLoader<Dataset>> prepare_data_loader(Dataset dataset, DataLoaderOptions options = {});
-#else
-  template <typename Dataset>
-  std::unique_ptr<DataLoader<Dataset>> prepare_data_loader(Dataset dataset,
-                                                           torch::data::DataLoaderOptions options = {});
-#endif
 
   void backward(const torch::Tensor& loss, const torch::Tensor& gradient = {},
                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
@@ -89,6 +84,9 @@ public:
                                 double norm_type = 2.0);
   void clip_grad_value_(const std::vector<torch::Tensor>& parameters, double clip_value);
 
+  std::string save_state(const std::string& directory = "");
+  void load_state(const std::string& directory = "");
+
   torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
   torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
   void wait_for_everyone();
@@ -98,4 +96,19 @@ public:
       (std::cout << ... << args) << std::endl;
   }
 };
+
+namespace nn {
+class LinearImpl : public torch::nn::Module {
+public:
+  LinearImpl(int64_t in_features, int64_t out_features);
+  torch::Tensor forward(const torch::Tensor& input);
+  torch::Tensor weight;
+  torch::Tensor bias;
+};
+class Linear : public torch::nn::ModuleHolder<LinearImpl> { // TORCH_MODULE(Linear)
+public:
+  using torch::nn::ModuleHolder<LinearImpl>::ModuleHolder;
+  Linear(int64_t in_features, int64_t out_features);
+};
+} // namespace nn
 } // namespace accelerate
