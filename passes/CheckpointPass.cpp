@@ -58,7 +58,8 @@ AST_MATCHER(clang::Stmt, isFirstStateSaveOfBlock) {
   if (!Block)
     return false;
   for (const clang::Stmt* Earlier : Block->body()) {
-    if (Earlier == Child)
+    // The block may hold the statement wrapped in ExprWithCleanups, which the parent map can skip.
+    if (Earlier == Child || Earlier->getBeginLoc() == Node.getBeginLoc())
       return true;
     if (!match(traverse(clang::TK_AsIs, stmt(anyOf(stateSave(), hasDescendant(stateSave())))), *Earlier, Context)
              .empty())

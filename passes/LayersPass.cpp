@@ -38,7 +38,8 @@ TypeLocMatcher linearInUserModule() {
 
 PassRule layersPass() {
   return makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, linearInUserModule()),
-                  changeTo(node(TypeId), cat("accelerate::nn::Linear")),
+                  {changeTo(node(TypeId), cat("accelerate::nn::Linear")),
+                   addInclude("accelerate/accelerate.h", IncludeFormat::Angled)},
                   cat("accelerate::nn::Linear has torch::nn::Linear's options and parameter names, fuses the bias "
                       "into the GEMM (at::linear) and runs fp8 under mixed_precision fp8"));
 }

@@ -81,6 +81,12 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
   }
   state.gradient_state->accumulation_steps = state.config.gradient_accumulation_steps;
   state.precision = std::make_shared<detail::Precision>(state.config, state.device, state.process_group);
+  if (state.precision->scaler() != nullptr) {
+    // The fp16 grad scaler's scale and growth tracker are part of every checkpoint.
+    auto precision = state.precision;
+    register_checkpoint_entry([precision](torch::serialize::OutputArchive& archive) { precision->save(archive); },
+                              [precision](torch::serialize::InputArchive& archive) { precision->load(archive); });
+  }
   state.training = std::make_shared<detail::TrainingState>();
   if (state.process_group) {
     state.training->join = std::make_shared<detail::JoinCoordinator>(state.process_group, &state.models);

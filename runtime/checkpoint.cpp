@@ -8,6 +8,7 @@
 #include "durable_file.h"
 #include "optimizer_state.h"
 #include "safetensors.h"
+#include "precision.h"
 #include "state.h"
 
 #include <unistd.h>
@@ -938,6 +939,8 @@ void Accelerator::register_checkpoint_entry(std::function<void(torch::serialize:
 
 std::string Accelerator::save_state(const std::string& directory) {
   auto& state = *state_;
+  // A skipped fp16 step decided on the device must be known before step counters and optimizers are saved.
+  state.precision->resolve_pending_steps();
   detail::Collective collective(state, "save_state", directory);
   ++detail::saves_started;
   const bool automatic = directory.empty();
