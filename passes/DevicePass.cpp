@@ -204,6 +204,35 @@ StatementMatcher cudaConstantArgument() {
       .bind(CallId);
 }
 
+/// Every use of the device variable is an argument of a move this pass removes (a prepared model's, a prepared
+/// batch's): after the rewrite nothing reads it, so its declaration goes too (no unused-variable warning).
+AST_MATCHER(clang::VarDecl, isOnlyUsedInRemovedMoves) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::FunctionDecl* Function = Node.getInit() ? enclosingFunction(*Node.getInit(), Context) : nullptr;
+  if (!Function || !Function->hasBody())
+    return false;
+  auto Removed = traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                          stmt(anyOf(trainedModelMove(), cxxMemberCallExpr(tensorMoveToDevice(), on(isFromPreparedBatch())))));
+  auto Use = declRefExpr(to(varDecl(equalsNode(&Node)))).bind("use");
+  bool AnyUse = false;
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Use))), *Function->getBody(), Context)) {
+    AnyUse = true;
+    // The call the use is an argument of: up through implicit conversions (Device to TensorOptions).
+    clang::DynTypedNodeList Parents = Context.getParents(*Found.getNodeAs<clang::Stmt>("use"));
+    const clang::CXXMemberCallExpr* Call = nullptr;
+    for (int Depth = 0; Depth < 6 && !Parents.empty() && !Call; ++Depth) {
+      Call = Parents[0].get<clang::CXXMemberCallExpr>();
+      if (!Call && !Parents[0].get<clang::ImplicitCastExpr>() && !Parents[0].get<clang::CXXConstructExpr>() &&
+          !Parents[0].get<clang::MaterializeTemporaryExpr>() && !Parents[0].get<clang::CXXBindTemporaryExpr>())
+        break;
+      Parents = Context.getParents(Parents[0]);
+    }
+    if (!Call || match(Removed, *Call, Context).empty())
+      return false;
+  }
+  return AnyUse;
+}
+
 StatementMatcher deviceDeclaration() {
   return declStmt(hasSingleDecl(varDecl(hasLocalStorage(), hasType(isDeviceType()), isTrainingDevice()).bind(VariableId)))
       .bind(StatementId);
@@ -241,7 +270,8 @@ Stencil deviceDeclarationText() {
 } // namespace
 
 StatementMatcher deviceSiteUsingAccelerator() {
-  return stmt(anyOf(deviceDeclaration(), deviceAssignment(), cudaConstantArgument(),
+  auto KeptDeclaration = declStmt(deviceDeclaration(), unless(hasSingleDecl(varDecl(isOnlyUsedInRemovedMoves()))));
+  return stmt(anyOf(KeptDeclaration, deviceAssignment(), cudaConstantArgument(),
                     cxxMemberCallExpr(tensorCuda(), unless(on(isFromPreparedBatch())))),
               inScope());
 }
@@ -252,6 +282,10 @@ PassRule devicePass() {
   };
   auto Object = node(ObjectId);
   return applyFirst<std::string>({
+      makeRule(Scoped(declStmt(deviceDeclaration(), hasSingleDecl(varDecl(isOnlyUsedInRemovedMoves())))),
+               removeStatement(StatementId),
+               cat("the accelerator picks each process's device, and the rewrite removes every use of '",
+                   name(VariableId), "' (prepare places the models, prepared loaders the batches)")),
       makeRule(Scoped(deviceDeclaration()),
                changeTo(statementWithSemicolon(StatementId), deviceDeclarationText()),
                cat("the accelerator picks each process's device (cuda:<local rank> when CUDA is available, else "

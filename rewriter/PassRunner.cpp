@@ -11,6 +11,7 @@
 #include "clang/Frontend/CompilerInstance.h"
 #include "clang/Frontend/FrontendAction.h"
 #include "clang/Lex/Lexer.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -146,18 +147,34 @@ private:
   std::set<std::tuple<std::string, unsigned, std::string, std::string>> Seen;
 };
 
-/// Runs the match finder over the user's code only: the top-level declarations outside system headers. The
-/// passes never rewrite library code, and a training file includes tens of thousands of library declarations
-/// (all of libtorch) that would otherwise be matched node by node.
+/// Runs the match finder over the user's code only: the top-level declarations of the main file and of the
+/// headers in its directory tree (user headers, whose changes are reported), outside system headers. Library
+/// headers are not the user's even when a build names them with -I (libtorch's are, in CMake builds), and a
+/// training file includes tens of thousands of their declarations that would otherwise be matched one by one.
 class UserCodeConsumer : public clang::ASTConsumer {
 public:
   explicit UserCodeConsumer(MatchFinder& Finder) : Finder(Finder) {}
 
   void HandleTranslationUnit(clang::ASTContext& Context) override {
     const clang::SourceManager& SM = Context.getSourceManager();
+    llvm::StringRef MainDirectory;
+    if (auto Main = SM.getFileEntryRefForID(SM.getMainFileID()))
+      MainDirectory = Main->getDir().getName();
+    llvm::DenseMap<clang::FileID, bool> IsUserFile;
+    auto UserFile = [&](clang::SourceLocation Loc) {
+      clang::FileID File = SM.getFileID(Loc);
+      auto [Entry, Inserted] = IsUserFile.try_emplace(File, false);
+      if (Inserted) {
+        auto Ref = SM.getFileEntryRefForID(File);
+        Entry->second = File == SM.getMainFileID() ||
+                        (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
+                         Ref->getDir().getName().starts_with(MainDirectory));
+      }
+      return Entry->second;
+    };
     std::vector<clang::Decl*> UserDecls;
     for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-      if (!SM.isInSystemHeader(SM.getExpansionLoc(TopLevel->getLocation())))
+      if (UserFile(SM.getExpansionLoc(TopLevel->getLocation())))
         UserDecls.push_back(TopLevel);
     Context.setTraversalScope(UserDecls);
     Finder.matchAST(Context);

@@ -34,7 +34,7 @@ int main() {
     if (loss.item<double>() < best)
       torch::save(model, "best.pt"); // A condition on the local loss: the guard takes no collective.
     // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(model, "best.pt");
-    // EXPLAIN: checkpoint.cpp:[[@LINE-3]]:7: note: [checkpoint] {{.*}}; no resumable checkpoint
+    // EXPLAIN: checkpoint.cpp:[[@LINE-2]]:7: note: [checkpoint] {{.*}}; no resumable checkpoint
     // EXPLAIN-SAME: (accelerator.save_state) is added here: a condition on a tensor's value decides whether this
     // EXPLAIN-SAME: runs
     torch::save(loss.detach(), "loss.pt");
