@@ -159,6 +159,19 @@ bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::Fu
   return false;
 }
 
+/// The main file has a global optimizer whose models are prepared at the start of main.
+bool hasPreparedGlobal(clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
+    if (SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())) &&
+        !match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        decl(anyOf(preparedGlobalOptimizer(), hasDescendant(preparedGlobalOptimizer())))),
+               *TopLevel, Context)
+             .empty())
+      return true;
+  return false;
+}
+
 /// A function where training starts (`main`, or in a file without main a function no other function of the
 /// file calls) that calls functions that reach the accelerator through current(): it must construct it even
 /// when it does not use it itself.
@@ -171,7 +184,7 @@ AST_MATCHER(clang::FunctionDecl, isEntryForOtherFunctions) {
     if (User->getCanonicalDecl() != Node.getCanonicalDecl() && !ownsAccelerator(*User, Context))
       Users.push_back(User);
   if (Users.empty())
-    return false;
+    return Node.isMain() && hasPreparedGlobal(Context);
   return Node.isMain() || reaches(Node, Users, Context);
 }
 

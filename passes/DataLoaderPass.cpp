@@ -112,6 +112,15 @@ bool isPreparedLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) 
               .empty();
 }
 
+/// `auto loader = torch::data::make_data_loader(...)` that no training loop reads (an evaluation loader).
+StatementMatcher evaluationLoaderDeclaration() {
+  auto MakeDataLoader = callExpr(callee(functionDecl(hasName("::torch::data::make_data_loader"))));
+  return declStmt(hasSingleDecl(varDecl(hasInitializer(MakeDataLoader), unless(isTrainingLoaderVariable()))
+                                    .bind(LoaderId)),
+                  unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
+      .bind(StatementId);
+}
+
 PassRule dataLoaderPass() {
   auto Prepared = declStmt(preparedLoaderDeclaration(), hasSingleDecl(varDecl(isDeclaredAuto())));
   auto Replacement = cat("accelerator.prepare_data_loader(", loaderArguments(), ")");
@@ -125,6 +134,11 @@ PassRule dataLoaderPass() {
                cat("data loader '", name(LoaderId),
                    "' not rewritten: its declared type is not `auto`, and prepare_data_loader returns "
                    "another type; declare it `auto`")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, evaluationLoaderDeclaration()),
+               noopEdit(node(StatementId)),
+               cat(std::string(NoteMarker), "data loader '", name(LoaderId),
+                   "' left as it is: no training loop reads it, so every process evaluates the whole set and the "
+                   "metrics computed from it are global without a reduction")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, trainingLoaderDeclaration(callExpr())),
                noopEdit(node(StatementId)),
                cat("data loader '", name(LoaderId),

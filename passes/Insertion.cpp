@@ -2,6 +2,7 @@
 #include "passes/Insertion.h"
 
 #include "clang/AST/ASTContext.h"
+#include "clang/AST/Decl.h"
 #include "clang/AST/ParentMapContext.h"
 #include "clang/AST/Stmt.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
@@ -63,6 +64,19 @@ Placement placeAfterBrace(const clang::CompoundStmt& Block, const clang::SourceM
   return {Brace.getLocWithOffset(1 + SameLine.size()), "\n" + Indent + Statement.str()};
 }
 
+/// The body of `main`, when the main file defines it.
+llvm::Expected<const clang::CompoundStmt*> mainBody(const MatchFinder::MatchResult& Result) {
+  const clang::SourceManager& SM = *Result.SourceManager;
+  for (const clang::Decl* TopLevel : Result.Context->getTranslationUnitDecl()->decls())
+    if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
+      if (Function->isMain() && Function->hasBody() && SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
+        if (const auto* Body = llvm::dyn_cast<clang::CompoundStmt>(Function->getBody()))
+          if (!Body->getLBracLoc().isMacroID())
+            return Body;
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "insertAtStartOfMain: the main file defines no main (outside macros)");
+}
+
 llvm::Expected<const clang::Stmt*> boundStatement(const MatchFinder::MatchResult& Result, llvm::StringRef Id) {
   if (const auto* S = Result.Nodes.getNodeAs<clang::Stmt>(Id)) {
     if (S->getBeginLoc().isMacroID() || S->getEndLoc().isMacroID())
@@ -100,6 +114,27 @@ AST_MATCHER(clang::Expr, isWholeStatementImpl) {
 }
 
 } // namespace
+
+clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerator Statement) {
+  clang::transformer::RangeSelector InsertionPoint =
+      [](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
+    auto Body = mainBody(Result);
+    if (!Body)
+      return Body.takeError();
+    clang::SourceLocation Where = placeAfterBrace(**Body, *Result.SourceManager, "").Where;
+    return clang::CharSourceRange::getCharRange(Where, Where);
+  };
+  auto Text = [Statement](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    auto Body = mainBody(Result);
+    if (!Body)
+      return Body.takeError();
+    auto Inserted = Statement->eval(Result);
+    if (!Inserted)
+      return Inserted.takeError();
+    return placeAfterBrace(**Body, *Result.SourceManager, *Inserted).Text;
+  };
+  return clang::transformer::insertBefore(std::move(InsertionPoint), clang::transformer::run(std::move(Text)));
+}
 
 clang::ast_matchers::internal::Matcher<clang::Expr> isWholeStatement() {
   return isWholeStatementImpl();

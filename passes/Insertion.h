@@ -19,6 +19,10 @@ clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, std::string 
 /// The same, with the statement's text computed from the match.
 clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, clang::transformer::TextGenerator Statement);
 
+/// Inserts `Statement` as the first statement of `main` (defined in the main file), like insertAtBlockStart. Fails
+/// when the main file does not define `main`.
+clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerator Statement);
+
 /// Inserts `Statement` on its own line right before the statement bound to `StmtId`, indented like it (each
 /// line, when it has several). When code precedes that statement on its line, `Statement` goes right before
 /// it, followed by a space.

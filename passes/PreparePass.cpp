@@ -146,7 +146,68 @@ EditGenerator prepareModels() {
   };
 }
 
+/// The main file defines `main`.
+AST_MATCHER(clang::Decl, mainFileDefinesMain) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::SourceManager& SM = Context.getSourceManager();
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
+    if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
+      if (Function->isMain() && Function->hasBody() && SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
+        return true;
+  return false;
+}
+
+AST_MATCHER(clang::Decl, isInTrainingFileDecl) {
+  return mainFileTrains(Finder->getASTContext());
+}
+
+/// `accelerator.prepare(model);` for each global model a global optimizer trains.
+Stencil globalModelPreparations() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
+    std::string Text;
+    for (const clang::Expr* Model : modelsTrainedBy(*Variable->getInit(), *Result.Context))
+      Text += (Text.empty() ? "" : "\n") + ("accelerator.prepare(" + sourceText(Model->getSourceRange(), Result) + ");");
+    return Text;
+  });
+}
+
+/// A namespace-scope optimizer (declared in the main file) that trains global models.
+DeclarationMatcher globalOptimizer() {
+  return varDecl(hasGlobalStorage(), unless(isStaticLocal()), hasDeclContext(decl(anyOf(translationUnitDecl(), namespaceDecl()))),
+                 hasType(isOptimizerType()), hasInitializer(expr()), trainsSomeModel(), isExpansionInMainFile(),
+                 isInTrainingFileDecl())
+      .bind(VariableId);
+}
+
+constexpr char SavedId[] = "saved";
+
+/// A by-value optimizer whose declaration this pass rewrites: its name then holds an accelerate::Optimizer.
+AST_MATCHER(clang::VarDecl, isPreparedOptimizerObject) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  if (!Node.getType()->isRecordType())
+    return false;
+  for (const clang::DynTypedNode& Parent : Context.getParents(Node))
+    if (const auto* Declaration = Parent.get<clang::DeclStmt>())
+      return !match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                             declStmt(declarationOf(isOptimizerType()), hasSingleDecl(varDecl(trainsSomeModel())))),
+                    *Declaration, Context)
+                  .empty();
+  return false;
+}
+
+/// `torch::save(optimizer, ...)` / `torch::load(optimizer, ...)` of a prepared optimizer held by value.
+StatementMatcher serializedPreparedOptimizer() {
+  return callExpr(callee(functionDecl(hasAnyName("::torch::save", "::torch::load"))),
+                  hasArgument(0, ignoringImplicit(declRefExpr(to(varDecl(isPreparedOptimizerObject()))).bind(SavedId))),
+                  unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()));
+}
+
 } // namespace
+
+DeclarationMatcher preparedGlobalOptimizer() {
+  return decl(globalOptimizer(), mainFileDefinesMain());
+}
 
 StatementMatcher preparedDeclaration() {
   return declStmt(anyOf(declarationOf(isOptimizerType()), declarationOf(isSchedulerType())),
@@ -172,6 +233,21 @@ PassRule preparePass() {
                    "vector built elsewhere), so no model is known whose gradients to synchronise; prepare the "
                    "model with accelerator.prepare(model) and the optimizer with "
                    "accelerator.prepare(optimizer) by hand")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, serializedPreparedOptimizer()),
+               insertAfter(node(SavedId), cat(".unwrap()")),
+               cat("the prepared optimizer is an accelerate::Optimizer handle; torch::save and torch::load take the "
+                   "libtorch optimizer it holds, unwrap()")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, preparedGlobalOptimizer()),
+               insertAtStartOfMain(globalModelPreparations()),
+               cat("the models the global optimizer '", name(VariableId),
+                   "' trains are prepared at the start of main (moved to accelerator.device(), parameters broadcast, "
+                   "gradients synchronised); the optimizer itself stays libtorch's, since a global cannot be "
+                   "declared again: it steps on the synchronised gradients, without the prepared optimizer's fused "
+                   "step and accumulation; make it a local of main to get those")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, globalOptimizer()), noopEdit(name(VariableId)),
+               cat("global optimizer '", name(VariableId),
+                   "' not prepared: this file has no main to prepare its models in; prepare them where training "
+                   "starts")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isSchedulerType())),
                changeTo(statementWithSemicolon(StatementId), preparedDeclarationText()),
                cat("accelerator.prepare() returns an accelerate::Scheduler with the same step(): it steps once "

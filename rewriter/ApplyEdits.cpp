@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 #include <vector>
 
 namespace accelerate::rewriter {
@@ -38,7 +39,12 @@ llvm::Expected<std::vector<PlannedEdit>> planEdits(llvm::StringRef FileName, llv
   for (const FileEdit& Edit : Edits)
     (Edit.Header.empty() ? TextEdits : IncludeEdits).push_back(&Edit);
 
-  llvm::stable_sort(TextEdits, [](const FileEdit* A, const FileEdit* B) { return A->Offset < B->Offset; });
+  // At one offset: insertions before the edit that replaces text there, and insertions in pass order (the
+  // accelerator's declaration before the statements that use it).
+  llvm::stable_sort(TextEdits, [](const FileEdit* A, const FileEdit* B) {
+    return std::make_tuple(A->Offset, A->Length != 0, A->PassIndex) <
+           std::make_tuple(B->Offset, B->Length != 0, B->PassIndex);
+  });
   for (size_t I = 1; I < TextEdits.size(); ++I) {
     const FileEdit& Previous = *TextEdits[I - 1];
     if (TextEdits[I]->Offset < Previous.Offset + Previous.Length)

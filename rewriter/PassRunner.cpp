@@ -51,7 +51,8 @@ struct Collected {
 /// a case with no edit (a warning) can still be reported at the right place.
 class PassCallback : public MatchFinder::MatchCallback {
 public:
-  PassCallback(const passes::PassInfo& Pass, Collected& Out) : Pass(Pass), Rule(Pass.MakeRule()), Out(Out) {}
+  PassCallback(const passes::PassInfo& Pass, unsigned PassIndex, Collected& Out)
+      : Pass(Pass), PassIndex(PassIndex), Rule(Pass.MakeRule()), Out(Out) {}
 
   void registerWith(MatchFinder& Finder) {
     for (const auto& Matcher : transformer::detail::buildMatchers(Rule))
@@ -135,6 +136,7 @@ public:
         Edit.Origin =
             llvm::formatv("{0}:{1}:{2} (pass '{3}')", Found.File, Found.Line, Found.Column, Found.Pass);
         Edit.FindingId = Found.Id;
+        Edit.PassIndex = PassIndex;
         Out.MainFileEdits.push_back(std::move(Edit));
       }
     Out.Findings.push_back(std::move(Found));
@@ -142,6 +144,7 @@ public:
 
 private:
   const passes::PassInfo& Pass;
+  unsigned PassIndex;
   passes::PassRule Rule;
   Collected& Out;
   std::set<std::tuple<std::string, unsigned, std::string, std::string>> Seen;
@@ -231,7 +234,7 @@ llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabas
   MatchFinder Finder;
   std::vector<std::unique_ptr<PassCallback>> Callbacks;
   for (const passes::PassInfo& Pass : Passes) {
-    Callbacks.push_back(std::make_unique<PassCallback>(Pass, Out));
+    Callbacks.push_back(std::make_unique<PassCallback>(Pass, Callbacks.size(), Out));
     Callbacks.back()->registerWith(Finder);
   }
   PassActionFactory Factory(Finder, Out);

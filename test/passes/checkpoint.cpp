@@ -29,7 +29,7 @@ int main() {
       // EXPLAIN-SAME: saves, from every process, what resumes training on any number of processes
       torch::save(optimizer, "optimizer.pt");
       // CHECK-NOT: {{^}} *accelerator.save_state
-      // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(optimizer, "optimizer.pt");{{$}}
+      // CHECK: {{^}}      if (accelerator.is_main_process()) torch::save(optimizer.unwrap(), "optimizer.pt");{{$}}
     }
     if (loss.item<double>() < best)
       torch::save(model, "best.pt"); // A condition on the local loss: the guard takes no collective.

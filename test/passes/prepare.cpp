@@ -3,6 +3,17 @@
 // RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
 // RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --check-prefix=WARN \
 // RUN:   --implicit-check-not=warning:
+//
+// A global optimizer stays libtorch's; its global model is prepared at the start of main:
+// RUN: %accel-rewrite %S/Inputs/globals.cpp -- -std=c++17 -I%S/Inputs | FileCheck %s --check-prefix=GLOBAL
+// GLOBAL:      {{^}}torch::optim::SGD optimizer(net->parameters(), 0.01);{{$}}
+// GLOBAL:      {{^}}void train() {{[{]}}{{$}}
+// GLOBAL-NEXT: {{^}}  auto& accelerator = accelerate::Accelerator::current();{{$}}
+// GLOBAL:      {{^}}    accelerator.backward(net->forward(torch::randn({2, 4})).sum());{{$}}
+// GLOBAL:      {{^}}int main() {{[{]}}{{$}}
+// GLOBAL-NEXT: {{^}}  accelerate::Accelerator accelerator;{{$}}
+// GLOBAL-NEXT: {{^}}  accelerator.prepare(net);{{$}}
+// GLOBAL-NEXT: {{^}}  train();{{$}}
 
 #include <torch/torch.h>
 
