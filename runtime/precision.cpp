@@ -256,12 +256,18 @@ torch::Tensor Precision::before_backward(const torch::Tensor& loss) {
 
 void Precision::prepare_model(torch::nn::Module& model) {
   int64_t plain_linears = 0;
-  for (const auto& item : model.named_modules()) {
-    if (auto* layer = dynamic_cast<nn::LinearImpl*>(item.value().get())) {
-      layer->qualified_name = item.key().empty() ? model.name() : item.key();
-    } else if (dynamic_cast<torch::nn::LinearImpl*>(item.value().get())) {
+  auto visit = [&](torch::nn::Module& module, const std::string& name) {
+    if (auto* layer = dynamic_cast<nn::LinearImpl*>(&module)) {
+      layer->qualified_name = name;
+    } else if (dynamic_cast<torch::nn::LinearImpl*>(&module)) {
       ++plain_linears;
     }
+  };
+  // The model itself is visited apart: it may not live in a shared_ptr (a module on the stack), and
+  // named_modules() with include_self would then throw.
+  visit(model, model.name());
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    visit(*item.value(), item.key());
   }
   if (recipe_ == "fp8" && fp8_enabled_ && plain_linears > 0) {
     TORCH_WARN(
