@@ -66,8 +66,9 @@ AST_MATCHER(clang::FunctionDecl, isLambdaCallOperator) {
 
 /// Everything the other passes rewrite into a use of `accelerator`.
 StatementMatcher usesAccelerator() {
-  return stmt(anyOf(rewritableBackwardCall(), preparedDeclaration(), preparedLoaderDeclaration(),
-                    deviceSiteUsingAccelerator(), accumulatedLoop(), clipCall(), mainProcessOutput(), guardedSave()));
+  return stmt(anyOf(rewritableBackwardCall(), preparedDeclaration(), preparedAssignment(),
+                    preparedLoaderDeclaration(), deviceSiteUsingAccelerator(), accumulatedLoop(), clipCall(),
+                    mainProcessOutput(), guardedSave()));
 }
 
 AST_MATCHER_P(clang::FunctionDecl, hasUseOfAccelerator, StatementMatcher, Uses) {
@@ -79,15 +80,16 @@ AST_MATCHER_P(clang::FunctionDecl, hasUseOfAccelerator, StatementMatcher, Uses) 
 /// The functions of the main file that the other passes make use `accelerator`.
 std::vector<const clang::FunctionDecl*> functionsUsingAccelerator(clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
-  auto Function = functionDecl(isDefinition(), unless(isLambdaCallOperator()), hasUseOfAccelerator(usesAccelerator()))
-                      .bind("function");
+  auto Function =
+      functionDecl(isDefinition(), unless(isLambdaCallOperator()), hasUseOfAccelerator(usesAccelerator()))
+          .bind("function");
   std::vector<const clang::FunctionDecl*> Result;
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
     if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
       continue;
-    for (const BoundNodes& Found :
-         match(traverse(clang::TK_IgnoreUnlessSpelledInSource, decl(eachOf(Function, forEachDescendant(Function)))),
-               *TopLevel, Context))
+    for (const BoundNodes& Found : match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                                                  decl(eachOf(Function, forEachDescendant(Function)))),
+                                         *TopLevel, Context))
       Result.push_back(Found.getNodeAs<clang::FunctionDecl>("function"));
   }
   return Result;
@@ -98,7 +100,8 @@ const clang::FunctionDecl* mainFunction(clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
     if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
-      if (Function->isMain() && Function->hasBody() && SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
+      if (Function->isMain() && Function->hasBody() &&
+          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
         return Function;
   return nullptr;
 }
@@ -110,7 +113,8 @@ bool isCalledInMainFile(const clang::FunctionDecl& Function, clang::ASTContext& 
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
     if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
       continue;
-    for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, decl(forEachDescendant(Call))), *TopLevel, Context)) {
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs, decl(forEachDescendant(Call))), *TopLevel, Context)) {
       const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
       const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern();
       if (Callee->getCanonicalDecl() != Function.getCanonicalDecl() &&
@@ -135,7 +139,8 @@ bool ownsAccelerator(const clang::FunctionDecl& Function, clang::ASTContext& Con
   return !isCalledInMainFile(Function, Context);
 }
 
-/// True when `Function` calls one of `Targets`, directly or through functions of the main file (two calls deep).
+/// True when `Function` calls one of `Targets`, directly or through functions of the main file (two calls
+/// deep).
 bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::FunctionDecl*> Targets,
              clang::ASTContext& Context, int Depth = 2) {
   if (!Function.hasBody())
@@ -152,7 +157,8 @@ bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::Fu
       if (Target->getCanonicalDecl() == Callee->getCanonicalDecl())
         return true;
     if (Depth > 0 && Callee->hasBody() &&
-        Context.getSourceManager().isWrittenInMainFile(Context.getSourceManager().getExpansionLoc(Callee->getLocation())) &&
+        Context.getSourceManager().isWrittenInMainFile(
+            Context.getSourceManager().getExpansionLoc(Callee->getLocation())) &&
         reaches(*Callee, Targets, Context, Depth - 1))
       return true;
   }
@@ -191,16 +197,18 @@ AST_MATCHER(clang::FunctionDecl, isEntryForOtherFunctions) {
 Stencil declarationText() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Function = Result.Nodes.getNodeAs<clang::FunctionDecl>(FunctionId);
-    return ownsAccelerator(*Function, *Result.Context) ? "accelerate::Accelerator accelerator;"
-                                                        : "auto& accelerator = accelerate::Accelerator::current();";
+    return ownsAccelerator(*Function, *Result.Context)
+               ? "accelerate::Accelerator accelerator;"
+               : "auto& accelerator = accelerate::Accelerator::current();";
   });
 }
 
 Stencil explainPlacement() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Function = Result.Nodes.getNodeAs<clang::FunctionDecl>(FunctionId);
-    std::string Why = "one accelerate::Accelerator holds the process group, device and precision settings that "
-                      "the rewritten calls use; ";
+    std::string Why =
+        "one accelerate::Accelerator holds the process group, device and precision settings that "
+        "the rewritten calls use; ";
     std::string Name = Function->getQualifiedNameAsString();
     if (Function->isMain())
       return Why + "it is declared at the top of main, where training starts";
@@ -208,21 +216,24 @@ Stencil explainPlacement() {
         match(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(hasDescendant(usesAccelerator()))),
               *Function->getBody(), *Result.Context)
             .empty())
-      return Why + llvm::formatv("this file has no main, and no function of it calls '{0}', so it is declared at "
-                                 "the top of '{0}', for the functions it calls; if '{0}' runs more than once, or "
-                                 "another file also constructs one, move the declaration to where training starts",
-                                 Name)
-                       .str();
+      return Why +
+             llvm::formatv("this file has no main, and no function of it calls '{0}', so it is declared at "
+                           "the top of '{0}', for the functions it calls; if '{0}' runs more than once, or "
+                           "another file also constructs one, move the declaration to where training starts",
+                           Name)
+                 .str();
     if (!ownsAccelerator(*Function, *Result.Context))
-      return Why + llvm::formatv("'{0}' reaches the one {1} declared through accelerate::Accelerator::current()",
-                                 Name, mainFunction(*Result.Context) ? "main" : "its caller")
-                       .str();
-    return Why + llvm::formatv("this file has no main, and no function of it calls '{0}', so it is declared at "
-                               "the top of '{0}'; if '{0}' runs more than once, or another file also constructs "
-                               "one, move the declaration to where training starts (functions that need it reach "
-                               "it with accelerate::Accelerator::current())",
-                               Name)
-                     .str();
+      return Why +
+             llvm::formatv("'{0}' reaches the one {1} declared through accelerate::Accelerator::current()",
+                           Name, mainFunction(*Result.Context) ? "main" : "its caller")
+                 .str();
+    return Why +
+           llvm::formatv("this file has no main, and no function of it calls '{0}', so it is declared at "
+                         "the top of '{0}'; if '{0}' runs more than once, or another file also constructs "
+                         "one, move the declaration to where training starts (functions that need it reach "
+                         "it with accelerate::Accelerator::current())",
+                         Name)
+               .str();
   });
 }
 

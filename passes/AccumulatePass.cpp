@@ -20,11 +20,14 @@ using namespace clang::transformer;
 constexpr char LoopId[] = "loop";
 constexpr char BodyId[] = "body";
 
-auto anyLoop() { return stmt(anyOf(forStmt(), cxxForRangeStmt(), whileStmt(), doStmt())); }
+auto anyLoop() {
+  return stmt(anyOf(forStmt(), cxxForRangeStmt(), whileStmt(), doStmt()));
+}
 
 /// A loop with a backward pass and an optimizer step in it.
 bool runsTrainingStep(const clang::Stmt& Loop, clang::ASTContext& Context) {
-  return loopTrains(Loop, Context) && !match(traverse(clang::TK_AsIs, stmt(hasDescendant(optimizerStep()))), Loop, Context).empty();
+  return loopTrains(Loop, Context) &&
+         !match(traverse(clang::TK_AsIs, stmt(hasDescendant(optimizerStep()))), Loop, Context).empty();
 }
 
 /// The innermost loop that runs a training step: no loop inside it runs one too.
@@ -32,7 +35,8 @@ AST_MATCHER(clang::Stmt, isInnermostTrainingStepLoop) {
   clang::ASTContext& Context = Finder->getASTContext();
   if (!runsTrainingStep(Node, Context))
     return false;
-  for (const BoundNodes& Inner : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(anyLoop().bind("inner")))), Node, Context))
+  for (const BoundNodes& Inner :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(anyLoop().bind("inner")))), Node, Context))
     if (runsTrainingStep(*Inner.getNodeAs<clang::Stmt>("inner"), Context))
       return false;
   return true;
@@ -51,7 +55,9 @@ std::vector<std::string> steppedModels(const clang::Stmt& Loop, clang::ASTContex
     if (Model && !llvm::is_contained(Models, Model))
       Models.push_back(Model);
   };
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(stmt(optimizerStep()).bind("step")))), Loop, Context)) {
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(stmt(optimizerStep()).bind("step")))), Loop,
+             Context)) {
     const auto* Step = Found.getNodeAs<clang::CXXMemberCallExpr>("step");
     const clang::Expr* Object = Step->getImplicitObjectArgument()->IgnoreImplicit();
     if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
@@ -64,16 +70,18 @@ std::vector<std::string> steppedModels(const clang::Stmt& Loop, clang::ASTContex
   }
   if (Models.empty()) {
     auto Forward = memberExpr(member(hasName("forward")), hasObjectExpression(expr().bind("object")));
-    auto DependentForward = cxxDependentScopeMemberExpr(hasMemberName("forward"),
-                                                        hasObjectExpression(expr().bind("object")));
+    auto DependentForward =
+        cxxDependentScopeMemberExpr(hasMemberName("forward"), hasObjectExpression(expr().bind("object")));
     for (const BoundNodes& Found :
-         match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Forward, DependentForward))))), Loop, Context)) {
+         match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Forward, DependentForward))))),
+               Loop, Context)) {
       const clang::Expr* Object = Found.getNodeAs<clang::Expr>("object")->IgnoreImplicit();
       if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
         if (Arrow->getOperator() == clang::OO_Arrow)
           Object = Arrow->getArg(0);
       const clang::ValueDecl* Model = namedDeclaration(Object);
-      if (Model && !match(traverse(clang::TK_AsIs, valueDecl(hasType(isModuleType()))), *Model, Context).empty())
+      if (Model &&
+          !match(traverse(clang::TK_AsIs, valueDecl(hasType(isModuleType()))), *Model, Context).empty())
         Add(Model);
     }
   }
@@ -86,9 +94,25 @@ std::vector<std::string> steppedModels(const clang::Stmt& Loop, clang::ASTContex
 Stencil accumulateStatement() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
-    return "auto accumulate = accelerator.accumulate(" + llvm::join(steppedModels(*Loop, *Result.Context), ", ") +
-           ");";
+    return "auto accumulate = accelerator.accumulate(" +
+           llvm::join(steppedModels(*Loop, *Result.Context), ", ") + ");";
   });
+}
+
+AST_MATCHER(clang::Stmt, isInTrainingLoopMatcher) {
+  return isInTrainingLoop(Node, Finder->getASTContext());
+}
+
+AST_MATCHER(clang::Stmt, isUnderTensorConditionMatcher) {
+  return isUnderTensorCondition(Node, Finder->getASTContext());
+}
+
+/// `break` or `return` in a training loop, under a condition on a value each process computes from its own
+/// data.
+StatementMatcher rankLocalExit() {
+  return stmt(anyOf(breakStmt(), returnStmt()), isInTrainingLoopMatcher(), isUnderTensorConditionMatcher(),
+              unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
+      .bind("exit");
 }
 
 } // namespace
@@ -101,11 +125,20 @@ StatementMatcher accumulatedLoop() {
 }
 
 PassRule accumulatePass() {
-  return makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, accumulatedLoop()),
-                  insertAtBlockStart(BodyId, accumulateStatement()),
-                  cat("the accumulation guard spans one training step (forward, backward, optimizer step): with "
-                      "gradient_accumulation_steps k, gradients are synchronised and the optimizer steps on every "
-                      "k-th batch only, and the last batch of a prepared loader always completes a step"));
+  return applyFirst<std::string>({
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, accumulatedLoop()),
+          insertAtBlockStart(BodyId, accumulateStatement()),
+          cat("the accumulation guard spans one training step (forward, backward, optimizer step): with "
+              "gradient_accumulation_steps k, gradients are synchronised and the optimizer steps on every "
+              "k-th batch only, and the last batch of a prepared loader always completes a step")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, rankLocalExit()), noopEdit(node("exit")),
+          cat("training loop exit not made safe: it depends on a value each process computes from its own "
+              "batch (a local loss), so processes could stop at different steps and the ones still training "
+              "would wait forever for the others' gradients; decide on a value reduced over the processes "
+              "(accelerator.reduce) or use accelerator.set_trigger() / check_trigger()")),
+  });
 }
 
 } // namespace accelerate::passes

@@ -8,9 +8,9 @@
 
 namespace accelerate::passes {
 
-/// Inserts `auto accumulate = accelerator.accumulate(models...);` as the first statement of the innermost loop
-/// whose body runs a training step (a backward pass and an optimizer step), so the guard lives across the
-/// forward, the backward and the step, whichever side of the forward `zero_grad` is on:
+/// Inserts `auto accumulate = accelerator.accumulate(models...);` as the first statement of the innermost
+/// loop whose body runs a training step (a backward pass and an optimizer step), so the guard lives across
+/// the forward, the backward and the step, whichever side of the forward `zero_grad` is on:
 ///
 ///   for (auto& batch : *loader) {         for (auto& batch : *loader) {
 ///     optimizer.zero_grad();          →     auto accumulate = accelerator.accumulate(model);

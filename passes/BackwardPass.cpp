@@ -78,7 +78,8 @@ AST_MATCHER(clang::CallExpr, isTensorBackwardInEveryInstantiation) {
 
 /// `X.backward(...)` spelled with a dependent X, in a template.
 StatementMatcher dependentBackwardCall() {
-  return callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("backward"), hasObjectExpression(expr().bind(TensorId)))
+  return callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("backward"),
+                                                     hasObjectExpression(expr().bind(TensorId)))
                              .bind(DependentCalleeId)),
                   isDependentCall(), unless(isExpansionInSystemHeader()),
                   optionally(hasArgument(0, expr().bind(FirstArgId))))

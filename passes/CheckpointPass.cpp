@@ -23,7 +23,8 @@ constexpr char SaveState[] = "accelerator.save_state(\"checkpoint\");";
 /// `torch::save(...)`, resolved or (in a template) not yet.
 auto savesWithTorch() {
   auto Save = functionDecl(hasName("::torch::save"));
-  return callee(expr(ignoringImplicit(anyOf(declRefExpr(to(Save)), unresolvedLookupExpr(hasAnyDeclaration(Save))))));
+  return callee(
+      expr(ignoringImplicit(anyOf(declRefExpr(to(Save)), unresolvedLookupExpr(hasAnyDeclaration(Save))))));
 }
 
 StatementMatcher torchSave() {
@@ -61,7 +62,8 @@ AST_MATCHER(clang::Stmt, isFirstStateSaveOfBlock) {
     // The block may hold the statement wrapped in ExprWithCleanups, which the parent map can skip.
     if (Earlier == Child || Earlier->getBeginLoc() == Node.getBeginLoc())
       return true;
-    if (!match(traverse(clang::TK_AsIs, stmt(anyOf(stateSave(), hasDescendant(stateSave())))), *Earlier, Context)
+    if (!match(traverse(clang::TK_AsIs, stmt(anyOf(stateSave(), hasDescendant(stateSave())))), *Earlier,
+               Context)
              .empty())
       return false;
   }
@@ -79,21 +81,25 @@ StatementMatcher guardedSave() {
 PassRule checkpointPass() {
   auto Guard = guardStatement(StatementId, "accelerator.is_main_process()");
   auto StateSaveInLoop = stmt(guardedSave(), stateSave(), isInTrainingLoopMatcher());
-  auto Kept = cat("every process holds the same weights, so the main process alone writes them, at this path");
+  auto Kept =
+      cat("every process holds the same weights, so the main process alone writes them, at this path");
   return applyFirst<std::string>({
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   stmt(StateSaveInLoop, unless(isUnderTensorConditionMatcher()), isFirstStateSaveOfBlock())),
+          flatten(editList({insertBeforeStatement(StatementId, cat(SaveState))}), Guard),
+          cat(Kept, "; accelerator.save_state(\"checkpoint\") before it saves, from every process, what "
+                    "resumes training on any number of processes (models, optimizers, schedulers, RNG "
+                    "states, the data position), replacing the last one atomically")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                        stmt(StateSaveInLoop, unless(isUnderTensorConditionMatcher()), isFirstStateSaveOfBlock())),
-               flatten(editList({insertBeforeStatement(StatementId, cat(SaveState))}), Guard),
-               cat(Kept, "; accelerator.save_state(\"checkpoint\") before it saves, from every process, what "
-                         "resumes training on any number of processes (models, optimizers, schedulers, RNG "
-                         "states, the data position), replacing the last one atomically")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(StateSaveInLoop, isUnderTensorConditionMatcher())),
+                        stmt(StateSaveInLoop, isUnderTensorConditionMatcher())),
                Guard,
                cat(Kept, "; no resumable checkpoint (accelerator.save_state) is added here: a condition on a "
                          "tensor's value decides whether this runs, processes could disagree on it, and "
                          "save_state is collective; decide on a reduced value (accelerator.reduce) and call "
                          "save_state by hand")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(guardedSave(), stateSave())), Guard, Kept),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(guardedSave(), stateSave())), Guard,
+               Kept),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, guardedSave()), Guard,
                cat("the main process alone writes this file, once per job instead of once per process")),
   });

@@ -18,11 +18,11 @@ namespace accelerate::passes {
 ///   torch::save(samples, "s.pt");    →  if (accelerator.is_main_process()) torch::save(samples, "s.pt");
 ///
 /// Every process holds the same weights after a synchronised step, so the main process's copy is the model.
-/// `accelerator.save_state("checkpoint")` (models, optimizers, schedulers, RNG and data position; written to a
-/// temporary directory, then renamed) goes before the first such save of its block. It is not added where a
+/// `accelerator.save_state("checkpoint")` (models, optimizers, schedulers, RNG and data position; written to
+/// a temporary directory, then renamed) goes before the first such save of its block. It is not added where a
 /// condition on a tensor's value decides whether the save runs (a "best loss so far" on a local loss: the
-/// processes could disagree, and a collective reached by some would wait forever), nor where the save is not a
-/// statement of a block; the explanation says why. The guard alone takes no collective, so it is safe
+/// processes could disagree, and a collective reached by some would wait forever), nor where the save is not
+/// a statement of a block; the explanation says why. The guard alone takes no collective, so it is safe
 /// anywhere.
 PassRule checkpointPass();
 

@@ -26,8 +26,9 @@ constexpr char UsedId[] = "used";
 AST_MATCHER(clang::Expr, valueIsUsed) {
   clang::ASTContext& Context = Finder->getASTContext();
   clang::DynTypedNodeList Parents = Context.getParents(Node);
-  while (!Parents.empty() && (Parents[0].get<clang::ExprWithCleanups>() || Parents[0].get<clang::ImplicitCastExpr>() ||
-                              Parents[0].get<clang::ParenExpr>()))
+  while (!Parents.empty() &&
+         (Parents[0].get<clang::ExprWithCleanups>() || Parents[0].get<clang::ImplicitCastExpr>() ||
+          Parents[0].get<clang::ParenExpr>()))
     Parents = Context.getParents(Parents[0]);
   if (Parents.empty())
     return false;
@@ -41,15 +42,16 @@ AST_MATCHER(clang::Expr, valueIsUsed) {
 }
 
 auto clipFunction() {
-  return functionDecl(hasAnyName("::torch::nn::utils::clip_grad_norm_", "::torch::nn::utils::clip_grad_value_"));
+  return functionDecl(
+      hasAnyName("::torch::nn::utils::clip_grad_norm_", "::torch::nn::utils::clip_grad_value_"));
 }
 
 StatementMatcher clipCallWith(clang::ast_matchers::internal::Matcher<clang::CallExpr> Extra) {
   auto SingleTensor = hasParameter(0, parmVarDecl(hasType(cxxRecordDecl(hasName("::at::Tensor")))));
   return callExpr(callee(expr(ignoringImplicit(declRefExpr(to(clipFunction())).bind(CalleeId)))),
                   optionally(callee(functionDecl(SingleTensor).bind(SingleTensorId))),
-                  hasArgument(0, expr().bind(ParametersId)), optionally(expr(valueIsUsed()).bind(UsedId)), Extra,
-                  unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
+                  hasArgument(0, expr().bind(ParametersId)), optionally(expr(valueIsUsed()).bind(UsedId)),
+                  Extra, unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
       .bind(CallId);
 }
 
@@ -70,15 +72,16 @@ PassRule clipPass() {
     return "accelerator." + Callee->getDecl()->getNameAsString();
   });
   return applyFirst<std::string>({
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, clipCall()),
-               flatten(changeTo(node(CalleeId), Name),
-                       ifBound(SingleTensorId, changeTo(node(ParametersId), cat("{", node(ParametersId), "}"))),
-                       ifBound(UsedId, insertAfter(node(CallId), cat(".item<double>()")))),
-               cat("accelerator.", run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
-                     return Result.Nodes.getNodeAs<clang::DeclRefExpr>(CalleeId)->getDecl()->getNameAsString();
-                   }),
-                   "() clips the gradients after they are synchronised (and unscaled under fp16), on the "
-                   "device; the norm comes back as a tensor")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, clipCall()),
+          flatten(changeTo(node(CalleeId), Name),
+                  ifBound(SingleTensorId, changeTo(node(ParametersId), cat("{", node(ParametersId), "}"))),
+                  ifBound(UsedId, insertAfter(node(CallId), cat(".item<double>()")))),
+          cat("accelerator.", run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+                return Result.Nodes.getNodeAs<clang::DeclRefExpr>(CalleeId)->getDecl()->getNameAsString();
+              }),
+              "() clips the gradients after they are synchronised (and unscaled under fp16), on the "
+              "device; the norm comes back as a tensor")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, clipCallWith(hasNonfiniteCheck())),
                noopEdit(node(CallId)),
                cat("gradient clipping not rewritten: accelerator.clip_grad_norm_ has no error_if_nonfinite; "

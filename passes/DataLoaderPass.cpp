@@ -64,7 +64,8 @@ StatementMatcher trainingLoaderDeclaration(clang::ast_matchers::internal::Matche
       callExpr(callee(functionDecl(hasName("::torch::data::make_data_loader"))),
                optionally(hasArgument(1, expr(unless(cxxDefaultArgExpr())).bind(OptionsId))), Call)
           .bind(CallId);
-  return declStmt(hasSingleDecl(varDecl(hasInitializer(MakeDataLoader), isTrainingLoaderVariable()).bind(LoaderId)),
+  return declStmt(hasSingleDecl(
+                      varDecl(hasInitializer(MakeDataLoader), isTrainingLoaderVariable()).bind(LoaderId)),
                   unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
       .bind(StatementId);
 }
@@ -82,13 +83,13 @@ Stencil loaderArguments() {
     if (samplerOrder(*Call) != Order::Sequential)
       return clang::Lexer::getSourceText(*Arguments, SM, LangOpts).str();
     std::string Dataset =
-        clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Call->getArg(0)->getSourceRange()), SM,
-                                    LangOpts)
+        clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Call->getArg(0)->getSourceRange()),
+                                    SM, LangOpts)
             .str();
     const auto* Options = Result.Nodes.getNodeAs<clang::Expr>(OptionsId);
     std::string Wrapped =
-        Options ? clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Options->getSourceRange()),
-                                              SM, LangOpts)
+        Options ? clang::Lexer::getSourceText(
+                      clang::CharSourceRange::getTokenRange(Options->getSourceRange()), SM, LangOpts)
                       .str()
                 : "";
     return Dataset + ", accelerate::DataLoaderOptions(" + Wrapped + ").shuffle(false)";
@@ -115,9 +116,10 @@ bool isPreparedLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) 
 /// `auto loader = torch::data::make_data_loader(...)` that no training loop reads (an evaluation loader).
 StatementMatcher evaluationLoaderDeclaration() {
   auto MakeDataLoader = callExpr(callee(functionDecl(hasName("::torch::data::make_data_loader"))));
-  return declStmt(hasSingleDecl(varDecl(hasInitializer(MakeDataLoader), unless(isTrainingLoaderVariable()))
-                                    .bind(LoaderId)),
-                  unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
+  return declStmt(
+             hasSingleDecl(
+                 varDecl(hasInitializer(MakeDataLoader), unless(isTrainingLoaderVariable())).bind(LoaderId)),
+             unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
       .bind(StatementId);
 }
 
@@ -125,26 +127,30 @@ PassRule dataLoaderPass() {
   auto Prepared = declStmt(preparedLoaderDeclaration(), hasSingleDecl(varDecl(isDeclaredAuto())));
   auto Replacement = cat("accelerator.prepare_data_loader(", loaderArguments(), ")");
   return applyFirst<std::string>({
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, Prepared), changeTo(node(CallId), Replacement),
-               cat("accelerator.prepare_data_loader() gives each process its share of every global batch (the "
-                   "batch size is per process), on accelerator.device(), in an order drawn from the seed and "
-                   "the epoch that every process shares; `*", name(LoaderId), "` iterates as before")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, Prepared), changeTo(node(CallId), Replacement),
+          cat("accelerator.prepare_data_loader() gives each process its share of every global batch (the "
+              "batch size is per process), on accelerator.device(), in an order drawn from the seed and "
+              "the epoch that every process shares; `*",
+              name(LoaderId), "` iterates as before")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, preparedLoaderDeclaration()),
                noopEdit(node(StatementId)),
                cat("data loader '", name(LoaderId),
                    "' not rewritten: its declared type is not `auto`, and prepare_data_loader returns "
                    "another type; declare it `auto`")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, evaluationLoaderDeclaration()),
-               noopEdit(node(StatementId)),
-               cat(std::string(NoteMarker), "data loader '", name(LoaderId),
-                   "' left as it is: no training loop reads it, so every process evaluates the whole set and the "
-                   "metrics computed from it are global without a reduction")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, trainingLoaderDeclaration(callExpr())),
-               noopEdit(node(StatementId)),
-               cat("data loader '", name(LoaderId),
-                   "' not rewritten: prepare_data_loader takes a map-style dataset and options, with a random "
-                   "or sequential order; this one has its own sampler or a stateful dataset (wrap its loader "
-                   "with accelerate::prepare_iterable by hand); every process reads the whole dataset")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, evaluationLoaderDeclaration()),
+          noopEdit(node(StatementId)),
+          cat(std::string(NoteMarker), "data loader '", name(LoaderId),
+              "' left as it is: no training loop reads it, so every process evaluates the whole set and the "
+              "metrics computed from it are global without a reduction")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, trainingLoaderDeclaration(callExpr())),
+          noopEdit(node(StatementId)),
+          cat("data loader '", name(LoaderId),
+              "' not rewritten: prepare_data_loader takes a map-style dataset and options, with a random "
+              "or sequential order; this one has its own sampler or a stateful dataset (wrap its loader "
+              "with accelerate::prepare_iterable by hand); every process reads the whole dataset")),
   });
 }
 

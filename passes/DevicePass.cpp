@@ -73,10 +73,11 @@ AST_MATCHER(clang::VarDecl, isTrainingDevice) {
   if (!Function || !Function->hasBody())
     return false;
   auto Target = declRefExpr(to(varDecl(equalsNode(&Node))));
-  auto Assignment = stmt(anyOf(binaryOperator(isAssignmentOperator(), hasLHS(ignoringParenImpCasts(Target)),
-                                              hasRHS(hasDescendant(cudaMention()))),
-                               cxxOperatorCallExpr(hasOverloadedOperatorName("="), hasArgument(0, Target),
-                                                   hasArgument(1, anyOf(cudaMention(), hasDescendant(cudaMention()))))));
+  auto Assignment =
+      stmt(anyOf(binaryOperator(isAssignmentOperator(), hasLHS(ignoringParenImpCasts(Target)),
+                                hasRHS(hasDescendant(cudaMention()))),
+                 cxxOperatorCallExpr(hasOverloadedOperatorName("="), hasArgument(0, Target),
+                                     hasArgument(1, anyOf(cudaMention(), hasDescendant(cudaMention()))))));
   return has(Assignment, *Function->getBody(), Context);
 }
 
@@ -97,7 +98,9 @@ AST_MATCHER(clang::Expr, isCudaConstant) {
     if (const auto* Cast = llvm::dyn_cast<clang::CXXFunctionalCastExpr>(E))
       Construct = llvm::dyn_cast<clang::CXXConstructExpr>(Cast->getSubExpr()->IgnoreImplicit());
   return Construct && Construct->getNumArgs() > 0 &&
-         !match(traverse(clang::TK_AsIs, cudaMention()), *Construct->getArg(0)->IgnoreUnlessSpelledInSource(), Context).empty();
+         !match(traverse(clang::TK_AsIs, cudaMention()), *Construct->getArg(0)->IgnoreUnlessSpelledInSource(),
+                Context)
+              .empty();
 }
 
 /// The range-for loop whose variable `Variable` is. The parent map has the loop variable's DeclStmt between
@@ -120,7 +123,8 @@ bool derivesFromPreparedBatch(const clang::Expr& E, clang::ASTContext& Context, 
   if (Depth > 3)
     return false;
   auto Reference = declRefExpr(to(decl(anyOf(varDecl(), bindingDecl())).bind("decl")));
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(anyOf(Reference, forEachDescendant(Reference)))), E, Context)) {
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(anyOf(Reference, forEachDescendant(Reference)))), E, Context)) {
     const clang::Decl* Declaration = Found.getNodeAs<clang::Decl>("decl");
     const clang::VarDecl* Variable = llvm::dyn_cast<clang::VarDecl>(Declaration);
     if (const auto* Binding = llvm::dyn_cast<clang::BindingDecl>(Declaration))
@@ -154,7 +158,8 @@ AST_MATCHER(clang::CXXMemberCallExpr, isOnTrainedModel) {
 
 AST_MATCHER(clang::Stmt, isStatementInBlock) {
   clang::DynTypedNodeList Parents = Finder->getASTContext().getParents(Node);
-  while (!Parents.empty() && (Parents[0].get<clang::ExprWithCleanups>() || Parents[0].get<clang::ImplicitCastExpr>()))
+  while (!Parents.empty() &&
+         (Parents[0].get<clang::ExprWithCleanups>() || Parents[0].get<clang::ImplicitCastExpr>()))
     Parents = Finder->getASTContext().getParents(Parents[0]);
   return !Parents.empty() && Parents[0].get<clang::CompoundStmt>();
 }
@@ -164,21 +169,23 @@ auto inScope() {
 }
 
 auto tensorMethod(llvm::StringRef Name) {
-  return callee(cxxMethodDecl(hasName(Name), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))));
+  return callee(
+      cxxMethodDecl(hasName(Name), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))));
 }
 auto moduleMethod(llvm::StringRef Name) {
-  return callee(cxxMethodDecl(hasName(Name), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module")))));
+  return callee(
+      cxxMethodDecl(hasName(Name), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module")))));
 }
 
 /// `x.to(device)` and `x.to(device, dtype)`: a move that names a device (not the CPU), with no other explicit
 /// argument but a dtype.
 StatementMatcher tensorMoveToDevice() {
   auto DeviceArgument = expr(anyOf(hasType(isDeviceType()), stringLiteral()), unless(isCpuDevice()));
-  return cxxMemberCallExpr(tensorMethod("to"), on(expr().bind(ObjectId)),
-                           hasArgument(0, DeviceArgument.bind(ArgumentId)),
-                           anyOf(argumentCountIs(1), hasArgument(1, cxxDefaultArgExpr()),
-                                 hasArgument(1, expr(hasType(enumDecl(hasName("::c10::ScalarType")))).bind(DtypeId))),
-                           anyOf(argumentCountIs(1), argumentCountIs(2), hasArgument(2, cxxDefaultArgExpr())));
+  return cxxMemberCallExpr(
+      tensorMethod("to"), on(expr().bind(ObjectId)), hasArgument(0, DeviceArgument.bind(ArgumentId)),
+      anyOf(argumentCountIs(1), hasArgument(1, cxxDefaultArgExpr()),
+            hasArgument(1, expr(hasType(enumDecl(hasName("::c10::ScalarType")))).bind(DtypeId))),
+      anyOf(argumentCountIs(1), argumentCountIs(2), hasArgument(2, cxxDefaultArgExpr())));
 }
 
 StatementMatcher tensorCuda() {
@@ -187,35 +194,40 @@ StatementMatcher tensorCuda() {
 
 /// `model->to(device)` as a statement of its own: one device argument, nothing else.
 StatementMatcher trainedModelMove() {
-  return cxxMemberCallExpr(moduleMethod("to"), isOnTrainedModel(),
-                           hasArgument(0, expr(anyOf(hasType(isDeviceType()), stringLiteral()), unless(isCpuDevice()))),
-                           anyOf(argumentCountIs(1), hasArgument(1, cxxDefaultArgExpr())), isStatementInBlock())
+  return cxxMemberCallExpr(
+             moduleMethod("to"), isOnTrainedModel(),
+             hasArgument(0, expr(anyOf(hasType(isDeviceType()), stringLiteral()), unless(isCpuDevice()))),
+             anyOf(argumentCountIs(1), hasArgument(1, cxxDefaultArgExpr())), isStatementInBlock())
       .bind(CallId);
 }
 
 /// A CUDA constant as the device argument of a move or of `TensorOptions::device`.
 StatementMatcher cudaConstantArgument() {
-  auto Move = cxxMemberCallExpr(anyOf(tensorMethod("to"), moduleMethod("to"),
-                                      callee(cxxMethodDecl(hasName("device"),
-                                                           ofClass(hasName("::c10::TensorOptions"))))),
-                                hasArgument(0, expr(isCudaConstant()).bind(ArgumentId)));
+  auto Move = cxxMemberCallExpr(
+      anyOf(tensorMethod("to"), moduleMethod("to"),
+            callee(cxxMethodDecl(hasName("device"), ofClass(hasName("::c10::TensorOptions"))))),
+      hasArgument(0, expr(isCudaConstant()).bind(ArgumentId)));
   return stmt(Move, unless(trainedModelMove()),
               unless(cxxMemberCallExpr(tensorMoveToDevice(), on(isFromPreparedBatch()))))
       .bind(CallId);
 }
 
-/// Every use of the device variable is an argument of a move this pass removes (a prepared model's, a prepared
-/// batch's): after the rewrite nothing reads it, so its declaration goes too (no unused-variable warning).
+/// Every use of the device variable is an argument of a move this pass removes (a prepared model's, a
+/// prepared batch's): after the rewrite nothing reads it, so its declaration goes too (no unused-variable
+/// warning).
 AST_MATCHER(clang::VarDecl, isOnlyUsedInRemovedMoves) {
   clang::ASTContext& Context = Finder->getASTContext();
-  const clang::FunctionDecl* Function = Node.getInit() ? enclosingFunction(*Node.getInit(), Context) : nullptr;
+  const clang::FunctionDecl* Function =
+      Node.getInit() ? enclosingFunction(*Node.getInit(), Context) : nullptr;
   if (!Function || !Function->hasBody())
     return false;
-  auto Removed = traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                          stmt(anyOf(trainedModelMove(), cxxMemberCallExpr(tensorMoveToDevice(), on(isFromPreparedBatch())))));
+  auto Removed = traverse(
+      clang::TK_IgnoreUnlessSpelledInSource,
+      stmt(anyOf(trainedModelMove(), cxxMemberCallExpr(tensorMoveToDevice(), on(isFromPreparedBatch())))));
   auto Use = declRefExpr(to(varDecl(equalsNode(&Node)))).bind("use");
   bool AnyUse = false;
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Use))), *Function->getBody(), Context)) {
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Use))), *Function->getBody(), Context)) {
     AnyUse = true;
     // The call the use is an argument of: up through implicit conversions (Device to TensorOptions).
     clang::DynTypedNodeList Parents = Context.getParents(*Found.getNodeAs<clang::Stmt>("use"));
@@ -223,7 +235,8 @@ AST_MATCHER(clang::VarDecl, isOnlyUsedInRemovedMoves) {
     for (int Depth = 0; Depth < 6 && !Parents.empty() && !Call; ++Depth) {
       Call = Parents[0].get<clang::CXXMemberCallExpr>();
       if (!Call && !Parents[0].get<clang::ImplicitCastExpr>() && !Parents[0].get<clang::CXXConstructExpr>() &&
-          !Parents[0].get<clang::MaterializeTemporaryExpr>() && !Parents[0].get<clang::CXXBindTemporaryExpr>())
+          !Parents[0].get<clang::MaterializeTemporaryExpr>() &&
+          !Parents[0].get<clang::CXXBindTemporaryExpr>())
         break;
       Parents = Context.getParents(Parents[0]);
     }
@@ -234,13 +247,16 @@ AST_MATCHER(clang::VarDecl, isOnlyUsedInRemovedMoves) {
 }
 
 StatementMatcher deviceDeclaration() {
-  return declStmt(hasSingleDecl(varDecl(hasLocalStorage(), hasType(isDeviceType()), isTrainingDevice()).bind(VariableId)))
+  return declStmt(
+             hasSingleDecl(
+                 varDecl(hasLocalStorage(), hasType(isDeviceType()), isTrainingDevice()).bind(VariableId)))
       .bind(StatementId);
 }
 
 StatementMatcher deviceAssignment() {
   auto Target = declRefExpr(to(varDecl(hasLocalStorage(), hasType(isDeviceType()), isTrainingDevice())));
-  auto NotYet = unless(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("device"), ofClass(hasName("::accelerate::Accelerator"))))));
+  auto NotYet = unless(cxxMemberCallExpr(
+      callee(cxxMethodDecl(hasName("device"), ofClass(hasName("::accelerate::Accelerator"))))));
   return stmt(anyOf(binaryOperator(isAssignmentOperator(), hasLHS(ignoringParenImpCasts(Target)),
                                    hasRHS(expr(NotYet).bind(ValueId))),
                     cxxOperatorCallExpr(hasOverloadedOperatorName("="), hasArgument(0, Target),
@@ -257,9 +273,9 @@ Stencil deviceDeclarationText() {
     clang::QualType Declared = Variable->getType();
     bool IsEnum = Declared->isEnumeralType();
     if (!IsEnum || Declared->getContainedAutoType())
-      Type = clang::Lexer::getSourceText(
-                 clang::CharSourceRange::getTokenRange(Variable->getTypeSourceInfo()->getTypeLoc().getSourceRange()),
-                 *Result.SourceManager, Result.Context->getLangOpts())
+      Type = clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(
+                                             Variable->getTypeSourceInfo()->getTypeLoc().getSourceRange()),
+                                         *Result.SourceManager, Result.Context->getLangOpts())
                  .str();
     if (Declared.isConstQualified() && !llvm::StringRef(Type).starts_with("const"))
       Type = "const " + Type;
@@ -270,7 +286,8 @@ Stencil deviceDeclarationText() {
 } // namespace
 
 StatementMatcher deviceSiteUsingAccelerator() {
-  auto KeptDeclaration = declStmt(deviceDeclaration(), unless(hasSingleDecl(varDecl(isOnlyUsedInRemovedMoves()))));
+  auto KeptDeclaration =
+      declStmt(deviceDeclaration(), unless(hasSingleDecl(varDecl(isOnlyUsedInRemovedMoves()))));
   return stmt(anyOf(KeptDeclaration, deviceAssignment(), cudaConstantArgument(),
                     cxxMemberCallExpr(tensorCuda(), unless(on(isFromPreparedBatch())))),
               inScope());
@@ -286,27 +303,33 @@ PassRule devicePass() {
                removeStatement(StatementId),
                cat("the accelerator picks each process's device, and the rewrite removes every use of '",
                    name(VariableId), "' (prepare places the models, prepared loaders the batches)")),
-      makeRule(Scoped(deviceDeclaration()),
-               changeTo(statementWithSemicolon(StatementId), deviceDeclarationText()),
-               cat("the accelerator picks each process's device (cuda:<local rank> when CUDA is available, else "
-                   "the CPU); '", name(VariableId), "' is that device, for the code that still uses it")),
-      makeRule(Scoped(deviceAssignment()), changeTo(node(ValueId), cat(AcceleratorDevice)),
-               cat("the accelerator picks each process's device; this assignment would move training elsewhere")),
-      makeRule(Scoped(trainedModelMove()), removeStatement(CallId),
-               cat("accelerator.prepare() moves the model to accelerator.device() (the model is prepared where "
-                   "its optimizer is made)")),
+      makeRule(
+          Scoped(deviceDeclaration()), changeTo(statementWithSemicolon(StatementId), deviceDeclarationText()),
+          cat("the accelerator picks each process's device (cuda:<local rank> when CUDA is available, else "
+              "the CPU); '",
+              name(VariableId), "' is that device, for the code that still uses it")),
+      makeRule(
+          Scoped(deviceAssignment()), changeTo(node(ValueId), cat(AcceleratorDevice)),
+          cat("the accelerator picks each process's device; this assignment would move training elsewhere")),
+      makeRule(
+          Scoped(trainedModelMove()), removeStatement(CallId),
+          cat("accelerator.prepare() moves the model to accelerator.device() (the model is prepared where "
+              "its optimizer is made)")),
       makeRule(Scoped(cxxMemberCallExpr(tensorMoveToDevice(), on(isFromPreparedBatch())).bind(CallId)),
                changeTo(node(CallId), ifBound(DtypeId, cat(Object, ".to(", node(DtypeId), ")"), cat(Object))),
                cat("a prepared loader's batches are already on accelerator.device()")),
       makeRule(Scoped(cxxMemberCallExpr(tensorCuda(), on(isFromPreparedBatch())).bind(CallId)),
                changeTo(node(CallId), cat(Object)),
                cat("a prepared loader's batches are already on accelerator.device()")),
-      makeRule(Scoped(stmt(tensorCuda()).bind(CallId)), changeTo(node(CallId), cat(Object, ".to(", AcceleratorDevice, ")")),
-               cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); .cuda() would put "
+      makeRule(Scoped(stmt(tensorCuda()).bind(CallId)),
+               changeTo(node(CallId), cat(Object, ".to(", AcceleratorDevice, ")")),
+               cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); .cuda() "
+                   "would put "
                    "every process on GPU 0")),
-      makeRule(Scoped(cudaConstantArgument()), changeTo(node(ArgumentId), cat(AcceleratorDevice)),
-               cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); a constant CUDA "
-                   "device would put every process on GPU 0")),
+      makeRule(
+          Scoped(cudaConstantArgument()), changeTo(node(ArgumentId), cat(AcceleratorDevice)),
+          cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); a constant CUDA "
+              "device would put every process on GPU 0")),
   });
 }
 

@@ -29,16 +29,17 @@ AST_MATCHER(clang::FunctionDecl, isInMainFile) {
 } // namespace
 
 PassRule distributedPass() {
-  auto TensorBackward = cxxMemberCallExpr(
-      callee(cxxMethodDecl(hasName("backward"), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase"))))));
+  auto TensorBackward = cxxMemberCallExpr(callee(
+      cxxMethodDecl(hasName("backward"), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase"))))));
   auto Loader = callExpr(callee(functionDecl(hasName("::torch::data::make_data_loader"))));
   auto LeftAlone = functionDecl(isDefinition(), isInMainFile(), isDistributed(),
                                 hasBody(hasDescendant(stmt(anyOf(TensorBackward, Loader)))))
                        .bind(FunctionId);
-  return makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, LeftAlone), noopEdit(name(FunctionId)),
-                  cat(std::string(NoteMarker), "'", name(FunctionId),
-                      "' left alone: it already calls the runtime or c10d, so its training step is taken to be "
-                      "distributed by hand"));
+  return makeRule(
+      traverse(clang::TK_IgnoreUnlessSpelledInSource, LeftAlone), noopEdit(name(FunctionId)),
+      cat(std::string(NoteMarker), "'", name(FunctionId),
+          "' left alone: it already calls the runtime or c10d, so its training step is taken to be "
+          "distributed by hand"));
 }
 
 } // namespace accelerate::passes

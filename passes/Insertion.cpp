@@ -69,7 +69,8 @@ llvm::Expected<const clang::CompoundStmt*> mainBody(const MatchFinder::MatchResu
   const clang::SourceManager& SM = *Result.SourceManager;
   for (const clang::Decl* TopLevel : Result.Context->getTranslationUnitDecl()->decls())
     if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
-      if (Function->isMain() && Function->hasBody() && SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
+      if (Function->isMain() && Function->hasBody() &&
+          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
         if (const auto* Body = llvm::dyn_cast<clang::CompoundStmt>(Function->getBody()))
           if (!Body->getLBracLoc().isMacroID())
             return Body;
@@ -77,12 +78,14 @@ llvm::Expected<const clang::CompoundStmt*> mainBody(const MatchFinder::MatchResu
                                  "insertAtStartOfMain: the main file defines no main (outside macros)");
 }
 
-llvm::Expected<const clang::Stmt*> boundStatement(const MatchFinder::MatchResult& Result, llvm::StringRef Id) {
+llvm::Expected<const clang::Stmt*> boundStatement(const MatchFinder::MatchResult& Result,
+                                                  llvm::StringRef Id) {
   if (const auto* S = Result.Nodes.getNodeAs<clang::Stmt>(Id)) {
     if (S->getBeginLoc().isMacroID() || S->getEndLoc().isMacroID())
       return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "'" + Id + "' comes from a macro; match only statements outside macros "
-                                                "(isInMacroExpansion())");
+                                     "'" + Id +
+                                         "' comes from a macro; match only statements outside macros "
+                                         "(isInMacroExpansion())");
     return S;
   }
   return llvm::createStringError(llvm::inconvertibleErrorCode(), "'" + Id + "' is not bound to a statement");
@@ -133,7 +136,8 @@ clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerato
       return Inserted.takeError();
     return placeAfterBrace(**Body, *Result.SourceManager, *Inserted).Text;
   };
-  return clang::transformer::insertBefore(std::move(InsertionPoint), clang::transformer::run(std::move(Text)));
+  return clang::transformer::insertBefore(std::move(InsertionPoint),
+                                          clang::transformer::run(std::move(Text)));
 }
 
 clang::ast_matchers::internal::Matcher<clang::Expr> isWholeStatement() {
@@ -144,7 +148,8 @@ clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, std::string 
   return insertAtBlockStart(std::move(BlockId), clang::transformer::cat(std::move(Statement)));
 }
 
-clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, clang::transformer::TextGenerator Statement) {
+clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId,
+                                               clang::transformer::TextGenerator Statement) {
   clang::transformer::RangeSelector InsertionPoint =
       [BlockId](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
     auto Block = boundBlock(Result, BlockId);
@@ -165,7 +170,6 @@ clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, clang::trans
   return clang::transformer::insertBefore(std::move(InsertionPoint),
                                           clang::transformer::run(std::move(Text)));
 }
-
 
 clang::transformer::RangeSelector statementWithSemicolon(std::string StmtId) {
   return [StmtId](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
@@ -194,7 +198,8 @@ clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
       Text += C == '\n' ? "\n" + Prefix.str() : std::string(1, C);
     return Text + "\n" + Prefix.str();
   };
-  return clang::transformer::insertBefore(clang::transformer::node(StmtId), clang::transformer::run(std::move(Text)));
+  return clang::transformer::insertBefore(clang::transformer::node(StmtId),
+                                          clang::transformer::run(std::move(Text)));
 }
 
 clang::transformer::ASTEdit removeStatement(std::string StmtId) {

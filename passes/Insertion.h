@@ -17,10 +17,11 @@ namespace accelerate::passes {
 ///   insertAtBlockStart("body", "accelerate::Accelerator accelerator;")
 clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, std::string Statement);
 /// The same, with the statement's text computed from the match.
-clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, clang::transformer::TextGenerator Statement);
+clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId,
+                                               clang::transformer::TextGenerator Statement);
 
-/// Inserts `Statement` as the first statement of `main` (defined in the main file), like insertAtBlockStart. Fails
-/// when the main file does not define `main`.
+/// Inserts `Statement` as the first statement of `main` (defined in the main file), like insertAtBlockStart.
+/// Fails when the main file does not define `main`.
 clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerator Statement);
 
 /// Inserts `Statement` on its own line right before the statement bound to `StmtId`, indented like it (each
@@ -28,7 +29,8 @@ clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerato
 /// it, followed by a space.
 ///
 ///   insertBeforeStatement("optimizer", "accelerator.prepare(model);")
-clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId, clang::transformer::TextGenerator Statement);
+clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
+                                                  clang::transformer::TextGenerator Statement);
 
 /// Removes the statement bound to `StmtId` with its semicolon; when nothing else is on its lines (comments
 /// aside, which then go with it), the lines themselves go, so no blank line is left behind.

@@ -27,7 +27,8 @@ AST_MATCHER(clang::TypeLoc, isInMainFile) {
 /// `torch::nn::Linear` as spelled in a user module: a member's type, or a construction in its methods.
 TypeLocMatcher linearInUserModule() {
   auto Linear = loc(qualType(hasDeclaration(cxxRecordDecl(hasName("::torch::nn::Linear")))));
-  auto UserModule = cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"), unless(hasName("::torch::nn::Module")));
+  auto UserModule =
+      cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"), unless(hasName("::torch::nn::Module")));
   // `torch::nn::Linear` is an elaborated type around the record `Linear`: take the outer one, once.
   return typeLoc(Linear, unless(qualifiedTypeLoc()), unless(hasParent(elaboratedTypeLoc())), isInMainFile(),
                  hasAncestor(UserModule))
@@ -37,11 +38,12 @@ TypeLocMatcher linearInUserModule() {
 } // namespace
 
 PassRule layersPass() {
-  return makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, linearInUserModule()),
-                  {changeTo(node(TypeId), cat("accelerate::nn::Linear")),
-                   addInclude("accelerate/accelerate.h", IncludeFormat::Angled)},
-                  cat("accelerate::nn::Linear has torch::nn::Linear's options and parameter names, fuses the bias "
-                      "into the GEMM (at::linear) and runs fp8 under mixed_precision fp8"));
+  return makeRule(
+      traverse(clang::TK_IgnoreUnlessSpelledInSource, linearInUserModule()),
+      {changeTo(node(TypeId), cat("accelerate::nn::Linear")),
+       addInclude("accelerate/accelerate.h", IncludeFormat::Angled)},
+      cat("accelerate::nn::Linear has torch::nn::Linear's options and parameter names, fuses the bias "
+          "into the GEMM (at::linear) and runs fp8 under mixed_precision fp8"));
 }
 
 } // namespace accelerate::passes

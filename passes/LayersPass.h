@@ -14,10 +14,10 @@ namespace accelerate::passes {
 ///   register_module("fc1", torch::nn::Linear(784, 512))
 ///                                          →  register_module("fc1", accelerate::nn::Linear(784, 512))
 ///
-/// Modules the user does not define (a TorchScript model, libtorch's own) are left alone. The pass is off unless
-/// named in `--passes=`: the member's type changes, so code elsewhere that takes it as a `torch::nn::Linear`
-/// would have to change too (the rewrite is compiled before it is written, so such a file is left as it is,
-/// with the compiler's message).
+/// Modules the user does not define (a TorchScript model, libtorch's own) are left alone. The pass is off
+/// unless named in `--passes=`: the member's type changes, so code elsewhere that takes it as a
+/// `torch::nn::Linear` would have to change too (the rewrite is compiled before it is written, so such a file
+/// is left as it is, with the compiler's message).
 PassRule layersPass();
 
 } // namespace accelerate::passes

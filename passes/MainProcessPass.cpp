@@ -39,7 +39,8 @@ std::optional<StreamChain> streamChain(const clang::Expr* E) {
       E = Operator->getArg(0)->IgnoreUnlessSpelledInSource();
       continue;
     }
-    if (const auto* Binary = llvm::dyn_cast<clang::BinaryOperator>(E); Binary && Binary->getOpcode() == clang::BO_Shl) {
+    if (const auto* Binary = llvm::dyn_cast<clang::BinaryOperator>(E);
+        Binary && Binary->getOpcode() == clang::BO_Shl) {
       Chain.Operands.insert(Chain.Operands.begin(), Binary->getRHS());
       E = Binary->getLHS()->IgnoreUnlessSpelledInSource();
       continue;
@@ -118,44 +119,39 @@ bool fitsPrint(const StreamChain& Chain, const clang::ASTContext& Context) {
 }
 
 /// The tensors the function runs backward on, written as variables: its losses.
-std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Function,
+                                              clang::ASTContext& Context) {
   auto Loss = declRefExpr(to(varDecl().bind("loss")));
-  auto Resolved = cxxMemberCallExpr(callee(cxxMethodDecl(hasName("backward"), ofClass(cxxRecordDecl(isSameOrDerivedFrom(
-                                                                                   "::at::TensorBase"))))),
-                                    on(ignoringParenImpCasts(Loss)));
-  auto Dependent = cxxDependentScopeMemberExpr(hasMemberName("backward"), hasObjectExpression(ignoringParenImpCasts(Loss)));
+  auto Resolved = cxxMemberCallExpr(
+      callee(cxxMethodDecl(hasName("backward"),
+                           ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase"))))),
+      on(ignoringParenImpCasts(Loss)));
+  auto Dependent = cxxDependentScopeMemberExpr(hasMemberName("backward"),
+                                               hasObjectExpression(ignoringParenImpCasts(Loss)));
   std::vector<const clang::ValueDecl*> Losses;
   for (const BoundNodes& Found :
-       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Resolved, Dependent))))), *Function.getBody(), Context))
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Resolved, Dependent))))),
+             *Function.getBody(), Context))
     Losses.push_back(Found.getNodeAs<clang::ValueDecl>("loss"));
   return Losses;
 }
 
-/// The operand as written, with `loss.item<T>()` reading the mean loss over the processes.
-std::string operandText(const clang::Expr& Operand, const std::vector<const clang::ValueDecl*>& Losses,
-                        clang::ASTContext& Context) {
-  std::string Text = sourceText(Operand.getSourceRange(), Context);
+/// The loss objects in `loss.item<T>()` calls within `Operand`, for the losses in `Losses`.
+std::vector<const clang::Expr*> lossReads(const clang::Expr& Operand,
+                                          const std::vector<const clang::ValueDecl*>& Losses,
+                                          clang::ASTContext& Context) {
+  std::vector<const clang::Expr*> Objects;
   if (Losses.empty())
-    return Text;
+    return Objects;
   auto Object = expr(ignoringParenImpCasts(declRefExpr(to(varDecl().bind("loss"))))).bind("object");
-  auto Item = expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item"))), on(Object)),
-                         callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("item"), hasObjectExpression(Object))))));
-  const clang::SourceManager& SM = Context.getSourceManager();
-  unsigned Start = SM.getFileOffset(SM.getExpansionLoc(Operand.getBeginLoc()));
-  std::vector<std::pair<unsigned, unsigned>> Ranges; // of the loss objects, relative to Start
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, expr(anyOf(Item, forEachDescendant(Item)))), Operand, Context)) {
-    if (!llvm::is_contained(Losses, Found.getNodeAs<clang::ValueDecl>("loss")))
-      continue;
-    const auto* LossObject = Found.getNodeAs<clang::Expr>("object");
-    unsigned Begin = SM.getFileOffset(SM.getExpansionLoc(LossObject->getBeginLoc())) - Start;
-    Ranges.push_back({Begin, static_cast<unsigned>(sourceText(LossObject->getSourceRange(), Context).size())});
-  }
-  llvm::sort(Ranges, [](auto A, auto B) { return A.first > B.first; });
-  for (auto [Begin, Length] : Ranges)
-    if (Begin + Length <= Text.size())
-      Text = Text.substr(0, Begin) + "accelerator.reduce(" + Text.substr(Begin, Length) +
-             ", accelerate::ReduceOp::MEAN)" + Text.substr(Begin + Length);
-  return Text;
+  auto Item = expr(anyOf(
+      cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item"))), on(Object)),
+      callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("item"), hasObjectExpression(Object))))));
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, expr(anyOf(Item, forEachDescendant(Item)))), Operand, Context))
+    if (llvm::is_contained(Losses, Found.getNodeAs<clang::ValueDecl>("loss")))
+      Objects.push_back(Found.getNodeAs<clang::Expr>("object"));
+  return Objects;
 }
 
 AST_MATCHER(clang::Expr, isStreamOutput) {
@@ -169,32 +165,69 @@ AST_MATCHER(clang::Expr, fitsAcceleratorPrint) {
 }
 
 StatementMatcher printfCall() {
-  auto Names = hasAnyName("::printf", "::std::printf", "::puts", "::std::puts", "::fprintf", "::std::fprintf");
-  return callExpr(callee(expr(ignoringImplicit(anyOf(declRefExpr(to(functionDecl(Names))),
-                                                     unresolvedLookupExpr(hasAnyDeclaration(functionDecl(Names))))))));
+  auto Names =
+      hasAnyName("::printf", "::std::printf", "::puts", "::std::puts", "::fprintf", "::std::fprintf");
+  return callExpr(callee(expr(ignoringImplicit(anyOf(
+      declRefExpr(to(functionDecl(Names))), unresolvedLookupExpr(hasAnyDeclaration(functionDecl(Names))))))));
 }
 
-/// `accelerator.print(operands...)`, without the final newline, losses reduced where that is safe.
-Stencil printText() {
-  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+/// The edits that make a `std::cout << a << b << std::endl;` line `accelerator.print(a, b);`: the stream and
+/// the
+/// `<<` between operands change, the operands stay as written (other passes may edit inside them: a
+/// `.cuda()`), and `loss.item<T>()` of a loss the function runs backward on reads the mean loss over the
+/// processes.
+EditGenerator printEdits() {
+  return [](const MatchFinder::MatchResult& Result) -> llvm::Expected<llvm::SmallVector<Edit, 1>> {
     clang::ASTContext& Context = *Result.Context;
+    const clang::SourceManager& SM = Context.getSourceManager();
     const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
     std::optional<StreamChain> Chain = streamChain(Statement);
+    auto Range = [&](const clang::Expr* E) {
+      return clang::Lexer::makeFileCharRange(clang::CharSourceRange::getTokenRange(E->getSourceRange()), SM,
+                                             Context.getLangOpts());
+    };
+    auto Change = [](clang::SourceLocation Begin, clang::SourceLocation End, std::string Text) {
+      Edit Result;
+      Result.Range = clang::CharSourceRange::getCharRange(Begin, End);
+      Result.Replacement = std::move(Text);
+      return Result;
+    };
     std::vector<const clang::ValueDecl*> Losses;
     const clang::FunctionDecl* Function = enclosingFunction(*Statement, Context);
     if (Function && !isUnderTensorCondition(*Statement, Context))
       Losses = lossesOf(*Function, Context);
-    std::vector<std::string> Operands;
-    for (const clang::Expr* Operand : llvm::ArrayRef(Chain->Operands).drop_back())
-      Operands.push_back(operandText(*Operand, Losses, Context));
-    if (std::optional<std::string> Last = withoutFinalNewline(Chain->Operands.back(), Context); Last && !Last->empty())
-      Operands.push_back(*Last);
-    return "accelerator.print(" + llvm::join(Operands, ", ") + ");";
-  });
+
+    // The operands print keeps: all but a final std::endl, and a final "...\n" without its newline.
+    std::vector<const clang::Expr*> Kept(Chain->Operands.begin(), Chain->Operands.end() - 1);
+    const clang::Expr* Last = Chain->Operands.back();
+    std::optional<std::string> LastText = withoutFinalNewline(Last, Context);
+    llvm::SmallVector<Edit, 1> Edits;
+    if (LastText && !LastText->empty()) {
+      Kept.push_back(Last);
+      Edits.push_back(Change(Range(Last).getBegin(), Range(Last).getEnd(), *LastText));
+    }
+    clang::CharSourceRange Whole = Range(Statement);
+    if (Kept.empty()) {
+      Edits.assign({Change(Whole.getBegin(), Whole.getEnd(), "accelerator.print()")});
+      return Edits;
+    }
+    Edits.push_back(Change(Whole.getBegin(), Range(Kept.front()).getBegin(), "accelerator.print("));
+    for (size_t I = 1; I < Kept.size(); ++I)
+      Edits.push_back(Change(Range(Kept[I - 1]).getEnd(), Range(Kept[I]).getBegin(), ", "));
+    Edits.push_back(Change(Range(Kept.back()).getEnd(), Whole.getEnd(), ")"));
+    for (const clang::Expr* Operand : Kept)
+      for (const clang::Expr* Loss : lossReads(*Operand, Losses, Context)) {
+        clang::CharSourceRange Object = Range(Loss);
+        Edits.push_back(Change(Object.getBegin(), Object.getBegin(), "accelerator.reduce("));
+        Edits.push_back(Change(Object.getEnd(), Object.getEnd(), ", accelerate::ReduceOp::MEAN)"));
+      }
+    return Edits;
+  };
 }
 
 auto inScope() {
-  return allOf(unless(isInMacroExpansion()), isInTrainingOrEvaluationCode(), unless(isInDistributedFunction()));
+  return allOf(unless(isInMacroExpansion()), isInTrainingOrEvaluationCode(),
+               unless(isInDistributedFunction()));
 }
 
 StatementMatcher printable() {
@@ -213,8 +246,7 @@ StatementMatcher mainProcessOutput() {
 
 PassRule mainProcessPass() {
   return applyFirst<std::string>({
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, printable()),
-               changeTo(statementWithSemicolon(StatementId), printText()),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, printable()), printEdits(),
                cat("accelerator.print() prints on the main process only, once per job instead of once per "
                    "process; a loss the function runs backward on is printed as its mean over the processes "
                    "(accelerator.reduce), the loss of the global batch")),

@@ -11,13 +11,14 @@ namespace accelerate::passes {
 /// In training and evaluation code (see TrainingCode.h), output runs on the main process only:
 ///
 ///   std::cout << "step " << step << " loss " << loss.item<double>() << std::endl;
-///     →  accelerator.print("step ", step, " loss ", accelerator.reduce(loss, accelerate::ReduceOp::MEAN).item<double>());
-///   std::printf("loss %f\n", value);   →  if (accelerator.is_main_process()) std::printf("loss %f\n", value);
-///   log << epoch << "\n";              →  if (accelerator.is_main_process()) log << epoch << "\n";
+///     →  accelerator.print("step ", step, " loss ", accelerator.reduce(loss,
+///     accelerate::ReduceOp::MEAN).item<double>());
+///   std::printf("loss %f\n", value);   →  if (accelerator.is_main_process()) std::printf("loss %f\n",
+///   value); log << epoch << "\n";              →  if (accelerator.is_main_process()) log << epoch << "\n";
 ///
 /// A `std::cout` line that ends with `std::endl` or "\n" becomes `accelerator.print(...)`; any other output
-/// (`std::cerr`, a file stream, `printf`, a line without its newline) is guarded. The value of a loss that the
-/// function runs backward on, printed with `.item<T>()` in `accelerator.print`, becomes its mean over the
+/// (`std::cerr`, a file stream, `printf`, a line without its newline) is guarded. The value of a loss that
+/// the function runs backward on, printed with `.item<T>()` in `accelerator.print`, becomes its mean over the
 /// processes, so the printed loss is the global batch's; not where a condition on a tensor decides whether
 /// it prints (one process could print while another does not, and the mean is a collective).
 PassRule mainProcessPass();

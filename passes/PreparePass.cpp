@@ -45,15 +45,16 @@ AST_MATCHER(clang::VarDecl, holdsObject) {
 /// alone in a function.
 StatementMatcher declarationOf(clang::ast_matchers::internal::Matcher<clang::QualType> Type) {
   auto Construct = cxxConstructExpr(hasType(Type)).bind(ConstructId);
-  auto Made = callExpr(callee(functionDecl(hasAnyName("::std::make_shared", "::std::make_unique"))),
-                       hasType(Type))
-                  .bind(FactoryId);
+  auto Made =
+      callExpr(callee(functionDecl(hasAnyName("::std::make_shared", "::std::make_unique"))), hasType(Type))
+          .bind(FactoryId);
   // In a template, `T name(args)` with dependent arguments has a ParenListExpr for an initializer.
   auto DependentConstruct = parenListExpr().bind(ConstructId);
-  auto Variable = varDecl(hasLocalStorage(), unless(isStaticLocal()),
-                          anyOf(allOf(holdsObject(), hasType(Type), hasInitializer(anyOf(Construct, DependentConstruct))),
-                                hasInitializer(Made)))
-                      .bind(VariableId);
+  auto Variable =
+      varDecl(hasLocalStorage(), unless(isStaticLocal()),
+              anyOf(allOf(holdsObject(), hasType(Type), hasInitializer(anyOf(Construct, DependentConstruct))),
+                    hasInitializer(Made)))
+          .bind(VariableId);
   return declStmt(hasSingleDecl(Variable), unless(isInMacroExpansion()), isInTrainingFile(),
                   unless(isInDistributedFunction()))
       .bind(StatementId);
@@ -79,8 +80,8 @@ Stencil madeObject() {
     // `T name = T(args)` or `auto name = T(args)`: the initializer is already the object.
     if (Variable->getInitStyle() == clang::VarDecl::CInit)
       return sourceText(Variable->getInit()->IgnoreUnlessSpelledInSource()->getSourceRange(), Result);
-    std::string Type = sourceText(
-        Variable->getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc().getSourceRange(), Result);
+    std::string Type =
+        sourceText(Variable->getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc().getSourceRange(), Result);
     clang::SourceRange Parens;
     if (const auto* Construct = Result.Nodes.getNodeAs<clang::CXXConstructExpr>(ConstructId))
       Parens = Construct->getParenOrBraceRange();
@@ -152,7 +153,8 @@ AST_MATCHER(clang::Decl, mainFileDefinesMain) {
   const clang::SourceManager& SM = Context.getSourceManager();
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
     if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
-      if (Function->isMain() && Function->hasBody() && SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
+      if (Function->isMain() && Function->hasBody() &&
+          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
         return true;
   return false;
 }
@@ -167,16 +169,18 @@ Stencil globalModelPreparations() {
     const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
     std::string Text;
     for (const clang::Expr* Model : modelsTrainedBy(*Variable->getInit(), *Result.Context))
-      Text += (Text.empty() ? "" : "\n") + ("accelerator.prepare(" + sourceText(Model->getSourceRange(), Result) + ");");
+      Text += (Text.empty() ? "" : "\n") +
+              ("accelerator.prepare(" + sourceText(Model->getSourceRange(), Result) + ");");
     return Text;
   });
 }
 
 /// A namespace-scope optimizer (declared in the main file) that trains global models.
 DeclarationMatcher globalOptimizer() {
-  return varDecl(hasGlobalStorage(), unless(isStaticLocal()), hasDeclContext(decl(anyOf(translationUnitDecl(), namespaceDecl()))),
-                 hasType(isOptimizerType()), hasInitializer(expr()), trainsSomeModel(), isExpansionInMainFile(),
-                 isInTrainingFileDecl())
+  return varDecl(hasGlobalStorage(), unless(isStaticLocal()),
+                 hasDeclContext(decl(anyOf(translationUnitDecl(), namespaceDecl()))),
+                 hasType(isOptimizerType()), hasInitializer(expr()), trainsSomeModel(),
+                 isExpansionInMainFile(), isInTrainingFileDecl())
       .bind(VariableId);
 }
 
@@ -185,12 +189,13 @@ constexpr char SavedId[] = "saved";
 /// A by-value optimizer whose declaration this pass rewrites: its name then holds an accelerate::Optimizer.
 AST_MATCHER(clang::VarDecl, isPreparedOptimizerObject) {
   clang::ASTContext& Context = Finder->getASTContext();
-  if (!Node.getType()->isRecordType())
+  if (!holdsObject().matches(Node, Finder, Builder))
     return false;
   for (const clang::DynTypedNode& Parent : Context.getParents(Node))
     if (const auto* Declaration = Parent.get<clang::DeclStmt>())
       return !match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                             declStmt(declarationOf(isOptimizerType()), hasSingleDecl(varDecl(trainsSomeModel())))),
+                             declStmt(declarationOf(isOptimizerType()),
+                                      hasSingleDecl(varDecl(trainsSomeModel())))),
                     *Declaration, Context)
                   .empty();
   return false;
@@ -198,12 +203,100 @@ AST_MATCHER(clang::VarDecl, isPreparedOptimizerObject) {
 
 /// `torch::save(optimizer, ...)` / `torch::load(optimizer, ...)` of a prepared optimizer held by value.
 StatementMatcher serializedPreparedOptimizer() {
-  return callExpr(callee(functionDecl(hasAnyName("::torch::save", "::torch::load"))),
-                  hasArgument(0, ignoringImplicit(declRefExpr(to(varDecl(isPreparedOptimizerObject()))).bind(SavedId))),
-                  unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()));
+  return callExpr(
+      callee(functionDecl(hasAnyName("::torch::save", "::torch::load"))),
+      hasArgument(0, ignoringImplicit(declRefExpr(to(varDecl(isPreparedOptimizerObject()))).bind(SavedId))),
+      unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()));
+}
+
+/// `optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), ...)`: a smart pointer assigned in
+/// a statement of its own (one per branch of an if/else, say).
+AST_MATCHER(clang::Expr, isAssignedOptimizer) {
+  return optimizerAssignment(Node, Finder->getASTContext()) != nullptr;
+}
+
+StatementMatcher assignedOptimizer() {
+  auto Made = callExpr(callee(functionDecl(hasAnyName("::std::make_shared", "::std::make_unique"))),
+                       hasType(isOptimizerType()), isAssignedOptimizer())
+                  .bind(FactoryId);
+  return cxxOperatorCallExpr(hasOverloadedOperatorName("="), hasArgument(1, hasDescendant(Made)),
+                             unless(isInMacroExpansion()), isInTrainingFile(),
+                             unless(isInDistributedFunction()))
+      .bind(StatementId);
+}
+
+Stencil assignedModelPreparations() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Made = Result.Nodes.getNodeAs<clang::Expr>(FactoryId);
+    std::string Text;
+    for (const clang::Expr* Model : modelsTrainedBy(*Made, *Result.Context)) {
+      std::string Name = sourceText(Model->getSourceRange(), Result);
+      if (Model->getType()->isPointerType())
+        Name = "*" + Name;
+      Text += (Text.empty() ? "" : "\n") + ("accelerator.prepare(" + Name + ");");
+    }
+    return Text;
+  });
+}
+
+AST_MATCHER(clang::Expr, madeWithModel) {
+  return !modelsTrainedBy(Node, Finder->getASTContext()).empty();
 }
 
 } // namespace
+
+namespace {
+
+constexpr char ParameterId[] = "parameter";
+
+/// A reference parameter of an optimizer type that every call in the main file passes a prepared optimizer
+/// (held by value) for: `void update(..., torch::optim::Adam& trainer)` called as `update(..., optimizer)`.
+AST_MATCHER(clang::ParmVarDecl, onlyReceivesPreparedOptimizers) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(Node.getDeclContext());
+  if (!Function || !Node.getType()->isLValueReferenceType())
+    return false;
+  unsigned Index = Node.getFunctionScopeIndex();
+  const clang::SourceManager& SM = Context.getSourceManager();
+  auto Prepared = declRefExpr(to(varDecl(isPreparedOptimizerObject())));
+  bool AnyCall = false;
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
+    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+      continue;
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs, decl(forEachDescendant(callExpr().bind("call")))), *TopLevel,
+               Context)) {
+      const auto* Call = Found.getNodeAs<clang::CallExpr>("call");
+      const clang::FunctionDecl* Callee = Call->getDirectCallee();
+      if (!Callee)
+        continue;
+      if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
+        Callee = Pattern;
+      if (Callee->getCanonicalDecl() != Function->getCanonicalDecl() || Index >= Call->getNumArgs())
+        continue;
+      AnyCall = true;
+      if (match(traverse(clang::TK_AsIs, expr(ignoringImplicit(Prepared))), *Call->getArg(Index), Context)
+              .empty())
+        return false;
+    }
+  }
+  return AnyCall;
+}
+
+/// The parameter's type as written: `torch::optim::Adam&`.
+RangeSelector parameterType() {
+  return [](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
+    const auto* Parameter = Result.Nodes.getNodeAs<clang::ParmVarDecl>(ParameterId);
+    return clang::CharSourceRange::getTokenRange(
+        Parameter->getTypeSourceInfo()->getTypeLoc().getSourceRange());
+  };
+}
+
+} // namespace
+
+StatementMatcher preparedAssignment() {
+  return traverse(clang::TK_AsIs, stmt(assignedOptimizer(), hasDescendant(expr(madeWithModel()))));
+}
 
 DeclarationMatcher preparedGlobalOptimizer() {
   return decl(globalOptimizer(), mainFileDefinesMain());
@@ -218,40 +311,63 @@ PassRule preparePass() {
   auto OptimizerWithModel =
       declStmt(declarationOf(isOptimizerType()), hasSingleDecl(varDecl(trainsSomeModel())));
   return applyFirst<std::string>({
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, OptimizerWithModel),
-               flatten(prepareModels(), changeTo(statementWithSemicolon(StatementId), preparedDeclarationText())),
-               cat("accelerator.prepare() returns an accelerate::Optimizer with the same step(), zero_grad() and "
-                   "`->`, which converts to torch::optim::Optimizer& for schedulers and torch::save: it steps with "
-                   "fused kernels, only at the end of an accumulation window, and only on synchronised "
-                   "gradients; the models it trains are prepared first, in place: moved to "
-                   "accelerator.device(), their parameters broadcast from the main process, their gradients "
-                   "synchronised across processes")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isOptimizerType())),
-               noopEdit(node(StatementId)),
-               cat("optimizer '", name(VariableId),
-                   "' not prepared: its constructor takes no model's parameters() (loose tensors, or a "
-                   "vector built elsewhere), so no model is known whose gradients to synchronise; prepare the "
-                   "model with accelerator.prepare(model) and the optimizer with "
-                   "accelerator.prepare(optimizer) by hand")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, OptimizerWithModel),
+          flatten(prepareModels(), changeTo(statementWithSemicolon(StatementId), preparedDeclarationText())),
+          cat("accelerator.prepare() returns an accelerate::Optimizer with the same step(), zero_grad() and "
+              "`->`, which converts to torch::optim::Optimizer& for schedulers and torch::save: it steps "
+              "with "
+              "fused kernels, only at the end of an accumulation window, and only on synchronised "
+              "gradients; the models it trains are prepared first, in place: moved to "
+              "accelerator.device(), their parameters broadcast from the main process, their gradients "
+              "synchronised across processes")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isOptimizerType())),
+          noopEdit(node(StatementId)),
+          cat("optimizer '", name(VariableId),
+              "' not prepared: its constructor takes no model's parameters() (loose tensors, or a "
+              "vector built elsewhere), so no model is known whose gradients to synchronise; prepare the "
+              "model with accelerator.prepare(model) and the optimizer with "
+              "accelerator.prepare(optimizer) by hand")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        parmVarDecl(hasType(isOptimizerType()), isExpansionInMainFile(),
+                                    onlyReceivesPreparedOptimizers())
+                            .bind(ParameterId)),
+               changeTo(parameterType(), cat("accelerate::Optimizer&")),
+               cat("every call passes a prepared optimizer here, and a prepared optimizer is an "
+                   "accelerate::Optimizer: the parameter takes it, so the function steps it (fused, "
+                   "accumulation-aware) instead of the libtorch optimizer inside")),
+      makeRule(preparedAssignment(), insertBeforeStatement(StatementId, assignedModelPreparations()),
+               cat("the models this optimizer trains are prepared before it is made (moved to "
+                   "accelerator.device(), "
+                   "parameters broadcast, gradients synchronised); the optimizer, assigned to a pointer to "
+                   "torch::optim::Optimizer, stays libtorch's: it steps on the synchronised gradients, "
+                   "without the "
+                   "prepared optimizer's fused step and accumulation")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, serializedPreparedOptimizer()),
                insertAfter(node(SavedId), cat(".unwrap()")),
-               cat("the prepared optimizer is an accelerate::Optimizer handle; torch::save and torch::load take the "
+               cat("the prepared optimizer is an accelerate::Optimizer handle; torch::save and torch::load "
+                   "take the "
                    "libtorch optimizer it holds, unwrap()")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, preparedGlobalOptimizer()),
                insertAtStartOfMain(globalModelPreparations()),
                cat("the models the global optimizer '", name(VariableId),
-                   "' trains are prepared at the start of main (moved to accelerator.device(), parameters broadcast, "
+                   "' trains are prepared at the start of main (moved to accelerator.device(), parameters "
+                   "broadcast, "
                    "gradients synchronised); the optimizer itself stays libtorch's, since a global cannot be "
-                   "declared again: it steps on the synchronised gradients, without the prepared optimizer's fused "
+                   "declared again: it steps on the synchronised gradients, without the prepared optimizer's "
+                   "fused "
                    "step and accumulation; make it a local of main to get those")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, globalOptimizer()), noopEdit(name(VariableId)),
-               cat("global optimizer '", name(VariableId),
-                   "' not prepared: this file has no main to prepare its models in; prepare them where training "
-                   "starts")),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isSchedulerType())),
-               changeTo(statementWithSemicolon(StatementId), preparedDeclarationText()),
-               cat("accelerator.prepare() returns an accelerate::Scheduler with the same step(): it steps once "
-                   "per real optimizer step, not on accumulation micro-steps")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, globalOptimizer()), noopEdit(name(VariableId)),
+          cat("global optimizer '", name(VariableId),
+              "' not prepared: this file has no main to prepare its models in; prepare them where training "
+              "starts")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isSchedulerType())),
+          changeTo(statementWithSemicolon(StatementId), preparedDeclarationText()),
+          cat("accelerator.prepare() returns an accelerate::Scheduler with the same step(): it steps once "
+              "per real optimizer step, not on accumulation micro-steps")),
   });
 }
 

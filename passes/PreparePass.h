@@ -22,13 +22,17 @@ namespace accelerate::passes {
 ///     →  auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, 10, 0.5));
 ///
 /// The prepared optimizer keeps `step()`, `zero_grad()`, `->` and converts to `torch::optim::Optimizer&`, so
-/// the call sites stay as written. A model that two optimizers train is prepared once, before the first. A global
-/// optimizer stays libtorch's; its global models are prepared at the start of `main`. An optimizer over tensors
-/// that come from no model's `parameters()` is reported and left alone.
+/// the call sites stay as written. A model that two optimizers train is prepared once, before the first. A
+/// global optimizer stays libtorch's; its global models are prepared at the start of `main`. An optimizer
+/// over tensors that come from no model's `parameters()` is reported and left alone.
 PassRule preparePass();
 
 /// Matches the declarations preparePass() rewrites (they use `accelerator`).
 clang::ast_matchers::StatementMatcher preparedDeclaration();
+
+/// Matches `optimizer = std::make_unique<Opt>(model->parameters(), ...);`, before which preparePass()
+/// prepares the models (the optimizer, held as a pointer to torch::optim::Optimizer, stays libtorch's).
+clang::ast_matchers::StatementMatcher preparedAssignment();
 
 /// Matches a global optimizer whose (global) models preparePass() prepares at the start of `main`.
 clang::ast_matchers::DeclarationMatcher preparedGlobalOptimizer();

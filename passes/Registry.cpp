@@ -17,28 +17,37 @@ namespace accelerate::passes {
 
 llvm::ArrayRef<PassInfo> allPasses() {
   static const PassInfo Passes[] = {
-      {"backward", backwardPass, "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`"},
+      {"backward", backwardPass,
+       "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`"},
       {"accelerator", acceleratorPass,
-       "declares `accelerator` (in main, or `Accelerator::current()` elsewhere) where the rewritten code uses it, "
+       "declares `accelerator` (in main, or `Accelerator::current()` elsewhere) where the rewritten code "
+       "uses it, "
        "and includes <accelerate/accelerate.h>"},
       {"prepare", preparePass,
-       "optimizers and schedulers become `accelerator.prepare(...)`; the models an optimizer trains are prepared "
+       "optimizers and schedulers become `accelerator.prepare(...)`; the models an optimizer trains are "
+       "prepared "
        "before it"},
       {"data-loader", dataLoaderPass,
-       "`torch::data::make_data_loader(...)` read by a training loop becomes `accelerator.prepare_data_loader(...)`"},
+       "`torch::data::make_data_loader(...)` read by a training loop becomes "
+       "`accelerator.prepare_data_loader(...)`"},
       {"device", devicePass,
        "device declarations become `accelerator.device()`; manual moves of prepared models and batches go"},
-      {"accumulate", accumulatePass, "each training step runs inside `auto accumulate = accelerator.accumulate(...)`"},
+      {"accumulate", accumulatePass,
+       "each training step runs inside `auto accumulate = accelerator.accumulate(...)`"},
       {"clip", clipPass, "`torch::nn::utils::clip_grad_norm_/value_` become the accelerator's"},
-      {"main-process", mainProcessPass, "training output is printed (`accelerator.print`) or written by the main process only"},
+      {"main-process", mainProcessPass,
+       "training output is printed (`accelerator.print`) or written by the main process only"},
       {"checkpoint", checkpointPass,
-       "`torch::save(...)` in training code runs on the main process only; saving a model or optimizer in the "
+       "`torch::save(...)` in training code runs on the main process only; saving a model or optimizer in "
+       "the "
        "training loop also saves a resumable `accelerator.save_state(...)`"},
       {"layers", layersPass,
-       "`torch::nn::Linear` in the user's modules becomes `accelerate::nn::Linear` (off by default: the member's type "
+       "`torch::nn::Linear` in the user's modules becomes `accelerate::nn::Linear` (off by default: the "
+       "member's type "
        "changes, so code that takes it as a torch::nn::Linear must change too)",
        /*OnByDefault=*/false},
-      {"distributed", distributedPass, "notes functions left alone because they already use the runtime or c10d"},
+      {"distributed", distributedPass,
+       "notes functions left alone because they already use the runtime or c10d"},
   };
   return Passes;
 }

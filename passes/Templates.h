@@ -1,4 +1,5 @@
-// passes/Templates.h: how passes rewrite code in templates, where a call's meaning depends on the instantiation.
+// passes/Templates.h: how passes rewrite code in templates, where a call's meaning depends on the
+// instantiation.
 #ifndef ACCELERATE_PASSES_TEMPLATES_H
 #define ACCELERATE_PASSES_TEMPLATES_H
 
@@ -8,9 +9,9 @@
 
 namespace accelerate::passes {
 
-/// Passes rewrite a template as written, so an edit must hold for every instantiation. A call that the template
-/// spells with a dependent type (`loss.backward()` with `template <class T> void step(T& loss)`) has no callee
-/// in the template; this finds what each instantiation made of it.
+/// Passes rewrite a template as written, so an edit must hold for every instantiation. A call that the
+/// template spells with a dependent type (`loss.backward()` with `template <class T> void step(T& loss)`) has
+/// no callee in the template; this finds what each instantiation made of it.
 ///
 /// True when `Written` (a node in a function template, or in a member function of a class template) has at
 /// least one instantiation in this translation unit and `Check` holds for the node each instantiation made of

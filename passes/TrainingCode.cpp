@@ -84,7 +84,8 @@ template <typename Callback> void forEachMainFileDecl(clang::ASTContext& Context
 template <typename MatcherType> bool mainFileHas(const MatcherType& Matcher, clang::ASTContext& Context) {
   bool Found = false;
   forEachMainFileDecl(Context, [&](clang::Decl& TopLevel) {
-    Found = Found || !match(traverse(clang::TK_AsIs, decl(hasDescendant(Matcher))), TopLevel, Context).empty() ||
+    Found = Found ||
+            !match(traverse(clang::TK_AsIs, decl(hasDescendant(Matcher))), TopLevel, Context).empty() ||
             !match(traverse(clang::TK_AsIs, Matcher), TopLevel, Context).empty();
   });
   return Found;
@@ -96,7 +97,8 @@ std::vector<const NodeType*> allInMainFile(const MatcherType& Matcher, llvm::Str
                                            clang::ASTContext& Context) {
   std::vector<const NodeType*> Result;
   forEachMainFileDecl(Context, [&](clang::Decl& TopLevel) {
-    for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, decl(forEachDescendant(Matcher))), TopLevel, Context))
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs, decl(forEachDescendant(Matcher))), TopLevel, Context))
       Result.push_back(Found.getNodeAs<NodeType>(Id));
   });
   return Result;
@@ -172,7 +174,8 @@ bool isDistributedFunction(const clang::FunctionDecl& Function, clang::ASTContex
   if (!Function.hasBody())
     return false;
   auto RuntimeOrC10d = callExpr(callee(functionDecl(matchesName("^::(accelerate|c10d)::"))));
-  return !match(traverse(clang::TK_AsIs, stmt(hasDescendant(RuntimeOrC10d))), *Function.getBody(), Context).empty();
+  return !match(traverse(clang::TK_AsIs, stmt(hasDescendant(RuntimeOrC10d))), *Function.getBody(), Context)
+              .empty();
 }
 
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInDistributedFunction() {
@@ -213,26 +216,29 @@ const clang::ValueDecl* namedDeclaration(const clang::Expr* E) {
 std::vector<const clang::Expr*> optimizerConstructions(clang::ASTContext& Context) {
   auto Construction =
       expr(anyOf(cxxConstructExpr(hasType(isOptimizerTypeImpl()),
-                                  unless(hasDeclaration(cxxConstructorDecl(anyOf(isCopyConstructor(),
-                                                                                 isMoveConstructor()))))),
+                                  unless(hasDeclaration(
+                                      cxxConstructorDecl(anyOf(isCopyConstructor(), isMoveConstructor()))))),
                  callExpr(callee(functionDecl(hasAnyName("::std::make_shared", "::std::make_unique"))),
                           hasType(isOptimizerTypeImpl()))))
           .bind("construction");
   return allInMainFile<clang::Expr>(Construction, "construction", Context);
 }
 
-std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArguments, clang::ASTContext& Context) {
+std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArguments,
+                                                clang::ASTContext& Context) {
   auto Parameters =
-      cxxMemberCallExpr(callee(cxxMethodDecl(hasName("parameters"), ofClass(cxxRecordDecl(isSameOrDerivedFrom(
-                                                                         "::torch::nn::Module"))))))
+      cxxMemberCallExpr(
+          callee(cxxMethodDecl(hasName("parameters"),
+                               ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"))))))
           .bind("parameters");
   // In a template, `model->parameters()` on a model of dependent type.
   auto DependentParameters =
       callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("parameters")).bind("dependent")));
   std::vector<const clang::ValueDecl*> Seen;
   std::vector<const clang::Expr*> Models;
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, findAll(stmt(anyOf(Parameters, DependentParameters)))),
-                                       OptimizerArguments, Context)) {
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, findAll(stmt(anyOf(Parameters, DependentParameters)))),
+             OptimizerArguments, Context)) {
     const clang::Expr* Object = nullptr;
     if (const auto* Call = Found.getNodeAs<clang::CXXMemberCallExpr>("parameters"))
       Object = Call->getImplicitObjectArgument()->IgnoreImplicit();
@@ -250,12 +256,80 @@ std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArgu
       Models.push_back(Object);
     }
   }
+  // `std::vector<Tensor> params; for (auto& p : model->parameters()) if (p.requires_grad())
+  // params.push_back(p);` then `Adam(params, ...)`: the models whose parameters a loop over them puts in a
+  // local the arguments name.
+  const clang::FunctionDecl* Function = enclosingFunction(OptimizerArguments, Context);
+  static thread_local int Depth = 0; // Vectors filled from vectors: a few levels, never a cycle.
+  if (!Function || !Function->hasBody() || Depth > 2)
+    return Models;
+  struct DepthScope {
+    DepthScope() { ++Depth; }
+    ~DepthScope() { --Depth; }
+  } Scope;
+  auto Local = declRefExpr(to(varDecl(hasLocalStorage(), unless(hasType(isModuleType()))).bind("local")));
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, expr(anyOf(Local, forEachDescendant(Local)))),
+                                       OptimizerArguments, Context)) {
+    const auto* Vector = Found.getNodeAs<clang::VarDecl>("local");
+    auto Uses = declRefExpr(to(varDecl(equalsNode(Vector))));
+    auto Filling = cxxForRangeStmt(hasRangeInit(expr().bind("range")), hasBody(hasDescendant(Uses)));
+    for (const BoundNodes& Loop :
+         match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Filling))), *Function->getBody(), Context))
+      for (const clang::Expr* Model : modelsTrainedBy(*Loop.getNodeAs<clang::Expr>("range"), Context))
+        if (!llvm::is_contained(Seen, namedDeclaration(Model))) {
+          Seen.push_back(namedDeclaration(Model));
+          Models.push_back(Model);
+        }
+  }
   return Models;
+}
+
+const clang::Stmt* optimizerAssignment(const clang::Expr& Construction, clang::ASTContext& Context) {
+  clang::DynTypedNodeList Parents = Context.getParents(Construction);
+  while (!Parents.empty() &&
+         (Parents[0].get<clang::ImplicitCastExpr>() || Parents[0].get<clang::CXXBindTemporaryExpr>() ||
+          Parents[0].get<clang::MaterializeTemporaryExpr>() || Parents[0].get<clang::CXXConstructExpr>() ||
+          Parents[0].get<clang::ExprWithCleanups>()))
+    Parents = Context.getParents(Parents[0]);
+  const auto* Assignment = Parents.empty() ? nullptr : Parents[0].get<clang::CXXOperatorCallExpr>();
+  if (!Assignment || Assignment->getOperator() != clang::OO_Equal)
+    return nullptr;
+  clang::DynTypedNodeList Above = Context.getParents(*Assignment);
+  while (!Above.empty() && Above[0].get<clang::ExprWithCleanups>())
+    Above = Context.getParents(Above[0]);
+  return !Above.empty() && Above[0].get<clang::CompoundStmt>() ? Assignment : nullptr;
+}
+
+/// True when the prepare pass prepares the models of this construction: it initialises a local or (in a file
+/// with main) a global declaration, or it is assigned to a smart pointer in a statement of its own.
+bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& Context) {
+  if (optimizerAssignment(Construction, Context))
+    return true;
+  clang::DynTypedNodeList Parents = Context.getParents(Construction);
+  while (!Parents.empty() &&
+         (Parents[0].get<clang::ImplicitCastExpr>() || Parents[0].get<clang::ExprWithCleanups>() ||
+          Parents[0].get<clang::CXXBindTemporaryExpr>() ||
+          Parents[0].get<clang::MaterializeTemporaryExpr>() || Parents[0].get<clang::CXXConstructExpr>()))
+    Parents = Context.getParents(Parents[0]);
+  const auto* Variable = Parents.empty() ? nullptr : Parents[0].get<clang::VarDecl>();
+  if (!Variable)
+    return false;
+  if (Variable->hasLocalStorage())
+    return true;
+  const clang::SourceManager& SM = Context.getSourceManager();
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
+    if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
+      if (Function->isMain() && Function->hasBody() &&
+          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
+        return true;
+  return false;
 }
 
 bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context) {
   for (const clang::Expr* Construction : optimizerConstructions(Context))
-    for (const clang::Expr* Trained : modelsTrainedBy(*Construction, Context))
+    for (const clang::Expr* Trained : isPreparedConstruction(*Construction, Context)
+                                          ? modelsTrainedBy(*Construction, Context)
+                                          : std::vector<const clang::Expr*>())
       if (namedDeclaration(Trained) == &Model)
         return true;
   return false;
@@ -307,7 +381,8 @@ const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTCont
   unsigned Index = Parameter->getFunctionScopeIndex();
   const clang::VarDecl* Loader = nullptr;
   bool AllCallsPassLoaders = true, AnyCall = false;
-  for (const clang::CallExpr* Call : allInMainFile<clang::CallExpr>(callExpr().bind("call"), "call", Context)) {
+  for (const clang::CallExpr* Call :
+       allInMainFile<clang::CallExpr>(callExpr().bind("call"), "call", Context)) {
     const clang::FunctionDecl* Callee = Call->getDirectCallee();
     if (!Callee)
       continue;
@@ -334,9 +409,13 @@ bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) 
 }
 
 bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
-  auto TensorValue = expr(anyOf(declRefExpr(hasType(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))),
-                                declRefExpr(isTypeDependent()), cxxDependentScopeMemberExpr(),
-                                cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item"))))));
+  auto Item = expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item")))),
+                         callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("item"))))));
+  // A tensor, or a number read from one (`float loss = output.item<float>();`).
+  auto TensorValue = expr(
+      anyOf(declRefExpr(hasType(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))),
+            declRefExpr(isTypeDependent()), cxxDependentScopeMemberExpr(), Item,
+            declRefExpr(to(varDecl(hasLocalStorage(), hasInitializer(anyOf(Item, hasDescendant(Item))))))));
   clang::DynTypedNodeList Parents = Context.getParents(S);
   while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
     const clang::Expr* Condition = nullptr;
@@ -346,7 +425,9 @@ bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
       Condition = While->getCond();
     else if (const auto* For = Parents[0].get<clang::ForStmt>())
       Condition = For->getCond();
-    if (Condition && !match(traverse(clang::TK_AsIs, expr(anyOf(TensorValue, hasDescendant(TensorValue)))), *Condition, Context).empty())
+    if (Condition && !match(traverse(clang::TK_AsIs, expr(anyOf(TensorValue, hasDescendant(TensorValue)))),
+                            *Condition, Context)
+                          .empty())
       return true;
     Parents = Context.getParents(Parents[0]);
   }
@@ -357,8 +438,9 @@ bool isInTrainingLoop(const clang::Stmt& S, clang::ASTContext& Context) {
   clang::DynTypedNodeList Parents = Context.getParents(S);
   while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
     const auto* Loop = Parents[0].get<clang::Stmt>();
-    if (Loop && (llvm::isa<clang::ForStmt>(Loop) || llvm::isa<clang::CXXForRangeStmt>(Loop) ||
-                 llvm::isa<clang::WhileStmt>(Loop) || llvm::isa<clang::DoStmt>(Loop)) &&
+    if (Loop &&
+        (llvm::isa<clang::ForStmt>(Loop) || llvm::isa<clang::CXXForRangeStmt>(Loop) ||
+         llvm::isa<clang::WhileStmt>(Loop) || llvm::isa<clang::DoStmt>(Loop)) &&
         loopTrains(*Loop, Context))
       return true;
     Parents = Context.getParents(Parents[0]);
@@ -367,8 +449,8 @@ bool isInTrainingLoop(const clang::Stmt& S, clang::ASTContext& Context) {
 }
 
 StatementMatcher optimizerStep() {
-  return cxxMemberCallExpr(
-      callee(cxxMethodDecl(hasName("step"), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::optim::Optimizer"))))));
+  return cxxMemberCallExpr(callee(cxxMethodDecl(
+      hasName("step"), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::optim::Optimizer"))))));
 }
 
 bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
@@ -380,9 +462,13 @@ bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::
   if (loopTrains(Body, Context))
     return true;
   auto Guard = varDecl(hasType(cxxRecordDecl(hasName("::torch::NoGradGuard"))));
-  if (!match(traverse(clang::TK_AsIs, stmt(hasDescendant(stmt(anyOf(optimizerStep(), declStmt(has(Guard))))))), Body, Context).empty())
+  if (!match(
+           traverse(clang::TK_AsIs, stmt(hasDescendant(stmt(anyOf(optimizerStep(), declStmt(has(Guard))))))),
+           Body, Context)
+           .empty())
     return true;
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(cxxForRangeStmt().bind("loop")))), Body, Context))
+  for (const BoundNodes& Found : match(
+           traverse(clang::TK_AsIs, stmt(forEachDescendant(cxxForRangeStmt().bind("loop")))), Body, Context))
     if (iteratedLoader(*Found.getNodeAs<clang::Stmt>("loop"), Context))
       return true;
   return false;

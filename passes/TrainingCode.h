@@ -1,5 +1,5 @@
-// passes/TrainingCode.h: what the passes agree is training code: the libtorch types they recognise, the models
-// an optimizer trains, the loaders a training loop reads, and the code they leave alone.
+// passes/TrainingCode.h: what the passes agree is training code: the libtorch types they recognise, the
+// models an optimizer trains, the loaders a training loop reads, and the code they leave alone.
 #ifndef ACCELERATE_PASSES_TRAININGCODE_H
 #define ACCELERATE_PASSES_TRAININGCODE_H
 
@@ -18,10 +18,11 @@ class VarDecl;
 
 namespace accelerate::passes {
 
-// ---- Types (through references, pointers, `std::shared_ptr` and `std::unique_ptr`) -------------------------
+// ---- Types (through references, pointers, `std::shared_ptr` and `std::unique_ptr`)
+// -------------------------
 
-/// A `torch::nn::Module` subclass, a module holder (`torch::nn::Linear`, a `TORCH_MODULE`), or a smart pointer
-/// to a module.
+/// A `torch::nn::Module` subclass, a module holder (`torch::nn::Linear`, a `TORCH_MODULE`), or a smart
+/// pointer to a module.
 clang::ast_matchers::internal::Matcher<clang::QualType> isModuleType();
 /// A class derived from `torch::optim::Optimizer`.
 clang::ast_matchers::internal::Matcher<clang::QualType> isOptimizerType();
@@ -36,8 +37,8 @@ clang::ast_matchers::internal::Matcher<clang::QualType> isDeviceType();
 /// defines it), following the parent map up. Null at namespace scope.
 const clang::FunctionDecl* enclosingFunction(const clang::Stmt& S, clang::ASTContext& Context);
 
-/// True when the main file trains something: it declares, takes or steps a `torch::optim` optimizer. Files that
-/// only use autograd (a `backward()` in a demo or a test) are not training code and are left alone.
+/// True when the main file trains something: it declares, takes or steps a `torch::optim` optimizer. Files
+/// that only use autograd (a `backward()` in a demo or a test) are not training code and are left alone.
 bool mainFileTrains(clang::ASTContext& Context);
 /// Matches any node when mainFileTrains().
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingFile();
@@ -58,14 +59,21 @@ const clang::ValueDecl* namedDeclaration(const clang::Expr* E);
 /// The models whose `parameters()` an optimizer's constructor arguments take (`model->parameters()`,
 /// `model.parameters()`, `(*model).parameters()`), in source order, each model once: the expression naming
 /// the model as written there (`model`, `*model`, `this->net`).
-std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArguments, clang::ASTContext& Context);
+std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArguments,
+                                                clang::ASTContext& Context);
 
 /// Every expression in the main file that constructs an optimizer: `SGD optimizer(...)`, `SGD(...)`,
 /// `std::make_shared<SGD>(...)`, in source order.
 std::vector<const clang::Expr*> optimizerConstructions(clang::ASTContext& Context);
 
-/// True when `Model` (a module variable or member) is trained: some optimizer constructed in the main file
-/// takes its `parameters()`. Models that are only evaluated (an EMA copy, a frozen feature extractor) are not.
+/// The statement `optimizer = std::make_unique<Adam>(...)` (a smart pointer assigned in a statement of its
+/// own in a block) when `Construction` is its right-hand side; null otherwise.
+const clang::Stmt* optimizerAssignment(const clang::Expr& Construction, clang::ASTContext& Context);
+
+/// True when `Model` (a module variable or member) is trained and prepared: an optimizer constructed in the
+/// main file takes its `parameters()`, where the prepare pass prepares its models (a local or, with main,
+/// global declaration, or an assignment statement). Models that are only evaluated (an EMA copy, a frozen
+/// feature extractor) are not.
 bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context);
 
 /// True when the loop's body runs a training step: a tensor `backward()` call, resolved or (in a template)
@@ -81,14 +89,14 @@ const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTCont
 bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
 
 /// True when `Function` is training or evaluation code: `main` of a training file, or a function that runs a
-/// backward pass, steps an optimizer, iterates a data loader or holds a `torch::NoGradGuard`. Its output and its
-/// files are the main process's.
+/// backward pass, steps an optimizer, iterates a data loader or holds a `torch::NoGradGuard`. Its output and
+/// its files are the main process's.
 bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::ASTContext& Context);
 /// Matches a statement in such a function, in a training file.
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode();
 
-/// True when a condition above `S` in its function (an `if`, `while` or `for` condition) depends on a tensor's
-/// value or on a dependent type: processes could disagree on it, so `S` must take no collective.
+/// True when a condition above `S` in its function (an `if`, `while` or `for` condition) depends on a
+/// tensor's value or on a dependent type: processes could disagree on it, so `S` must take no collective.
 bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context);
 
 /// True when `S` is inside a loop (of its function) that runs a training step (see loopTrains).

@@ -19,7 +19,7 @@ struct FileEdit {
   std::string Text;
   std::string
       Header; ///< When set, the edit adds `#include <Header>` (or "Header") instead; Offset is unused.
-  std::string Origin; ///< Who asked for it, "file:line:col (pass 'name')", for error messages.
+  std::string Origin;     ///< Who asked for it, "file:line:col (pass 'name')", for error messages.
   unsigned FindingId = 0; ///< The finding (PassRunner.h) the edit belongs to.
   unsigned PassIndex = 0; ///< The pass's place in the run: insertions at one place go in this order.
 };

@@ -114,7 +114,8 @@ void printFindings(const FileRewrite& Rewrite, bool Explain) {
   OS << "\n";
 }
 
-/// The rewrite's edits as clang-apply-replacements reads them: one diagnostic per change, named after its pass.
+/// The rewrite's edits as clang-apply-replacements reads them: one diagnostic per change, named after its
+/// pass.
 llvm::Error writeFixes(llvm::StringRef Path, const FileRewrite& Rewrite) {
   clang::tooling::TranslationUnitDiagnostics Fixes;
   Fixes.MainSourceFile = Rewrite.File;

@@ -13,24 +13,24 @@ namespace accelerate::rewriter {
 
 struct DriverOptions {
   std::string InputFile;
-  std::string OutputFile;        ///< `-o`: write here; empty means stdout (unless InPlace).
-  bool InPlace = false;          ///< `-i`: replace InputFile (only when something changed).
-  bool Explain = false;          ///< `--explain`: every change and note, its place and its reason, on stderr.
-  bool Check = false;            ///< `--check`: write nothing; exit 1 when the file needs rewriting.
-  bool Diff = false;             ///< `--diff`: a unified diff on stdout instead of the rewritten file.
-  bool LineDirectives = false;   ///< `--line-directives`: `#line` lines that map the output to InputFile.
-  std::string ExportFixes;       ///< `--export-fixes`: the edits as clang-apply-replacements YAML, here.
-  std::string DepFile;           ///< `--depfile`: the files the rewrite read, as a Makefile rule, here.
+  std::string OutputFile;      ///< `-o`: write here; empty means stdout (unless InPlace).
+  bool InPlace = false;        ///< `-i`: replace InputFile (only when something changed).
+  bool Explain = false;        ///< `--explain`: every change and note, its place and its reason, on stderr.
+  bool Check = false;          ///< `--check`: write nothing; exit 1 when the file needs rewriting.
+  bool Diff = false;           ///< `--diff`: a unified diff on stdout instead of the rewritten file.
+  bool LineDirectives = false; ///< `--line-directives`: `#line` lines that map the output to InputFile.
+  std::string ExportFixes;     ///< `--export-fixes`: the edits as clang-apply-replacements YAML, here.
+  std::string DepFile;         ///< `--depfile`: the files the rewrite read, as a Makefile rule, here.
   std::vector<passes::PassInfo> Passes; ///< The passes to run, in registry order.
-  std::string ResourceDir;       ///< Clang's resource directory, prepended as `-resource-dir=`.
+  std::string ResourceDir;              ///< Clang's resource directory, prepended as `-resource-dir=`.
   std::string RuntimeIncludeDir; ///< Holds accelerate/accelerate.h; appended as `-I` to check the rewrite.
 };
 
 /// Rewrites one file: parse it, run the passes, report (warnings always, with a one-line summary; with
 /// Explain, every change and note), check that the rewritten text compiles, then write it, its diff, its
-/// fixes or its dependencies as asked. Returns the exit code: 0 on success, 1 when the input does not compile,
-/// the rewrite would not compile, an output cannot be written, or (Check) the file needs rewriting; on an
-/// error nothing is written.
+/// fixes or its dependencies as asked. Returns the exit code: 0 on success, 1 when the input does not
+/// compile, the rewrite would not compile, an output cannot be written, or (Check) the file needs rewriting;
+/// on an error nothing is written.
 int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverOptions& Options);
 
 /// The directory whose accelerate/accelerate.h the rewrite is checked against: `<bin>/../include` next to

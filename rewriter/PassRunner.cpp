@@ -169,9 +169,9 @@ public:
       auto [Entry, Inserted] = IsUserFile.try_emplace(File, false);
       if (Inserted) {
         auto Ref = SM.getFileEntryRefForID(File);
-        Entry->second = File == SM.getMainFileID() ||
-                        (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
-                         Ref->getDir().getName().starts_with(MainDirectory));
+        Entry->second =
+            File == SM.getMainFileID() || (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
+                                           Ref->getDir().getName().starts_with(MainDirectory));
       }
       return Entry->second;
     };

@@ -26,8 +26,8 @@ struct Step {
   unsigned OldLine, NewLine; ///< 0-based positions before this step.
 };
 
-/// The alignment, from a longest common subsequence of lines. The common prefix and suffix are taken first, so
-/// the quadratic table only spans the changed middle.
+/// The alignment, from a longest common subsequence of lines. The common prefix and suffix are taken first,
+/// so the quadratic table only spans the changed middle.
 std::vector<Step> align(const std::vector<llvm::StringRef>& Old, const std::vector<llvm::StringRef>& New) {
   unsigned Prefix = 0;
   while (Prefix < Old.size() && Prefix < New.size() && Old[Prefix] == New[Prefix])
@@ -137,9 +137,8 @@ std::vector<unsigned> originalLines(llvm::StringRef Old, llvm::StringRef New) {
     std::vector<unsigned> Removed, Added;
     size_t Run = K;
     for (; Run < Steps.size() && Steps[Run].What != Step::Keep; ++Run)
-      (Steps[Run].What == Step::Remove ? Removed : Added).push_back(Steps[Run].What == Step::Remove
-                                                                          ? Steps[Run].OldLine
-                                                                          : Steps[Run].NewLine);
+      (Steps[Run].What == Step::Remove ? Removed : Added)
+          .push_back(Steps[Run].What == Step::Remove ? Steps[Run].OldLine : Steps[Run].NewLine);
     unsigned Next = Run < Steps.size() ? Steps[Run].OldLine + 1 : LastOld;
     for (size_t A = 0; A < Added.size(); ++A)
       Result[Added[A]] = A < Removed.size() ? Removed[A] + 1 : Next;

@@ -1,5 +1,5 @@
-// rewriter/TextDiff.h: line alignment of a file before and after the rewrite: unified diffs and the original line
-// of each rewritten line.
+// rewriter/TextDiff.h: line alignment of a file before and after the rewrite: unified diffs and the original
+// line of each rewritten line.
 #ifndef ACCELERATE_REWRITER_TEXTDIFF_H
 #define ACCELERATE_REWRITER_TEXTDIFF_H
 
@@ -15,9 +15,9 @@ namespace accelerate::rewriter {
 std::string unifiedDiff(llvm::StringRef OldName, llvm::StringRef NewName, llvm::StringRef Old,
                         llvm::StringRef New);
 
-/// For each line of `New` (0-based), the 1-based line of `Old` it comes from: a kept line's own line, a changed
-/// line the line it replaced (in order, within its hunk), an inserted line the old line it was inserted
-/// before (or, at the end of the file, the last old line).
+/// For each line of `New` (0-based), the 1-based line of `Old` it comes from: a kept line's own line, a
+/// changed line the line it replaced (in order, within its hunk), an inserted line the old line it was
+/// inserted before (or, at the end of the file, the last old line).
 std::vector<unsigned> originalLines(llvm::StringRef Old, llvm::StringRef New);
 
 /// `New` with `#line` directives wherever its lines stop following `Old`'s, so a compiler's diagnostics and

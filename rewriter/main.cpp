@@ -17,16 +17,17 @@ static cl::opt<std::string> OutputFile("o", cl::desc("Write the rewritten file t
                                        cl::value_desc("file"), cl::cat(Category));
 static cl::opt<bool> InPlace("i", cl::desc("Rewrite the input file in place (only if something changes)"),
                              cl::cat(Category));
-static cl::opt<bool> Explain("explain",
-                             cl::desc("Print each change and note with file:line:col and its reason to stderr"),
-                             cl::cat(Category));
+static cl::opt<bool>
+    Explain("explain", cl::desc("Print each change and note with file:line:col and its reason to stderr"),
+            cl::cat(Category));
 static cl::opt<bool> Check("check",
                            cl::desc("Write nothing; exit 1 when the file needs rewriting (a CI lint)"),
                            cl::cat(Category));
-static cl::opt<bool> Diff("diff", cl::desc("Print a unified diff instead of the rewritten file"), cl::cat(Category));
-static cl::opt<std::string> ExportFixes("export-fixes",
-                                        cl::desc("Write the edits to <file> as YAML for clang-apply-replacements"),
-                                        cl::value_desc("file"), cl::cat(Category));
+static cl::opt<bool> Diff("diff", cl::desc("Print a unified diff instead of the rewritten file"),
+                          cl::cat(Category));
+static cl::opt<std::string>
+    ExportFixes("export-fixes", cl::desc("Write the edits to <file> as YAML for clang-apply-replacements"),
+                cl::value_desc("file"), cl::cat(Category));
 static cl::opt<bool> LineDirectives(
     "line-directives",
     cl::desc("Add #line directives so diagnostics in the rewritten file name the original file and line"),
@@ -35,12 +36,14 @@ static cl::opt<std::string> DepFile("depfile",
                                     cl::desc("Write the files the rewrite read to <file> as a Makefile rule "
                                              "(for a build system's DEPFILE); needs -o or -i"),
                                     cl::value_desc("file"), cl::cat(Category));
-static cl::list<std::string> OnlyPasses("passes",
-                                        cl::desc("Run only these passes (comma-separated; see --list-passes); "
-                                                 "passes that are off by default run when named here"),
-                                        cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
+static cl::list<std::string>
+    OnlyPasses("passes",
+               cl::desc("Run only these passes (comma-separated; see --list-passes); "
+                        "passes that are off by default run when named here"),
+               cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
 static cl::list<std::string> DisabledPasses("disable", cl::desc("Do not run these passes (comma-separated)"),
-                                            cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
+                                            cl::CommaSeparated, cl::value_desc("name,..."),
+                                            cl::cat(Category));
 static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes, in the order they run, and exit"),
                                 cl::cat(Category));
 static cl::extrahelp CommonHelp(clang::tooling::CommonOptionsParser::HelpMessage);
@@ -93,7 +96,8 @@ int main(int argc, const char** argv) {
   }
   if (ListPasses) {
     for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses())
-      llvm::outs() << Pass.Name << ": " << Pass.Summary << (Pass.OnByDefault ? "" : " [off by default]") << "\n";
+      llvm::outs() << Pass.Name << ": " << Pass.Summary << (Pass.OnByDefault ? "" : " [off by default]")
+                   << "\n";
     return 0;
   }
   const std::vector<std::string>& Files = Parser->getSourcePathList();

@@ -1,7 +1,10 @@
 // The accumulate pass: the innermost loop that runs a training step (a backward pass and an optimizer step)
 // gets `auto accumulate = accelerator.accumulate(models...);` as its first statement, in both zero_grad orders,
 // with the models the stepped optimizers train.
+// A loop that stops on a value each process computes from its own batch is reported (it could hang).
 // RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
+// RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --check-prefix=WARN \
+// RUN:   --implicit-check-not=warning:
 
 #include <torch/torch.h>
 
@@ -75,4 +78,20 @@ void negatives(Net& net, torch::optim::SGD& optimizer, torch::Tensor x) {
     net.forward(x).sum().backward(), optimizer.step();
   // CHECK: {{^}}  for (int i = 0; i < 2; ++i){{$}}
   // CHECK-NEXT: {{^}}    accelerator.backward(net.forward(x).sum()), optimizer.step();{{$}}
+}
+
+void stops_on_local_loss(Net& net, torch::optim::SGD& optimizer) {
+  for (int step = 0; step < 1000; ++step) {
+    optimizer.zero_grad();
+    auto loss = net.forward(torch::randn({2, 2})).sum();
+    loss.backward();
+    optimizer.step();
+    float value = loss.item<float>();
+    if (step == 10) // A condition every process agrees on.
+      break;
+    if (value < 1e-3)
+      break;
+    // WARN: accumulate.cpp:[[@LINE-1]]:7: warning: training loop exit not made safe: it depends on a value each
+    // WARN-SAME: process computes from its own batch (a local loss), so processes could stop at different steps
+  }
 }

@@ -29,6 +29,9 @@ int main() {
       std::cout << "converged at " << loss.item<double>() << std::endl;
     // A condition on the local loss: printed as it is (the mean is a collective that only some would reach).
     // CHECK: {{^}}      accelerator.print("converged at ", loss.item<double>());{{$}}
+    std::cout << "on the device: " << loss.cuda().item<double>() << std::endl;
+    // Another pass edits inside an operand: the line is converted around it.
+    // CHECK: {{^}}    accelerator.print("on the device: ", loss.to(accelerator.device()).item<double>());{{$}}
     std::cout << "." << std::flush;
     // CHECK: {{^}}    if (accelerator.is_main_process()) std::cout << "." << std::flush;{{$}}
     std::cerr << "step done" << std::endl;

@@ -95,3 +95,47 @@ void elsewhere(torch::optim::Optimizer& optimizer, std::shared_ptr<torch::optim:
   // CHECK: {{^}}  optimizer.step();{{$}}
   // CHECK: {{^}}  shared->step();{{$}}
 }
+
+// An optimizer assigned to a pointer, one per branch: its model is prepared before each assignment; the
+// optimizer stays libtorch's.
+void assigned(torch::nn::Linear net, bool use_adam) {
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (use_adam) {
+    optimizer = std::make_unique<torch::optim::Adam>(net->parameters());
+    // CHECK:      {{^}}    accelerator.prepare(net);{{$}}
+    // CHECK-NEXT: {{^}}    optimizer = std::make_unique<torch::optim::Adam>(net->parameters());{{$}}
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(net->parameters(), 0.1);
+    // CHECK:      {{^}}    accelerator.prepare(net);{{$}}
+    // CHECK-NEXT: {{^}}    optimizer = std::make_unique<torch::optim::SGD>(net->parameters(), 0.1);{{$}}
+  }
+  optimizer->step();
+}
+
+// Frozen parameters: the optimizer takes a vector filled from the model's parameters.
+void frozen(torch::nn::Linear net) {
+  std::vector<torch::Tensor> trainable;
+  for (auto& p : net->parameters())
+    if (p.defined())
+      trainable.push_back(p);
+  torch::optim::Adam optimizer(trainable);
+  // CHECK:      {{^}}  accelerator.prepare(net);{{$}}
+  // CHECK-NEXT: {{^}}  auto optimizer = accelerator.prepare(torch::optim::Adam(trainable));{{$}}
+}
+
+// A helper that takes the concrete optimizer type by reference, called with the prepared optimizer only: the
+// parameter becomes accelerate::Optimizer& (a torch::optim::Adam& could not bind to it).
+void update(torch::optim::Adam& trainer) { trainer.step(); }
+// CHECK: {{^}}void update(accelerate::Optimizer& trainer) { trainer.step(); }{{$}}
+void calls_update(torch::nn::Linear net) {
+  torch::optim::Adam trainer(net->parameters());
+  update(trainer);
+}
+// Negative: also called with an optimizer that is not prepared.
+void reset(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
+// CHECK: {{^}}void reset(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }{{$}}
+void calls_reset(torch::nn::Linear net, torch::optim::SGD& elsewhere) {
+  torch::optim::SGD mine(net->parameters(), 0.1);
+  reset(mine);
+  reset(elsewhere);
+}

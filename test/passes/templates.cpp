@@ -12,6 +12,8 @@ struct Net : torch::nn::Module {
 
 template <typename DataLoader>
 void train(size_t epoch, Net& model, torch::Device device, DataLoader& data_loader, torch::optim::Optimizer& optimizer) {
+  // Every call passes the prepared optimizer: the parameter takes the accelerate::Optimizer.
+  // CHECK: {{^}}void train(size_t epoch, Net& model, torch::Device device, DataLoader& data_loader, accelerate::Optimizer& optimizer) {{[{]}}{{$}}
   model.train();
   size_t batch_idx = 0;
   for (auto& batch : data_loader) {
