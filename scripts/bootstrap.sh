@@ -42,9 +42,9 @@ python_for_venv() {
 }
 
 # Python packages the tests use beside torch: Hugging Face Accelerate (launcher and config oracle),
-# safetensors (checkpoint oracle), numpy and pyyaml.
-EXTRA_PYTHON_PACKAGES=(numpy pyyaml accelerate==1.15.0 safetensors)
-EXTRA_PYTHON_DISTRIBUTIONS="numpy pyyaml accelerate safetensors"
+# safetensors (checkpoint oracle), numpy and pyyaml; matplotlib draws the benchmark plots (bench/compare.py).
+EXTRA_PYTHON_PACKAGES=(numpy pyyaml accelerate==1.15.0 safetensors matplotlib)
+EXTRA_PYTHON_DISTRIBUTIONS="numpy pyyaml accelerate safetensors matplotlib"
 
 install_torch() {
   # Checked through pip's metadata: importing torch takes seconds.
