@@ -1,5 +1,7 @@
 # Finds Torch (from the PyPI wheel) and LLVM/Clang 19 for the parts that are enabled.
 
+include(GNUInstallDirs)
+
 if(ACCEL_BUILD_RUNTIME)
   if(NOT ACCEL_PYTHON)
     # Where scripts/bootstrap.sh installs torch.
@@ -36,6 +38,21 @@ if(ACCEL_BUILD_RUNTIME)
                         "configure with -DACCEL_BUILD_RUNTIME=OFF to build the rewriter alone")
   endif()
   message(STATUS "accelerate-cpp: Torch ${Torch_VERSION} from ${Torch_DIR}")
+  # What the installed package checks a consumer's Torch against (libtorch has no ABI stability).
+  # (torch >= 2.7 sets no TORCH_CXX_FLAGS: it is built with the C++11 ABI only.)
+  set(ACCEL_TORCH_CXX11_ABI 1)
+  if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=([01])")
+    set(ACCEL_TORCH_CXX11_ABI ${CMAKE_MATCH_1})
+  endif()
+  # Installed libraries and binaries find libtorch, the wheel's NVIDIA libraries and each other at run time.
+  set(ACCEL_INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}" "${TORCH_INSTALL_PREFIX}/lib")
+  file(GLOB _accel_nvidia_lib_dirs LIST_DIRECTORIES true "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")
+  foreach(_dir IN LISTS _accel_nvidia_lib_dirs)
+    if(IS_DIRECTORY "${_dir}")
+      get_filename_component(_dir "${_dir}" REALPATH)
+      list(APPEND ACCEL_INSTALL_RPATH "${_dir}")
+    endif()
+  endforeach()
 endif()
 
 if(ACCEL_BUILD_REWRITER)

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""The installed package as a user meets it: `cmake --install`, find_package(AccelerateCpp), accelerate_target().
+
+  package: installs the current build into <work>/prefix, copies test/install/project to <work>/project,
+           configures it against the prefix alone, builds `train`, and runs it on 2 ranks with the installed
+           `accel launch`. Its loss (all-reduced by the rewritten loop) must be finite, fall, and equal the
+           same binary's single-process run at the same global batch (rtol 1e-5).
+  rebuild: in that build (after `package`), checks the rewrite's dependencies through the build tool's
+           output: an unchanged tree and a touched unrelated header do not re-run the rewrite, a touched
+           included header does, and so does an edited source; a compile error planted in that source
+           is reported at the original file and line (through the rewritten copy's #line directives).
+"""
+import argparse
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+REWRITE = re.compile(r"accel-rewrite train\.cpp")
+STEP = re.compile(r"^(?:\[rank(\d+)\]: )?step (\d+) loss (\S+)$")
+
+
+def fail(message, output=""):
+    sys.exit(f"install_test: FAILED: {message}\n{output}")
+
+
+def run(command, timeout=600, env=None, check=True):
+    started = time.time()
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                            env=dict(os.environ, **(env or {})))
+    print(f"install_test: {' '.join(command)} -> {result.returncode} ({time.time() - started:.1f} s)", flush=True)
+    if check and result.returncode != 0:
+        fail(f"{' '.join(command)} exited {result.returncode}", result.stdout)
+    return result
+
+
+def build(options, check=True):
+    command = [options.cmake, "--build", os.path.join(options.work, "build"), "--target", "train", "-j", "2"]
+    return run(command, check=check)
+
+
+def losses(output):
+    values = {}
+    for line in output.splitlines():
+        match = STEP.match(line.strip())
+        if match:
+            values.setdefault(int(match.group(1) or 0), {})[int(match.group(2))] = float(match.group(3))
+    return values
+
+
+def package(options):
+    work = options.work
+    shutil.rmtree(work, ignore_errors=True)
+    prefix = os.path.join(work, "prefix")
+    run([options.cmake, "--install", options.build_dir, "--prefix", prefix])
+    for path in ("bin/accel", "bin/accel-rewrite", "lib/libaccelerate_runtime.so",
+                 "include/accelerate/accelerate.h", "lib/cmake/AccelerateCpp/AccelerateCppConfig.cmake",
+                 "lib/cmake/AccelerateCpp/AccelerateCppConfigVersion.cmake"):
+        if not os.path.exists(os.path.join(prefix, path)):
+            fail(f"`cmake --install` did not install {path}; build everything first (`make build`)")
+    project = os.path.join(work, "project")
+    shutil.copytree(options.project, project)
+
+    configure = [options.cmake, "-S", project, "-B", os.path.join(work, "build"), "-G", options.generator,
+                 "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_PREFIX_PATH={prefix}",
+                 f"-DCMAKE_CXX_COMPILER={options.cxx}", "-Wno-dev"]
+    if options.launcher:
+        configure.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={options.launcher}")
+    run(configure)
+    with open(os.path.join(work, "build", "CMakeCache.txt")) as cache:
+        found = re.search(r"^AccelerateCpp_DIR:PATH=(.*)$", cache.read(), re.M)
+    expected = os.path.join(prefix, "lib", "cmake", "AccelerateCpp")
+    if not found or os.path.realpath(found.group(1)) != os.path.realpath(expected):
+        fail(f"the project found AccelerateCpp in {found and found.group(1)}, not in {expected}")
+
+    output = build(options).stdout
+    if not REWRITE.search(output):
+        fail("the first build did not run accel-rewrite on train.cpp", output)
+    train = os.path.join(work, "build", "train")
+    libraries = run(["ldd", train]).stdout
+    runtime = re.search(r"libaccelerate_runtime\.so => (\S+)", libraries)
+    if not runtime or os.path.realpath(runtime.group(1)) != os.path.realpath(
+            os.path.join(prefix, "lib", "libaccelerate_runtime.so")):
+        fail("train does not load the installed libaccelerate_runtime.so", libraries)
+    if "not found" in libraries:
+        fail("train misses libraries at run time", libraries)
+
+    env = {"OMP_NUM_THREADS": "1"}
+    single = run([train, "64", "2"], timeout=240, env=env).stdout
+    ranks = run([os.path.join(prefix, "bin", "accel"), "launch", "--num_processes", "2", "--main_process_port",
+                 "0", train, "32", "2"], timeout=240, env=env).stdout
+    print(ranks, end="")
+    plain = losses(single).get(0, {})
+    distributed = losses(ranks)
+    steps = sorted(plain)
+    if len(steps) < 4:
+        fail("the single-process run printed fewer than four steps", single)
+    if not distributed:
+        fail("the 2-rank run printed no step line", ranks)
+    for rank, values in sorted(distributed.items()):
+        if sorted(values) != steps:
+            fail(f"rank {rank} printed steps {sorted(values)}, the single-process run {steps}", ranks)
+        for step in steps:
+            if not math.isfinite(values[step]):
+                fail(f"rank {rank} step {step}: loss {values[step]}", ranks)
+            if not abs(values[step] - plain[step]) <= 1e-5 * abs(plain[step]):
+                fail(f"step {step}: 2 ranks {values[step]!r} vs single process {plain[step]!r} (rtol 1e-5)", ranks)
+    if not plain[steps[-1]] < 0.5 * plain[steps[0]]:
+        fail(f"the loss did not fall: step {steps[0]} {plain[steps[0]]} -> step {steps[-1]} {plain[steps[-1]]}")
+    print(f"install_test: the installed package built train; on 2 ranks its loss matches the single-process "
+          f"run at every printed step (rtol 1e-5): {plain[steps[0]]:.6g} -> {plain[steps[-1]]:.6g}")
+
+
+def rebuild(options):
+    project = os.path.join(options.work, "project")
+    if not os.path.exists(os.path.join(options.work, "build", "train")):
+        fail(f"{options.work} has no built project; run the `package` step first")
+
+    def expect(what, rewrites, check=True):
+        result = build(options, check=check)
+        if bool(REWRITE.search(result.stdout)) != rewrites:
+            fail(f"{what}: the rewrite {'did not run' if rewrites else 'ran'}", result.stdout)
+        print(f"install_test: {what}: the rewrite {'ran' if rewrites else 'did not run'}")
+        return result
+
+    expect("nothing changed", False)
+    time.sleep(1.1)  # a new mtime, also on file systems with 1 s resolution
+    os.utime(os.path.join(project, "unrelated.h"))
+    expect("unrelated.h touched", False)
+    os.utime(os.path.join(project, "model.h"))
+    expect("model.h (included by train.cpp) touched", True)
+
+    # A line that the rewriter (Clang) skips but the compiler does not, after lines the rewrite adds.
+    if options.cxx_id == "Clang":
+        print("install_test: the compiler is Clang, like the rewriter; the planted-error check needs another "
+              "compiler and is skipped")
+        return
+    source = os.path.join(project, "train.cpp")
+    with open(source) as file:
+        text = file.read()
+    planted_line = text.count("\n") + 2
+    with open(source, "w") as file:
+        file.write(text + "#ifndef __clang__\nstatic_assert(sizeof(int) == 0, \"planted error\");\n#endif\n")
+    try:
+        result = expect("train.cpp edited", True, check=False)
+        if result.returncode == 0:
+            fail("the build with a planted error succeeded", result.stdout)
+        where = f"{source}:{planted_line}:"
+        if where not in result.stdout:
+            fail(f"the planted error is not reported at {where}", result.stdout)
+        with open(os.path.join(options.work, "build", "train.accelerate", "train.cpp")) as file:
+            physical = file.read().split("\n").index('static_assert(sizeof(int) == 0, "planted error");') + 1
+        if physical == planted_line:
+            fail("the rewritten copy has the planted line at the same line; the check proves nothing")
+        print(f"install_test: the planted error is reported at train.cpp:{planted_line} (line {physical} of the "
+              f"rewritten copy)")
+    finally:
+        with open(source, "w") as file:
+            file.write(text)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=["package", "rebuild"])
+    parser.add_argument("--cmake", required=True)
+    parser.add_argument("--build-dir", required=True, help="the accelerate-cpp build to install")
+    parser.add_argument("--project", required=True, help="the user project's sources")
+    parser.add_argument("--work", required=True, help="where the prefix, project copy and its build go")
+    parser.add_argument("--generator", required=True)
+    parser.add_argument("--cxx", required=True)
+    parser.add_argument("--cxx-id", default="")
+    parser.add_argument("--launcher", default="")
+    options = parser.parse_args()
+    (package if options.step == "package" else rebuild)(options)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
