@@ -1,0 +1,315 @@
+"""Side by side with Hugging Face Accelerate: the reference workloads in four forms, from the same weights and data.
+
+  (a) plain   bench/train_ref.cpp compiled as it is (bench_train_plain)
+  (b) accel   the same source through accel-rewrite and the runtime (bench_train_accel; `accel launch` for N > 1)
+  (c) hf      bench/train_ref.py --form accelerate: Python + Hugging Face Accelerate (torchrun with gloo for N > 1)
+  (d) torch   bench/train_ref.py --form torch: plain Python torch
+
+Commands:
+  compare.py run [--workloads W,..] [--procs 1,2] [--precisions fp32,..] [--reps R] [--steps N] [--warmup W]
+                 [--bin-dir DIR] [--markdown FILE] [--json FILE] [--plot FILE]
+      runs the forms alternated (the order rotates every repetition), R repetitions, and prints the medians:
+      step time, samples/s (tokens/s for gpt), and each form's speed relative to (c). 1 process runs with
+      --threads-1proc intra-op threads (default 1), each of N > 1 processes with one. (a) and (d) are single-
+      device loops: they run at 1 process in fp32 only.
+  compare.py loss-check --workload W [--steps 100] [--bin-dir DIR] [--plot FILE]
+      (b) against (c) in fp32, 1 process: every step's loss within 1e-4 relative. Exit 1 when not.
+  compare.py inputs DIR [--workloads W,..]
+      writes DIR/W.weights (the initial parameters, seed 0) and DIR/W.data (the samples) for each workload.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import train_ref  # noqa: E402  (the Python forms; also reads and writes the tensor files)
+
+FORMS = ["a", "b", "c", "d"]
+FORM_NAMES = {"a": "(a) plain C++", "b": "(b) accel C++", "c": "(c) HF Accelerate", "d": "(d) plain torch"}
+SAMPLES = {"mlp-mnist": 2048, "gpt-small": 256, "gpt-86m": 128}
+
+
+def write_inputs(directory, workloads):
+    import torch
+
+    os.makedirs(directory, exist_ok=True)
+    for workload in workloads:
+        torch.manual_seed(0)
+        model = train_ref.make_model(workload)
+        train_ref.write_tensors(os.path.join(directory, f"{workload}.weights"),
+                                {name: p.detach() for name, p in model.named_parameters()})
+        generator = torch.Generator().manual_seed(42)
+        if workload == "mlp-mnist":
+            images = torch.randn(SAMPLES[workload], 784, generator=generator)
+            teacher = torch.randn(784, 10, generator=generator)
+            data = {"images": images, "labels": (images @ teacher).argmax(1)}
+        else:
+            # Repeating random patterns (period 2-16): learnable by attention, so the loss curve moves.
+            vocab, _, _, _, context, _ = train_ref.CONFIGS[workload]
+            rows = []
+            for _ in range(SAMPLES[workload]):
+                period = int(torch.randint(2, 17, (1,), generator=generator))
+                pattern = torch.randint(vocab, (period,), generator=generator)
+                rows.append(pattern.repeat(context // period + 2)[: context + 1])
+            data = {"tokens": torch.stack(rows)}
+        train_ref.write_tensors(os.path.join(directory, f"{workload}.data"), data)
+
+
+def find_bin(bin_dir, name):
+    path = os.path.join(bin_dir, name)
+    if not os.access(path, os.X_OK):
+        sys.exit(f"compare.py: {path} not found; build it (ninja -C BUILD {name}) and pass --bin-dir BUILD/bin")
+    return path
+
+
+def command(form, workload, procs, inputs, steps, warmup, bin_dir, python):
+    args = [workload, inputs, str(steps), str(warmup)]
+    script = os.path.join(HERE, "train_ref.py")
+    if form == "a":
+        return [find_bin(bin_dir, "bench_train_plain")] + args
+    if form == "b":
+        program = [find_bin(bin_dir, "bench_train_accel")] + args
+        if procs == 1:
+            return program
+        return [find_bin(bin_dir, "accel"), "launch", "-q", "--cpu", "--num_processes", str(procs),
+                "--main_process_port", "0", "--"] + program
+    if form == "c":
+        program = [script, "--form", "accelerate"] + args
+        if procs == 1:
+            return [python] + program
+        return [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)] + program
+    return [python, script, "--form", "torch"] + args
+
+
+def run_one(form, workload, procs, precision, threads, inputs, steps, warmup, bin_dir, python):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), ACCELERATE_MIXED_PRECISION=precision_flag(precision),
+               PYTHONWARNINGS="ignore")
+    cmd = command(form, workload, procs, inputs, steps, warmup, bin_dir, python)
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    out = result.stdout
+    step = re.search(r"^(?:\[rank0\]: )?step_ms (\S+) batch (\d+)", out, re.M)
+    losses = re.search(r"^(?:\[rank0\]: )?losses (.*)$", out, re.M)
+    if result.returncode != 0 or not step or not losses:
+        sys.exit(f"compare.py: {' '.join(cmd)} failed (exit {result.returncode}):\n{out[-2000:]}{result.stderr[-3000:]}")
+    return float(step.group(1)), int(step.group(2)), [float(v) for v in losses.group(1).split()]
+
+
+def precision_flag(precision):
+    return "no" if precision == "fp32" else precision
+
+
+def units(workload, batch):
+    """Samples per step and its unit: tokens for gpt, samples for the MLP."""
+    if workload == "mlp-mnist":
+        return batch, "samples/s"
+    return batch * train_ref.CONFIGS[workload][4], "tokens/s"
+
+
+def cmd_run(args):
+    workloads, procs_list, precisions = args.workloads.split(","), [int(p) for p in args.procs.split(",")], \
+        args.precisions.split(",")
+    inputs = tempfile.mkdtemp(prefix="accel-bench-")
+    try:
+        write_inputs(inputs, workloads)
+        results = []
+        started = time.time()
+        for workload in workloads:
+            for procs in procs_list:
+                for precision in precisions:
+                    forms = [f for f in FORMS if (f in "bc" or (procs == 1 and precision == "fp32"))
+                             and f in args.forms]
+                    threads = args.threads_1proc if procs == 1 else 1
+                    times = {f: [] for f in forms}
+                    batch = None
+                    for rep in range(args.reps):
+                        order = forms[rep % len(forms):] + forms[: rep % len(forms)]
+                        for form in order:
+                            ms, batch, _ = run_one(form, workload, procs, precision, threads, inputs, args.steps,
+                                                   args.warmup, args.bin_dir, args.python)
+                            times[form].append(ms)
+                    per_step, unit = units(workload, batch)
+                    row = {"workload": workload, "procs": procs, "precision": precision, "threads": threads,
+                           "unit": unit, "global_batch": per_step * procs, "times": times,
+                           "median_ms": {f: statistics.median(v) for f, v in times.items()}}
+                    row["throughput"] = {f: per_step * procs * 1000 / ms for f, ms in row["median_ms"].items()}
+                    results.append(row)
+                    print_row(row, flush=True)
+        table = markdown(results, args)
+        print("\n" + table)
+        print(f"({time.time() - started:.0f} s)")
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(table + "\n")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"results": results, "settings": vars(args)}, f, indent=1)
+        if args.plot:
+            plot_throughput(results, args.plot)
+    finally:
+        shutil.rmtree(inputs, ignore_errors=True)
+
+
+def print_row(row, flush=False):
+    parts = [f"{row['workload']} {row['procs']}p {row['precision']}:"]
+    for f, ms in row["median_ms"].items():
+        parts.append(f"{f}={ms:.3f}ms")
+    print(" ".join(parts), flush=flush)
+
+
+def markdown(results, args):
+    lines = [f"{args.reps} alternated repetitions x {args.steps} steps (+{args.warmup} warm-up), medians. "
+             f"1 process: {args.threads_1proc} intra-op thread(s); N processes: 1 thread each (OMP_NUM_THREADS).", "",
+             "| workload | procs | precision | form | step time | throughput | vs (c) |", "|---|---|---|---|---|---|---|"]
+    for row in results:
+        c = row["median_ms"].get("c")
+        for f, ms in row["median_ms"].items():
+            ratio = f"{c / ms:.2f}x" if c else "—"
+            if f == "b" and c:
+                ratio = f"**{ratio}**"
+            lines.append(f"| `{row['workload']}` | {row['procs']} | {row['precision']} | {FORM_NAMES[f]} | "
+                         f"{ms:.2f} ms | {row['throughput'][f]:,.0f} {row['unit']} | {ratio} |")
+    scaling = []
+    for row in results:
+        if row["procs"] == 1:
+            continue
+        one = next((r for r in results if r["workload"] == row["workload"] and r["procs"] == 1
+                    and r["precision"] == row["precision"]), None)
+        if one is None:
+            continue
+        for f in "bc":
+            if f in row["throughput"] and f in one["throughput"]:
+                scaling.append(f"| `{row['workload']}` | {FORM_NAMES[f]} | {row['procs']} x 1 thread vs 1 x "
+                               f"{one['threads']} | {row['throughput'][f] / one['throughput'][f]:.2f}x |")
+    if scaling:
+        lines += ["", "| workload | form | processes | throughput ratio |", "|---|---|---|---|"] + scaling
+    return "\n".join(lines)
+
+
+def plot_throughput(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(dict.fromkeys(r["workload"] for r in results))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4), squeeze=False)
+    colors = {"a": "#9e9e9e", "b": "#1f77b4", "c": "#ff7f0e", "d": "#d9b38c"}
+    for ax, workload in zip(axes[0], workloads):
+        rows = [r for r in results if r["workload"] == workload]
+        groups = [f"{r['procs']} proc{'s' if r['procs'] > 1 else ''}\n{r['precision']}" for r in rows]
+        width = 0.2
+        for i, form in enumerate(FORMS):
+            xs = [g + (i - 1.5) * width for g, r in enumerate(rows) if form in r["throughput"]]
+            ys = [r["throughput"][form] for r in rows if form in r["throughput"]]
+            if xs:
+                ax.bar(xs, ys, width, label=FORM_NAMES[form], color=colors[form])
+        ax.set_xticks(range(len(rows)), groups)
+        ax.set_title(workload)
+        ax.set_ylabel(rows[0]["unit"])
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Training throughput, medians of alternated runs (higher is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    print(f"wrote {path}")
+
+
+def cmd_loss_check(args):
+    inputs = tempfile.mkdtemp(prefix="accel-losscheck-")
+    try:
+        curves = {}
+        for workload in args.workload.split(","):
+            write_inputs(inputs, [workload])
+            _, _, ours = run_one("b", workload, 1, "fp32", 1, inputs, args.steps, 0, args.bin_dir, args.python)
+            _, _, theirs = run_one("c", workload, 1, "fp32", 1, inputs, args.steps, 0, args.bin_dir, args.python)
+            if len(ours) != args.steps or len(theirs) != args.steps:
+                print(f"FAIL {workload}: {len(ours)} and {len(theirs)} losses, expected {args.steps}")
+                return 1
+            worst = max(abs(b - c) / abs(c) for b, c in zip(ours, theirs))
+            at = max(range(args.steps), key=lambda i: abs(ours[i] - theirs[i]) / abs(theirs[i]))
+            verdict = "ok" if worst <= args.tolerance else "FAIL"
+            print(f"{verdict} {workload}: {args.steps} steps, (b) {ours[0]:.6f} -> {ours[-1]:.6f}, "
+                  f"(c) {theirs[0]:.6f} -> {theirs[-1]:.6f}, largest relative difference {worst:.2e} at step "
+                  f"{at + 1} (limit {args.tolerance:g})")
+            curves[workload] = (ours, theirs)
+            if verdict != "ok":
+                return 1
+        if args.plot:
+            plot_losses(curves, args.plot)
+        return 0
+    finally:
+        shutil.rmtree(inputs, ignore_errors=True)
+
+
+def plot_losses(curves, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(curves), figsize=(5.5 * len(curves), 5.5), squeeze=False, sharex=True)
+    for i, (workload, (ours, theirs)) in enumerate(curves.items()):
+        steps = range(1, len(ours) + 1)
+        axes[0][i].plot(steps, theirs, color="#ff7f0e", linewidth=3, label="(c) HF Accelerate")
+        axes[0][i].plot(steps, ours, color="#1f77b4", linewidth=1.2, label="(b) accel C++")
+        axes[0][i].set_title(f"{workload}: loss, fp32, same weights and data")
+        axes[0][i].legend(fontsize=8)
+        axes[1][i].semilogy(steps, [max(abs(b - c) / abs(c), 1e-12) for b, c in zip(ours, theirs)], color="#444")
+        axes[1][i].axhline(1e-4, color="red", linestyle="--", linewidth=1, label="limit 1e-4")
+        axes[1][i].set_ylabel("|b - c| / |c|")
+        axes[1][i].set_xlabel("step")
+        axes[1][i].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    print(f"wrote {path}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    default_bin = os.path.join(REPO, "build-bench", "bin")
+    run = sub.add_parser("run")
+    run.add_argument("--workloads", default="mlp-mnist,gpt-small")
+    run.add_argument("--procs", default="1,2")
+    run.add_argument("--precisions", default="fp32")
+    run.add_argument("--forms", default="abcd")
+    run.add_argument("--reps", type=int, default=5)
+    run.add_argument("--steps", type=int, default=30)
+    run.add_argument("--warmup", type=int, default=5)
+    run.add_argument("--threads-1proc", type=int, default=1)
+    run.add_argument("--markdown")
+    run.add_argument("--json")
+    run.add_argument("--plot")
+    check = sub.add_parser("loss-check")
+    check.add_argument("--workload", default="mlp-mnist")
+    check.add_argument("--steps", type=int, default=100)
+    check.add_argument("--tolerance", type=float, default=1e-4)
+    check.add_argument("--plot")
+    inputs = sub.add_parser("inputs")
+    inputs.add_argument("dir")
+    inputs.add_argument("--workloads", default="mlp-mnist,gpt-small")
+    for p in (run, check):
+        p.add_argument("--bin-dir", default=default_bin)
+        p.add_argument("--python", default=sys.executable)
+    args = parser.parse_args()
+    if args.command == "inputs":
+        write_inputs(args.dir, args.workloads.split(","))
+        return 0
+    if args.command == "loss-check":
+        return cmd_loss_check(args)
+    cmd_run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+#line 1 "/work/main/bench/train_ref.cpp"
+// The reference workloads (shared/DESIGN.md §6) as a plain single-device libtorch training loop: form (a) of
+// the side-by-side benchmark when compiled as it is (bench_train_plain), form (b) when accelerate_target()
+// rewrites it (bench_train_accel). bench/train_ref.py is the same loop in Python, with and without Hugging
+// Face Accelerate; bench/compare.py runs all four side by side.
+//
+//   train_ref WORKLOAD INPUT_DIR STEPS WARMUP
+//
+// WORKLOAD is mlp-mnist, gpt-small or gpt-86m. INPUT_DIR holds WORKLOAD.weights (the initial parameters) and
+// WORKLOAD.data (the samples), both written by `bench/compare.py inputs` in the format bench_tensors.h reads.
+// Runs WARMUP + STEPS AdamW steps (lr 3e-4) and prints the mean time of the last STEPS steps and every step's
+// loss.
+#include "bench_tensors.h"
+#include "workloads.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <accelerate/accelerate.h>
+#line 22 "/work/main/bench/train_ref.cpp"
+
+/// Input/target pairs held in memory: MNIST-shaped images with labels, or token sequences shifted by one.
+class Samples : public torch::data::datasets::Dataset<Samples> {
+public:
+  Samples(torch::Tensor inputs, torch::Tensor targets) : inputs_(inputs), targets_(targets) {}
+  torch::data::Example<> get(size_t index) override { return {inputs_[index], targets_[index]}; }
+  torch::optional<size_t> size() const override { return inputs_.size(0); }
+
+private:
+  torch::Tensor inputs_, targets_;
+};
+
+torch::Tensor mlp_loss(accelerate::bench::MlpImpl& model, const torch::Tensor& images,
+                       const torch::Tensor& labels) {
+  return torch::nn::functional::cross_entropy(model.forward(images), labels);
+}
+
+torch::Tensor gpt_loss(accelerate::bench::GptImpl& model, const torch::Tensor& tokens,
+                       const torch::Tensor& next) {
+  auto logits = model.forward(tokens);
+  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), next.reshape({-1}));
+}
+
+template <typename Net, typename LossFn>
+int train(std::shared_ptr<Net> model, Samples dataset, int64_t batch_size, int64_t steps, int64_t warmup,
+          LossFn compute_loss) {
+  auto& accelerator = accelerate::Accelerator::current();
+  torch::Device device = accelerator.device();
+  auto loader = accelerator.prepare_data_loader(dataset.map(torch::data::transforms::Stack<>()), accelerate::DataLoaderOptions(batch_size).shuffle(false));
+  model->to(device);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(3e-4)));
+#line 53 "/work/main/bench/train_ref.cpp"
+
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  std::vector<torch::Tensor> losses;
+  int64_t step = 0;
+  while (step < warmup + steps) {
+    for (auto& batch : *loader) {
+      auto accumulate = accelerator.accumulate(model);
+#line 60 "/work/main/bench/train_ref.cpp"
+      if (step == warmup) {
+        if (torch::cuda::is_available()) {
+          torch::cuda::synchronize();
+        }
+        start = Clock::now();
+      }
+      auto inputs = batch.data;
+      auto targets = batch.target;
+
+      optimizer.zero_grad();
+      auto loss = compute_loss(*model, inputs, targets);
+      accelerator.backward(loss);
+      optimizer.step();
+
+      losses.push_back(loss.detach());
+      if (++step == warmup + steps) {
+        break;
+      }
+    }
+  }
+  if (torch::cuda::is_available()) {
+    torch::cuda::synchronize();
+  }
+  const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
+
+  std::ostringstream curve;
+  curve << std::setprecision(9);
+  for (const auto& value : losses) {
+    curve << ' ' << value.item<double>();
+  }
+  accelerator.print("step_ms ", std::setprecision(6), step_ms, " batch ", batch_size);
+  accelerator.print("losses", curve.str());
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  accelerate::Accelerator accelerator;
+#line 96 "/work/main/bench/train_ref.cpp"
+  if (argc != 5) {
+    std::cerr << "usage: " << argv[0]
+              << " WORKLOAD INPUT_DIR STEPS WARMUP (WORKLOAD: mlp-mnist, gpt-small, gpt-86m;"
+              << " INPUT_DIR from `bench/compare.py inputs`)\n";
+    return 2;
+  }
+  const std::string workload = argv[1], dir = argv[2];
+  const int64_t steps = std::atoll(argv[3]), warmup = std::atoll(argv[4]);
+  if (steps < 1 || warmup < 0) {
+    std::cerr << argv[0] << ": STEPS must be >= 1 and WARMUP >= 0 (got '" << argv[3] << "', '" << argv[4]
+              << "')\n";
+    return 2;
+  }
+  auto data = accelerate::bench::read_tensors(dir + "/" + workload + ".data");
+  if (workload == "mlp-mnist") {
+    auto model = std::make_shared<accelerate::bench::MlpImpl>();
+    accelerate::bench::load_parameters(*model, dir + "/" + workload + ".weights");
+    return train(model, Samples(data.at("images"), data.at("labels")), 64, steps, warmup, mlp_loss);
+  }
+  if (workload == "gpt-small" || workload == "gpt-86m") {
+    auto config = workload == "gpt-small" ? accelerate::bench::GptConfig::small()
+                                          : accelerate::bench::GptConfig::gpt_86m();
+    auto model = std::make_shared<accelerate::bench::GptImpl>(config);
+    accelerate::bench::load_parameters(*model, dir + "/" + workload + ".weights");
+    auto tokens = data.at("tokens");
+    return train(model, Samples(tokens.slice(1, 0, -1).contiguous(), tokens.slice(1, 1).contiguous()),
+                 config.batch, steps, warmup, gpt_loss);
+  }
+  std::cerr << argv[0] << ": unknown workload '" << workload << "' (use mlp-mnist, gpt-small or gpt-86m)\n";
+  return 2;
+}
