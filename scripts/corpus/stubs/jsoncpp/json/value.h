@@ -1,0 +1,3 @@
+// Local stub of jsoncpp (unused by the GAN example's code).
+#pragma once
+namespace Json {}
