@@ -1,24 +1,29 @@
 #!/usr/bin/env python3
 """End-to-end check of one example: the plain single-device build against the rewritten build on N ranks.
 
-Both print `step <n> loss <value>` lines. The plain run uses the global batch (--plain-args), each rank of the
-distributed run its share of it (--distributed-args). At every printed step the distributed loss — the mean of
-the losses the ranks print (mean-reduced losses over equal per-rank batches), or the single value the main
-process prints when the program reduces it itself — must equal the plain run's within --rtol, and the loss
-must fall.
+Both print lines `step <n> <name> <value> [<name> <value> ...]` (`step 11 loss 2.3`, or a GAN's
+`step 11 d_loss_real 0.6 d_loss_fake 0.7 g_loss 0.8`). The plain run uses the global batch (--plain-args), each
+rank of the distributed run its share of it (--distributed-args). At every printed step, every value of the
+distributed run — the single value the main process prints when the program reduces it itself (what the
+rewriter makes of a printed loss), or the mean of the values the ranks print (mean-reduced losses over equal
+per-rank batches) — must equal the plain run's within --rtol, and the value named by --must-fall must be lower at
+the last printed step than at the first. Each run works in a fresh temporary directory (examples save files).
 """
 import argparse
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 
-LINE = re.compile(r"^(?:\[rank(\d+)\]: )?step (\d+) loss ([-+0-9.eE]+|nan|inf)$")
+NUMBER = r"[-+0-9.eE]+|nan|inf"
+LINE = re.compile(rf"^(?:\[rank(\d+)\]: )?step (\d+)((?: [A-Za-z_]+ (?:{NUMBER}))+)\s*$")
 
 
-def run(command, timeout):
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+def run(command, timeout, cwd):
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
                                start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     try:
         output, _ = process.communicate(timeout=timeout)
@@ -29,19 +34,23 @@ def run(command, timeout):
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
-        sys.exit(f"compare_losses: FAILED: {' '.join(command)} did not finish in {timeout} s\n{output}")
+        sys.exit(f"compare_losses: FAILED: {shlex.join(command)} did not finish in {timeout} s\n{output}")
     if process.returncode != 0:
-        sys.exit(f"compare_losses: FAILED: {' '.join(command)} exited {process.returncode}\n{output}")
+        sys.exit(f"compare_losses: FAILED: {shlex.join(command)} exited {process.returncode}\n{output}")
     return output
 
 
-def losses_by_rank(output):
+def values_by_rank(output):
+    """{rank: {(step, name): value}} from the `step` lines of a run's output."""
     result = {}
     for line in output.splitlines():
         match = LINE.match(line.strip())
-        if match:
-            rank = int(match.group(1) or 0)
-            result.setdefault(rank, {})[int(match.group(2))] = float(match.group(3))
+        if not match:
+            continue
+        rank = int(match.group(1) or 0)
+        fields = match.group(3).split()
+        for name, value in zip(fields[::2], fields[1::2]):
+            result.setdefault(rank, {})[(int(match.group(2)), name)] = float(value)
     return result
 
 
@@ -53,40 +62,51 @@ def main():
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--timeout", type=float, default=240)
-    parser.add_argument("--plain-args", default="", help="arguments of the plain run (space-separated)")
-    parser.add_argument("--distributed-args", default="", help="arguments of each rank (space-separated)")
+    parser.add_argument("--must-fall", default="loss", help="the printed value that must fall over the run")
+    parser.add_argument("--plain-args", default="", help="arguments of the plain run")
+    parser.add_argument("--distributed-args", default="", help="arguments of each rank")
     options = parser.parse_args()
+    # The runs work in temporary directories: resolve the programs first.
+    for name in ("plain", "distributed", "accel"):
+        setattr(options, name, os.path.abspath(getattr(options, name)))
 
-    plain_output = run([options.plain, *options.plain_args.split()], options.timeout)
-    plain = losses_by_rank(plain_output).get(0, {})
-    if len(plain) < 2:
-        sys.exit(f"compare_losses: FAILED: the plain run printed fewer than two losses\n{plain_output}")
-    distributed_output = run([options.accel, "launch", "--num_processes", str(options.nproc),
-                              "--main_process_port", "0", options.distributed, *options.distributed_args.split()],
-                             options.timeout)
-    distributed = losses_by_rank(distributed_output)
+    with tempfile.TemporaryDirectory() as plain_dir, tempfile.TemporaryDirectory() as distributed_dir:
+        plain_output = run([options.plain, *shlex.split(options.plain_args)], options.timeout, plain_dir)
+        distributed_output = run([options.accel, "launch", "--num_processes", str(options.nproc),
+                                  "--main_process_port", "0", options.distributed,
+                                  *shlex.split(options.distributed_args)], options.timeout, distributed_dir)
+    plain = values_by_rank(plain_output).get(0, {})
+    steps = sorted({step for step, _ in plain})
+    if len(steps) < 2:
+        sys.exit(f"compare_losses: FAILED: the plain run printed fewer than two steps\n{plain_output}")
+    distributed = values_by_rank(distributed_output)
     print(distributed_output, end="")
 
     failures = []
     printing = sorted(distributed)
     if not printing:
-        failures.append("the distributed run printed no loss")
+        failures.append("the distributed run printed no step line")
     for rank in printing:
         if sorted(distributed[rank]) != sorted(plain):
-            failures.append(f"rank {rank} printed steps {sorted(distributed[rank])}, the plain run {sorted(plain)}")
+            failures.append(f"rank {rank} printed {sorted(distributed[rank])}, the plain run {sorted(plain)}")
     if not failures:
-        for step, expected in plain.items():
-            mean = sum(distributed[rank][step] for rank in printing) / len(printing)
-            if abs(mean - expected) > options.rtol * abs(expected):
-                failures.append(f"step {step}: distributed loss {mean!r} (ranks {printing}) vs plain {expected!r}")
-    first, last = min(plain), max(plain)
-    if not plain[last] < plain[first]:
-        failures.append(f"the loss did not fall: step {first} {plain[first]} -> step {last} {plain[last]}")
+        for key, expected in sorted(plain.items()):
+            mean = sum(distributed[rank][key] for rank in printing) / len(printing)
+            if not abs(mean - expected) <= options.rtol * max(abs(expected), 1e-12):
+                failures.append(f"step {key[0]} {key[1]}: distributed {mean!r} (ranks {printing}) "
+                                f"vs plain {expected!r}")
+    first, last = (steps[0], options.must_fall), (steps[-1], options.must_fall)
+    if first not in plain or last not in plain:
+        failures.append(f"the plain run did not print '{options.must_fall}' at steps {steps[0]} and {steps[-1]}")
+    elif not plain[last] < plain[first]:
+        failures.append(f"{options.must_fall} did not fall: step {first[0]} {plain[first]} -> "
+                        f"step {last[0]} {plain[last]}")
     if failures:
         print("compare_losses: FAILED:\n  " + "\n  ".join(failures))
         return 1
+    names = sorted({name for _, name in plain})
     print(f"compare_losses: {options.nproc} ranks (printing: {printing}) match the plain run at every printed step "
-          f"(rtol {options.rtol:g}); loss {plain[first]:.6g} -> {plain[last]:.6g}")
+          f"({', '.join(names)}; rtol {options.rtol:g}); {options.must_fall} {plain[first]:.6g} -> {plain[last]:.6g}")
     return 0
 
 
