@@ -38,6 +38,14 @@ if(ACCEL_BUILD_RUNTIME)
                         "configure with -DACCEL_BUILD_RUNTIME=OFF to build the rewriter alone")
   endif()
   message(STATUS "accelerate-cpp: Torch ${Torch_VERSION} from ${Torch_DIR}")
+  if(NOT PROJECT_IS_TOP_LEVEL)
+    # Built by add_subdirectory()/FetchContent: the parent's targets link accelerate::runtime, whose usage
+    # requirements name Torch's imported targets, so those must be visible outside this directory.
+    get_property(_accel_imported DIRECTORY PROPERTY IMPORTED_TARGETS)
+    foreach(_target IN LISTS _accel_imported)
+      set_property(TARGET ${_target} PROPERTY IMPORTED_GLOBAL TRUE)
+    endforeach()
+  endif()
   # What the installed package checks a consumer's Torch against (libtorch has no ABI stability).
   # (torch >= 2.7 sets no TORCH_CXX_FLAGS: it is built with the C++11 ABI only.)
   set(ACCEL_TORCH_CXX11_ABI 1)

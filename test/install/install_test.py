@@ -110,8 +110,32 @@ def package(options):
                 fail(f"step {step}: 2 ranks {values[step]!r} vs single process {plain[step]!r} (rtol 1e-5)", ranks)
     if not plain[steps[-1]] < 0.5 * plain[steps[0]]:
         fail(f"the loss did not fall: step {steps[0]} {plain[steps[0]]} -> step {steps[-1]} {plain[steps[-1]]}")
+    mismatch(options, prefix, project)
     print(f"install_test: the installed package built train; on 2 ranks its loss matches the single-process "
           f"run at every printed step (rtol 1e-5): {plain[steps[0]]:.6g} -> {plain[steps[-1]]:.6g}")
+
+
+def mismatch(options, prefix, project):
+    """A package recorded as built against another Torch refuses this one, naming both versions."""
+    other = os.path.join(options.work, "prefix-other-torch")
+    shutil.copytree(prefix, other, symlinks=True)
+    config = os.path.join(other, "lib", "cmake", "AccelerateCpp", "AccelerateCppConfig.cmake")
+    with open(config) as file:
+        text = file.read()
+    recorded = re.search(r'set\(AccelerateCpp_TORCH_VERSION "([^"]+)"\)', text)
+    if not recorded:
+        fail(f"{config} records no Torch version")
+    with open(config, "w") as file:
+        file.write(text.replace(recorded.group(0), 'set(AccelerateCpp_TORCH_VERSION "1.13.1")'))
+    result = run([options.cmake, "-S", project, "-B", os.path.join(options.work, "build-other-torch"), "-G",
+                  options.generator, f"-DCMAKE_PREFIX_PATH={other}", "-Wno-dev"], check=False)
+    message = " ".join(result.stdout.split())
+    if result.returncode == 0 or not ("built against Torch 1.13.1" in message
+                                      and f"uses Torch {recorded.group(1)}" in message):
+        fail("configuring against a package built for another Torch did not fail naming both versions",
+             result.stdout)
+    shutil.rmtree(other)
+    print(f"install_test: a package built for Torch 1.13.1 refuses Torch {recorded.group(1)} at configure time")
 
 
 def rebuild(options):
