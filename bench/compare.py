@@ -101,6 +101,9 @@ def run_one(form, workload, procs, precision, threads, inputs, steps, warmup, bi
     losses = re.search(r"^(?:\[rank0\]: )?losses (.*)$", out, re.M)
     if result.returncode != 0 or not step or not losses:
         sys.exit(f"compare.py: {' '.join(cmd)} failed (exit {result.returncode}):\n{out[-2000:]}{result.stderr[-3000:]}")
+    if len(re.findall(r"step_ms ", out)) != 1:
+        sys.exit(f"compare.py: {' '.join(cmd)} printed {len(re.findall(r'step_ms ', out))} results, expected one "
+                 f"(from the main process): did its {procs} processes form one process group?\n{out[-2000:]}")
     return float(step.group(1)), int(step.group(2)), [float(v) for v in losses.group(1).split()]
 
 
@@ -144,19 +147,22 @@ def cmd_run(args):
                     row["throughput"] = {f: per_step * procs * 1000 / ms for f, ms in row["median_ms"].items()}
                     results.append(row)
                     print_row(row, flush=True)
-        table = markdown(results, args)
-        print("\n" + table)
+                    save(results, args)  # each figure as soon as it is measured
+        print("\n" + markdown(results, args))
         print(f"({time.time() - started:.0f} s)")
-        if args.markdown:
-            with open(args.markdown, "w") as f:
-                f.write(table + "\n")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"results": results, "settings": vars(args)}, f, indent=1)
         if args.plot:
             plot_throughput(results, args.plot)
     finally:
         shutil.rmtree(inputs, ignore_errors=True)
+
+
+def save(results, args):
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(results, args) + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": results, "settings": vars(args)}, f, indent=1)
 
 
 def print_row(row, flush=False):

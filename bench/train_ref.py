@@ -161,7 +161,8 @@ def main():
     if args.form == "accelerate":
         from accelerate import Accelerator
 
-        accelerator = Accelerator()
+        # On a machine without CUDA, Accelerate forms a process group (gloo) only when told it is on the CPU.
+        accelerator = Accelerator(cpu=not torch.cuda.is_available())
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
         sync = torch.cuda.synchronize if accelerator.device.type == "cuda" else (lambda: None)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # GPU check of accelerate-cpp (shared/DESIGN.md §5): builds the runtime against this machine's own torch (no
-# rewriter, no LLVM, no tests' GoogleTest, no network) and runs the mixed-precision GPU checks and benchmarks,
-# writing each result to OUT_DIR as soon as it has it.
+# rewriter, no LLVM, no tests' GoogleTest, no network) and runs the side-by-side benchmark against Hugging Face
+# Accelerate and the mixed-precision GPU checks and benchmarks, writing each result to OUT_DIR as soon as it has it.
 #
-#   scripts/gpu-check.sh [--quick] [--build-dir DIR] [--jobs N] [--python PY] OUT_DIR
+#   scripts/gpu-check.sh [--quick] [--only STAGE,...] [--build-dir DIR] [--jobs N] [--python PY] OUT_DIR
 #
 # OUT_DIR receives, in this order: environment.txt, configure.log, build.log, then one file per stage
-# (checks.txt, gpt-small-losses.txt, gpt-86m.txt, fp8-linear.txt), and summary.txt, one line per step, appended
-# as each finishes. --quick keeps the stages within 5 minutes on an H200 (the build is timed separately).
+# (side-by-side.txt/.md/.json/.png, checks.txt, gpt-small-losses.txt, gpt-86m.txt, fp8-linear.txt), and
+# summary.txt, one line per step, appended as each finishes. --quick keeps side-by-side within 4 minutes and the
+# other stages within 5 (the build is timed separately); --only side-by-side runs just that stage.
 # Exit status: 0 all passed, 1 a check failed, 2 bad usage or the build failed, 3 no CUDA device.
 set -uo pipefail
 
@@ -22,9 +23,11 @@ BUILD_DIR="$REPO/build-gpu"
 JOBS="$(nproc 2>/dev/null || echo 4)"
 PYTHON="${ACCEL_PYTHON:-}"
 OUT=""
+ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK="--quick" ;;
+    --only) [ $# -ge 2 ] || usage; ONLY=",$2,"; shift ;;
     --build-dir) [ $# -ge 2 ] || usage; BUILD_DIR="$2"; shift ;;
     --jobs) [ $# -ge 2 ] || usage; JOBS="$2"; shift ;;
     --python) [ $# -ge 2 ] || usage; PYTHON="$2"; shift ;;
@@ -82,29 +85,60 @@ if ! cmake -S "$REPO" -B "$BUILD_DIR" ${GENERATOR[@]+"${GENERATOR[@]}"} -DCMAKE_
   exit 2
 fi
 grep -E "accelerate-cpp: (Torch|NCCL|CUDA kernels)" "$OUT/configure.log" | sed 's/^-- /  /' | tee -a "$OUT/summary.txt" >&2
-if ! cmake --build "$BUILD_DIR" --target bench_precision -j "$JOBS" > "$OUT/build.log" 2>&1; then
+# bench_train_accel compiles bench/generated/train_ref.cpp, the committed output of accel-rewrite (no LLVM here).
+if ! cmake --build "$BUILD_DIR" --target bench_precision bench_train_plain bench_train_accel accel -j "$JOBS" \
+  > "$OUT/build.log" 2>&1; then
   note "build failed after $(($(now) - start)) s: see build.log"
   grep -E "error|Error" "$OUT/build.log" | head -n 20 >&2
   exit 2
 fi
-note "build: $(($(now) - start)) s (configure + runtime + bench_precision, $JOBS jobs)"
+note "build: $(($(now) - start)) s (configure + runtime + bench_precision + bench_train_{plain,accel}, $JOBS jobs)"
 BENCH="$BUILD_DIR/bin/bench_precision"
+HAVE_ACCELERATE=1
+if ! "$PYTHON" -c 'import accelerate' >/dev/null 2>&1; then
+  HAVE_ACCELERATE=0
+  note "Hugging Face Accelerate is not installed for $PYTHON: side-by-side will not run (pip install accelerate)"
+fi
 
 if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  if [ "$HAVE_ACCELERATE" = 1 ]; then
+    # Not a measurement: shows the four forms build and run here, (b) from the committed rewrite.
+    if OMP_NUM_THREADS=1 timeout 120 "$PYTHON" "$REPO/bench/compare.py" run --workloads mlp-mnist --procs 1 --reps 1 \
+      --steps 3 --warmup 1 --bin-dir "$BUILD_DIR/bin" > "$OUT/side-by-side-cpu-smoke.txt" 2>&1; then
+      note "side-by-side on the CPU (smoke run, 3 steps): ok -> side-by-side-cpu-smoke.txt"
+    else
+      note "side-by-side on the CPU (smoke run): FAILED -> side-by-side-cpu-smoke.txt"
+    fi
+  fi
   note "no CUDA device visible to torch: the build works, but there is nothing to run here (the CPU versions of these checks are ctest -R 'runtime\\.(Autocast|GradScaler|MlpMnist|Linear|Fp8)')"
   exit 3
 fi
 
 # ---- Stages, each written as soon as it ends; --quick fits them in 5 minutes ---------------------------------
 # name, seconds allowed
-STAGES=("checks 80" "gpt-small-losses 45" "gpt-86m 120" "fp8-linear 50")
-[ -n "$QUICK" ] || STAGES=("checks 150" "gpt-small-losses 90" "gpt-86m 300" "fp8-linear 150")
-BUDGET=300
-[ -n "$QUICK" ] || BUDGET=900
+STAGES=("side-by-side 240" "checks 80" "gpt-small-losses 45" "gpt-86m 120" "fp8-linear 50")
+[ -n "$QUICK" ] || STAGES=("side-by-side 900" "checks 150" "gpt-small-losses 90" "gpt-86m 300" "fp8-linear 150")
+BUDGET=540
+[ -n "$QUICK" ] || BUDGET=1800
+# The side-by-side benchmark of bench/compare.py: (a) plain C++, (b) the rewritten C++ through the runtime,
+# (c) Python + Hugging Face Accelerate, (d) plain Python torch; 1 process, fp32 and bf16 ((a) and (d) fp32 only),
+# alternated repetitions, medians; one line per workload and precision as soon as it is measured.
+SIDE_BY_SIDE=(run --workloads gpt-86m,gpt-small,mlp-mnist --procs 1 --precisions fp32,bf16 --reps 5 --steps 20
+  --warmup 5 --bin-dir "$BUILD_DIR/bin" --markdown "$OUT/side-by-side.md" --json "$OUT/side-by-side.json"
+  --plot "$OUT/side-by-side.png")
+[ -n "$QUICK" ] && SIDE_BY_SIDE+=(--workloads gpt-86m,gpt-small --reps 3)
 run_start=$(now)
 status=0
 for entry in "${STAGES[@]}"; do
   read -r stage limit <<< "$entry"
+  if [ -n "$ONLY" ] && [[ "$ONLY" != *",$stage,"* ]]; then
+    continue
+  fi
+  if [ "$stage" = side-by-side ] && [ "$HAVE_ACCELERATE" = 0 ]; then
+    note "side-by-side: not run, no Hugging Face Accelerate"
+    status=1
+    continue
+  fi
   left=$((BUDGET - ($(now) - run_start)))
   if [ "$left" -lt 10 ]; then
     note "$stage: not run, the ${BUDGET} s budget is spent"
@@ -113,8 +147,12 @@ for entry in "${STAGES[@]}"; do
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   stage_start=$(now)
-  (cd "$REPO" && timeout --kill-after=10 "$limit" "$BENCH" --stage "$stage" $QUICK --data "$REPO/test/data") \
-    > "$OUT/$stage.txt" 2>&1
+  if [ "$stage" = side-by-side ]; then
+    timeout --kill-after=10 "$limit" "$PYTHON" "$REPO/bench/compare.py" "${SIDE_BY_SIDE[@]}" > "$OUT/$stage.txt" 2>&1
+  else
+    (cd "$REPO" && timeout --kill-after=10 "$limit" "$BENCH" --stage "$stage" $QUICK --data "$REPO/test/data") \
+      > "$OUT/$stage.txt" 2>&1
+  fi
   rc=$?
   elapsed=$(($(now) - stage_start))
   case $rc in
