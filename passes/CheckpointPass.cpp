@@ -20,11 +20,12 @@ constexpr char StatementId[] = "statement";
 
 constexpr char SaveState[] = "accelerator.save_state(\"checkpoint\");";
 
-/// `torch::save(...)`, resolved or (in a template) not yet.
+/// `torch::save(...)`, resolved or (in a template, where the lookup holds the function template) not yet.
 auto savesWithTorch() {
   auto Save = functionDecl(hasName("::torch::save"));
-  return callee(
-      expr(ignoringImplicit(anyOf(declRefExpr(to(Save)), unresolvedLookupExpr(hasAnyDeclaration(Save))))));
+  auto SaveTemplate = namedDecl(anyOf(Save, functionTemplateDecl(hasName("::torch::save"))));
+  return callee(expr(
+      ignoringImplicit(anyOf(declRefExpr(to(Save)), unresolvedLookupExpr(hasAnyDeclaration(SaveTemplate))))));
 }
 
 StatementMatcher torchSave() {
@@ -95,9 +96,10 @@ PassRule checkpointPass() {
                         stmt(StateSaveInLoop, isUnderTensorConditionMatcher())),
                Guard,
                cat(Kept, "; no resumable checkpoint (accelerator.save_state) is added here: a condition on a "
-                         "tensor's value decides whether this runs, processes could disagree on it, and "
-                         "save_state is collective; decide on a reduced value (accelerator.reduce) and call "
-                         "save_state by hand")),
+                         "tensor's value decides whether this runs (directly, or through a number computed "
+                         "from one, such as a best-so-far loss or accuracy), processes could disagree on it, "
+                         "and save_state is collective; decide on a reduced value (accelerator.reduce) and "
+                         "call save_state by hand")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(guardedSave(), stateSave())), Guard,
                Kept),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, guardedSave()), Guard,

@@ -11,6 +11,9 @@
 #include "clang/ASTMatchers/ASTMatchFinder.h"
 #include "clang/Basic/SourceManager.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+#include <optional>
 
 namespace accelerate::passes {
 namespace {
@@ -408,14 +411,65 @@ bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) 
   return false;
 }
 
+namespace {
+
+/// A number read from a tensor: `loss.item<float>()`, `loss.item().toFloat()`, or in a template
+/// `loss.template item<float>()`.
+StatementMatcher itemRead() {
+  return expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item")))),
+                    callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("item"))))));
+}
+
+/// The variables of `Function` (its locals, and the globals it writes) whose value comes from a tensor's:
+/// initialised or assigned (`=`, `+=`, ...) anywhere in the function from a number read from a tensor, or
+/// from another such variable, to a fixpoint. `running += loss.item<float>(); avg = running / n;` makes
+/// both `running` and `avg` per-process values.
+llvm::SmallPtrSet<const clang::VarDecl*, 8> tensorDerivedVariables(const clang::FunctionDecl& Function,
+                                                                   clang::ASTContext& Context) {
+  llvm::SmallPtrSet<const clang::VarDecl*, 8> Derived;
+  if (!Function.hasBody())
+    return Derived;
+  // (variable, value written to it) for every initialisation and assignment in the body.
+  std::vector<std::pair<const clang::VarDecl*, const clang::Expr*>> Writes;
+  for (const BoundNodes& Found :
+       match(stmt(forEachDescendant(varDecl(hasInitializer(expr().bind("value"))).bind("variable"))),
+             *Function.getBody(), Context))
+    Writes.emplace_back(Found.getNodeAs<clang::VarDecl>("variable"), Found.getNodeAs<clang::Expr>("value"));
+  auto Target = ignoringParenImpCasts(declRefExpr(to(varDecl().bind("variable"))));
+  for (const BoundNodes& Found :
+       match(findAll(expr(
+                 anyOf(binaryOperator(isAssignmentOperator(), hasLHS(Target), hasRHS(expr().bind("value"))),
+                       cxxOperatorCallExpr(isAssignmentOperator(), hasArgument(0, Target),
+                                           hasArgument(1, expr().bind("value")))))),
+             *Function.getBody(), Context))
+    Writes.emplace_back(Found.getNodeAs<clang::VarDecl>("variable"), Found.getNodeAs<clang::Expr>("value"));
+  auto ReadsTensor = expr(anyOf(itemRead(), hasDescendant(itemRead())));
+  for (bool Changed = true; Changed;) {
+    Changed = false;
+    for (const auto& [Variable, Value] : Writes) {
+      if (Derived.contains(Variable))
+        continue;
+      bool FromTensor = !match(traverse(clang::TK_AsIs, ReadsTensor), *Value, Context).empty();
+      for (const BoundNodes& Read :
+           match(traverse(clang::TK_AsIs, findAll(declRefExpr(to(varDecl().bind("read"))))), *Value, Context))
+        FromTensor = FromTensor || Derived.contains(Read.getNodeAs<clang::VarDecl>("read"));
+      if (FromTensor) {
+        Derived.insert(Variable);
+        Changed = true;
+      }
+    }
+  }
+  return Derived;
+}
+
+} // namespace
+
 bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
-  auto Item = expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item")))),
-                         callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("item"))))));
-  // A tensor, or a number read from one (`float loss = output.item<float>();`).
-  auto TensorValue = expr(
-      anyOf(declRefExpr(hasType(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))),
-            declRefExpr(isTypeDependent()), cxxDependentScopeMemberExpr(), Item,
-            declRefExpr(to(varDecl(hasLocalStorage(), hasInitializer(anyOf(Item, hasDescendant(Item))))))));
+  // A tensor, a dependent value, a number read from a tensor, or a variable that holds one.
+  auto TensorValue = expr(anyOf(declRefExpr(hasType(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")))),
+                                declRefExpr(isTypeDependent()), cxxDependentScopeMemberExpr(), itemRead()));
+  const clang::FunctionDecl* Function = enclosingFunction(S, Context);
+  std::optional<llvm::SmallPtrSet<const clang::VarDecl*, 8>> Derived;
   clang::DynTypedNodeList Parents = Context.getParents(S);
   while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
     const clang::Expr* Condition = nullptr;
@@ -425,10 +479,20 @@ bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
       Condition = While->getCond();
     else if (const auto* For = Parents[0].get<clang::ForStmt>())
       Condition = For->getCond();
-    if (Condition && !match(traverse(clang::TK_AsIs, expr(anyOf(TensorValue, hasDescendant(TensorValue)))),
-                            *Condition, Context)
-                          .empty())
-      return true;
+    if (Condition) {
+      if (!match(traverse(clang::TK_AsIs, expr(anyOf(TensorValue, hasDescendant(TensorValue)))), *Condition,
+                 Context)
+               .empty())
+        return true;
+      if (Function && !Derived)
+        Derived = tensorDerivedVariables(*Function, Context);
+      if (Derived)
+        for (const BoundNodes& Read :
+             match(traverse(clang::TK_AsIs, findAll(declRefExpr(to(varDecl().bind("read"))))), *Condition,
+                   Context))
+          if (Derived->contains(Read.getNodeAs<clang::VarDecl>("read")))
+            return true;
+    }
     Parents = Context.getParents(Parents[0]);
   }
   return false;
