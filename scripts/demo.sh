@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 rewritten="$build/examples/mlp.accelerate/mlp/train.cpp"
 
 echo "== accel-rewrite examples/mlp/train.cpp  (applied by accelerate_target() at build time)"
-diff -u --label examples/mlp/train.cpp --label "rewritten" examples/mlp/train.cpp "$rewritten" || true
+diff -u --label examples/mlp/train.cpp --label "rewritten" examples/mlp/train.cpp <(grep -v '^#line ' "$rewritten") || true
 echo
 echo "== accel launch --num_processes 2 $build/bin/mlp"
 log="$(mktemp)"
