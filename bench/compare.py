@@ -97,14 +97,14 @@ def run_one(form, workload, procs, precision, threads, inputs, steps, warmup, bi
     cmd = command(form, workload, procs, inputs, steps, warmup, bin_dir, python)
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)
     out = result.stdout
-    step = re.search(r"^(?:\[rank0\]: )?step_ms (\S+) batch (\d+)", out, re.M)
+    step = re.search(r"^(?:\[rank0\]: )?step_ms (\S+) cpu_ms (\S+) batch (\d+)", out, re.M)
     losses = re.search(r"^(?:\[rank0\]: )?losses (.*)$", out, re.M)
     if result.returncode != 0 or not step or not losses:
         sys.exit(f"compare.py: {' '.join(cmd)} failed (exit {result.returncode}):\n{out[-2000:]}{result.stderr[-3000:]}")
     if len(re.findall(r"step_ms ", out)) != 1:
         sys.exit(f"compare.py: {' '.join(cmd)} printed {len(re.findall(r'step_ms ', out))} results, expected one "
                  f"(from the main process): did its {procs} processes form one process group?\n{out[-2000:]}")
-    return float(step.group(1)), int(step.group(2)), [float(v) for v in losses.group(1).split()]
+    return float(step.group(1)), float(step.group(2)), int(step.group(3)), [float(v) for v in losses.group(1).split()]
 
 
 def precision_flag(precision):
@@ -132,18 +132,20 @@ def cmd_run(args):
                     forms = [f for f in FORMS if (f in "bc" or (procs == 1 and precision == "fp32"))
                              and f in args.forms]
                     threads = args.threads_1proc if procs == 1 else 1
-                    times = {f: [] for f in forms}
+                    times, cpu = {f: [] for f in forms}, {f: [] for f in forms}
                     batch = None
                     for rep in range(args.reps):
                         order = forms[rep % len(forms):] + forms[: rep % len(forms)]
                         for form in order:
-                            ms, batch, _ = run_one(form, workload, procs, precision, threads, inputs, args.steps,
+                            ms, cpu_ms, batch, _ = run_one(form, workload, procs, precision, threads, inputs, args.steps,
                                                    args.warmup, args.bin_dir, args.python)
                             times[form].append(ms)
+                            cpu[form].append(cpu_ms)
                     per_step, unit = units(workload, batch)
                     row = {"workload": workload, "procs": procs, "precision": precision, "threads": threads,
                            "unit": unit, "global_batch": per_step * procs, "times": times,
-                           "median_ms": {f: statistics.median(v) for f, v in times.items()}}
+                           "median_ms": {f: statistics.median(v) for f, v in times.items()},
+                           "cpu_ms": cpu, "median_cpu_ms": {f: statistics.median(v) for f, v in cpu.items()}}
                     row["throughput"] = {f: per_step * procs * 1000 / ms for f, ms in row["median_ms"].items()}
                     results.append(row)
                     print_row(row, flush=True)
@@ -168,22 +170,26 @@ def save(results, args):
 def print_row(row, flush=False):
     parts = [f"{row['workload']} {row['procs']}p {row['precision']}:"]
     for f, ms in row["median_ms"].items():
-        parts.append(f"{f}={ms:.3f}ms")
+        parts.append(f"{f}={ms:.3f}ms (cpu {row['median_cpu_ms'][f]:.3f})")
     print(" ".join(parts), flush=flush)
 
 
 def markdown(results, args):
     lines = [f"{args.reps} alternated repetitions x {args.steps} steps (+{args.warmup} warm-up), medians. "
              f"1 process: {args.threads_1proc} intra-op thread(s); N processes: 1 thread each (OMP_NUM_THREADS).", "",
-             "| workload | procs | precision | form | step time | throughput | vs (c) |", "|---|---|---|---|---|---|---|"]
+             "Step time: wall clock (rank 0); CPU: the process's CPU time per step, all threads (rank 0).", "",
+             "| workload | procs | precision | form | step time | throughput | vs (c) | CPU per step | CPU vs (c) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in results:
-        c = row["median_ms"].get("c")
+        c, c_cpu = row["median_ms"].get("c"), row["median_cpu_ms"].get("c")
         for f, ms in row["median_ms"].items():
             ratio = f"{c / ms:.2f}x" if c else "—"
             if f == "b" and c:
                 ratio = f"**{ratio}**"
+            cpu = row["median_cpu_ms"][f]
             lines.append(f"| `{row['workload']}` | {row['procs']} | {row['precision']} | {FORM_NAMES[f]} | "
-                         f"{ms:.2f} ms | {row['throughput'][f]:,.0f} {row['unit']} | {ratio} |")
+                         f"{ms:.2f} ms | {row['throughput'][f]:,.0f} {row['unit']} | {ratio} | {cpu:.2f} ms | "
+                         f"{f'{c_cpu / cpu:.2f}x' if c_cpu else '—'} |")
     scaling = []
     for row in results:
         if row["procs"] == 1:
@@ -236,8 +242,8 @@ def cmd_loss_check(args):
         curves = {}
         for workload in args.workload.split(","):
             write_inputs(inputs, [workload])
-            _, _, ours = run_one("b", workload, 1, "fp32", 1, inputs, args.steps, 0, args.bin_dir, args.python)
-            _, _, theirs = run_one("c", workload, 1, "fp32", 1, inputs, args.steps, 0, args.bin_dir, args.python)
+            _, _, _, ours = run_one("b", workload, 1, "fp32", 1, inputs, args.steps, 0, args.bin_dir, args.python)
+            _, _, _, theirs = run_one("c", workload, 1, "fp32", 1, inputs, args.steps, 0, args.bin_dir, args.python)
             if len(ours) != args.steps or len(theirs) != args.steps:
                 print(f"FAIL {workload}: {len(ours)} and {len(theirs)} losses, expected {args.steps}")
                 return 1

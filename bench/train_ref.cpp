@@ -8,7 +8,7 @@
 // WORKLOAD is mlp-mnist, gpt-small or gpt-86m. INPUT_DIR holds WORKLOAD.weights (the initial parameters) and
 // WORKLOAD.data (the samples), both written by `bench/compare.py inputs` in the format bench_tensors.h reads.
 // Runs WARMUP + STEPS AdamW steps (lr 3e-4) and prints the mean time of the last STEPS steps and every step's
-// loss.
+// loss. Times are the wall clock and this process's CPU time (all its threads), per step.
 #include "bench_tensors.h"
 #include "workloads.h"
 
@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -53,6 +54,7 @@ int train(std::shared_ptr<Net> model, Samples dataset, int64_t batch_size, int64
 
   using Clock = std::chrono::steady_clock;
   auto start = Clock::now();
+  auto cpu_start = std::clock();
   std::vector<torch::Tensor> losses;
   int64_t step = 0;
   while (step < warmup + steps) {
@@ -62,6 +64,7 @@ int train(std::shared_ptr<Net> model, Samples dataset, int64_t batch_size, int64
           torch::cuda::synchronize();
         }
         start = Clock::now();
+        cpu_start = std::clock();
       }
       auto inputs = batch.data.to(device);
       auto targets = batch.target.to(device);
@@ -81,13 +84,15 @@ int train(std::shared_ptr<Net> model, Samples dataset, int64_t batch_size, int64
     torch::cuda::synchronize();
   }
   const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
+  const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC / steps;
 
   std::ostringstream curve;
   curve << std::setprecision(9);
   for (const auto& value : losses) {
     curve << ' ' << value.item<double>();
   }
-  std::cout << "step_ms " << std::setprecision(6) << step_ms << " batch " << batch_size << std::endl;
+  std::cout << "step_ms " << std::setprecision(6) << step_ms << " cpu_ms " << cpu_ms << " batch "
+            << batch_size << std::endl;
   std::cout << "losses" << curve.str() << std::endl;
   return 0;
 }

@@ -5,8 +5,8 @@
 --form accelerate is form (c) of the side-by-side benchmark, the loop ported to Hugging Face Accelerate
 (Accelerator, prepare, accelerator.backward; mixed precision from ACCELERATE_MIXED_PRECISION, processes from
 torchrun's environment); --form torch is form (d), plain PyTorch on one device. Reads the same WORKLOAD.weights and
-WORKLOAD.data as the C++ program and prints the same two lines: the mean time of the last STEPS steps, and every
-step's loss.
+WORKLOAD.data as the C++ program and prints the same two lines: the mean wall-clock and CPU time of the last STEPS
+steps, and every step's loss.
 """
 
 import argparse
@@ -129,22 +129,22 @@ def compute_loss(model, inputs, targets):
 
 
 def run(loader, steps, warmup, step_fn, synchronize):
-    losses, step, start = [], 0, time.perf_counter()
+    losses, step, start, cpu_start = [], 0, time.perf_counter(), time.process_time()
     while step < warmup + steps:
         for inputs, targets in loader:
             if step == warmup:
                 synchronize()
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
             losses.append(step_fn(inputs, targets))
             step += 1
             if step == warmup + steps:
                 break
     synchronize()
-    return (time.perf_counter() - start) * 1000 / steps, losses
+    return (time.perf_counter() - start) * 1000 / steps, (time.process_time() - cpu_start) * 1000 / steps, losses
 
 
-def report(step_ms, batch, losses):
-    print(f"step_ms {step_ms:.6g} batch {batch}", flush=True)
+def report(step_ms, cpu_ms, batch, losses):
+    print(f"step_ms {step_ms:.6g} cpu_ms {cpu_ms:.6g} batch {batch}", flush=True)
     print("losses " + " ".join(f"{v:.9g}" for v in torch.stack(losses).tolist()), flush=True)
 
 
@@ -174,9 +174,9 @@ def main():
             optimizer.step()
             return loss.detach()
 
-        step_ms, losses = run(loader, args.steps, args.warmup, step, sync)
+        step_ms, cpu_ms, losses = run(loader, args.steps, args.warmup, step, sync)
         if accelerator.is_main_process:
-            report(step_ms, batch_size(args.workload), losses)
+            report(step_ms, cpu_ms, batch_size(args.workload), losses)
         accelerator.end_training()
         return
 
@@ -193,8 +193,8 @@ def main():
         optimizer.step()
         return loss.detach()
 
-    step_ms, losses = run(loader, args.steps, args.warmup, step, sync)
-    report(step_ms, batch_size(args.workload), losses)
+    step_ms, cpu_ms, losses = run(loader, args.steps, args.warmup, step, sync)
+    report(step_ms, cpu_ms, batch_size(args.workload), losses)
 
 
 if __name__ == "__main__":
