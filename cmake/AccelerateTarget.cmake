@@ -100,8 +100,15 @@ function(accelerate_target target)
       set(depfile_args DEPFILE "${rewritten}.d")
       set(depfile_flags "--depfile=${rewritten}.d")
     endif()
+    set(make_directory "")
+    if(NOT CMAKE_GENERATOR MATCHES "Ninja")
+      # Ninja creates an output's directory; the other generators do not.
+      get_filename_component(rewritten_dir "${rewritten}" DIRECTORY)
+      set(make_directory COMMAND "${CMAKE_COMMAND}" -E make_directory "${rewritten_dir}")
+    endif()
     add_custom_command(
       OUTPUT "${rewritten}"
+      ${make_directory}
       COMMAND "${rewrite_tool}" "${source_path}" -o "${rewritten}" --line-directives ${depfile_flags}
               ${pass_flags} --
               "-std=c++$<IF:$<BOOL:${standard}>,${standard},17>"
