@@ -8,8 +8,9 @@
 # table of entries and flags this script reads) and this repository's test/fixtures (ids fx:<name>); with IDs
 # only those run. Each command runs RUNS times (default 3); the table gives the median CPU seconds (user +
 # sys, which another load on the machine changes less than wall time) and the median wall seconds. The
-# clang PCH of <torch/torch.h> is built once, with the same flags, into OUT/torch.pch, and passed to both
-# tools with -include-pch; the outputs of accel-rewrite with and without it are compared byte for byte.
+# clang PCH of <torch/torch.h> is built once (and kept for later runs), with the same flags, into
+# OUT/torch.pch, and passed to both tools with -include-pch; the outputs of accel-rewrite with and without it
+# are compared byte for byte.
 # Environment: TOOL (default build/bin/accel-rewrite), CXX (default clang++-19), RUNS, OUT (default
 # CORPUS_DIR/bench), PCH (0 to skip the PCH columns).
 set -uo pipefail
@@ -17,7 +18,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 corpus=$(cd "$1" && pwd) || { echo "bench-rewrite: no corpus folder '$1'; run scripts/rewriter-coverage.sh $1 first" >&2; exit 2; }
@@ -62,7 +63,10 @@ time_runs() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
 pch_flags=()
-if [[ "$PCH" != 0 ]]; then
+if [[ "$PCH" != 0 && -f "$OUT/torch.pch" ]]; then
+  # Reused: clang refuses a PCH whose headers changed since it was built, so a stale one fails loudly.
+  pch_flags=(-include-pch "$OUT/torch.pch")
+elif [[ "$PCH" != 0 ]]; then
   # The PCH is built once, with the flags every file uses.
   start=$(date +%s.%N)
   if ! "$CXX" -x c++-header "${FLAGS[@]}" "$torch_include/torch/csrc/api/include/torch/torch.h" \

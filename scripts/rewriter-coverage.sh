@@ -60,7 +60,7 @@ K2|krshrimali/Feed-Forward-NN-Custom-Dataset-Libtorch|ada4745a415c|mnist-code.cp
 J1|koba-jon/pytorch_cpp|7f9b8b078737|Multiclass_Classification/ResNet/src/train.cpp|Multiclass_Classification/ResNet utils|-I@/Multiclass_Classification/ResNet/src -I@/utils
 J2|koba-jon/pytorch_cpp|7a7ebfe7ea3e|Generative_Modeling/DCGAN/src/train.cpp|Generative_Modeling/DCGAN utils|-I@/Generative_Modeling/DCGAN/src -I@/utils
 A1|AllentDan/LibtorchSegmentation|8ad80397f23d|src/Segmentor.h|src|-x c++ -I@/src
-L1h|laplaceliu/build-your-own-llm-using-cpp-and-libtorch|80878b52dc1a|chapters/chapterD_training_loop/include/training_D.h|chapters|-x c++ -I@/chapters/chapterD_training_loop/include -I@/chapters/chapter02_text_data/include -I@/chapters/chapter03_attention/include -I@/chapters/chapter04_gpt/include -I@/chapters/chapter05_pretraining/include
+L1h|laplaceliu/build-your-own-llm-using-cpp-and-libtorch|80878b52dc1a|chapters/chapterD_training_loop/include/training_D.h|chapters|-x c++ -include bpe_tokenizer.h -I@/chapters/chapterD_training_loop/include -I@/chapters/chapter02_text_data/include -I@/chapters/chapter03_attention/include -I@/chapters/chapter04_gpt/include -I@/chapters/chapter05_pretraining/include
 L1m|laplaceliu/build-your-own-llm-using-cpp-and-libtorch|80878b52dc1a|chapters/chapterD_training_loop/src/main.cpp|chapters|-I@/chapters/chapterD_training_loop/include -I@/chapters/chapter02_text_data/include -I@/chapters/chapter03_attention/include -I@/chapters/chapter04_gpt/include -I@/chapters/chapter05_pretraining/include
 Q1|Kriptics18/cpp-rl|c6f031baef00|src/day_4.cpp|src|-I@/src
 D1|jiamny/Dive_into_deep_learning_with_libtorch|36b49d6324ed|src/17_Generative_adversarial_networks/GenerativeAdversarialNetwork.cpp|src/17_Generative_adversarial_networks src/utils.h|-I@/src
@@ -88,8 +88,9 @@ extract() { # id repo commit paths
 }
 
 # The first warning or error accel-rewrite printed, without the path prefix.
-first_reason() {
-  grep -m1 -E ': (warning|error): ' "$1" | sed -E 's/^[^ ]*: (warning|error): //' | cut -c1-240
+first_reason() { # file [kind]
+  grep -m1 -E ": (${2:-warning|error}): " "$1" | grep -v '#pragma once in main file' |
+    sed -E 's/^[^ ]*: (warning|error): //' | cut -c1-240
 }
 
 echo "| id | file | rewritten | changes | not rewritten | compiles after rewrite | accel-rewrite s | note |"
@@ -109,10 +110,12 @@ while IFS='|' read -r id repo commit file paths extra; do
   missed=$(sed -nE 's/.*, ([0-9]+) not rewritten.*/\1/p' <<<"$summary")
   note=""
   if [[ $rc -ne 0 || ! -f "$OUT/$id.cpp" ]]; then
-    rewritten=no compiles=- note="refused: $(first_reason "$OUT/$id.stderr")"
+    rewritten=no compiles=- note="refused: $(first_reason "$OUT/$id.stderr" error)"
   else
     if cmp -s "$src" "$OUT/$id.cpp"; then rewritten="no (byte-identical)"; else rewritten=yes; fi
-    if "$CXX" -fsyntax-only "${FLAGS[@]}" "${more[@]}" -I"$root/include" "$OUT/$id.cpp" >"$OUT/$id.compile" 2>&1; then
+    # -iquote: the file's own "..." includes (`#include "../utils.h"`) still resolve from OUT.
+    if "$CXX" -fsyntax-only "${FLAGS[@]}" "${more[@]}" -iquote "$(dirname "$src")" -I"$root/include" \
+      "$OUT/$id.cpp" >"$OUT/$id.compile" 2>&1; then
       compiles=yes
     else
       compiles="NO: $(grep -m1 'error:' "$OUT/$id.compile" | cut -c1-200)"
