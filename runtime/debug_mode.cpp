@@ -3,6 +3,7 @@
 
 #include "ddp.h"
 #include "durable_file.h"
+#include "forwarding_backend.h"
 #include "optimizer_state.h"
 #include "state.h"
 
@@ -116,31 +117,12 @@ std::string processes(const std::vector<int>& ranks) {
 }
 
 /// A Backend that checks each collective across processes, through the store, before running it.
-class DebugModeBackend final : public c10d::Backend {
+class DebugModeBackend final : public ForwardingBackend {
 public:
   DebugModeBackend(c10::intrusive_ptr<c10d::Backend> inner, c10::intrusive_ptr<c10d::Store> store,
                    std::chrono::milliseconds timeout)
-      : Backend(inner->getRank(), inner->getSize()), inner_(std::move(inner)), store_(std::move(store)),
+      : ForwardingBackend(std::move(inner)), store_(std::move(store)),
         timeout_(timeout) {}
-
-  const std::string getBackendName() const override { return inner_->getBackendName(); }
-  c10::intrusive_ptr<Options> getBackendOptions() override { return inner_->getBackendOptions(); }
-  bool supportsSplitting() const override { return inner_->supportsSplitting(); }
-  bool supportsCoalescing() const override { return inner_->supportsCoalescing(); }
-  bool supportsTimeEstimation() const override { return inner_->supportsTimeEstimation(); }
-  void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
-  void startCoalescing() override { inner_->startCoalescing(); }
-  c10::intrusive_ptr<c10d::Work> endCoalescing() override { return inner_->endCoalescing(); }
-  void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
-  uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
-  void setGroupUid(const std::string& uid) override {
-    Backend::setGroupUid(uid);
-    inner_->setGroupUid(uid);
-  }
-  void eagerConnectSingleDevice(at::Device device) override { inner_->eagerConnectSingleDevice(device); }
-  c10d::ErrorType getError() override { return inner_->getError(); }
-  void abort() override { inner_->abort(); }
-  void shutdown() override { inner_->shutdown(); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
@@ -246,15 +228,7 @@ public:
     check("monitored_barrier");
     inner_->monitoredBarrier(opts, wait_all_ranks);
   }
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int destination, int tag) override {
-    return inner_->send(tensors, destination, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int source, int tag) override {
-    return inner_->recv(tensors, source, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
-    return inner_->recvAnysource(tensors, tag);
-  }
+  // Point-to-point operations pass through unchecked (ForwardingBackend).
 
 private:
   std::string key(uint64_t sequence, int rank) const {
@@ -355,7 +329,6 @@ private:
         "dtypes and shapes: look for a rank-dependent branch or shape at the calls named");
   }
 
-  c10::intrusive_ptr<c10d::Backend> inner_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;

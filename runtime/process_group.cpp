@@ -3,6 +3,7 @@
 
 #include "debug_mode.h"
 #include "device.h"
+#include "shm_allreduce.h"
 
 #include <stdexcept>
 
@@ -75,7 +76,9 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
                                                     timeout)
                       : backend;
   };
-  auto gloo = checked(create_gloo_backend(store, env.rank, env.world_size, env.master_addr, timeout));
+  // CPU tensors: Gloo, with all-reduces through shared memory when every process is on this machine.
+  auto gloo = checked(wrap_backend_with_shared_memory(
+      create_gloo_backend(store, env.rank, env.world_size, env.master_addr, timeout), store, timeout));
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   if (device.is_cuda()) {

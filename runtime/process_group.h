@@ -1,4 +1,5 @@
-// Forms the job's c10d process group: TCPStore rendezvous, then Gloo for CPU tensors.
+// Forms the job's c10d process group: TCPStore rendezvous, then Gloo (and same-machine shared memory) for CPU
+// tensors.
 #pragma once
 
 #include "environment.h"
@@ -10,7 +11,8 @@
 namespace accelerate::detail {
 
 /// Connects to (rank 0: hosts) the TCPStore at MASTER_ADDR:MASTER_PORT and builds a process group: Gloo for
-/// CPU tensors, and NCCL for CUDA tensors when `device` is a GPU. Throws `std::runtime_error` naming the
+/// CPU tensors (all-reduces through shared memory when every process is on this machine: shm_allreduce.h), and
+/// NCCL for CUDA tensors when `device` is a GPU. Throws `std::runtime_error` naming the
 /// variable to fix when the address or port is unusable. With `debug_mode` (ACCELERATE_DEBUG_MODE), every
 /// collective is first checked across processes (runtime/debug_mode.h).
 c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env, const c10::Device& device,

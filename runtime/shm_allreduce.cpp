@@ -1,0 +1,509 @@
+// Same-machine all-reduce through one shared-memory segment (see shm_allreduce.h).
+//
+// Segment layout: a header (magic, nonce, world size, slot size, the futex word), one RankState per process
+// (the barrier generation it reached, what it is reducing, its pid), then two sets of `world` slots. A chunk of
+// the tensor goes through one set: every process copies its chunk into its slot; barrier; process r reduces
+// share r of all slots into its own slot's share r; barrier; every process copies share k of slot k, for all
+// k, back into its tensor. Consecutive chunks alternate between the sets, so the barrier that opens chunk
+// i + 1 also guarantees that every process has finished reading chunk i's set before chunk i + 2 rewrites it.
+#include "shm_allreduce.h"
+
+#include "forwarding_backend.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+namespace accelerate::detail {
+namespace {
+
+constexpr uint64_t kMagic = 0x6163632d73686d31ULL; // "acc-shm1"
+constexpr size_t kPage = 4096;
+/// All slots together (2 sets x world): 16 MiB, at least 256 KiB per slot. Larger tensors go in chunks.
+constexpr size_t kSegmentDataBytes = size_t{16} << 20;
+constexpr size_t kMinSlotBytes = size_t{256} << 10;
+
+struct alignas(64) SegmentHeader {
+  uint64_t magic;
+  uint64_t nonce;
+  int64_t world;
+  int64_t slot_bytes;
+  alignas(64) std::atomic<uint32_t> epoch; // bumped at every arrival; the word waiters sleep on
+  std::atomic<uint32_t> sleepers;
+};
+
+struct alignas(64) RankState {
+  std::atomic<uint64_t> arrived; // the last barrier generation this process reached
+  std::atomic<int64_t> numel;    // what it is all-reducing (checked against the others at the first chunk)
+  std::atomic<int32_t> dtype;
+  std::atomic<int32_t> op;
+  std::atomic<int32_t> pid;
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "the barrier needs lock-free atomics in shared memory");
+
+size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+long futex(std::atomic<uint32_t>* word, int operation, uint32_t value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), operation, value, timeout, nullptr, 0);
+}
+
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+  case c10d::ReduceOp::SUM:
+    return "sum";
+  case c10d::ReduceOp::MIN:
+    return "min";
+  case c10d::ReduceOp::MAX:
+    return "max";
+  default:
+    return "other";
+  }
+}
+
+/// Whether process `pid` has exited: gone, or a zombie its parent has not yet reaped.
+bool process_gone(pid_t pid) {
+  if (kill(pid, 0) != 0) {
+    return errno == ESRCH;
+  }
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* file = std::fopen(path, "r");
+  if (file == nullptr) {
+    return false;
+  }
+  char text[512] = {};
+  const size_t length = std::fread(text, 1, sizeof(text) - 1, file);
+  std::fclose(file);
+  const char* close = std::strrchr(text, ')'); // the command name may itself contain ") "
+  return close != nullptr && close + 2 < text + length && (close[2] == 'Z' || close[2] == 'X');
+}
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+/// The mapped segment. Rank 0 creates it; the others open it by name; rank 0 removes the name once everyone
+/// has answered, so nothing is left in /dev/shm whatever happens to the processes afterwards.
+class Segment {
+public:
+  Segment(int world) : world_(world) {
+    const size_t slots = 2 * static_cast<size_t>(world);
+    slot_bytes_ = std::max(kMinSlotBytes, round_up(kSegmentDataBytes / slots, kPage));
+    header_bytes_ = round_up(sizeof(SegmentHeader), kPage);
+    ranks_bytes_ = round_up(sizeof(RankState) * static_cast<size_t>(world), kPage);
+    bytes_ = header_bytes_ + ranks_bytes_ + slots * slot_bytes_;
+  }
+  ~Segment() {
+    if (base_ != nullptr) {
+      munmap(base_, bytes_);
+    }
+  }
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  /// Rank 0: creates and fills a new segment; returns its name. Throws `std::runtime_error` with the reason.
+  std::string create(uint64_t nonce) {
+    std::random_device random;
+    const std::string name = "/accelerate-allreduce-" + std::to_string(getpid()) + "-" + std::to_string(random());
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      throw std::runtime_error(errno_text("shm_open(" + name + ")"));
+    }
+    // posix_fallocate, not just ftruncate: a full /dev/shm must fail here, not with SIGBUS at the first copy.
+    const int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes_));
+    if (rc != 0) {
+      close(fd);
+      shm_unlink(name.c_str());
+      errno = rc;
+      throw std::runtime_error(errno_text("reserving " + std::to_string(bytes_ >> 20) + " MiB in /dev/shm"));
+    }
+    map(fd, name);
+    auto* head = header();
+    head->nonce = nonce;
+    head->world = world_;
+    head->slot_bytes = static_cast<int64_t>(slot_bytes_);
+    head->epoch.store(0);
+    head->sleepers.store(0);
+    for (int rank = 0; rank < world_; ++rank) {
+      rank_state(rank).arrived.store(0);
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    head->magic = kMagic;
+    name_ = name;
+    return name;
+  }
+
+  /// Ranks > 0: maps rank 0's segment and checks that it is the one rank 0 announced.
+  void open(const std::string& name, uint64_t nonce) {
+    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      throw std::runtime_error(errno_text("shm_open(" + name + ") (is rank 0 on another machine?)"));
+    }
+    struct stat info {};
+    if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != bytes_) {
+      close(fd);
+      throw std::runtime_error("segment " + name + " has an unexpected size");
+    }
+    map(fd, name);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (header()->magic != kMagic || header()->nonce != nonce || header()->world != world_) {
+      throw std::runtime_error("segment " + name + " is not the one rank 0 created (another machine's name?)");
+    }
+  }
+
+  void unlink() {
+    if (!name_.empty()) {
+      shm_unlink(name_.c_str());
+      name_.clear();
+    }
+  }
+
+  SegmentHeader* header() const { return static_cast<SegmentHeader*>(base_); }
+  RankState& rank_state(int rank) const {
+    return reinterpret_cast<RankState*>(static_cast<char*>(base_) + header_bytes_)[rank];
+  }
+  char* slot(int set, int rank) const {
+    return static_cast<char*>(base_) + header_bytes_ + ranks_bytes_ +
+           (static_cast<size_t>(set) * static_cast<size_t>(world_) + static_cast<size_t>(rank)) * slot_bytes_;
+  }
+  size_t slot_bytes() const { return slot_bytes_; }
+
+private:
+  void map(int fd, const std::string& name) {
+    void* base = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int error = errno;
+    close(fd);
+    if (base == MAP_FAILED) {
+      errno = error;
+      throw std::runtime_error(errno_text("mmap(" + name + ")"));
+    }
+    base_ = base;
+  }
+
+  int world_;
+  size_t slot_bytes_ = 0;
+  size_t header_bytes_ = 0;
+  size_t ranks_bytes_ = 0;
+  size_t bytes_ = 0;
+  void* base_ = nullptr;
+  std::string name_;
+};
+
+class SharedMemoryAllreduceBackend final : public ForwardingBackend {
+public:
+  SharedMemoryAllreduceBackend(c10::intrusive_ptr<c10d::Backend> inner, std::unique_ptr<Segment> segment,
+                               std::chrono::milliseconds timeout, bool check_pids)
+      : ForwardingBackend(std::move(inner)), segment_(std::move(segment)), timeout_(timeout),
+        check_pids_(check_pids) {}
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    if (!handles(tensors, opts)) {
+      return inner_->allreduce(tensors, opts);
+    }
+    if (!failure_.empty()) {
+      throw std::runtime_error("accelerate: the shared-memory all-reduce is unusable after an earlier failure (" +
+                               failure_ + ")");
+    }
+    at::Tensor& tensor = tensors[0];
+    at::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    try {
+      run(work, opts.reduceOp.op_);
+    } catch (const std::exception& error) {
+      failure_ = error.what();
+      throw;
+    }
+    if (!work.is_same(tensor)) {
+      tensor.copy_(work);
+    }
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    future->markCompleted(c10::IValue(tensors));
+    return c10d::Work::create_from_future(future);
+  }
+
+private:
+  /// Decided from what every process passes alike (the operation, dtype, device, layout), never from data or
+  /// strides, so that all processes take the same path.
+  static bool handles(const std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+    if (tensors.size() != 1) {
+      return false;
+    }
+    const auto& tensor = tensors[0];
+    const auto op = opts.reduceOp.op_;
+    const auto dtype = tensor.scalar_type();
+    return tensor.defined() && tensor.device().is_cpu() && tensor.layout() == c10::kStrided &&
+           (op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::MIN || op == c10d::ReduceOp::MAX) &&
+           (at::isFloatingType(dtype) || at::isIntegralType(dtype, /*includeBool=*/false));
+  }
+
+  void run(at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
+    const int world = size_;
+    const int64_t numel = tensor.numel();
+    const auto element = static_cast<int64_t>(tensor.element_size());
+    const int64_t slot_elements = static_cast<int64_t>(segment_->slot_bytes()) / element;
+    char* data = static_cast<char*>(tensor.data_ptr());
+    RankState& mine = segment_->rank_state(rank_);
+    mine.numel.store(numel, std::memory_order_relaxed);
+    mine.dtype.store(static_cast<int32_t>(tensor.scalar_type()), std::memory_order_relaxed);
+    mine.op.store(static_cast<int32_t>(op), std::memory_order_relaxed);
+
+    const int64_t chunks = std::max<int64_t>(1, (numel + slot_elements - 1) / slot_elements);
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const int64_t offset = chunk * slot_elements;
+      const int64_t count = std::min(slot_elements, numel - offset);
+      const int set = static_cast<int>(sets_used_++ & 1);
+      if (count > 0) {
+        std::memcpy(segment_->slot(set, rank_), data + offset * element, static_cast<size_t>(count * element));
+      }
+      arrive_and_wait();
+      if (chunk == 0) {
+        check_same_collective(numel, tensor.scalar_type(), op);
+      }
+      const int64_t share = (count + world - 1) / world;
+      auto bounds = [&](int rank) {
+        const int64_t begin = std::min(count, rank * share);
+        return std::make_pair(begin, std::min(count, begin + share));
+      };
+      const auto [begin, end] = bounds(rank_);
+      if (end > begin) {
+        const auto options = at::TensorOptions().dtype(tensor.scalar_type());
+        at::Tensor result = at::from_blob(segment_->slot(set, rank_) + begin * element, {end - begin}, options);
+        for (int other = 0; other < world; ++other) {
+          if (other == rank_) {
+            continue;
+          }
+          at::Tensor theirs = at::from_blob(segment_->slot(set, other) + begin * element, {end - begin}, options);
+          if (op == c10d::ReduceOp::SUM) {
+            at::add_out(result, result, theirs);
+          } else if (op == c10d::ReduceOp::MIN) {
+            at::minimum_out(result, result, theirs);
+          } else {
+            at::maximum_out(result, result, theirs);
+          }
+        }
+      }
+      arrive_and_wait();
+      for (int owner = 0; owner < world; ++owner) {
+        const auto [first, last] = bounds(owner);
+        if (last > first) {
+          std::memcpy(data + (offset + first) * element, segment_->slot(set, owner) + first * element,
+                      static_cast<size_t>((last - first) * element));
+        }
+      }
+    }
+  }
+
+  void check_same_collective(int64_t numel, c10::ScalarType dtype, c10d::ReduceOp::RedOpType op) {
+    for (int other = 0; other < size_; ++other) {
+      const RankState& theirs = segment_->rank_state(other);
+      const auto their_numel = theirs.numel.load(std::memory_order_relaxed);
+      const auto their_dtype = static_cast<c10::ScalarType>(theirs.dtype.load(std::memory_order_relaxed));
+      const auto their_op = static_cast<c10d::ReduceOp::RedOpType>(theirs.op.load(std::memory_order_relaxed));
+      if (their_numel != numel || their_dtype != dtype || their_op != op) {
+        std::ostringstream message;
+        message << "accelerate: all-reduce mismatch: process " << rank_ << " reduces " << numel << " elements of "
+                << dtype << " (" << op_name(op) << ") but process " << other << " reduces " << their_numel
+                << " elements of " << their_dtype << " (" << op_name(their_op)
+                << "); every process must all-reduce tensors of the same size and dtype, in the same order";
+        throw std::runtime_error(message.str());
+      }
+    }
+  }
+
+  /// The barrier: publish the next generation, wake sleepers, wait until every process has reached it.
+  /// Spins briefly (a partner on another core arrives within microseconds), then sleeps on the futex word,
+  /// checking every 100 ms that the missing processes still exist.
+  void arrive_and_wait() {
+    const uint64_t generation = ++generation_;
+    SegmentHeader* head = segment_->header();
+    segment_->rank_state(rank_).arrived.store(generation, std::memory_order_seq_cst);
+    head->epoch.fetch_add(1, std::memory_order_seq_cst);
+    if (head->sleepers.load(std::memory_order_seq_cst) > 0) {
+      futex(&head->epoch, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+
+    const auto start = std::chrono::steady_clock::now();
+    auto next_check = start + std::chrono::milliseconds(100);
+    for (uint64_t spins = 0;; ++spins) {
+      const uint32_t epoch = head->epoch.load(std::memory_order_seq_cst);
+      int missing = -1;
+      for (int other = 0; other < size_ && missing < 0; ++other) {
+        if (segment_->rank_state(other).arrived.load(std::memory_order_acquire) < generation) {
+          missing = other;
+        }
+      }
+      if (missing < 0) {
+        return;
+      }
+      if (spins < 2000) {
+        if (spins % 64 == 63) {
+          sched_yield();
+        } else {
+          cpu_relax();
+        }
+        continue;
+      }
+      head->sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const timespec nap{0, 20 * 1000 * 1000};
+      futex(&head->epoch, FUTEX_WAIT, epoch, &nap);
+      head->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      const auto now = std::chrono::steady_clock::now();
+      if (now < next_check) {
+        continue;
+      }
+      next_check = now + std::chrono::milliseconds(100);
+      const pid_t pid = segment_->rank_state(missing).pid.load(std::memory_order_relaxed);
+      if (check_pids_ && pid > 0 && process_gone(pid)) {
+        throw std::runtime_error("accelerate: process " + std::to_string(missing) + " (pid " + std::to_string(pid) +
+                                 ") exited while process " + std::to_string(rank_) +
+                                 " waited for it in an all-reduce; see that process's output for why it stopped");
+      }
+      if (now - start > timeout_) {
+        throw std::runtime_error(
+            "accelerate: process " + std::to_string(rank_) + " waited " + std::to_string(timeout_.count()) +
+            " ms for process " + std::to_string(missing) +
+            " in an all-reduce; it is stuck or skipped the collective (every process must issue the same "
+            "collectives in the same order; ACCELERATE_DEBUG_MODE=1 names the call that differs)");
+      }
+    }
+  }
+
+  std::unique_ptr<Segment> segment_;
+  std::chrono::milliseconds timeout_;
+  bool check_pids_;
+  uint64_t generation_ = 0;
+  uint64_t sets_used_ = 0;
+  std::string failure_;
+};
+
+std::string get_string(c10d::Store& store, const std::string& key) {
+  const auto value = store.get(key);
+  return std::string(value.begin(), value.end());
+}
+
+void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::Backend> wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
+                                                                  const c10::intrusive_ptr<c10d::Store>& store,
+                                                                  std::chrono::milliseconds timeout) {
+  const int rank = inner->getRank();
+  const int world = inner->getSize();
+  if (world < 2) {
+    return inner;
+  }
+  std::string setting = "auto";
+  if (const char* value = std::getenv("ACCELERATE_SHM_ALLREDUCE"); value != nullptr && *value != '\0') {
+    setting = value;
+  }
+  bool wanted = true;
+  bool required = false;
+  if (setting == "0" || setting == "false" || setting == "no" || setting == "off") {
+    wanted = false;
+  } else if (setting == "1" || setting == "true" || setting == "yes" || setting == "on") {
+    required = true;
+  } else if (setting != "auto") {
+    throw std::invalid_argument("accelerate: ACCELERATE_SHM_ALLREDUCE must be auto, 1 or 0 (got '" + setting + "')");
+  }
+
+  // Rank 0 creates the segment and announces "<name> <nonce>" (or why not); each process then answers "ok"
+  // or why it cannot use it, and every process reads every answer, so that all decide alike.
+  auto segment = std::make_unique<Segment>(world);
+  const std::string prefix = "accelerate/shm_allreduce/";
+  std::string answer = "ok";
+  if (rank == 0) {
+    std::string announcement = "-";
+    if (wanted) {
+      try {
+        const uint64_t nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+        announcement = segment->create(nonce) + " " + std::to_string(nonce);
+      } catch (const std::exception& error) {
+        answer = error.what();
+      }
+    } else {
+      answer = "turned off by ACCELERATE_SHM_ALLREDUCE on process 0";
+    }
+    set_string(*store, prefix + "segment", announcement);
+  } else {
+    const std::string announcement = get_string(*store, prefix + "segment");
+    if (!wanted) {
+      answer = "turned off by ACCELERATE_SHM_ALLREDUCE on process " + std::to_string(rank);
+    } else if (announcement != "-") {
+      try {
+        const auto space = announcement.find(' ');
+        segment->open(announcement.substr(0, space), std::stoull(announcement.substr(space + 1)));
+      } catch (const std::exception& error) {
+        answer = error.what();
+      }
+    } else {
+      answer = "process 0 has no segment";
+    }
+  }
+  if (answer == "ok") {
+    segment->rank_state(rank).pid.store(static_cast<int32_t>(getpid()));
+  }
+  set_string(*store, prefix + "answer/" + std::to_string(rank), answer);
+  std::string refusal;
+  for (int other = 0; other < world; ++other) {
+    const std::string theirs = get_string(*store, prefix + "answer/" + std::to_string(other));
+    if (theirs != "ok" && refusal.empty()) {
+      refusal = "process " + std::to_string(other) + ": " + theirs;
+    }
+  }
+  if (rank == 0) {
+    segment->unlink();
+  }
+  if (!refusal.empty()) {
+    if (required) {
+      throw std::runtime_error("accelerate: ACCELERATE_SHM_ALLREDUCE=1 but the processes cannot share memory (" +
+                               refusal + "); unset it to all-reduce through Gloo instead");
+    }
+    return inner;
+  }
+  // Liveness checks by pid only work when every process sees the others' pids (one pid namespace).
+  bool check_pids = true;
+  for (int other = 0; other < world; ++other) {
+    const pid_t pid = segment->rank_state(other).pid.load();
+    check_pids = check_pids && pid > 0 && kill(pid, 0) == 0;
+  }
+  return c10::make_intrusive<SharedMemoryAllreduceBackend>(std::move(inner), std::move(segment), timeout,
+                                                           check_pids);
+}
+
+bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  return dynamic_cast<const SharedMemoryAllreduceBackend*>(backend.get()) != nullptr;
+}
+
+} // namespace accelerate::detail

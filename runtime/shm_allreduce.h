@@ -1,0 +1,30 @@
+// Same-machine all-reduce through shared memory, in front of Gloo for CPU tensors (runtime-internal).
+//
+// Gloo moves every CPU all-reduce through TCP sockets and its own worker threads, even when all processes run
+// on one machine. There, a segment every process maps does the same work with a few memory copies: each
+// process writes its tensor into its own slot, reduces one 1/N share of all slots, and copies every share
+// back. Every process gets bit-identical results (each share is reduced once, by one process).
+#pragma once
+
+#include <chrono>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace accelerate::detail {
+
+/// Wraps the CPU backend `inner` so that all-reduces (sum, min, max) of one dense CPU tensor of a real or
+/// integer dtype go through a shared-memory segment; every other call goes to `inner`. A collective: every
+/// process of the group calls it. `ACCELERATE_SHM_ALLREDUCE` decides: unset or `auto` uses the segment when
+/// every process can map it (one machine, one /dev/shm) and quietly returns `inner` otherwise; `0` always
+/// returns `inner`; `1` throws `std::runtime_error` with the reason when the segment cannot be used. Every
+/// process reaches the same decision. An all-reduce waits at most `timeout` for the other processes, and
+/// throws at once, naming it, when one of them has exited.
+c10::intrusive_ptr<c10d::Backend> wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
+                                                                  const c10::intrusive_ptr<c10d::Store>& store,
+                                                                  std::chrono::milliseconds timeout);
+
+/// Whether `backend` (as `wrap_backend_with_shared_memory` returned it) all-reduces through shared memory.
+bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backend);
+
+} // namespace accelerate::detail

@@ -1,0 +1,9 @@
+# Shared-memory all-reduce tests (test/runtime/shm_multirank_test.cpp). Included by test/runtime/CMakeLists.txt.
+foreach(nproc IN ITEMS 2 3)
+  accelerate_multirank_test(multirank.ShmAllreduce.SumMinMaxAreExactForEveryDtypeSizeAndLayout.${nproc}ranks
+                            NPROC ${nproc} FILTER ShmAllreduce.SumMinMaxAreExactForEveryDtypeSizeAndLayout)
+endforeach()
+foreach(name IN ITEMS EveryProcessGetsTheSameBitsAsGlooWouldAgreeOn MismatchedSizesAreReportedOnEveryProcess
+                     AProcessThatExitedIsNamedInsteadOfWaitedFor EveryProcessFallsBackToGlooWhenOneTurnsItOff)
+  accelerate_multirank_test(multirank.ShmAllreduce.${name} NPROC 2 FILTER ShmAllreduce.${name} TIMEOUT 60)
+endforeach()
