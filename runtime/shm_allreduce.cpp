@@ -2,9 +2,10 @@
 //
 // Segment layout: a header (magic, nonce, world size, slot size, the futex word), one RankState per process
 // (the barrier generation it reached, what it is reducing, its pid), then two sets of `world` slots. A chunk of
-// the tensor goes through one set: every process copies its chunk into its slot; barrier; process r reduces
-// share r of all slots into its own slot's share r; barrier; every process copies share k of slot k, for all
-// k, back into its tensor. Consecutive chunks alternate between the sets, so the barrier that opens chunk
+// the tensor goes through one set: every process copies its chunk, but for its own share r, into its slot;
+// barrier; process r reduces share r (its own tensor's, then the other slots' in rank order) in its tensor
+// and publishes it in its slot; barrier; every process copies share k of slot k, for every other k, back into
+// its tensor. Consecutive chunks alternate between the sets, so the barrier that opens chunk
 // i + 1 also guarantees that every process has finished reading chunk i's set before chunk i + 2 rewrites it.
 #include "shm_allreduce.h"
 
@@ -107,6 +108,13 @@ bool process_gone(pid_t pid) {
   std::fclose(file);
   const char* close = std::strrchr(text, ')'); // the command name may itself contain ") "
   return close != nullptr && close + 2 < text + length && (close[2] == 'Z' || close[2] == 'X');
+}
+
+/// memcpy that accepts an empty range with null pointers (an empty tensor has no data pointer).
+void copy_bytes(char* destination, const char* source, int64_t bytes) {
+  if (bytes > 0) {
+    std::memcpy(destination, source, static_cast<size_t>(bytes));
+  }
 }
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
@@ -281,22 +289,24 @@ private:
       const int64_t offset = chunk * slot_elements;
       const int64_t count = std::min(slot_elements, numel - offset);
       const int set = static_cast<int>(sets_used_++ & 1);
-      if (count > 0) {
-        std::memcpy(segment_->slot(set, rank_), data + offset * element, static_cast<size_t>(count * element));
-      }
-      arrive_and_wait();
-      if (chunk == 0) {
-        check_same_collective(numel, tensor.scalar_type(), op);
-      }
       const int64_t share = (count + world - 1) / world;
       auto bounds = [&](int rank) {
         const int64_t begin = std::min(count, rank * share);
         return std::make_pair(begin, std::min(count, begin + share));
       };
       const auto [begin, end] = bounds(rank_);
+      char* const chunk_data = data + offset * element;
+      char* const own_slot = segment_->slot(set, rank_);
+      // Publish the shares the others reduce; this process reduces its own share straight from its tensor.
+      copy_bytes(own_slot, chunk_data, begin * element);
+      copy_bytes(own_slot + end * element, chunk_data + end * element, (count - end) * element);
+      arrive_and_wait();
+      if (chunk == 0) {
+        check_same_collective(numel, tensor.scalar_type(), op);
+      }
       if (end > begin) {
         const auto options = at::TensorOptions().dtype(tensor.scalar_type());
-        at::Tensor result = at::from_blob(segment_->slot(set, rank_) + begin * element, {end - begin}, options);
+        at::Tensor result = at::from_blob(chunk_data + begin * element, {end - begin}, options);
         for (int other = 0; other < world; ++other) {
           if (other == rank_) {
             continue;
@@ -310,13 +320,14 @@ private:
             at::maximum_out(result, result, theirs);
           }
         }
+        copy_bytes(own_slot + begin * element, chunk_data + begin * element, (end - begin) * element);
       }
       arrive_and_wait();
       for (int owner = 0; owner < world; ++owner) {
         const auto [first, last] = bounds(owner);
-        if (last > first) {
-          std::memcpy(data + (offset + first) * element, segment_->slot(set, owner) + first * element,
-                      static_cast<size_t>((last - first) * element));
+        if (owner != rank_) {
+          copy_bytes(chunk_data + first * element, segment_->slot(set, owner) + first * element,
+                     (last - first) * element);
         }
       }
     }
