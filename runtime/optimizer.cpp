@@ -414,7 +414,26 @@ void Optimizer::zero_grad(bool set_to_none) {
   if (gradients.accumulation_steps > 1 && gradients.backwards_since_step > 0) {
     return;
   }
-  state_->optimizer->zero_grad(set_to_none);
+  // As PyTorch's Optimizer.zero_grad, not libtorch's (which always calls detach_(), refused on the gradients
+  // that gradient_as_bucket_view makes views of the Reducer's buckets).
+  for (auto& group : state_->optimizer->param_groups()) {
+    for (auto& parameter : group.params()) {
+      auto& gradient = parameter.mutable_grad();
+      if (!gradient.defined()) {
+        continue;
+      }
+      if (set_to_none) {
+        gradient.reset();
+        continue;
+      }
+      if (gradient.grad_fn()) {
+        gradient.detach_();
+      } else {
+        gradient.requires_grad_(false);
+      }
+      gradient.zero_();
+    }
+  }
   state_->unscaled_found_inf = torch::Tensor(); // fresh gradients carry the loss scale again
 }
 

@@ -62,9 +62,12 @@ void expect_parameters_equal(const std::vector<torch::Tensor>& actual, const std
 using MakeOptimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
 
 /// N ranks x batch b for `steps` steps with a StepLR, against one process on batch N*b.
-void expect_ranks_match_one_process(const MakeOptimizer& make_optimizer, int steps) {
+/// `alternate_set_to_none`: zero_grad keeps (zeroes) the gradients at odd steps instead of dropping them.
+void expect_ranks_match_one_process(const MakeOptimizer& make_optimizer, int steps,
+                                    accelerate::AcceleratorOptions options = test_options(),
+                                    bool alternate_set_to_none = false) {
   at::set_num_threads(1);
-  accelerate::Accelerator accelerator(test_options());
+  accelerate::Accelerator accelerator(options);
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
   ASSERT_GE(world, 2) << "run this test under accel launch with at least 2 processes";
@@ -77,7 +80,7 @@ void expect_ranks_match_one_process(const MakeOptimizer& make_optimizer, int ste
   auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, /*step_size=*/5, /*gamma=*/0.5));
   for (int step = 0; step < steps; ++step) {
     auto [x, y] = global_batch(step, global);
-    optimizer.zero_grad();
+    optimizer.zero_grad(/*set_to_none=*/!alternate_set_to_none || step % 2 == 0);
     accelerator.backward(torch::mse_loss(model->forward(rows(x, rank * kPerRankBatch, kPerRankBatch)),
                                          rows(y, rank * kPerRankBatch, kPerRankBatch)));
     optimizer.step();
@@ -106,6 +109,16 @@ TEST(DDP, TwoRanksEqualOneRankDoubleBatchSGD) {
         return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9));
       },
       20);
+}
+
+TEST(DDP, GradientAsBucketViewTrainsLikeOneProcess) {
+  // The gradients are views of the Reducer's buckets: zero_grad must neither detach_() them in place (libtorch's
+  // Optimizer::zero_grad does, and throws) nor lose the views when it keeps them.
+  expect_ranks_match_one_process(
+      [](std::vector<torch::Tensor> params) {
+        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+      },
+      20, test_options().gradient_as_bucket_view(true), /*alternate_set_to_none=*/true);
 }
 
 TEST(DDP, TwoRanksEqualOneRankDoubleBatchAdamW) {
