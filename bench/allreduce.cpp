@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       accelerator.wait_for_everyone();
       const auto start = std::chrono::steady_clock::now();
       auto sum = accelerator.reduce(tensor);
-      times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      times.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
       const float expected = accelerator.num_processes() * (accelerator.num_processes() + 1) / 2.0f;
       if (sum[numel - 1].item<float>() != expected) {
         std::fprintf(stderr, "wrong sum for %lld elements\n", static_cast<long long>(numel));
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
     }
     std::sort(times.begin(), times.end());
     if (accelerator.is_main_process()) {
-      std::printf("allreduce bytes=%lld median_us=%.1f\n", static_cast<long long>(numel * 4), times[times.size() / 2]);
+      std::printf("allreduce bytes=%lld median_us=%.1f\n", static_cast<long long>(numel * 4),
+                  times[times.size() / 2]);
     }
   }
   return 0;

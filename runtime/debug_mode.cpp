@@ -54,31 +54,6 @@ std::string shell_quote(const std::string& text) {
 
 // ---- The collective fingerprint --------------------------------------------------------------------------
 
-const char* reduce_op_name(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-  case c10d::ReduceOp::SUM:
-    return "sum";
-  case c10d::ReduceOp::AVG:
-    return "avg";
-  case c10d::ReduceOp::PRODUCT:
-    return "product";
-  case c10d::ReduceOp::MIN:
-    return "min";
-  case c10d::ReduceOp::MAX:
-    return "max";
-  case c10d::ReduceOp::BAND:
-    return "band";
-  case c10d::ReduceOp::BOR:
-    return "bor";
-  case c10d::ReduceOp::BXOR:
-    return "bxor";
-  case c10d::ReduceOp::PREMUL_SUM:
-    return "premul_sum";
-  default:
-    return "unknown";
-  }
-}
-
 std::string describe(const at::Tensor& tensor) {
   if (!tensor.defined()) {
     return "undefined";
@@ -121,8 +96,7 @@ class DebugModeBackend final : public ForwardingBackend {
 public:
   DebugModeBackend(c10::intrusive_ptr<c10d::Backend> inner, c10::intrusive_ptr<c10d::Store> store,
                    std::chrono::milliseconds timeout)
-      : ForwardingBackend(std::move(inner)), store_(std::move(store)),
-        timeout_(timeout) {}
+      : ForwardingBackend(std::move(inner)), store_(std::move(store)), timeout_(timeout) {}
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
@@ -131,23 +105,23 @@ public:
   }
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    check(std::string("allreduce(") + reduce_op_name(opts.reduceOp) + ") " + describe(tensors));
+    check(std::string("allreduce(") + reduce_op_name(opts.reduceOp.op_) + ") " + describe(tensors));
     return inner_->allreduce(tensors, opts);
   }
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override {
-    check(std::string("allreduce_sparse(") + reduce_op_name(opts.reduceOp) + ") " + describe(tensors));
+    check(std::string("allreduce_sparse(") + reduce_op_name(opts.reduceOp.op_) + ") " + describe(tensors));
     return inner_->allreduce_sparse(tensors, opts);
   }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
-    check(std::string("allreduce_coalesced(") + reduce_op_name(opts.reduceOp) + ") " + describe(tensors));
+    check(std::string("allreduce_coalesced(") + reduce_op_name(opts.reduceOp.op_) + ") " + describe(tensors));
     return inner_->allreduce_coalesced(tensors, opts);
   }
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
-    check(std::string("reduce(") + reduce_op_name(opts.reduceOp) + ", root " + std::to_string(opts.rootRank) +
-          ") " + describe(tensors));
+    check(std::string("reduce(") + reduce_op_name(opts.reduceOp.op_) + ", root " +
+          std::to_string(opts.rootRank) + ") " + describe(tensors));
     return inner_->reduce(tensors, opts);
   }
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -189,20 +163,20 @@ public:
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
-    check(std::string("reduce_scatter(") + reduce_op_name(opts.reduceOp) + ") " + describe(inputs) + " -> " +
-          describe(outputs));
+    check(std::string("reduce_scatter(") + reduce_op_name(opts.reduceOp.op_) + ") " + describe(inputs) +
+          " -> " + describe(outputs));
     return inner_->reduce_scatter(outputs, inputs, opts);
   }
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
-    check(std::string("reduce_scatter_tensor(") + reduce_op_name(opts.reduceOp) + ") (" + describe(input) +
-          ") -> (" + describe(output) + ")");
+    check(std::string("reduce_scatter_tensor(") + reduce_op_name(opts.reduceOp.op_) + ") (" +
+          describe(input) + ") -> (" + describe(output) + ")");
     return inner_->_reduce_scatter_base(output, input, opts);
   }
   c10::intrusive_ptr<c10d::Work>
   reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::ReduceScatterOptions& opts) override {
-    check(std::string("reduce_scatter_tensor_coalesced(") + reduce_op_name(opts.reduceOp) + ") " +
+    check(std::string("reduce_scatter_tensor_coalesced(") + reduce_op_name(opts.reduceOp.op_) + ") " +
           describe(inputs) + " -> " + describe(outputs));
     return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }

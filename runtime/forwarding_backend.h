@@ -1,10 +1,37 @@
 // A c10d Backend that passes every call to an inner backend: the base of the runtime's backend wrappers
-// (debug-mode checking, the shared-memory all-reduce), which override only what they change (runtime-internal).
+// (debug-mode checking, the shared-memory all-reduce), which override only what they change
+// (runtime-internal).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 namespace accelerate::detail {
+
+/// The reduce operation as Python names it (for messages).
+inline const char* reduce_op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+  case c10d::ReduceOp::SUM:
+    return "sum";
+  case c10d::ReduceOp::AVG:
+    return "avg";
+  case c10d::ReduceOp::PRODUCT:
+    return "product";
+  case c10d::ReduceOp::MIN:
+    return "min";
+  case c10d::ReduceOp::MAX:
+    return "max";
+  case c10d::ReduceOp::BAND:
+    return "band";
+  case c10d::ReduceOp::BOR:
+    return "bor";
+  case c10d::ReduceOp::BXOR:
+    return "bxor";
+  case c10d::ReduceOp::PREMUL_SUM:
+    return "premul_sum";
+  default:
+    return "unknown";
+  }
+}
 
 class ForwardingBackend : public c10d::Backend {
 public:
@@ -46,7 +73,8 @@ public:
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
     return inner_->allreduce_coalesced(tensors, opts);
   }
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override {
     return inner_->reduce(tensors, opts);
   }
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -63,9 +91,9 @@ public:
                                                      const c10d::AllgatherOptions& opts) override {
     return inner_->allgather_coalesced(outputs, inputs, opts);
   }
-  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
-                                                                 std::vector<at::Tensor>& inputs,
-                                                                 const c10d::AllgatherOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work>
+  allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                  const c10d::AllgatherOptions& opts) override {
     return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts);
   }
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -87,9 +115,9 @@ public:
                                                       const c10d::ReduceScatterOptions& opts) override {
     return inner_->_reduce_scatter_base(output, input, opts);
   }
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
-                                                                 std::vector<at::Tensor>& inputs,
-                                                                 const c10d::ReduceScatterOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work>
+  reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                  const c10d::ReduceScatterOptions& opts) override {
     return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
   }
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -102,7 +130,9 @@ public:
                                           const c10d::AllToAllOptions& opts) override {
     return inner_->alltoall(outputs, inputs, opts);
   }
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override { return inner_->barrier(opts); }
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    return inner_->barrier(opts);
+  }
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
     inner_->monitoredBarrier(opts, wait_all_ranks);
   }

@@ -1,8 +1,8 @@
 // Same-machine all-reduce through one shared-memory segment (see shm_allreduce.h).
 //
 // Segment layout: a header (magic, nonce, world size, slot size, the futex word), one RankState per process
-// (the barrier generation it reached, what it is reducing, its pid), then two sets of `world` slots. A chunk of
-// the tensor goes through one set: every process copies its chunk, but for its own share r, into its slot;
+// (the barrier generation it reached, what it is reducing, its pid), then two sets of `world` slots. A chunk
+// of the tensor goes through one set: every process copies its chunk, but for its own share r, into its slot;
 // barrier; process r reduces share r (its own tensor's, then the other slots' in rank order) in its tensor
 // and publishes it in its slot; barrier; every process copies share k of slot k, for every other k, back into
 // its tensor. Consecutive chunks alternate between the sets, so the barrier that opens chunk
@@ -12,9 +12,9 @@
 #include "forwarding_backend.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -65,7 +65,9 @@ struct alignas(64) RankState {
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "the barrier needs lock-free atomics in shared memory");
 
-size_t round_up(size_t value, size_t to) { return (value + to - 1) / to * to; }
+size_t round_up(size_t value, size_t to) {
+  return (value + to - 1) / to * to;
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -77,19 +79,6 @@ inline void cpu_relax() {
 
 long futex(std::atomic<uint32_t>* word, int operation, uint32_t value, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), operation, value, timeout, nullptr, 0);
-}
-
-const char* op_name(c10d::ReduceOp::RedOpType op) {
-  switch (op) {
-  case c10d::ReduceOp::SUM:
-    return "sum";
-  case c10d::ReduceOp::MIN:
-    return "min";
-  case c10d::ReduceOp::MAX:
-    return "max";
-  default:
-    return "other";
-  }
 }
 
 /// Whether process `pid` has exited: gone, or a zombie its parent has not yet reaped.
@@ -117,7 +106,9 @@ void copy_bytes(char* destination, const char* source, int64_t bytes) {
   }
 }
 
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string errno_text(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 
 /// The mapped segment. Rank 0 creates it; the others open it by name; rank 0 removes the name once everyone
 /// has answered, so nothing is left in /dev/shm whatever happens to the processes afterwards.
@@ -141,7 +132,8 @@ public:
   /// Rank 0: creates and fills a new segment; returns its name. Throws `std::runtime_error` with the reason.
   std::string create(uint64_t nonce) {
     std::random_device random;
-    const std::string name = "/accelerate-allreduce-" + std::to_string(getpid()) + "-" + std::to_string(random());
+    const std::string name =
+        "/accelerate-allreduce-" + std::to_string(getpid()) + "-" + std::to_string(random());
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
       throw std::runtime_error(errno_text("shm_open(" + name + ")"));
@@ -176,7 +168,7 @@ public:
     if (fd < 0) {
       throw std::runtime_error(errno_text("shm_open(" + name + ") (is rank 0 on another machine?)"));
     }
-    struct stat info {};
+    struct stat info{};
     if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != bytes_) {
       close(fd);
       throw std::runtime_error("segment " + name + " has an unexpected size");
@@ -184,7 +176,8 @@ public:
     map(fd, name);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (header()->magic != kMagic || header()->nonce != nonce || header()->world != world_) {
-      throw std::runtime_error("segment " + name + " is not the one rank 0 created (another machine's name?)");
+      throw std::runtime_error("segment " + name +
+                               " is not the one rank 0 created (another machine's name?)");
     }
   }
 
@@ -239,8 +232,8 @@ public:
       return inner_->allreduce(tensors, opts);
     }
     if (!failure_.empty()) {
-      throw std::runtime_error("accelerate: the shared-memory all-reduce is unusable after an earlier failure (" +
-                               failure_ + ")");
+      throw std::runtime_error(
+          "accelerate: the shared-memory all-reduce is unusable after an earlier failure (" + failure_ + ")");
     }
     at::Tensor& tensor = tensors[0];
     at::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
@@ -311,7 +304,8 @@ private:
           if (other == rank_) {
             continue;
           }
-          at::Tensor theirs = at::from_blob(segment_->slot(set, other) + begin * element, {end - begin}, options);
+          at::Tensor theirs =
+              at::from_blob(segment_->slot(set, other) + begin * element, {end - begin}, options);
           if (op == c10d::ReduceOp::SUM) {
             at::add_out(result, result, theirs);
           } else if (op == c10d::ReduceOp::MIN) {
@@ -341,9 +335,10 @@ private:
       const auto their_op = static_cast<c10d::ReduceOp::RedOpType>(theirs.op.load(std::memory_order_relaxed));
       if (their_numel != numel || their_dtype != dtype || their_op != op) {
         std::ostringstream message;
-        message << "accelerate: all-reduce mismatch: process " << rank_ << " reduces " << numel << " elements of "
-                << dtype << " (" << op_name(op) << ") but process " << other << " reduces " << their_numel
-                << " elements of " << their_dtype << " (" << op_name(their_op)
+        message << "accelerate: all-reduce mismatch: process " << rank_ << " reduces " << numel
+                << " elements of " << dtype << " (" << reduce_op_name(op) << ") but process " << other
+                << " reduces " << their_numel << " elements of " << their_dtype << " ("
+                << reduce_op_name(their_op)
                 << "); every process must all-reduce tensors of the same size and dtype, in the same order";
         throw std::runtime_error(message.str());
       }
@@ -394,9 +389,10 @@ private:
       next_check = now + std::chrono::milliseconds(100);
       const pid_t pid = segment_->rank_state(missing).pid.load(std::memory_order_relaxed);
       if (check_pids_ && pid > 0 && process_gone(pid)) {
-        throw std::runtime_error("accelerate: process " + std::to_string(missing) + " (pid " + std::to_string(pid) +
-                                 ") exited while process " + std::to_string(rank_) +
-                                 " waited for it in an all-reduce; see that process's output for why it stopped");
+        throw std::runtime_error(
+            "accelerate: process " + std::to_string(missing) + " (pid " + std::to_string(pid) +
+            ") exited while process " + std::to_string(rank_) +
+            " waited for it in an all-reduce; see that process's output for why it stopped");
       }
       if (now - start > timeout_) {
         throw std::runtime_error(
@@ -427,9 +423,10 @@ void set_string(c10d::Store& store, const std::string& key, const std::string& v
 
 } // namespace
 
-c10::intrusive_ptr<c10d::Backend> wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
-                                                                  const c10::intrusive_ptr<c10d::Store>& store,
-                                                                  std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Backend>
+wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
+                                const c10::intrusive_ptr<c10d::Store>& store,
+                                std::chrono::milliseconds timeout) {
   const int rank = inner->getRank();
   const int world = inner->getSize();
   if (world < 2) {
@@ -446,7 +443,8 @@ c10::intrusive_ptr<c10d::Backend> wrap_backend_with_shared_memory(c10::intrusive
   } else if (setting == "1" || setting == "true" || setting == "yes" || setting == "on") {
     required = true;
   } else if (setting != "auto") {
-    throw std::invalid_argument("accelerate: ACCELERATE_SHM_ALLREDUCE must be auto, 1 or 0 (got '" + setting + "')");
+    throw std::invalid_argument("accelerate: ACCELERATE_SHM_ALLREDUCE must be auto, 1 or 0 (got '" + setting +
+                                "')");
   }
 
   // Rank 0 creates the segment and announces "<name> <nonce>" (or why not); each process then answers "ok"
@@ -498,8 +496,9 @@ c10::intrusive_ptr<c10d::Backend> wrap_backend_with_shared_memory(c10::intrusive
   }
   if (!refusal.empty()) {
     if (required) {
-      throw std::runtime_error("accelerate: ACCELERATE_SHM_ALLREDUCE=1 but the processes cannot share memory (" +
-                               refusal + "); unset it to all-reduce through Gloo instead");
+      throw std::runtime_error(
+          "accelerate: ACCELERATE_SHM_ALLREDUCE=1 but the processes cannot share memory (" + refusal +
+          "); unset it to all-reduce through Gloo instead");
     }
     return inner;
   }

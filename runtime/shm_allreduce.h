@@ -20,9 +20,10 @@ namespace accelerate::detail {
 /// returns `inner`; `1` throws `std::runtime_error` with the reason when the segment cannot be used. Every
 /// process reaches the same decision. An all-reduce waits at most `timeout` for the other processes, and
 /// throws at once, naming it, when one of them has exited.
-c10::intrusive_ptr<c10d::Backend> wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
-                                                                  const c10::intrusive_ptr<c10d::Store>& store,
-                                                                  std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10d::Backend>
+wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
+                                const c10::intrusive_ptr<c10d::Store>& store,
+                                std::chrono::milliseconds timeout);
 
 /// Whether `backend` (as `wrap_backend_with_shared_memory` returned it) all-reduces through shared memory.
 bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backend);

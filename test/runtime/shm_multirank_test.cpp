@@ -69,7 +69,8 @@ TEST(ShmAllreduce, SumMinMaxAreExactForEveryDtypeSizeAndLayout) {
   // A non-contiguous tensor is reduced in place through a contiguous copy.
   auto matrix = rank_pattern(6 * 5, rank, torch::kFloat32).reshape({6, 5});
   auto transposed = matrix.t();
-  const auto expected = (torch::arange(30).remainder(7) * world + world * (world - 1) / 2).reshape({6, 5}).t();
+  const auto expected =
+      (torch::arange(30).remainder(7) * world + world * (world - 1) / 2).reshape({6, 5}).t();
   allreduce(accelerator, transposed, c10d::ReduceOp::SUM);
   EXPECT_TRUE(torch::equal(matrix.t().to(torch::kInt64), expected));
 }
@@ -126,7 +127,8 @@ TEST(ShmAllreduce, AProcessThatExitedIsNamedInsteadOfWaitedFor) {
     std::fprintf(stderr, "process %d was told: %s\n", rank, message.c_str());
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
-  std::_Exit(::testing::Test::HasFailure() ? 1 : 0); // the group cannot shut down cleanly without that process
+  std::_Exit(::testing::Test::HasFailure() ? 1
+                                           : 0); // the group cannot shut down cleanly without that process
 }
 
 TEST(ShmAllreduce, EveryProcessFallsBackToGlooWhenOneTurnsItOff) {
@@ -142,8 +144,8 @@ TEST(ShmAllreduce, EveryProcessFallsBackToGlooWhenOneTurnsItOff) {
   EXPECT_FALSE(accelerate::detail::uses_shared_memory_allreduce(cpu_backend(accelerator)));
   auto tensor = rank_pattern(1001, rank, torch::kFloat32);
   allreduce(accelerator, tensor, c10d::ReduceOp::SUM);
-  EXPECT_TRUE(torch::equal(tensor.to(torch::kInt64),
-                           torch::arange(1001, torch::kInt64).remainder(7) * world + world * (world - 1) / 2));
+  EXPECT_TRUE(torch::equal(tensor.to(torch::kInt64), torch::arange(1001, torch::kInt64).remainder(7) * world +
+                                                         world * (world - 1) / 2));
 }
 
 } // namespace
