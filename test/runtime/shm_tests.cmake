@@ -4,6 +4,7 @@ foreach(nproc IN ITEMS 2 3)
                             NPROC ${nproc} FILTER ShmAllreduce.SumMinMaxAreExactForEveryDtypeSizeAndLayout)
 endforeach()
 foreach(name IN ITEMS EveryProcessGetsTheSameBitsAsGlooWouldAgreeOn MismatchedSizesAreReportedOnEveryProcess
-                     AProcessThatExitedIsNamedInsteadOfWaitedFor EveryProcessFallsBackToGlooWhenOneTurnsItOff)
+                     AProcessThatExitedIsNamedInsteadOfWaitedFor EveryProcessFallsBackToGlooWhenOneTurnsItOff
+                     AnUnknownSettingIsRefusedByName)
   accelerate_multirank_test(multirank.ShmAllreduce.${name} NPROC 2 FILTER ShmAllreduce.${name} TIMEOUT 60)
 endforeach()
