@@ -6,7 +6,9 @@
 // - checks: the CPU tests of test/runtime/precision_unit_test.cpp, on the GPU: the autocast window, the grad
 //   scaler against torch.amp.GradScaler's stored sequence, mlp-mnist fp32/fp16/bf16, accelerate::nn::Linear
 //   against torch::nn::Linear (float64), fp8 against its quantise-dequantise reference and fp32, the fused
-//   fp8 cast kernel against ATen's. Prints PASS/FAIL per check; exits 1 on any failure.
+//   fp8 cast kernel against ATen's, and a training step (fp32 and bf16, fused AdamW, clipping, a scheduler)
+//   that never waits for the device (c10's CUDA sync-debug mode set to error). Prints PASS/FAIL per check;
+//   exits 1 on any failure.
 // - gpt-86m: step time in fp32, bf16, fp16 and fp8 (W warm-up + N timed steps, medians), side by side.
 // - gpt-small-losses: 200 training steps per precision; the final loss (mean of the last 20) against fp32's.
 // - fp8-linear: accelerate::nn::Linear forward+backward, fp8 against bf16, at 4096 and 8192 (M = N = K).
@@ -19,6 +21,7 @@
 #include "../runtime/state.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -415,12 +418,62 @@ void check_fp8() {
          "output " + format(ey) + ", input grad " + format(ex) + ", weight grad " + format(ew));
 }
 
+/// fp32 and bf16 with a fused optimizer: nothing in the step may wait for the device (docs/precision.md, "Host
+/// synchronisation in the step"). c10's sync-debug mode turns every synchronising CUDA call (a device-to-host
+/// copy, .item(), a stream or device synchronisation) into an error while the steps run.
+void check_step_has_no_host_sync() {
+  for (const std::string precision : {"no", "bf16"}) {
+    Accelerator accelerator(AcceleratorOptions().mixed_precision(precision));
+    torch::manual_seed(0);
+    auto model = std::make_shared<MlpMnist>();
+    accelerator.prepare(model);
+    auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-3));
+    auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, /*step_size=*/2, /*gamma=*/0.5));
+    // The batches reach the device before the check: a copy from pageable host memory synchronises.
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
+    for (int i = 0; i < 8; ++i) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(i);
+      batches.emplace_back(at::randn({64, 784}, generator).to(torch::kCUDA),
+                           at::randint(10, {64}, generator).to(torch::kCUDA));
+    }
+    torch::Tensor loss;
+    auto step = [&](int i) {
+      auto guard = accelerator.accumulate(model);
+      optimizer.zero_grad();
+      loss = torch::nn::functional::cross_entropy(model->forward(batches[i].first), batches[i].second);
+      accelerator.backward(loss);
+      accelerator.clip_grad_norm_(model->parameters(), 1.0);
+      optimizer.step();
+      scheduler.step();
+    };
+    for (int i = 0; i < 2; ++i) {
+      step(i); // the first steps create the optimizer state
+    }
+    torch::cuda::synchronize();
+    std::string error;
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    try {
+      for (int i = 2; i < 8; ++i) {
+        step(i);
+      }
+    } catch (const std::exception& caught) {
+      error = caught.what();
+    }
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    report(error.empty() && std::isfinite(loss.item<double>()),
+           "training step without a host synchronisation, " + label(precision),
+           error.empty() ? "6 steps of zero_grad, forward, backward, clip_grad_norm_, fused AdamW, StepLR"
+                         : error.substr(0, error.find('\n')));
+  }
+}
+
 int run_checks(const std::string& data_dir) {
   check_autocast_window();
   check_grad_scaler(data_dir);
   check_mlp_mnist();
   check_linear();
   check_fp8();
+  check_step_has_no_host_sync();
   std::cout << (failures == 0 ? "all checks passed" : std::to_string(failures) + " check(s) failed")
             << std::endl;
   return failures == 0 ? 0 : 1;
