@@ -264,6 +264,71 @@ StatementMatcher deviceAssignment() {
       .bind(StatementId);
 }
 
+/// `torch::DeviceType device_type;` set by side-effect-free assignments that are statements of a block
+/// (`device_type = torch::kCUDA;`) and read only by device declarations this pass replaces
+/// (`torch::Device device(device_type);`): after the rewrite nothing reads it, so it goes with its
+/// assignments.
+AST_MATCHER(clang::VarDecl, onlyChoosesAReplacedDevice) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  if (!Node.hasLocalStorage() || !Node.getType()->isEnumeralType() ||
+      match(varDecl(hasType(isDeviceType())), Node, Context).empty() ||
+      (Node.getInit() && Node.getInit()->HasSideEffects(Context)))
+    return false;
+  const auto* Declaration = [&]() -> const clang::DeclStmt* {
+    for (const clang::DynTypedNode& Parent : Context.getParents(Node))
+      if (const auto* Statement = Parent.get<clang::DeclStmt>())
+        return Statement;
+    return nullptr;
+  }();
+  const clang::FunctionDecl* Function = Declaration ? enclosingFunction(*Declaration, Context) : nullptr;
+  if (!Function || !Function->hasBody())
+    return false;
+  auto Replaced = declStmt(deviceDeclaration(), inScope());
+  bool ReadByReplacedDeclaration = false;
+  auto Use = declRefExpr(to(varDecl(equalsNode(&Node)))).bind("use");
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Use))), *Function->getBody(), Context)) {
+    const clang::Stmt* Current = Found.getNodeAs<clang::Stmt>("use");
+    bool Allowed = false;
+    for (int Depth = 0; Depth < 12 && !Allowed; ++Depth) {
+      clang::DynTypedNodeList Parents = Context.getParents(*Current);
+      if (Parents.empty())
+        break;
+      if (const auto* Assignment = Parents[0].get<clang::BinaryOperator>()) {
+        // The left side of a whole-statement assignment whose value has no side effects.
+        if (Depth == 0 && Assignment->isAssignmentOp() && Assignment->getLHS()->IgnoreParens() == Current &&
+            !Assignment->getRHS()->HasSideEffects(Context)) {
+          clang::DynTypedNodeList Holders = Context.getParents(*Assignment);
+          Allowed = !Holders.empty() && Holders[0].get<clang::CompoundStmt>();
+        }
+        break;
+      }
+      if (const auto* Statement = Parents[0].get<clang::DeclStmt>()) {
+        Allowed = !match(Replaced, *Statement, Context).empty();
+        ReadByReplacedDeclaration = ReadByReplacedDeclaration || Allowed;
+        break;
+      }
+      Current = Parents[0].get<clang::Stmt>();
+      if (!Current) {
+        // A VarDecl's initializer: the parent of the expression is the declaration, whose parent is the
+        // DeclStmt.
+        const auto* Variable = Parents[0].get<clang::VarDecl>();
+        if (!Variable)
+          break;
+        for (const clang::DynTypedNode& Holder : Context.getParents(*Variable))
+          if (const auto* Statement = Holder.get<clang::DeclStmt>()) {
+            Allowed = !match(Replaced, *Statement, Context).empty();
+            ReadByReplacedDeclaration = ReadByReplacedDeclaration || Allowed;
+          }
+        break;
+      }
+    }
+    if (!Allowed)
+      return false;
+  }
+  return ReadByReplacedDeclaration;
+}
+
 /// The declaration with the accelerator's device: `torch::Device device = accelerator.device();`, keeping
 /// the declared type unless it was a DeviceType, which cannot hold a device index.
 Stencil deviceDeclarationText() {
@@ -303,6 +368,18 @@ PassRule devicePass() {
                removeStatement(StatementId),
                cat("the accelerator picks each process's device, and the rewrite removes every use of '",
                    name(VariableId), "' (prepare places the models, prepared loaders the batches)")),
+      makeRule(Scoped(declStmt(hasSingleDecl(varDecl(onlyChoosesAReplacedDevice()).bind(VariableId)))
+                          .bind(StatementId)),
+               removeStatement(StatementId),
+               cat("'", name(VariableId),
+                   "' only chose the device that the accelerator now picks: nothing reads it any more")),
+      makeRule(Scoped(binaryOperator(isAssignmentOperator(),
+                                     hasLHS(ignoringParenImpCasts(declRefExpr(
+                                         to(varDecl(onlyChoosesAReplacedDevice()).bind(VariableId))))))
+                          .bind(StatementId)),
+               removeStatement(StatementId),
+               cat("'", name(VariableId),
+                   "' only chose the device that the accelerator now picks: nothing reads it any more")),
       makeRule(
           Scoped(deviceDeclaration()), changeTo(statementWithSemicolon(StatementId), deviceDeclarationText()),
           cat("the accelerator picks each process's device (cuda:<local rank> when CUDA is available, else "

@@ -7,6 +7,7 @@
 
 #include "datasets.h"
 
+#include <cstdio>
 #include <memory>
 #include <tuple>
 
@@ -92,6 +93,45 @@ void tuples(Net& net, torch::optim::SGD& optimizer) {
     // CHECK: {{^}}    auto targets = std::get<1>(batch).view({-1});{{$}}
     optimizer.zero_grad();
     torch::mse_loss(net.forward(inputs), targets).backward();
+    optimizer.step();
+  }
+}
+// A DeviceType chosen by if/else and read only by the device declaration goes with its assignments; one that
+// other code reads stays.
+void chosen_type(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<torch::Tensor, torch::Tensor>> data) {
+  torch::DeviceType device_type;
+  if (torch::cuda::is_available()) {
+    std::puts("CUDA available! Training on GPU.");
+    device_type = torch::kCUDA;
+  } else {
+    std::puts("Training on CPU.");
+    device_type = torch::kCPU;
+  }
+  torch::Device device(device_type);
+  // CHECK:      {{^}}void chosen_type(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<torch::Tensor, torch::Tensor>> data) {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}  auto& accelerator = accelerate::Accelerator::current();{{$}}
+  // CHECK-NEXT: {{^}}  if (torch::cuda::is_available()) {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}    if (accelerator.is_main_process()) std::puts("CUDA available! Training on GPU.");{{$}}
+  // CHECK-NEXT: {{^}}  } else {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}    if (accelerator.is_main_process()) std::puts("Training on CPU.");{{$}}
+  // CHECK-NEXT: {{^}}  }{{$}}
+  // CHECK-NEXT: {{^}}  torch::Device device = accelerator.device();{{$}}
+  torch::DeviceType printed_type;
+  if (torch::cuda::is_available()) {
+    printed_type = torch::kCUDA;
+  } else {
+    printed_type = torch::kCPU;
+  }
+  torch::Device second(printed_type);
+  if (printed_type == torch::kCUDA)
+    std::puts("on a GPU");
+  // CHECK:      {{^}}  torch::DeviceType printed_type;{{$}}
+  // CHECK-NEXT: {{^}}  if (torch::cuda::is_available()) {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}    printed_type = torch::kCUDA;{{$}}
+  // CHECK:      {{^}}  torch::Device second = accelerator.device();{{$}}
+  for (auto& batch : data) {
+    optimizer.zero_grad();
+    net.forward(std::get<0>(batch).to(device).to(second)).sum().backward();
     optimizer.step();
   }
 }
