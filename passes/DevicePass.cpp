@@ -274,12 +274,13 @@ AST_MATCHER(clang::VarDecl, onlyChoosesAReplacedDevice) {
       match(varDecl(hasType(isDeviceType())), Node, Context).empty() ||
       (Node.getInit() && Node.getInit()->HasSideEffects(Context)))
     return false;
-  const auto* Declaration = [&]() -> const clang::DeclStmt* {
-    for (const clang::DynTypedNode& Parent : Context.getParents(Node))
+  auto DeclarationOf = [&](const clang::VarDecl& Variable) -> const clang::DeclStmt* {
+    for (const clang::DynTypedNode& Parent : Context.getParents(Variable))
       if (const auto* Statement = Parent.get<clang::DeclStmt>())
         return Statement;
     return nullptr;
-  }();
+  };
+  const clang::DeclStmt* Declaration = DeclarationOf(Node);
   const clang::FunctionDecl* Function = Declaration ? enclosingFunction(*Declaration, Context) : nullptr;
   if (!Function || !Function->hasBody())
     return false;
@@ -288,14 +289,16 @@ AST_MATCHER(clang::VarDecl, onlyChoosesAReplacedDevice) {
   auto Use = declRefExpr(to(varDecl(equalsNode(&Node)))).bind("use");
   for (const BoundNodes& Found :
        match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Use))), *Function->getBody(), Context)) {
+    // Up from the use: the left side of a whole-statement assignment without side effects, or part of the
+    // initializer of a variable (the expression's parent is the VarDecl) whose declaration this pass
+    // replaces.
     const clang::Stmt* Current = Found.getNodeAs<clang::Stmt>("use");
     bool Allowed = false;
-    for (int Depth = 0; Depth < 12 && !Allowed; ++Depth) {
+    for (int Depth = 0; Depth < 12 && Current; ++Depth) {
       clang::DynTypedNodeList Parents = Context.getParents(*Current);
       if (Parents.empty())
         break;
       if (const auto* Assignment = Parents[0].get<clang::BinaryOperator>()) {
-        // The left side of a whole-statement assignment whose value has no side effects.
         if (Depth == 0 && Assignment->isAssignmentOp() && Assignment->getLHS()->IgnoreParens() == Current &&
             !Assignment->getRHS()->HasSideEffects(Context)) {
           clang::DynTypedNodeList Holders = Context.getParents(*Assignment);
@@ -303,25 +306,13 @@ AST_MATCHER(clang::VarDecl, onlyChoosesAReplacedDevice) {
         }
         break;
       }
-      if (const auto* Statement = Parents[0].get<clang::DeclStmt>()) {
-        Allowed = !match(Replaced, *Statement, Context).empty();
+      if (const auto* Variable = Parents[0].get<clang::VarDecl>()) {
+        const clang::DeclStmt* Statement = DeclarationOf(*Variable);
+        Allowed = Statement && !match(Replaced, *Statement, Context).empty();
         ReadByReplacedDeclaration = ReadByReplacedDeclaration || Allowed;
         break;
       }
       Current = Parents[0].get<clang::Stmt>();
-      if (!Current) {
-        // A VarDecl's initializer: the parent of the expression is the declaration, whose parent is the
-        // DeclStmt.
-        const auto* Variable = Parents[0].get<clang::VarDecl>();
-        if (!Variable)
-          break;
-        for (const clang::DynTypedNode& Holder : Context.getParents(*Variable))
-          if (const auto* Statement = Holder.get<clang::DeclStmt>()) {
-            Allowed = !match(Replaced, *Statement, Context).empty();
-            ReadByReplacedDeclaration = ReadByReplacedDeclaration || Allowed;
-          }
-        break;
-      }
     }
     if (!Allowed)
       return false;

@@ -114,7 +114,7 @@ std::string errno_text(const std::string& what) {
 /// has answered, so nothing is left in /dev/shm whatever happens to the processes afterwards.
 class Segment {
 public:
-  Segment(int world) : world_(world) {
+  explicit Segment(int world) : world_(world) {
     const size_t slots = 2 * static_cast<size_t>(world);
     slot_bytes_ = std::max(kMinSlotBytes, round_up(kSegmentDataBytes / slots, kPage));
     header_bytes_ = round_up(sizeof(SegmentHeader), kPage);
