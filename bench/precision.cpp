@@ -1,17 +1,20 @@
 // Mixed-precision checks and benchmarks on a CUDA GPU, one stage per run (scripts/gpu-check.sh runs them
 // all).
 //
-//   bench_precision --stage checks|gpt-86m|gpt-small-losses|fp8-linear [--quick] [--data test/data]
+//   bench_precision --stage checks|gpt-86m|gpt-small-losses|fp8-linear|cuda-graph [--quick] [--data test/data]
 //
 // - checks: the CPU tests of test/runtime/precision_unit_test.cpp, on the GPU: the autocast window, the grad
 //   scaler against torch.amp.GradScaler's stored sequence, mlp-mnist fp32/fp16/bf16, accelerate::nn::Linear
 //   against torch::nn::Linear (float64), fp8 against its quantise-dequantise reference and fp32, the fused
 //   fp8 cast kernel against ATen's, and a training step (fp32 and bf16, fused AdamW, clipping, a scheduler)
-//   that never waits for the device (c10's CUDA sync-debug mode set to error). Prints PASS/FAIL per check;
+//   that never waits for the device (c10's CUDA sync-debug mode set to error), and the graphed step
+//   (cuda_graph) against the eager one. Prints PASS/FAIL per check;
 //   exits 1 on any failure.
 // - gpt-86m: step time in fp32, bf16, fp16 and fp8 (W warm-up + N timed steps, medians), side by side.
 // - gpt-small-losses: 200 training steps per precision; the final loss (mean of the last 20) against fp32's.
 // - fp8-linear: accelerate::nn::Linear forward+backward, fp8 against bf16, at 4096 and 8192 (M = N = K).
+// - cuda-graph: gpt-small and gpt-86m steps eager against captured in a CUDA graph (Accelerator::graphed_step
+//   with AcceleratorOptions().cuda_graph(true)), alternated, medians; the losses of both must match.
 // The gpt models are shared/DESIGN.md §6's, written with accelerate::nn::Linear (as accel-rewrite leaves
 // them).
 #include <accelerate/accelerate.h>
@@ -467,6 +470,111 @@ void check_step_has_no_host_sync() {
   }
 }
 
+/// AcceleratorOptions().cuda_graph(true): mlp-mnist through Accelerator::graphed_step, captured and replayed,
+/// against the same step run eagerly — same losses and weights, same step counters — with a scheduler
+/// stepping between calls and a short last batch (run eagerly); and a step that reads the loss on the host
+/// refused at capture with the counters it moved taken back.
+void check_graphed_step() {
+  struct Run {
+    std::vector<double> losses;
+    torch::Tensor weights;
+    int64_t replays = 0, eager_calls = 0, optimizer_steps = 0, adam_steps = 0;
+    bool captured = false;
+  };
+  for (const std::string precision : {"no", "bf16"}) {
+    auto train = [&](bool graphed) {
+      Accelerator accelerator(AcceleratorOptions().mixed_precision(precision).cuda_graph(graphed));
+      torch::manual_seed(0);
+      auto model = std::make_shared<MlpMnist>();
+      accelerator.prepare(model);
+      auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-3));
+      auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, /*step_size=*/3, /*gamma=*/0.5));
+      auto step = accelerator.graphed_step([&](const torch::Tensor& x, const torch::Tensor& y) {
+        auto guard = accelerator.accumulate(model);
+        optimizer.zero_grad();
+        auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+        accelerator.backward(loss);
+        accelerator.clip_grad_norm_(model->parameters(), 1.0);
+        optimizer.step();
+        return loss;
+      });
+      Run run;
+      for (int i = 0; i < 12; ++i) {
+        auto generator = at::make_generator<at::CPUGeneratorImpl>(100 + i);
+        const int64_t rows = i == 11 ? 40 : 64;
+        auto x = at::randn({rows, 784}, generator).to(torch::kCUDA);
+        auto y = at::randint(10, {rows}, generator).to(torch::kCUDA);
+        run.losses.push_back(step(x, y).item<double>());
+        scheduler.step();
+      }
+      std::vector<torch::Tensor> flat;
+      for (const auto& p : model->parameters()) {
+        flat.push_back(p.detach().reshape({-1}).to(torch::kFloat64).cpu());
+      }
+      run.weights = torch::cat(flat);
+      run.captured = step.captured();
+      run.replays = step.replays();
+      run.eager_calls = step.eager_calls();
+      run.optimizer_steps = accelerate::detail::internal_state(accelerator).gradient_state->optimizer_steps;
+      auto& state = optimizer.unwrap().state();
+      run.adam_steps = state.empty() ? 0
+                                     : static_cast<torch::optim::AdamWParamState&>(
+                                           *state.at(model->fc1->weight.unsafeGetTensorImpl()))
+                                           .step();
+      return run;
+    };
+    const Run eager = train(false);
+    const Run graphed = train(true);
+    report(graphed.captured && graphed.replays == 8 && graphed.eager_calls == 4,
+           "graphed step: captured and replayed, " + label(precision),
+           "replays " + std::to_string(graphed.replays) + " (expected 8: calls 4-11), eager calls " +
+               std::to_string(graphed.eager_calls) + " (expected 4: 3 warm-up, 1 short batch)");
+    double worst = 0;
+    for (size_t i = 0; i < eager.losses.size(); ++i) {
+      worst = std::max(worst, std::abs(graphed.losses[i] - eager.losses[i]) / std::abs(eager.losses[i]));
+    }
+    const double weights = relative_frobenius(graphed.weights, eager.weights);
+    report(worst <= 1e-5 && weights <= 1e-5, "graphed step trains as the eager step, " + label(precision),
+           "12 steps (StepLR between them, last batch short): losses differ by " + format(worst) +
+               " relative at most, weights by " + format(weights));
+    report(graphed.optimizer_steps == 12 && graphed.adam_steps == 12 && eager.adam_steps == 12,
+           "graphed step keeps the step counters, " + label(precision),
+           "optimizer steps " + std::to_string(graphed.optimizer_steps) + ", AdamW step count " +
+               std::to_string(graphed.adam_steps) + " (eager " + std::to_string(eager.adam_steps) + ")");
+  }
+
+  Accelerator accelerator(AcceleratorOptions().cuda_graph(true));
+  torch::manual_seed(0);
+  auto model = std::make_shared<MlpMnist>();
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-3));
+  auto step = accelerator.graphed_step([&](const torch::Tensor& x, const torch::Tensor& y) {
+    optimizer.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    accelerator.backward(loss);
+    optimizer.step();
+    if (loss.item<double>() > 1e9) { // a host read: fine eagerly, impossible inside a capture
+      std::cout << "diverged" << std::endl;
+    }
+    return loss;
+  });
+  auto x = torch::randn({64, 784}, torch::kCUDA);
+  auto y = torch::randint(10, {64}, torch::kCUDA);
+  std::string error;
+  for (int i = 0; i < 4 && error.empty(); ++i) {
+    try {
+      step(x, y);
+    } catch (const std::exception& caught) {
+      error = caught.what();
+    }
+  }
+  const auto steps = accelerate::detail::internal_state(accelerator).gradient_state->optimizer_steps;
+  report(error.find("could not be captured") != std::string::npos && steps == 3,
+         "graphed step with a host read is refused at capture",
+         (error.empty() ? std::string("no error") : error.substr(0, error.find('\n'))) +
+             "; optimizer steps after it " + std::to_string(steps) + " (expected 3: the warm-up)");
+}
+
 int run_checks(const std::string& data_dir) {
   check_autocast_window();
   check_grad_scaler(data_dir);
@@ -474,6 +582,7 @@ int run_checks(const std::string& data_dir) {
   check_linear();
   check_fp8();
   check_step_has_no_host_sync();
+  check_graphed_step();
   std::cout << (failures == 0 ? "all checks passed" : std::to_string(failures) + " check(s) failed")
             << std::endl;
   return failures == 0 ? 0 : 1;
@@ -487,13 +596,23 @@ struct TrainResult {
 };
 
 TrainResult train_gpt(const GptConfig& config, const std::string& precision, int warmup, int steps,
-                      bool record_losses) {
-  Accelerator accelerator(AcceleratorOptions().mixed_precision(precision));
+                      bool record_losses, bool graphed = false) {
+  Accelerator accelerator(AcceleratorOptions().mixed_precision(precision).cuda_graph(graphed));
   torch::manual_seed(0);
   auto model = Gpt(config);
   accelerator.prepare(model);
   auto optimizer =
       accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(3e-4)));
+  // Without cuda_graph the graphed step runs as written: the same loop either way.
+  auto train_step = accelerator.graphed_step([&](const torch::Tensor& input, const torch::Tensor& target) {
+    auto guard = accelerator.accumulate(model);
+    optimizer.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(input).view({-1, config.vocab}),
+                                                     target.reshape({-1}));
+    accelerator.backward(loss);
+    optimizer.step();
+    return loss;
+  });
   TrainResult result;
   for (int i = 0; i < warmup + steps; ++i) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(i);
@@ -501,15 +620,7 @@ TrainResult train_gpt(const GptConfig& config, const std::string& precision, int
     auto input = tokens.slice(1, 0, config.context), target = tokens.slice(1, 1, config.context + 1);
     torch::cuda::synchronize();
     const auto start = Clock::now();
-    torch::Tensor loss;
-    {
-      auto guard = accelerator.accumulate(model);
-      optimizer.zero_grad();
-      loss = torch::nn::functional::cross_entropy(model->forward(input).view({-1, config.vocab}),
-                                                  target.reshape({-1}));
-      accelerator.backward(loss);
-      optimizer.step();
-    }
+    torch::Tensor loss = train_step(input, target);
     torch::cuda::synchronize();
     if (i >= warmup) {
       result.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
@@ -552,6 +663,52 @@ int bench_gpt_small_losses() {
     std::cout << (ok ? "PASS " : "FAIL ") << std::left << std::setw(6) << label(precision) << " final loss "
               << std::fixed << std::setprecision(4) << loss << "  (" << std::setprecision(2) << 100 * relative
               << "% from fp32, goal <= 3%)" << std::endl;
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+/// Eager against graphed steps (AcceleratorOptions().cuda_graph), alternated, medians: gpt-small and gpt-86m.
+int bench_cuda_graph(bool quick) {
+  const int warmup = 8, steps = quick ? 20 : 50, reps = quick ? 2 : 3;
+  std::cout << "cuda_graph: eager against graphed training steps (AdamW), " << reps << " alternated reps x "
+            << steps << " timed steps (+" << warmup << " warm-up, which includes the capture), medians"
+            << std::endl;
+  std::cout << std::left << std::setw(12) << "workload" << std::setw(10) << "precision" << std::right
+            << std::setw(12) << "eager ms" << std::setw(14) << "graphed ms" << std::setw(16)
+            << "eager / graphed" << std::endl;
+  int failed = 0;
+  for (const auto& [name, config] :
+       std::vector<std::pair<std::string, GptConfig>>{{"gpt-small", GptConfig::small()},
+                                                      {"gpt-86m", GptConfig::gpt_86m()}}) {
+    for (const std::string precision : {"bf16", "no"}) {
+      if (name == "gpt-86m" && precision == "no" && quick) {
+        continue;
+      }
+      std::vector<double> eager, graphed;
+      std::vector<double> eager_losses, graphed_losses;
+      for (int rep = 0; rep < reps; ++rep) {
+        auto a = train_gpt(config, precision, warmup, steps, rep == 0);
+        auto b = train_gpt(config, precision, warmup, steps, rep == 0, /*graphed=*/true);
+        eager.push_back(median(a.step_ms));
+        graphed.push_back(median(b.step_ms));
+        if (rep == 0) {
+          eager_losses = a.losses;
+          graphed_losses = b.losses;
+        }
+      }
+      double worst = 0;
+      for (size_t i = 0; i < eager_losses.size(); ++i) {
+        worst = std::max(worst, std::abs(graphed_losses[i] - eager_losses[i]) / std::abs(eager_losses[i]));
+      }
+      const double a = median(eager), b = median(graphed);
+      const bool same = worst <= 1e-4;
+      failed += same ? 0 : 1;
+      std::cout << std::left << std::setw(12) << name << std::setw(10) << label(precision) << std::right
+                << std::fixed << std::setprecision(2) << std::setw(12) << a << std::setw(14) << b
+                << std::setw(16) << a / b << "   losses " << (same ? "match" : "DIFFER") << " ("
+                << std::scientific << std::setprecision(1) << worst << " relative)" << std::defaultfloat
+                << std::endl;
+    }
   }
   return failed == 0 ? 0 : 1;
 }
@@ -635,7 +792,7 @@ int main(int argc, char** argv) {
       quick = true;
     } else {
       std::cerr << "bench_precision: unknown argument '" << argv[i]
-                << "' (use --stage checks|gpt-86m|gpt-small-losses|fp8-linear, --quick, --data DIR)\n";
+                << "' (use --stage checks|gpt-86m|gpt-small-losses|fp8-linear|cuda-graph, --quick, --data DIR)\n";
       return 2;
     }
   }
@@ -666,7 +823,10 @@ int main(int argc, char** argv) {
   if (stage == "fp8-linear") {
     return bench_fp8_linear(quick);
   }
-  std::cerr << "bench_precision: --stage must be checks, gpt-86m, gpt-small-losses or fp8-linear (got '"
+  if (stage == "cuda-graph") {
+    return bench_cuda_graph(quick);
+  }
+  std::cerr << "bench_precision: --stage must be checks, gpt-86m, gpt-small-losses, fp8-linear or cuda-graph (got '"
             << stage << "')\n";
   return 2;
 }

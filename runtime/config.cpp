@@ -203,6 +203,7 @@ ResolvedConfig resolve_config(const AcceleratorOptions& options) {
   resolve("find_unused_parameters", options.find_unused_parameters_, config.find_unused_parameters, fixed);
   resolve("gradient_as_bucket_view", options.gradient_as_bucket_view_, config.gradient_as_bucket_view, fixed);
   resolve("static_graph", options.static_graph_, config.static_graph, fixed);
+  resolve("cuda_graph", options.cuda_graph_, config.cuda_graph, fixed);
   resolve("init_timeout", options.init_timeout_, config.timeout,
           [](const auto&, const auto&) { return std::chrono::milliseconds(std::chrono::minutes(10)); });
   if (config.timeout.count() <= 0) {
@@ -236,6 +237,7 @@ std::string describe(const ResolvedConfig& config) {
   line("find_unused_parameters", config.find_unused_parameters);
   line("gradient_as_bucket_view", config.gradient_as_bucket_view);
   line("static_graph", config.static_graph);
+  line("cuda_graph", config.cuda_graph);
   line("init_timeout_ms", config.timeout.count());
   line("debug", config.debug);
   if (config.seed) {

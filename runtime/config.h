@@ -26,6 +26,7 @@ struct ResolvedConfig {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
+  bool cuda_graph = false;
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   std::optional<uint64_t> seed;
   bool debug = false;

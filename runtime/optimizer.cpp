@@ -8,6 +8,7 @@
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -66,8 +67,10 @@ template <typename Options, typename ParamState>
 void fused_adam_step(OptimizerState& state, const StepScaling& scaling, bool decoupled_weight_decay,
                      std::vector<void*>& stepped) {
   auto& optimizer = *state.optimizer;
-  for (auto& group : optimizer.param_groups()) {
+  for (size_t group_index = 0; group_index < optimizer.param_groups().size(); ++group_index) {
+    auto& group = optimizer.param_groups()[group_index];
     auto& options = static_cast<Options&>(group.options());
+    const torch::Tensor* graph_lr = group_index < state.graph_lrs.size() ? &state.graph_lrs[group_index] : nullptr;
     std::map<BatchKey, FusedBatch, BatchKeyLess> batches;
     for (auto& param : group.params()) {
       if (!param.grad().defined()) {
@@ -111,7 +114,20 @@ void fused_adam_step(OptimizerState& state, const StepScaling& scaling, bool dec
       auto found_inf = scaling.found_inf_on(key.first);
       at::_foreach_add_(batch.steps,
                         1); // the kernels read the step count after this step, as torch.optim does
-      if (decoupled_weight_decay) {
+      if (graph_lr != nullptr && key.first == graph_lr->device()) {
+        // Captured in a CUDA graph: the learning rate is read from the device at every replay.
+        if (decoupled_weight_decay) {
+          at::_fused_adamw_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
+                            batch.max_second_moments, batch.steps, *graph_lr, beta1, beta2,
+                            options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
+                            grad_scale, found_inf);
+        } else {
+          at::_fused_adam_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
+                           batch.max_second_moments, batch.steps, *graph_lr, beta1, beta2,
+                           options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
+                           grad_scale, found_inf);
+        }
+      } else if (decoupled_weight_decay) {
         at::_fused_adamw_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
                           batch.max_second_moments, batch.steps, options.lr(), beta1, beta2,
                           options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
@@ -163,8 +179,10 @@ bool fused_sgd_possible(const OptimizerState& state) {
 /// must hold).
 void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
   auto& optimizer = *state.optimizer;
-  for (auto& group : optimizer.param_groups()) {
+  for (size_t group_index = 0; group_index < optimizer.param_groups().size(); ++group_index) {
+    auto& group = optimizer.param_groups()[group_index];
     auto& options = static_cast<torch::optim::SGDOptions&>(group.options());
+    const torch::Tensor* graph_lr = group_index < state.graph_lrs.size() ? &state.graph_lrs[group_index] : nullptr;
     const bool momentum = options.momentum() != 0;
     std::map<BatchKey, FusedBatch, BatchKeyLess> batches;
     bool first_step = momentum;
@@ -199,6 +217,13 @@ void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
     }
     for (auto& [key, batch] : batches) {
       torch::NoGradGuard no_grad;
+      if (graph_lr != nullptr && key.first == graph_lr->device()) {
+        at::_fused_sgd_(batch.params, batch.grads, batch.first_moments, options.weight_decay(),
+                        options.momentum(), *graph_lr, options.dampening(), options.nesterov(),
+                        /*maximize=*/false, first_step, scaling.grad_scale(key.first),
+                        scaling.found_inf_on(key.first));
+        continue;
+      }
       at::_fused_sgd_(batch.params, batch.grads, batch.first_moments, options.weight_decay(),
                       options.momentum(), options.lr(), options.dampening(), options.nesterov(),
                       /*maximize=*/false, first_step, scaling.grad_scale(key.first),
@@ -259,7 +284,54 @@ void take_back_step_counts(OptimizerState& state, const std::vector<void*>& keys
   }
 }
 
+template <typename ParamState>
+std::vector<std::pair<void*, int64_t>> adam_counts(const OptimizerState& state) {
+  std::vector<std::pair<void*, int64_t>> counts;
+  for (const auto& [key, slot] : state.optimizer->state()) {
+    counts.emplace_back(key, static_cast<const ParamState&>(*slot).step());
+  }
+  std::sort(counts.begin(), counts.end());
+  return counts;
+}
+
+template <typename ParamState>
+void advance_adam_counts(OptimizerState& state, const std::vector<std::pair<void*, int64_t>>& deltas) {
+  for (const auto& [key, delta] : deltas) {
+    auto it = state.optimizer->state().find(key);
+    if (it != state.optimizer->state().end()) {
+      auto& adam = static_cast<ParamState&>(*it->second);
+      adam.step(adam.step() + delta);
+    }
+    auto step = state.step_tensors.find(key);
+    if (step != state.step_tensors.end()) {
+      step->second.second += delta; // the device tensor counted the replayed step itself
+    }
+  }
+}
+
 } // namespace
+
+bool fused_step_possible(const OptimizerState& state) {
+  return state.fused != FusedKind::None && (state.fused != FusedKind::SGD || fused_sgd_possible(state));
+}
+
+std::vector<std::pair<void*, int64_t>> adam_step_counts(const OptimizerState& state) {
+  if (state.fused == FusedKind::AdamW) {
+    return adam_counts<torch::optim::AdamWParamState>(state);
+  }
+  if (state.fused == FusedKind::Adam) {
+    return adam_counts<torch::optim::AdamParamState>(state);
+  }
+  return {};
+}
+
+void advance_adam_step_counts(OptimizerState& state, const std::vector<std::pair<void*, int64_t>>& deltas) {
+  if (state.fused == FusedKind::AdamW) {
+    advance_adam_counts<torch::optim::AdamWParamState>(state, deltas);
+  } else if (state.fused == FusedKind::Adam) {
+    advance_adam_counts<torch::optim::AdamParamState>(state, deltas);
+  }
+}
 
 FusedKind fused_kind_of(const torch::optim::Optimizer& optimizer) {
   if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) {
@@ -340,8 +412,7 @@ void Optimizer::step() {
   }
   detail::StepScaling scaling;
   scaling.micro_steps = std::max(gradients.micro_steps_in_window, 1);
-  const bool fused = state.fused != detail::FusedKind::None &&
-                     (state.fused != detail::FusedKind::SGD || detail::fused_sgd_possible(state));
+  const bool fused = detail::fused_step_possible(state);
 
   // fp16: the gradients carry the loss scale unless clipping already unscaled them (and found their inf/nan).
   detail::GradScaler* scaler = state.precision ? state.precision->scaler() : nullptr;

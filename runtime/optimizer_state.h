@@ -47,6 +47,10 @@ struct OptimizerState {
   bool last_step_overflowed = false;
   /// Set when clipping already unscaled this step's gradients: their inf/nan flag (consumed by the step).
   torch::Tensor unscaled_found_inf;
+  /// While a CUDA graph captures a step (runtime/step_graph.cpp): one float32 learning-rate tensor per param
+  /// group, on the device, that the fused kernels read instead of the value baked in at capture, so that a
+  /// scheduler stepping between replays still takes effect. Empty otherwise.
+  std::vector<torch::Tensor> graph_lrs;
 };
 
 struct SchedulerState {
@@ -63,6 +67,15 @@ struct SchedulerState {
 
 /// Picks the fused kernel for `optimizer`'s type and options, or None.
 FusedKind fused_kind_of(const torch::optim::Optimizer& optimizer);
+
+/// Whether `state`'s next step runs through one of ATen's fused kernels.
+bool fused_step_possible(const OptimizerState& state);
+
+/// Adam/AdamW: libtorch's per-parameter step counts, by parameter key, sorted (empty for other optimizers).
+std::vector<std::pair<void*, int64_t>> adam_step_counts(const OptimizerState& state);
+/// Adds `deltas` (by parameter key) to those counts and to what the step tensors were made for: the host
+/// side of steps a CUDA graph replayed.
+void advance_adam_step_counts(OptimizerState& state, const std::vector<std::pair<void*, int64_t>>& deltas);
 
 /// The defined gradients of every parameter `optimizer` steps.
 std::vector<torch::Tensor> optimizer_gradients(const torch::optim::Optimizer& optimizer);

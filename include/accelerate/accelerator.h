@@ -4,6 +4,7 @@
 #include <accelerate/data_options.h>
 #include <accelerate/detail/loader_context.h>
 #include <accelerate/gradient_state.h>
+#include <accelerate/graphed_step.h>
 #include <accelerate/optimizer.h>
 #include <accelerate/options.h>
 #include <accelerate/scheduler.h>
@@ -189,6 +190,28 @@ public:
   void backward(const torch::Tensor& loss, const torch::Tensor& gradient = {},
                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
                 std::optional<at::TensorList> inputs = std::nullopt);
+
+  /// Wraps one training step (a callable taking the batch's tensors and returning the loss) so that, with
+  /// `AcceleratorOptions().cuda_graph(true)` on a CUDA device, it is captured once in a CUDA graph and
+  /// replayed; otherwise it runs as written. See `GraphedStep` for what a replay does and does not repeat.
+  ///
+  /// ```
+  /// auto train_step = accelerator.graphed_step([&](const torch::Tensor& data, const torch::Tensor& target) {
+  ///   optimizer.zero_grad();
+  ///   auto loss = torch::cross_entropy_loss(model->forward(data), target);
+  ///   accelerator.backward(loss);
+  ///   optimizer.step();
+  ///   return loss;
+  /// });
+  /// for (auto& batch : *loader) {
+  ///   auto loss = train_step(batch.data, batch.target);
+  ///   scheduler.step();
+  /// }
+  /// ```
+  template <typename Fn>
+  GraphedStep<Fn> graphed_step(Fn step) {
+    return GraphedStep<Fn>(*this, std::move(step));
+  }
 
   /// RAII guard for one micro-step of gradient accumulation (keep it alive across forward, backward and
   /// step). The last micro-step of each window, or the last batch of a prepared loader, synchronises.

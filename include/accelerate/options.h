@@ -53,6 +53,10 @@ struct AcceleratorOptions {
   ACCELERATE_OPTION(bool, gradient_as_bucket_view);
   /// DDP: the set of used parameters never changes between iterations (default false).
   ACCELERATE_OPTION(bool, static_graph);
+  /// Capture the step that `Accelerator::graphed_step` wraps in a CUDA graph and replay it (default false):
+  /// one launch per step instead of one per kernel, for static shapes. Without a CUDA device the step runs
+  /// as it is written.
+  ACCELERATE_OPTION(bool, cuda_graph);
   /// How long forming the process group, and each collective, may take (default 10 minutes).
   ACCELERATE_OPTION(std::chrono::milliseconds, init_timeout);
   /// Seed every generator and the data sampler with `set_seed(seed)` at construction.
