@@ -311,8 +311,16 @@ struct StepGraph::Impl {
     return static_output;
   }
 
-  /// A failed capture ran the step's host code but none of its device work: take the counters back.
+  /// A failed capture ran the step's host code but none of its device work: take the counters back, and drop
+  /// the gradients it made (tensors the capture allocated but never computed).
   void undo_host_side_of_capture() {
+    for (const auto& optimizer : state->optimizers) {
+      for (auto& group : optimizer->optimizer->param_groups()) {
+        for (auto& param : group.params()) {
+          param.mutable_grad().reset();
+        }
+      }
+    }
     const Counters now = read_counters(*state);
     auto& gradients_state = *state->gradient_state;
     gradients_state.optimizer_steps = before.optimizer_steps;
