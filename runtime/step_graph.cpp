@@ -56,6 +56,45 @@ Counters read_counters(const AcceleratorState& state) {
   return counters;
 }
 
+/// `to - from` per parameter key, for the keys whose count differs (both sorted by key).
+std::vector<std::pair<void*, int64_t>> count_deltas(const std::vector<std::pair<void*, int64_t>>& from,
+                                                    const std::vector<std::pair<void*, int64_t>>& to) {
+  std::vector<std::pair<void*, int64_t>> deltas;
+  for (const auto& [key, count] : to) {
+    auto it = std::lower_bound(from.begin(), from.end(), std::make_pair(key, INT64_MIN));
+    const int64_t previous = it != from.end() && it->first == key ? it->second : 0;
+    if (count != previous) {
+      deltas.emplace_back(key, count - previous);
+    }
+  }
+  return deltas;
+}
+
+#ifdef ACCEL_WITH_CUDA_GRAPH
+/// A side stream that starts after the current stream's work so far; `join` makes the current stream wait
+/// for what was queued on the side stream.
+class SideStream {
+public:
+  explicit SideStream(c10::DeviceIndex index)
+      : current_(c10::cuda::getCurrentCUDAStream(index)),
+        side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index)) {
+    at::cuda::CUDAEvent ready;
+    ready.record(current_);
+    ready.block(side_);
+  }
+  c10::cuda::CUDAStream stream() const { return side_; }
+  void join() const {
+    at::cuda::CUDAEvent done;
+    done.record(side_);
+    done.block(current_);
+  }
+
+private:
+  c10::cuda::CUDAStream current_;
+  c10::cuda::CUDAStream side_;
+};
+#endif
+
 /// What makes a captured graph stale: the parameters' storage and the optimizer state objects and step
 /// tensors it reads. `load_state`, `Optimizer::load` or a new `prepare` change some of them.
 std::vector<const void*> fingerprint(const AcceleratorState& state) {
@@ -182,35 +221,19 @@ struct StepGraph::Impl {
       if (after.fused_steps[i] != before.fused_steps[i]) {
         optimizer.last_step_skipped = false;
       }
-      std::vector<std::pair<void*, int64_t>> deltas;
-      const auto& old_counts = before.adam_steps[i];
-      for (const auto& [key, count] : after.adam_steps[i]) {
-        auto it = std::lower_bound(old_counts.begin(), old_counts.end(), std::make_pair(key, INT64_MIN));
-        const int64_t previous = it != old_counts.end() && it->first == key ? it->second : 0;
-        if (count != previous) {
-          deltas.emplace_back(key, count - previous);
-        }
-      }
-      advance_adam_step_counts(optimizer, deltas);
+      advance_adam_step_counts(optimizer, count_deltas(before.adam_steps[i], after.adam_steps[i]));
     }
   }
 
 #ifdef ACCEL_WITH_CUDA_GRAPH
   at::Tensor on_side_stream(const std::vector<at::Tensor>& inputs, const Body& body) {
-    const auto index = state->device.index();
-    auto current = c10::cuda::getCurrentCUDAStream(index);
-    auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
-    at::cuda::CUDAEvent ready;
-    ready.record(current);
-    ready.block(side);
+    SideStream side(state->device.index());
     at::Tensor output;
     {
-      c10::cuda::CUDAStreamGuard guard(side);
+      c10::cuda::CUDAStreamGuard guard(side.stream());
       output = body(inputs);
     }
-    at::cuda::CUDAEvent done;
-    done.record(side);
-    done.block(current);
+    side.join();
     return output;
   }
 
@@ -239,19 +262,14 @@ struct StepGraph::Impl {
       }
     };
 
-    const auto index = state->device.index();
-    auto current = c10::cuda::getCurrentCUDAStream(index);
-    auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
-    at::cuda::CUDAEvent ready;
-    ready.record(current);
-    ready.block(side);
+    SideStream side(state->device.index());
     graph = std::make_unique<at::cuda::CUDAGraph>();
     // Autocast's cast cache would hand tensors from the graph's memory to eager code after the capture.
     const bool cache = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(false);
     at::Tensor output;
     try {
-      c10::cuda::CUDAStreamGuard guard(side);
+      c10::cuda::CUDAStreamGuard guard(side.stream());
       graph->capture_begin();
       try {
         output = body(static_inputs);
@@ -277,9 +295,7 @@ struct StepGraph::Impl {
     }
     at::autocast::set_autocast_cache_enabled(cache);
     restore();
-    at::cuda::CUDAEvent done;
-    done.record(side);
-    done.block(current);
+    side.join();
 
     after = read_counters(*state);
     if (after.scheduler_steps != before.scheduler_steps) {
@@ -328,16 +344,7 @@ struct StepGraph::Impl {
     for (size_t i = 0; i < state->optimizers.size() && i < before.fused_steps.size(); ++i) {
       auto& optimizer = *state->optimizers[i];
       optimizer.fused_steps = before.fused_steps[i];
-      std::vector<std::pair<void*, int64_t>> deltas;
-      for (const auto& [key, count] : now.adam_steps[i]) {
-        const auto& old_counts = before.adam_steps[i];
-        auto it = std::lower_bound(old_counts.begin(), old_counts.end(), std::make_pair(key, INT64_MIN));
-        const int64_t previous = it != old_counts.end() && it->first == key ? it->second : 0;
-        if (count != previous) {
-          deltas.emplace_back(key, previous - count);
-        }
-      }
-      advance_adam_step_counts(optimizer, deltas);
+      advance_adam_step_counts(optimizer, count_deltas(now.adam_steps[i], before.adam_steps[i]));
     }
   }
 

@@ -7,9 +7,12 @@
 #include "../../runtime/state.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -191,56 +194,68 @@ TEST(GraphedStep, CudaReplaysTrainAsTheEagerStep) {
   }
 }
 
+/// An Accelerator with Mlp (seed 0) and AdamW prepared, and a graphed step of them that calls `after_step`
+/// (if set) with the loss after optimizer.step().
+struct GraphedMlp {
+  explicit GraphedMlp(AcceleratorOptions options) : accelerator(options) {
+    torch::manual_seed(0);
+    model = std::make_shared<Mlp>();
+    accelerator.prepare(model);
+    optimizer.emplace(accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2)));
+  }
+  int64_t adam_steps() {
+    return static_cast<torch::optim::AdamWParamState&>(
+               *optimizer->unwrap().state().at(model->fc1->weight.unsafeGetTensorImpl()))
+        .step();
+  }
+
+  Accelerator accelerator;
+  std::shared_ptr<Mlp> model;
+  std::optional<accelerate::Optimizer> optimizer;
+  std::function<void(const torch::Tensor&)> after_step;
+  accelerate::GraphedStep<std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>> step =
+      accelerator.graphed_step(std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>(
+          [this](const torch::Tensor& x, const torch::Tensor& y) {
+            optimizer->zero_grad();
+            auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+            accelerator.backward(loss);
+            optimizer->step();
+            if (after_step) {
+              after_step(loss);
+            }
+            return loss;
+          }));
+};
+
 TEST(GraphedStep, CudaHostReadInsideTheStepIsRefusedAtCaptureAndTakenBack) {
   SKIP_WITHOUT_CUDA();
-  Accelerator accelerator(AcceleratorOptions().cuda_graph(true));
-  auto model = std::make_shared<Mlp>();
-  accelerator.prepare(model);
-  auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2));
-  auto step = accelerator.graphed_step([&](const torch::Tensor& x, const torch::Tensor& y) {
-    optimizer.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-    accelerator.backward(loss);
-    optimizer.step();
+  GraphedMlp setup(AcceleratorOptions().cuda_graph(true));
+  setup.after_step = [](const torch::Tensor& loss) {
     EXPECT_TRUE(std::isfinite(loss.item<double>())); // waits for the device
-    return loss;
-  });
+  };
   auto data = batches(1);
   auto x = data[0].x.cuda(), y = data[0].y.cuda();
   for (int i = 0; i < 3; ++i) {
-    step(x, y);
+    setup.step(x, y);
   }
-  const auto error = message_of([&] { step(x, y); });
+  const auto error = message_of([&] { setup.step(x, y); });
   EXPECT_NE(error.find("could not be captured in a CUDA graph"), std::string::npos) << error;
   EXPECT_NE(error.find("no .item()"), std::string::npos) << error;
-  EXPECT_EQ(accelerate::detail::internal_state(accelerator).gradient_state->optimizer_steps, 3);
-  EXPECT_EQ(static_cast<torch::optim::AdamWParamState&>(
-                *optimizer.unwrap().state().at(model->fc1->weight.unsafeGetTensorImpl()))
-                .step(),
-            3);
-  EXPECT_FALSE(step.captured());
+  EXPECT_EQ(accelerate::detail::internal_state(setup.accelerator).gradient_state->optimizer_steps, 3);
+  EXPECT_EQ(setup.adam_steps(), 3);
+  EXPECT_FALSE(setup.step.captured());
 }
 
 TEST(GraphedStep, CudaSchedulerInsideTheStepIsRefused) {
   SKIP_WITHOUT_CUDA();
-  Accelerator accelerator(AcceleratorOptions().cuda_graph(true));
-  auto model = std::make_shared<Mlp>();
-  accelerator.prepare(model);
-  auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2));
-  auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, 1, 0.5));
-  auto step = accelerator.graphed_step([&](const torch::Tensor& x, const torch::Tensor& y) {
-    optimizer.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-    accelerator.backward(loss);
-    optimizer.step();
-    scheduler.step();
-    return loss;
-  });
+  GraphedMlp setup(AcceleratorOptions().cuda_graph(true));
+  auto scheduler = setup.accelerator.prepare(torch::optim::StepLR(*setup.optimizer, 1, 0.5));
+  setup.after_step = [&](const torch::Tensor&) { scheduler.step(); };
   auto data = batches(1);
   auto x = data[0].x.cuda(), y = data[0].y.cuda();
   std::string error;
   for (int i = 0; i < 4 && error.empty(); ++i) {
-    error = message_of([&] { step(x, y); });
+    error = message_of([&] { setup.step(x, y); });
   }
   EXPECT_NE(error.find("calls scheduler.step()"), std::string::npos) << error;
 }
@@ -250,27 +265,17 @@ TEST(GraphedStep, CudaLoadStateCapturesAgain) {
   const auto directory = testing::TempDir() + "graphed-step-checkpoint-" + std::to_string(getpid());
   const auto data = batches(12);
   auto run = [&](bool cuda_graph) {
-    Accelerator accelerator(AcceleratorOptions().cuda_graph(cuda_graph));
-    torch::manual_seed(0);
-    auto model = std::make_shared<Mlp>();
-    accelerator.prepare(model);
-    auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2));
-    auto step = accelerator.graphed_step([&](const torch::Tensor& x, const torch::Tensor& y) {
-      optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-      accelerator.backward(loss);
-      optimizer.step();
-      return loss;
-    });
+    GraphedMlp setup(AcceleratorOptions().cuda_graph(cuda_graph));
     std::vector<double> losses;
     for (int i = 0; i < 12; ++i) {
       if (i == 6) {
-        accelerator.save_state(directory + (cuda_graph ? "-graphed" : "-eager"));
-        accelerator.load_state(directory + (cuda_graph ? "-graphed" : "-eager"));
+        setup.accelerator.save_state(directory + (cuda_graph ? "-graphed" : "-eager"));
+        setup.accelerator.load_state(directory + (cuda_graph ? "-graphed" : "-eager"));
       }
-      losses.push_back(step(data[i].x.cuda(), data[i].y.cuda()).item<double>());
+      losses.push_back(setup.step(data[i].x.cuda(), data[i].y.cuda()).item<double>());
     }
-    return std::make_pair(losses, step.captures());
+    EXPECT_EQ(setup.adam_steps(), 12);
+    return std::make_pair(losses, setup.step.captures());
   };
   const auto [eager, no_captures] = run(false);
   const auto [graphed, captures] = run(true);
