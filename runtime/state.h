@@ -54,6 +54,10 @@ struct AcceleratorState {
   int64_t checkpoint_calls = 0;
   /// The optimizer step debug mode last compared the replicas' checksums at (runtime/debug_mode.cpp).
   int64_t debug_checked_step = -1;
+  /// `graphed_step` was called (runtime/step_graph.cpp); with `cuda_graph` on and none made, `backward` warns
+  /// once that nothing is captured.
+  bool graphed_step_made = false;
+  bool warned_cuda_graph_unused = false;
 };
 
 } // namespace accelerate::detail

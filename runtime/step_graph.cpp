@@ -378,6 +378,7 @@ struct StepGraph::Impl {
 
 StepGraph::StepGraph(Accelerator& accelerator) : impl_(std::make_unique<Impl>()) {
   impl_->state = &internal_state(accelerator);
+  impl_->state->graphed_step_made = true;
 #ifdef ACCEL_WITH_CUDA_GRAPH
   impl_->graphing = impl_->state->config.cuda_graph && impl_->state->device.is_cuda();
 #endif

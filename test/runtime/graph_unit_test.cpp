@@ -148,6 +148,51 @@ TEST(GraphedStep, WithoutCudaRunsTheStepAsWritten) {
   EXPECT_EQ(plain.adam_steps, 7);
 }
 
+/// Collects the warnings raised on this thread while alive.
+class WarningCapture : public c10::WarningHandler {
+public:
+  WarningCapture() : guard_(this) {}
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+
+private:
+  c10::WarningUtils::WarningHandlerGuard guard_;
+};
+
+TEST(GraphedStep, CudaGraphWithoutAGraphedStepWarnsOnce) {
+  for (bool wrapped : {false, true}) {
+    WarningCapture warnings;
+    Accelerator accelerator(AcceleratorOptions().cpu(true).cuda_graph(true));
+    torch::nn::Linear model(4, 1);
+    accelerator.prepare(model);
+    auto body = [&](const torch::Tensor& x) {
+      auto loss = model->forward(x).square().mean();
+      accelerator.backward(loss);
+      return loss;
+    };
+    auto step = accelerator.graphed_step(body);
+    for (int i = 0; i < 3; ++i) {
+      wrapped ? step(torch::ones({2, 4})) : body(torch::ones({2, 4}));
+    }
+    int count = 0;
+    for (const auto& message : warnings.messages) {
+      count += message.find("nothing is captured") != std::string::npos ? 1 : 0;
+    }
+    EXPECT_EQ(count, 0) << "a graphed step exists either way";
+  }
+  WarningCapture warnings;
+  Accelerator accelerator(AcceleratorOptions().cpu(true).cuda_graph(true));
+  torch::nn::Linear model(4, 1);
+  accelerator.prepare(model);
+  for (int i = 0; i < 3; ++i) {
+    accelerator.backward(model->forward(torch::ones({2, 4})).square().mean());
+  }
+  ASSERT_EQ(warnings.messages.size(), 1u);
+  EXPECT_NE(warnings.messages[0].find("no accelerator.graphed_step(...) wraps, so nothing is captured"),
+            std::string::npos)
+      << warnings.messages[0];
+}
+
 TEST(GraphedStep, StateShowsTheOption) {
   Accelerator accelerator(AcceleratorOptions().cpu(true).cuda_graph(true));
   EXPECT_NE(accelerator.state().find("cuda_graph: true"), std::string::npos) << accelerator.state();
