@@ -320,6 +320,67 @@ AST_MATCHER(clang::VarDecl, onlyChoosesAReplacedDevice) {
   return ReadByReplacedDeclaration;
 }
 
+/// A condition that only asks about CUDA (`torch::cuda::is_available()`, `device_count()`,
+/// `cudnn_is_available()`, with operators and constants around them): dropping it changes nothing else.
+bool onlyAsksAboutCuda(const clang::Expr& Condition, clang::ASTContext& Context) {
+  if (!Condition.HasSideEffects(Context))
+    return true;
+  auto Pure = functionDecl(
+      hasAnyName("::torch::cuda::is_available", "::torch::cuda::device_count", "::torch::cuda::cudnn_is_available"));
+  auto Effect = expr(anyOf(callExpr(unless(callee(Pure))), cxxConstructExpr(), binaryOperator(isAssignmentOperator()),
+                           unaryOperator(hasAnyOperatorName("++", "--"))));
+  return !has(Effect, Condition, Context);
+}
+
+/// Whether `Branch` (a then/else of an if) only assigns DeviceType variables that go with their assignments
+/// (`onlyChoosesAReplacedDevice`), directly or in a nested if of the same kind; counts the assignments.
+bool onlyAssignsRemovedDeviceTypes(const clang::Stmt& Branch, clang::ASTContext& Context, int& Assignments);
+
+bool ifOnlyChoosesRemovedDeviceTypes(const clang::IfStmt& If, clang::ASTContext& Context, int& Assignments) {
+  if (If.getInit() || If.getConditionVariable() || If.isConsteval() || !If.getCond() ||
+      !onlyAsksAboutCuda(*If.getCond(), Context) || !If.getThen())
+    return false;
+  return onlyAssignsRemovedDeviceTypes(*If.getThen(), Context, Assignments) &&
+         (!If.getElse() || onlyAssignsRemovedDeviceTypes(*If.getElse(), Context, Assignments));
+}
+
+bool onlyAssignsRemovedDeviceTypes(const clang::Stmt& Branch, clang::ASTContext& Context, int& Assignments) {
+  if (const auto* Nested = llvm::dyn_cast<clang::IfStmt>(&Branch))
+    return ifOnlyChoosesRemovedDeviceTypes(*Nested, Context, Assignments);
+  const auto* Block = llvm::dyn_cast<clang::CompoundStmt>(&Branch);
+  if (!Block)
+    return false; // `if (c) x = y;`: the assignment rule leaves such a variable alone anyway
+  auto Removed = binaryOperator(isAssignmentOperator(), hasLHS(ignoringParenImpCasts(declRefExpr(
+                                                            to(varDecl(onlyChoosesAReplacedDevice()))))));
+  for (const clang::Stmt* Child : Block->body()) {
+    if (llvm::isa<clang::NullStmt>(Child))
+      continue;
+    if (const auto* Nested = llvm::dyn_cast<clang::IfStmt>(Child)) {
+      if (!ifOnlyChoosesRemovedDeviceTypes(*Nested, Context, Assignments))
+        return false;
+      continue;
+    }
+    if (match(traverse(clang::TK_IgnoreUnlessSpelledInSource, Removed), *Child, Context).empty())
+      return false;
+    ++Assignments;
+  }
+  return true;
+}
+
+/// `if (torch::cuda::is_available()) { device_type = torch::kCUDA; } else { device_type = torch::kCPU; }`
+/// where the variable goes (`onlyChoosesAReplacedDevice`): without its assignments the if does nothing, so
+/// it goes as a whole instead of staying behind as `if (...) {} else {}`.
+AST_MATCHER(clang::IfStmt, onlyChoosesRemovedDeviceTypes) {
+  int Assignments = 0;
+  return ifOnlyChoosesRemovedDeviceTypes(Node, Finder->getASTContext(), Assignments) && Assignments > 0;
+}
+
+/// Such an if that goes as a whole: not the `else if` of another if (whose `else` would be left without a
+/// statement).
+StatementMatcher removedDeviceChoice() {
+  return ifStmt(onlyChoosesRemovedDeviceTypes(), unless(hasParent(ifStmt())));
+}
+
 /// The declaration with the accelerator's device: `torch::Device device = accelerator.device();`, keeping
 /// the declared type unless it was a DeviceType, which cannot hold a device index.
 Stencil deviceDeclarationText() {
@@ -364,9 +425,14 @@ PassRule devicePass() {
                removeStatement(StatementId),
                cat("'", name(VariableId),
                    "' only chose the device that the accelerator now picks: nothing reads it any more")),
+      makeRule(Scoped(ifStmt(removedDeviceChoice(), unless(hasAncestor(removedDeviceChoice()))).bind(StatementId)),
+               removeStatement(StatementId),
+               cat("this if only chose a device type that the accelerator's device replaces: without those "
+                   "assignments it does nothing")),
       makeRule(Scoped(binaryOperator(isAssignmentOperator(),
                                      hasLHS(ignoringParenImpCasts(declRefExpr(
-                                         to(varDecl(onlyChoosesAReplacedDevice()).bind(VariableId))))))
+                                         to(varDecl(onlyChoosesAReplacedDevice()).bind(VariableId))))),
+                                     unless(hasAncestor(removedDeviceChoice())))
                           .bind(StatementId)),
                removeStatement(StatementId),
                cat("'", name(VariableId),

@@ -135,4 +135,42 @@ void chosen_type(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<
     optimizer.step();
   }
 }
+// An if that did nothing but choose such a DeviceType goes as a whole, else-if chains included; one whose
+// condition does more than ask about CUDA stays (without the assignments).
+bool pick_gpu();
+void chosen_type_only(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<torch::Tensor, torch::Tensor>> data) {
+  torch::DeviceType device_type;
+  if (torch::cuda::is_available()) {
+    device_type = torch::kCUDA;
+  } else {
+    device_type = torch::kCPU;
+  }
+  torch::Device device(device_type);
+  torch::DeviceType chain;
+  if (torch::cuda::device_count() > 1) {
+    chain = torch::kCUDA;
+  } else if (torch::cuda::is_available()) {
+    chain = torch::kCUDA;
+  } else {
+    chain = torch::kCPU;
+  }
+  torch::Device second(chain);
+  torch::DeviceType picked = torch::kCPU;
+  if (pick_gpu()) {
+    picked = torch::kCUDA;
+  }
+  torch::Device third(picked);
+  // CHECK:      {{^}}void chosen_type_only(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<torch::Tensor, torch::Tensor>> data) {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}  auto& accelerator = accelerate::Accelerator::current();{{$}}
+  // CHECK-NEXT: {{^}}  torch::Device device = accelerator.device();{{$}}
+  // CHECK-NEXT: {{^}}  torch::Device second = accelerator.device();{{$}}
+  // CHECK-NEXT: {{^}}  if (pick_gpu()) {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}  }{{$}}
+  // CHECK-NEXT: {{^}}  torch::Device third = accelerator.device();{{$}}
+  for (auto& batch : data) {
+    optimizer.zero_grad();
+    net.forward(std::get<0>(batch).to(device).to(second).to(third)).sum().backward();
+    optimizer.step();
+  }
+}
 // WARN-NOT: warning

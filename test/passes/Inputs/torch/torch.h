@@ -129,6 +129,7 @@ struct NoGradGuard {
 
 namespace cuda {
 bool is_available();
+size_t device_count();
 } // namespace cuda
 
 namespace serialize {
