@@ -799,8 +799,8 @@ int main(int argc, char** argv) {
   if (!torch::cuda::is_available()) {
     std::cerr
         << "bench_precision: no CUDA device is visible; these checks and benchmarks need a GPU (the CPU "
-           "versions are the precision unit tests: ctest -R 'runtime\\.(Autocast|GradScaler|MlpMnist|Linear|"
-           "Fp8)')\n";
+           "versions are the precision and graphed-step unit tests: ctest -R "
+           "'runtime\\.(Autocast|GradScaler|MlpMnist|Linear|Fp8|GraphedStep)')\n";
     return 3;
   }
   at::set_num_threads(1);
