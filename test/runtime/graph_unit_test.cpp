@@ -208,6 +208,9 @@ TEST(GraphedStep, ConfigurationsAGraphCannotReplayAreRefusedOnEveryDevice) {
   const auto optimizer = first_call_error(AcceleratorOptions().cpu(true).cuda_graph(true), /*rmsprop=*/true);
   EXPECT_NE(optimizer.find("does not step through a fused kernel"), std::string::npos) << optimizer;
 
+  const auto fp16 = first_call_error(AcceleratorOptions().cpu(true).cuda_graph(true).mixed_precision("fp16"));
+  EXPECT_NE(fp16.find("mixed_precision fp16 keeps state on the host"), std::string::npos) << fp16;
+
   const auto debug = first_call_error(AcceleratorOptions().cpu(true).cuda_graph(true).debug(true));
   EXPECT_NE(debug.find("debug mode"), std::string::npos) << debug;
 
