@@ -1,7 +1,8 @@
 // Mixed-precision checks and benchmarks on a CUDA GPU, one stage per run (scripts/gpu-check.sh runs them
 // all).
 //
-//   bench_precision --stage checks|gpt-86m|gpt-small-losses|fp8-linear|cuda-graph [--quick] [--data test/data]
+//   bench_precision --stage checks|gpt-86m|gpt-small-losses|fp8-linear|cuda-graph [--quick]
+//                   [--data test/data]
 //
 // - checks: the CPU tests of test/runtime/precision_unit_test.cpp, on the GPU: the autocast window, the grad
 //   scaler against torch.amp.GradScaler's stored sequence, mlp-mnist fp32/fp16/bf16, accelerate::nn::Linear
@@ -677,9 +678,8 @@ int bench_cuda_graph(bool quick) {
             << std::setw(12) << "eager ms" << std::setw(14) << "graphed ms" << std::setw(16)
             << "eager / graphed" << std::endl;
   int failed = 0;
-  for (const auto& [name, config] :
-       std::vector<std::pair<std::string, GptConfig>>{{"gpt-small", GptConfig::small()},
-                                                      {"gpt-86m", GptConfig::gpt_86m()}}) {
+  for (const auto& [name, config] : std::vector<std::pair<std::string, GptConfig>>{
+           {"gpt-small", GptConfig::small()}, {"gpt-86m", GptConfig::gpt_86m()}}) {
     for (const std::string precision : {"bf16", "no"}) {
       if (name == "gpt-86m" && precision == "no" && quick) {
         continue;
@@ -791,8 +791,9 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
     } else {
-      std::cerr << "bench_precision: unknown argument '" << argv[i]
-                << "' (use --stage checks|gpt-86m|gpt-small-losses|fp8-linear|cuda-graph, --quick, --data DIR)\n";
+      std::cerr
+          << "bench_precision: unknown argument '" << argv[i]
+          << "' (use --stage checks|gpt-86m|gpt-small-losses|fp8-linear|cuda-graph, --quick, --data DIR)\n";
       return 2;
     }
   }
@@ -826,7 +827,8 @@ int main(int argc, char** argv) {
   if (stage == "cuda-graph") {
     return bench_cuda_graph(quick);
   }
-  std::cerr << "bench_precision: --stage must be checks, gpt-86m, gpt-small-losses, fp8-linear or cuda-graph (got '"
-            << stage << "')\n";
+  std::cerr
+      << "bench_precision: --stage must be checks, gpt-86m, gpt-small-losses, fp8-linear or cuda-graph (got '"
+      << stage << "')\n";
   return 2;
 }

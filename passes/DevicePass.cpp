@@ -325,10 +325,11 @@ AST_MATCHER(clang::VarDecl, onlyChoosesAReplacedDevice) {
 bool onlyAsksAboutCuda(const clang::Expr& Condition, clang::ASTContext& Context) {
   if (!Condition.HasSideEffects(Context))
     return true;
-  auto Pure = functionDecl(
-      hasAnyName("::torch::cuda::is_available", "::torch::cuda::device_count", "::torch::cuda::cudnn_is_available"));
-  auto Effect = expr(anyOf(callExpr(unless(callee(Pure))), cxxConstructExpr(), binaryOperator(isAssignmentOperator()),
-                           unaryOperator(hasAnyOperatorName("++", "--"))));
+  auto Pure = functionDecl(hasAnyName("::torch::cuda::is_available", "::torch::cuda::device_count",
+                                      "::torch::cuda::cudnn_is_available"));
+  auto Effect =
+      expr(anyOf(callExpr(unless(callee(Pure))), cxxConstructExpr(), binaryOperator(isAssignmentOperator()),
+                 unaryOperator(hasAnyOperatorName("++", "--"))));
   return !has(Effect, Condition, Context);
 }
 
@@ -350,8 +351,9 @@ bool onlyAssignsRemovedDeviceTypes(const clang::Stmt& Branch, clang::ASTContext&
   const auto* Block = llvm::dyn_cast<clang::CompoundStmt>(&Branch);
   if (!Block)
     return false; // `if (c) x = y;`: the assignment rule leaves such a variable alone anyway
-  auto Removed = binaryOperator(isAssignmentOperator(), hasLHS(ignoringParenImpCasts(declRefExpr(
-                                                            to(varDecl(onlyChoosesAReplacedDevice()))))));
+  auto Removed =
+      binaryOperator(isAssignmentOperator(),
+                     hasLHS(ignoringParenImpCasts(declRefExpr(to(varDecl(onlyChoosesAReplacedDevice()))))));
   for (const clang::Stmt* Child : Block->body()) {
     if (llvm::isa<clang::NullStmt>(Child))
       continue;
@@ -425,10 +427,11 @@ PassRule devicePass() {
                removeStatement(StatementId),
                cat("'", name(VariableId),
                    "' only chose the device that the accelerator now picks: nothing reads it any more")),
-      makeRule(Scoped(ifStmt(removedDeviceChoice(), unless(hasAncestor(removedDeviceChoice()))).bind(StatementId)),
-               removeStatement(StatementId),
-               cat("this if only chose a device type that the accelerator's device replaces: without those "
-                   "assignments it does nothing")),
+      makeRule(
+          Scoped(ifStmt(removedDeviceChoice(), unless(hasAncestor(removedDeviceChoice()))).bind(StatementId)),
+          removeStatement(StatementId),
+          cat("this if only chose a device type that the accelerator's device replaces: without those "
+              "assignments it does nothing")),
       makeRule(Scoped(binaryOperator(isAssignmentOperator(),
                                      hasLHS(ignoringParenImpCasts(declRefExpr(
                                          to(varDecl(onlyChoosesAReplacedDevice()).bind(VariableId))))),

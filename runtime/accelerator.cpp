@@ -230,10 +230,11 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
   }
   if (state_->config.cuda_graph && !state_->graphed_step_made && !state_->warned_cuda_graph_unused) {
     state_->warned_cuda_graph_unused = true;
-    TORCH_WARN("accelerate: cuda_graph(true) is set, but this backward runs in a step that no "
-               "accelerator.graphed_step(...) wraps, so nothing is captured: only a step written as a callable "
-               "and wrapped by graphed_step is captured and replayed (docs/runtime.md, \"CUDA graphs\"). "
-               "(Warned once.)");
+    TORCH_WARN(
+        "accelerate: cuda_graph(true) is set, but this backward runs in a step that no "
+        "accelerator.graphed_step(...) wraps, so nothing is captured: only a step written as a callable "
+        "and wrapped by graphed_step is captured and replayed (docs/runtime.md, \"CUDA graphs\"). "
+        "(Warned once.)");
   }
   auto& training = *state_->training;
   auto& gradients = *state_->gradient_state;

@@ -70,7 +70,8 @@ void fused_adam_step(OptimizerState& state, const StepScaling& scaling, bool dec
   for (size_t group_index = 0; group_index < optimizer.param_groups().size(); ++group_index) {
     auto& group = optimizer.param_groups()[group_index];
     auto& options = static_cast<Options&>(group.options());
-    const torch::Tensor* graph_lr = group_index < state.graph_lrs.size() ? &state.graph_lrs[group_index] : nullptr;
+    const torch::Tensor* graph_lr =
+        group_index < state.graph_lrs.size() ? &state.graph_lrs[group_index] : nullptr;
     std::map<BatchKey, FusedBatch, BatchKeyLess> batches;
     for (auto& param : group.params()) {
       if (!param.grad().defined()) {
@@ -182,7 +183,8 @@ void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
   for (size_t group_index = 0; group_index < optimizer.param_groups().size(); ++group_index) {
     auto& group = optimizer.param_groups()[group_index];
     auto& options = static_cast<torch::optim::SGDOptions&>(group.options());
-    const torch::Tensor* graph_lr = group_index < state.graph_lrs.size() ? &state.graph_lrs[group_index] : nullptr;
+    const torch::Tensor* graph_lr =
+        group_index < state.graph_lrs.size() ? &state.graph_lrs[group_index] : nullptr;
     const bool momentum = options.momentum() != 0;
     std::map<BatchKey, FusedBatch, BatchKeyLess> batches;
     bool first_step = momentum;

@@ -4,8 +4,8 @@
 // A replay runs the device work of the captured step and nothing else. What the step changes on the host is
 // measured across the capture (GradientState's counters, each optimizer's fused-step count and libtorch's
 // per-parameter Adam step counts) and added again after every replay, so that checkpoints, schedulers and
-// `accelerator.step` see the same numbers as without the graph. The learning rate is the one value the host
-// changes between steps (a scheduler): while capturing, the fused kernels read it from a device tensor
+// `Optimizer::fused_steps` see the same numbers as without the graph. The learning rate is the one value the
+// host changes between steps (a scheduler): while capturing, the fused kernels read it from a device tensor
 // (OptimizerState::graph_lrs) that each replay refreshes when the host value moved.
 #include <accelerate/accelerator.h>
 #include <accelerate/graphed_step.h>
@@ -16,6 +16,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/autocast_mode.h>
 
@@ -37,11 +40,12 @@ constexpr int kWarmupCalls = 3;
 struct Counters {
   int64_t optimizer_steps = 0;
   int backwards_since_step = 0;
-  std::vector<int64_t> fused_steps;                                   // per prepared optimizer
-  std::vector<std::vector<std::pair<void*, int64_t>>> adam_steps;     // per prepared optimizer
-  std::vector<int64_t> scheduler_steps;                               // per prepared scheduler
+  std::vector<int64_t> fused_steps;                               // per prepared optimizer
+  std::vector<std::vector<std::pair<void*, int64_t>>> adam_steps; // per prepared optimizer
+  std::vector<int64_t> scheduler_steps;                           // per prepared scheduler
 };
 
+#ifdef ACCEL_WITH_CUDA_GRAPH
 Counters read_counters(const AcceleratorState& state) {
   Counters counters;
   counters.optimizer_steps = state.gradient_state->optimizer_steps;
@@ -55,6 +59,7 @@ Counters read_counters(const AcceleratorState& state) {
   }
   return counters;
 }
+#endif
 
 /// `to - from` per parameter key, for the keys whose count differs (both sorted by key).
 std::vector<std::pair<void*, int64_t>> count_deltas(const std::vector<std::pair<void*, int64_t>>& from,
@@ -93,7 +98,6 @@ private:
   c10::cuda::CUDAStream current_;
   c10::cuda::CUDAStream side_;
 };
-#endif
 
 /// What makes a captured graph stale: the parameters' storage and the optimizer state objects and step
 /// tensors it reads. `load_state`, `Optimizer::load` or a new `prepare` change some of them.
@@ -119,6 +123,8 @@ std::vector<const void*> fingerprint(const AcceleratorState& state) {
   return marks;
 }
 
+#endif
+
 /// Why `state` cannot be captured, or "" (checked whenever `cuda_graph` is on, on any device, so that a
 /// configuration is refused alike on the CPU where it is developed and on the GPU where it runs).
 std::string refusal(const AcceleratorState& state) {
@@ -142,8 +148,8 @@ std::string refusal(const AcceleratorState& state) {
   }
   for (const auto& optimizer : state.optimizers) {
     if (!fused_step_possible(*optimizer)) {
-      return "a prepared optimizer does not step through a fused kernel (Adam, AdamW and SGD do), so its step "
-             "reads its counts on the host";
+      return "a prepared optimizer does not step through a fused kernel (Adam, AdamW and SGD do), so its "
+             "step reads its counts on the host";
     }
   }
   return "";
@@ -287,11 +293,12 @@ struct StepGraph::Impl {
       undo_host_side_of_capture();
       drop_graph();
       throw std::runtime_error(
-          std::string("accelerate: cuda_graph(true): the training step could not be captured in a CUDA graph: ") +
+          std::string(
+              "accelerate: cuda_graph(true): the training step could not be captured in a CUDA graph: ") +
           error.what() +
-          "\nA captured step must not wait for the device: no .item(), no printing of tensors, no branching on "
-          "tensor values, no tensors created from host data. Read such values outside the graphed step (from "
-          "the tensor it returns), or turn cuda_graph off");
+          "\nA captured step must not wait for the device: no .item(), no printing of tensors, no branching "
+          "on tensor values, no tensors created from host data. Read such values outside the graphed step "
+          "(from the tensor it returns), or turn cuda_graph off");
     }
     at::autocast::set_autocast_cache_enabled(cache);
     restore();
@@ -303,13 +310,13 @@ struct StepGraph::Impl {
       drop_graph();
       throw std::invalid_argument(
           "accelerate: cuda_graph(true): the graphed step calls scheduler.step(); a replay repeats only the "
-          "device work, so the scheduler would step once, at capture. Call scheduler.step() after the graphed "
-          "step instead (the learning rate it sets reaches every replay)");
+          "device work, so the scheduler would step once, at capture. Call scheduler.step() after the "
+          "graphed step instead (the learning rate it sets reaches every replay)");
     }
     if (!output.defined()) {
       drop_graph();
-      throw std::invalid_argument("accelerate: cuda_graph(true): the graphed step returned an undefined tensor; "
-                                  "return the loss");
+      throw std::invalid_argument(
+          "accelerate: cuda_graph(true): the graphed step returned an undefined tensor; return the loss");
     }
     static_output = output;
     for (const auto& optimizer : state->optimizers) {

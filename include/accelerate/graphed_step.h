@@ -1,4 +1,5 @@
-// GraphedStep: one training step, captured once in a CUDA graph and replayed (AcceleratorOptions::cuda_graph).
+// GraphedStep: one training step, captured once in a CUDA graph and replayed
+// (AcceleratorOptions::cuda_graph).
 #pragma once
 
 #include <cstdint>
@@ -60,8 +61,9 @@ class GraphedStep {
 public:
   template <typename... Inputs>
   at::Tensor operator()(const Inputs&... inputs) {
-    static_assert((std::is_convertible_v<const Inputs&, const at::Tensor&> && ...),
-                  "accelerate::GraphedStep: pass the step's inputs as tensors (e.g. step(batch.data, batch.target))");
+    static_assert(
+        (std::is_convertible_v<const Inputs&, const at::Tensor&> && ...),
+        "accelerate::GraphedStep: pass the step's inputs as tensors (e.g. step(batch.data, batch.target))");
     return graph_->run({at::Tensor(inputs)...}, [this](const std::vector<at::Tensor>& captured) {
       return call(captured, std::index_sequence_for<Inputs...>{});
     });

@@ -31,7 +31,8 @@ TEST(GraphedStep, SeveralProcessesAreRefusedOnEveryProcess) {
   } catch (const std::invalid_argument& caught) {
     error = caught.what();
   }
-  EXPECT_NE(error.find("with 2 processes the gradient all-reduce would have to be captured"), std::string::npos)
+  EXPECT_NE(error.find("with 2 processes the gradient all-reduce would have to be captured"),
+            std::string::npos)
       << error;
   EXPECT_NE(error.find("cuda_graph(false)"), std::string::npos) << error;
   // Nothing was started: the processes still agree and can go on without the graph.

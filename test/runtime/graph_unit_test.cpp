@@ -7,9 +7,9 @@
 #include "../../runtime/state.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <functional>
 #include <optional>
@@ -96,7 +96,8 @@ Trained train(AcceleratorOptions options, bool through_graphed_step, const std::
 void expect_same_training(const Trained& actual, const Trained& expected, double tolerance) {
   ASSERT_EQ(actual.losses.size(), expected.losses.size());
   for (size_t i = 0; i < actual.losses.size(); ++i) {
-    EXPECT_NEAR(actual.losses[i], expected.losses[i], tolerance * std::abs(expected.losses[i])) << "step " << i;
+    EXPECT_NEAR(actual.losses[i], expected.losses[i], tolerance * std::abs(expected.losses[i]))
+        << "step " << i;
   }
   EXPECT_TRUE(torch::allclose(actual.weights, expected.weights, tolerance, 0.0));
   EXPECT_EQ(actual.optimizer_steps, expected.optimizer_steps);
@@ -221,9 +222,9 @@ TEST(GraphedStep, ConfigurationsAGraphCannotReplayAreRefusedOnEveryDevice) {
 
 // ---- On a CUDA device ------------------------------------------------------------------------------------
 
-#define SKIP_WITHOUT_CUDA()                                                                                    \
-  if (!torch::cuda::is_available()) {                                                                          \
-    GTEST_SKIP() << "no CUDA device";                                                                           \
+#define SKIP_WITHOUT_CUDA()                                                                                  \
+  if (!torch::cuda::is_available()) {                                                                        \
+    GTEST_SKIP() << "no CUDA device";                                                                        \
   }
 
 TEST(GraphedStep, CudaReplaysTrainAsTheEagerStep) {
