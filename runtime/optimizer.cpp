@@ -115,29 +115,22 @@ void fused_adam_step(OptimizerState& state, const StepScaling& scaling, bool dec
       auto found_inf = scaling.found_inf_on(key.first);
       at::_foreach_add_(batch.steps,
                         1); // the kernels read the step count after this step, as torch.optim does
-      if (graph_lr != nullptr && key.first == graph_lr->device()) {
-        // Captured in a CUDA graph: the learning rate is read from the device at every replay.
+      // `lr`: a double, or (captured in a CUDA graph) a device tensor read at every replay.
+      auto launch = [&](const auto& lr) {
         if (decoupled_weight_decay) {
           at::_fused_adamw_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
-                            batch.max_second_moments, batch.steps, *graph_lr, beta1, beta2,
-                            options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
-                            grad_scale, found_inf);
+                            batch.max_second_moments, batch.steps, lr, beta1, beta2, options.weight_decay(),
+                            options.eps(), options.amsgrad(), /*maximize=*/false, grad_scale, found_inf);
         } else {
           at::_fused_adam_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
-                           batch.max_second_moments, batch.steps, *graph_lr, beta1, beta2,
-                           options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
-                           grad_scale, found_inf);
+                           batch.max_second_moments, batch.steps, lr, beta1, beta2, options.weight_decay(),
+                           options.eps(), options.amsgrad(), /*maximize=*/false, grad_scale, found_inf);
         }
-      } else if (decoupled_weight_decay) {
-        at::_fused_adamw_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
-                          batch.max_second_moments, batch.steps, options.lr(), beta1, beta2,
-                          options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
-                          grad_scale, found_inf);
+      };
+      if (graph_lr != nullptr && key.first == graph_lr->device()) {
+        launch(*graph_lr);
       } else {
-        at::_fused_adam_(batch.params, batch.grads, batch.first_moments, batch.second_moments,
-                         batch.max_second_moments, batch.steps, options.lr(), beta1, beta2,
-                         options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false,
-                         grad_scale, found_inf);
+        launch(options.lr());
       }
       if (found_inf) {
         // A skipped step takes its count back on the device, as torch.optim's fused Adam does.
@@ -219,17 +212,16 @@ void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
     }
     for (auto& [key, batch] : batches) {
       torch::NoGradGuard no_grad;
-      if (graph_lr != nullptr && key.first == graph_lr->device()) {
+      auto launch = [&](const auto& lr) { // a double, or a device tensor (see fused_adam_step)
         at::_fused_sgd_(batch.params, batch.grads, batch.first_moments, options.weight_decay(),
-                        options.momentum(), *graph_lr, options.dampening(), options.nesterov(),
-                        /*maximize=*/false, first_step, scaling.grad_scale(key.first),
-                        scaling.found_inf_on(key.first));
-        continue;
+                        options.momentum(), lr, options.dampening(), options.nesterov(), /*maximize=*/false,
+                        first_step, scaling.grad_scale(key.first), scaling.found_inf_on(key.first));
+      };
+      if (graph_lr != nullptr && key.first == graph_lr->device()) {
+        launch(*graph_lr);
+      } else {
+        launch(options.lr());
       }
-      at::_fused_sgd_(batch.params, batch.grads, batch.first_moments, options.weight_decay(),
-                      options.momentum(), options.lr(), options.dampening(), options.nesterov(),
-                      /*maximize=*/false, first_step, scaling.grad_scale(key.first),
-                      scaling.found_inf_on(key.first));
     }
   }
 }

@@ -59,7 +59,6 @@ Counters read_counters(const AcceleratorState& state) {
   }
   return counters;
 }
-#endif
 
 /// `to - from` per parameter key, for the keys whose count differs (both sorted by key).
 std::vector<std::pair<void*, int64_t>> count_deltas(const std::vector<std::pair<void*, int64_t>>& from,
@@ -75,7 +74,23 @@ std::vector<std::pair<void*, int64_t>> count_deltas(const std::vector<std::pair<
   return deltas;
 }
 
-#ifdef ACCEL_WITH_CUDA_GRAPH
+/// Moves `state`'s counters by `to - from` (`backwards_since_step` becomes `to`'s): forward after a replay
+/// (from before the capture to after it), back after a failed capture (from now to before it).
+void move_counters(AcceleratorState& state, const Counters& from, const Counters& to) {
+  auto& gradients = *state.gradient_state;
+  gradients.optimizer_steps += to.optimizer_steps - from.optimizer_steps;
+  gradients.backwards_since_step = to.backwards_since_step;
+  for (size_t i = 0; i < state.optimizers.size() && i < from.fused_steps.size() && i < to.fused_steps.size();
+       ++i) {
+    auto& optimizer = *state.optimizers[i];
+    optimizer.fused_steps += to.fused_steps[i] - from.fused_steps[i];
+    if (to.fused_steps[i] > from.fused_steps[i]) {
+      optimizer.last_step_skipped = false;
+    }
+    advance_adam_step_counts(optimizer, count_deltas(from.adam_steps[i], to.adam_steps[i]));
+  }
+}
+
 /// A side stream that starts after the current stream's work so far; `join` makes the current stream wait
 /// for what was queued on the side stream.
 class SideStream {
@@ -216,21 +231,6 @@ struct StepGraph::Impl {
     marks.clear();
   }
 
-  /// The host side of one replayed step.
-  void advance_counters() {
-    auto& gradients_state = *state->gradient_state;
-    gradients_state.optimizer_steps += after.optimizer_steps - before.optimizer_steps;
-    gradients_state.backwards_since_step = after.backwards_since_step;
-    for (size_t i = 0; i < state->optimizers.size(); ++i) {
-      auto& optimizer = *state->optimizers[i];
-      optimizer.fused_steps += after.fused_steps[i] - before.fused_steps[i];
-      if (after.fused_steps[i] != before.fused_steps[i]) {
-        optimizer.last_step_skipped = false;
-      }
-      advance_adam_step_counts(optimizer, count_deltas(before.adam_steps[i], after.adam_steps[i]));
-    }
-  }
-
 #ifdef ACCEL_WITH_CUDA_GRAPH
   at::Tensor on_side_stream(const std::vector<at::Tensor>& inputs, const Body& body) {
     SideStream side(state->device.index());
@@ -344,15 +344,7 @@ struct StepGraph::Impl {
         }
       }
     }
-    const Counters now = read_counters(*state);
-    auto& gradients_state = *state->gradient_state;
-    gradients_state.optimizer_steps = before.optimizer_steps;
-    gradients_state.backwards_since_step = before.backwards_since_step;
-    for (size_t i = 0; i < state->optimizers.size() && i < before.fused_steps.size(); ++i) {
-      auto& optimizer = *state->optimizers[i];
-      optimizer.fused_steps = before.fused_steps[i];
-      advance_adam_step_counts(optimizer, count_deltas(now.adam_steps[i], before.adam_steps[i]));
-    }
+    move_counters(*state, read_counters(*state), before);
   }
 
   at::Tensor replay(const std::vector<at::Tensor>& inputs) {
@@ -372,7 +364,7 @@ struct StepGraph::Impl {
     }
     graph->replay();
     ++replays;
-    advance_counters();
+    move_counters(*state, before, after); // the host side of the replayed step
     for (auto& [param, gradient] : gradients) {
       if (gradient.defined() && !param.grad().is_same(gradient)) {
         param.mutable_grad() = gradient;
