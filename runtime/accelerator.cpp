@@ -238,11 +238,13 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
   }
   auto& training = *state_->training;
   auto& gradients = *state_->gradient_state;
+  std::vector<detail::GradientSynchronizer*> armed;
   if (state_->process_group && gradients.sync_gradients) {
     for (auto* model : training.reach.reached_by(loss, state_->config.find_unused_parameters)) {
       if (!model->no_sync) {
         model->arm(loss);
         training.join->record_armed(model);
+        armed.push_back(model);
       }
     }
   }
@@ -252,9 +254,15 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
     differentiated.backward(gradient, retain_graph, create_graph, inputs);
   } catch (...) {
     training.tracker->inside_accelerator_backward.store(false);
+    for (auto* model : armed) {
+      model->disarm();
+    }
     throw;
   }
   training.tracker->inside_accelerator_backward.store(false);
+  for (auto* model : armed) {
+    model->finish_backward();
+  }
   ++gradients.backwards_since_step;
 }
 

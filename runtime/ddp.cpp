@@ -1,6 +1,8 @@
 // Data-parallel gradient synchronisation over c10d's Reducer (bucketed, overlapped with backward), and Join.
 #include "ddp.h"
 
+#include "shm_allreduce.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <unordered_set>
@@ -67,6 +69,20 @@ std::unique_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model, const std:
   return reducer;
 }
 
+/// Decided from what every process has alike (the backend, the parameters' device, layout and dtype, the
+/// configuration), so that all processes choose the same way.
+bool can_average_in_shared_memory(const std::vector<torch::Tensor>& parameters, c10d::ProcessGroup& group,
+                                  const ResolvedConfig& config) {
+  if (config.find_unused_parameters || !uses_shared_memory_allreduce(group.getBackend(c10::DeviceType::CPU))) {
+    return false;
+  }
+  const auto dtype = parameters.front().scalar_type();
+  return std::all_of(parameters.begin(), parameters.end(), [dtype](const torch::Tensor& parameter) {
+    return parameter.device().is_cpu() && parameter.layout() == c10::kStrided && parameter.scalar_type() == dtype &&
+           at::isFloatingType(dtype);
+  });
+}
+
 } // namespace
 
 GradientSynchronizer::GradientSynchronizer(torch::nn::Module& model,
@@ -82,7 +98,12 @@ GradientSynchronizer::GradientSynchronizer(torch::nn::Module& model,
   if (!process_group_) {
     return;
   }
-  if (!parameters_.empty()) {
+  distributed_ = !parameters_.empty();
+  shared_memory_average_ = distributed_ && can_average_in_shared_memory(parameters_, *process_group_, config);
+  if (shared_memory_average_) {
+    // Every process must hold the same model: the Reducer checks this too, and the message names the mismatch.
+    c10d::verify_params_across_processes(process_group_, parameters_, std::nullopt);
+  } else if (distributed_) {
     reducer_ = make_reducer(model, parameters_, process_group_, config);
   }
   for (const auto& parameter : parameters_) {
@@ -102,13 +123,49 @@ GradientSynchronizer::~GradientSynchronizer() {
 }
 
 void GradientSynchronizer::arm(const torch::Tensor& loss) {
-  if (!reducer_) {
+  if (!distributed_) {
     return;
   }
   broadcast_buffers();
+  if (shared_memory_average_) {
+    armed_ = true;
+    return;
+  }
   reducer_->rebuild_buckets();
   reducer_->prepare_for_forward();
   reducer_->prepare_for_backward({loss});
+}
+
+void GradientSynchronizer::finish_backward() {
+  if (!armed_) {
+    return;
+  }
+  armed_ = false;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> gradients;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copied_back; // (gradient, its contiguous copy)
+  gradients.reserve(parameters_.size());
+  for (const auto& parameter : parameters_) {
+    auto& gradient = parameter.mutable_grad();
+    if (!gradient.defined()) {
+      // Not reached by this backward (e.g. `inputs` left it out): it takes part as zeros, as with the Reducer.
+      gradient = torch::zeros(parameter.sizes(), parameter.options());
+    }
+    if (gradient.is_sparse()) {
+      throw std::invalid_argument("accelerate: a prepared model's parameter got a sparse gradient; gradient "
+                                  "synchronisation needs dense gradients (e.g. Embedding with sparse(false))");
+    }
+    if (gradient.is_contiguous() && gradient.scalar_type() == parameter.scalar_type()) {
+      gradients.push_back(gradient);
+    } else {
+      copied_back.emplace_back(gradient, gradient.to(parameter.scalar_type()).contiguous());
+      gradients.push_back(copied_back.back().second);
+    }
+  }
+  average_in_shared_memory(process_group_->getBackend(c10::DeviceType::CPU), gradients);
+  for (auto& [gradient, copy] : copied_back) {
+    gradient.copy_(copy);
+  }
 }
 
 void GradientSynchronizer::broadcast_buffers() {
@@ -130,10 +187,19 @@ void GradientSynchronizer::broadcast_buffers() {
 }
 
 void GradientSynchronizer::shadow_armed_backward() {
-  if (!reducer_) {
+  if (!distributed_) {
     return;
   }
   broadcast_buffers();
+  if (shared_memory_average_) {
+    int64_t numel = 0;
+    for (const auto& parameter : parameters_) {
+      numel += parameter.numel();
+    }
+    average_in_shared_memory(process_group_->getBackend(c10::DeviceType::CPU),
+                             {torch::zeros({numel}, parameters_.front().options())});
+    return;
+  }
   reducer_->rebuild_buckets();
   for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
     std::vector<torch::Tensor> zeros{bucket.getBufferRef()};

@@ -24,8 +24,14 @@ struct BackwardTracker {
   std::atomic<bool> unsynchronised_gradients{false};
 };
 
-/// One prepared model: its parameters, its Reducer (with more than one process), and the hooks that notice
-/// gradients computed outside `Accelerator::backward`.
+/// One prepared model: its parameters, how its gradients are averaged (with more than one process), and the
+/// hooks that notice gradients computed outside `Accelerator::backward`.
+///
+/// Averaging: when every process is on this machine (the CPU backend all-reduces through shared memory) and
+/// the model's parameters are dense CPU tensors of one floating dtype, without find_unused_parameters, one
+/// `average_in_shared_memory` over all gradients right after backward; otherwise c10d's Reducer (bucketed,
+/// overlapped with backward). With one core per process the Reducer's overlap buys nothing there (the
+/// shared-memory all-reduce runs on the calling thread), and its bucket copies cost two passes over the gradients.
 class GradientSynchronizer {
 public:
   GradientSynchronizer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> process_group,
@@ -34,11 +40,17 @@ public:
 
   torch::nn::Module& model() const { return *model_; }
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
-  bool distributed() const { return reducer_ != nullptr; }
+  bool distributed() const { return distributed_; }
+  /// Whether gradients are averaged through shared memory after backward rather than by the Reducer.
+  bool averages_in_shared_memory() const { return shared_memory_average_; }
 
   /// Arms the Reducer for the coming backward of `loss` (what PyTorch's DDP does in forward), and
   /// broadcasts the buffers from rank 0 (DDP's default).
   void arm(const torch::Tensor& loss);
+  /// After the armed backward: averages the gradients (shared-memory averaging; the Reducer has already).
+  void finish_backward();
+  /// After an armed backward that threw: forgets the arming.
+  void disarm() { armed_ = false; }
   /// Takes part, with zero gradients, in the collectives one armed backward issues on the other processes.
   void shadow_armed_backward();
   /// Makes parameters and buffers equal to process `source`'s.
@@ -58,6 +70,9 @@ private:
   std::vector<torch::Tensor> parameters_;
   std::vector<torch::Tensor> buffers_;
   std::unique_ptr<c10d::Reducer> reducer_;
+  bool distributed_ = false;
+  bool shared_memory_average_ = false;
+  bool armed_ = false;
   std::shared_ptr<BackwardTracker> tracker_;
   std::vector<std::pair<torch::Tensor, unsigned>> hooks_;
 };

@@ -34,6 +34,8 @@
 #include <string>
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
 #include <c10/util/Exception.h>
 
 namespace accelerate::detail {
@@ -44,6 +46,75 @@ constexpr size_t kPage = 4096;
 /// All slots together (2 sets x world): 16 MiB, at least 256 KiB per slot. Larger tensors go in chunks.
 constexpr size_t kSegmentDataBytes = size_t{16} << 20;
 constexpr size_t kMinSlotBytes = size_t{256} << 10;
+/// What RankState::op holds during `average` (c10d's ReduceOp values are all >= 0).
+constexpr int32_t kAverageOp = -1;
+/// Elements per block of the averaging loop (its accumulator lives on the stack).
+constexpr int64_t kAverageBlock = 512;
+
+std::string collective_name(int32_t op) {
+  return op == kAverageOp ? "gradient average" : reduce_op_name(static_cast<c10d::ReduceOp::RedOpType>(op));
+}
+
+/// The tensors of one `average` call seen as one flat array: element i of the concatenation lives in the
+/// tensor whose range holds i.
+class FlatView {
+public:
+  explicit FlatView(const std::vector<at::Tensor>& tensors) {
+    starts_.push_back(0);
+    for (const auto& tensor : tensors) {
+      data_.push_back(static_cast<char*>(tensor.data_ptr()));
+      starts_.push_back(starts_.back() + tensor.numel());
+    }
+  }
+  int64_t numel() const { return starts_.back(); }
+
+  /// Calls fn(pointer, flat index, count) for each contiguous piece of flat elements [first, last).
+  template <typename Fn>
+  void for_each_piece(int64_t first, int64_t last, int64_t element, Fn&& fn) const {
+    if (first >= last) {
+      return;
+    }
+    auto index = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin() - 1);
+    for (int64_t at = first; at < last; ++index) {
+      const int64_t end = std::min(last, starts_[index + 1]);
+      if (end > at) {
+        fn(data_[index] + (at - starts_[index]) * element, at, end - at);
+      }
+      at = std::max(at, end);
+    }
+  }
+
+private:
+  std::vector<char*> data_;
+  std::vector<int64_t> starts_;
+};
+
+/// out = (sum of inputs[k], in rank order) / inputs.size(), accumulated in the dtype's math type, written to
+/// both `own` and `published`. `own` may be one of the inputs.
+template <typename scalar_t>
+void average_into(const std::vector<const scalar_t*>& inputs, scalar_t* own, scalar_t* published, int64_t count) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const auto world = static_cast<acc_t>(inputs.size());
+  acc_t sum[kAverageBlock];
+  for (int64_t block = 0; block < count; block += kAverageBlock) {
+    const int64_t n = std::min(kAverageBlock, count - block);
+    const scalar_t* first = inputs[0] + block;
+    for (int64_t i = 0; i < n; ++i) {
+      sum[i] = static_cast<acc_t>(first[i]);
+    }
+    for (size_t k = 1; k < inputs.size(); ++k) {
+      const scalar_t* next = inputs[k] + block;
+      for (int64_t i = 0; i < n; ++i) {
+        sum[i] += static_cast<acc_t>(next[i]);
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const auto value = static_cast<scalar_t>(sum[i] / world);
+      own[block + i] = value;
+      published[block + i] = value;
+    }
+  }
+}
 
 struct alignas(64) SegmentHeader {
   uint64_t magic;
@@ -251,6 +322,26 @@ public:
     return c10d::Work::create_from_future(future);
   }
 
+  /// See `average_in_shared_memory`.
+  void average(const std::vector<at::Tensor>& tensors) {
+    if (!failure_.empty()) {
+      throw std::runtime_error(
+          "accelerate: the shared-memory all-reduce is unusable after an earlier failure (" + failure_ + ")");
+    }
+    const auto dtype = tensors.empty() ? at::kFloat : tensors.front().scalar_type();
+    for (const auto& tensor : tensors) {
+      TORCH_CHECK(tensor.defined() && tensor.device().is_cpu() && tensor.layout() == c10::kStrided &&
+                      tensor.is_contiguous() && tensor.scalar_type() == dtype && at::isFloatingType(dtype),
+                  "accelerate: average_in_shared_memory takes dense contiguous CPU tensors of one floating dtype");
+    }
+    try {
+      run_average(FlatView(tensors), dtype);
+    } catch (const std::exception& error) {
+      failure_ = error.what();
+      throw;
+    }
+  }
+
 private:
   /// Decided from what every process passes alike (the operation, dtype, device, layout), never from data or
   /// strides, so that all processes take the same path.
@@ -327,18 +418,80 @@ private:
     }
   }
 
-  void check_same_collective(int64_t numel, c10::ScalarType dtype, c10d::ReduceOp::RedOpType op) {
+  /// `run`'s schedule over a flat view of several tensors, with the division by the world size folded into the
+  /// reduction: the shares others reduce go into this process's slot; it averages its own share from its
+  /// tensors and the others' slots, writing the result to its tensors and its slot; then it copies the others'
+  /// averaged shares back. Two passes over the gradients fewer than a bucket copy plus `allreduce` plus a copy
+  /// back, and no bucket.
+  void run_average(const FlatView& flat, c10::ScalarType dtype) {
+    const int world = size_;
+    const int64_t numel = flat.numel();
+    const auto element = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t slot_elements = static_cast<int64_t>(segment_->slot_bytes()) / element;
+    RankState& mine = segment_->rank_state(rank_);
+    mine.numel.store(numel, std::memory_order_relaxed);
+    mine.dtype.store(static_cast<int32_t>(dtype), std::memory_order_relaxed);
+    mine.op.store(kAverageOp, std::memory_order_relaxed);
+
+    const int64_t chunks = std::max<int64_t>(1, (numel + slot_elements - 1) / slot_elements);
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const int64_t offset = chunk * slot_elements;
+      const int64_t count = std::min(slot_elements, numel - offset);
+      const int set = static_cast<int>(sets_used_++ & 1);
+      const int64_t share = (count + world - 1) / world;
+      auto bounds = [&](int rank) {
+        const int64_t begin = std::min(count, rank * share);
+        return std::make_pair(begin, std::min(count, begin + share));
+      };
+      const auto [begin, end] = bounds(rank_);
+      char* const own_slot = segment_->slot(set, rank_);
+      auto to_slot = [&](char* data, int64_t at, int64_t n) {
+        copy_bytes(own_slot + (at - offset) * element, data, n * element);
+      };
+      flat.for_each_piece(offset, offset + begin, element, to_slot);
+      flat.for_each_piece(offset + end, offset + count, element, to_slot);
+      arrive_and_wait();
+      if (chunk == 0) {
+        check_same_collective(numel, dtype, kAverageOp);
+      }
+      flat.for_each_piece(offset + begin, offset + end, element, [&](char* data, int64_t at, int64_t n) {
+        const int64_t position = (at - offset) * element;
+        AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "average_in_shared_memory", [&] {
+          std::vector<const scalar_t*> inputs;
+          for (int rank = 0; rank < world; ++rank) {
+            inputs.push_back(reinterpret_cast<const scalar_t*>(rank == rank_ ? data
+                                                                             : segment_->slot(set, rank) + position));
+          }
+          average_into<scalar_t>(inputs, reinterpret_cast<scalar_t*>(data),
+                                 reinterpret_cast<scalar_t*>(own_slot + position), n);
+        });
+      });
+      arrive_and_wait();
+      for (int owner = 0; owner < world; ++owner) {
+        if (owner == rank_) {
+          continue;
+        }
+        const auto [first, last] = bounds(owner);
+        const char* const their_slot = segment_->slot(set, owner);
+        flat.for_each_piece(offset + first, offset + last, element, [&](char* data, int64_t at, int64_t n) {
+          copy_bytes(data, their_slot + (at - offset) * element, n * element);
+        });
+      }
+    }
+  }
+
+  void check_same_collective(int64_t numel, c10::ScalarType dtype, int32_t op) {
     for (int other = 0; other < size_; ++other) {
       const RankState& theirs = segment_->rank_state(other);
       const auto their_numel = theirs.numel.load(std::memory_order_relaxed);
       const auto their_dtype = static_cast<c10::ScalarType>(theirs.dtype.load(std::memory_order_relaxed));
-      const auto their_op = static_cast<c10d::ReduceOp::RedOpType>(theirs.op.load(std::memory_order_relaxed));
+      const auto their_op = theirs.op.load(std::memory_order_relaxed);
       if (their_numel != numel || their_dtype != dtype || their_op != op) {
         std::ostringstream message;
         message << "accelerate: all-reduce mismatch: process " << rank_ << " reduces " << numel
-                << " elements of " << dtype << " (" << reduce_op_name(op) << ") but process " << other
+                << " elements of " << dtype << " (" << collective_name(op) << ") but process " << other
                 << " reduces " << their_numel << " elements of " << their_dtype << " ("
-                << reduce_op_name(their_op)
+                << collective_name(their_op)
                 << "); every process must all-reduce tensors of the same size and dtype, in the same order";
         throw std::runtime_error(message.str());
       }
@@ -514,6 +667,13 @@ wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
 
 bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backend) {
   return dynamic_cast<const SharedMemoryAllreduceBackend*>(backend.get()) != nullptr;
+}
+
+void average_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend,
+                              const std::vector<at::Tensor>& tensors) {
+  auto* shared = dynamic_cast<SharedMemoryAllreduceBackend*>(backend.get());
+  TORCH_CHECK(shared != nullptr, "accelerate: average_in_shared_memory needs the shared-memory backend");
+  shared->average(tensors);
 }
 
 } // namespace accelerate::detail

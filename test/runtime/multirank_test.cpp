@@ -1,4 +1,5 @@
-// Multi-rank tests of data-parallel training: run by test/harness/run_ranks.py as N ranks over Gloo.
+// Multi-rank tests of data-parallel training: run by test/harness/run_ranks.py as N ranks on this machine
+// (gradients averaged through shared memory; the `.reducer` ctest entries run the Reducer over Gloo).
 //
 // Preconditions of every parity oracle here (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
 // batches, rank r takes slice r of the global batch, no dropout or BatchNorm, one intra-op thread. The oracle
@@ -127,6 +128,74 @@ TEST(DDP, TwoRanksEqualOneRankDoubleBatchAdamW) {
         return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
       },
       20);
+}
+
+TEST(DDP, ThreeRanksAverageLikeOneProcess) {
+  // Three processes: shares of the flat gradient that do not divide evenly, and a division by 3.
+  expect_ranks_match_one_process(
+      [](std::vector<torch::Tensor> params) {
+        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+      },
+      12);
+}
+
+TEST(DDP, OneMachineAveragesInSharedMemory) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int world = accelerator.num_processes();
+  const int rank = accelerator.process_index();
+  // 2.1 M float64 parameters (17 MB): several segment chunks, with chunk and share boundaries inside tensors.
+  constexpr int64_t in = 1100, hidden = 1000;
+  auto model = make_model(rank == 0 ? 7 : 100 + rank, in, hidden, 1);
+  accelerator.prepare(model);
+  auto& synchronizer = *accelerate::detail::internal_state(accelerator).models.front();
+  ASSERT_TRUE(synchronizer.averages_in_shared_memory())
+      << "every process of this test is on this machine: gradients must be averaged through shared memory";
+  EXPECT_EQ(synchronizer.bucket_count(), 0u) << "no Reducer, no buckets";
+
+  // The gradients after accelerator.backward are the average of every rank's own gradient, which each rank
+  // recomputes here for every slice of the global batch on a copy of the (now common) weights.
+  auto reference = make_model(0, in, hidden, 1);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < reference->parameters().size(); ++i) {
+      reference->parameters()[i].copy_(model->parameters()[i]);
+    }
+  }
+  for (int step = 0; step < 2; ++step) {
+    auto [x, y] = global_batch(step, kPerRankBatch * world, in, 1);
+    // Step 1 keeps step 0's gradients: the average is of the accumulated gradients.
+    accelerator.backward(torch::mse_loss(model->forward(rows(x, rank * kPerRankBatch, kPerRankBatch)),
+                                         rows(y, rank * kPerRankBatch, kPerRankBatch)));
+    std::vector<torch::Tensor> expected;
+    for (int r = 0; r < world; ++r) {
+      reference->zero_grad();
+      for (int s = 0; s <= step; ++s) {
+        auto [xs, ys] = global_batch(s, kPerRankBatch * world, in, 1);
+        torch::mse_loss(reference->forward(rows(xs, r * kPerRankBatch, kPerRankBatch)),
+                        rows(ys, r * kPerRankBatch, kPerRankBatch))
+            .backward();
+      }
+      for (size_t i = 0; i < reference->parameters().size(); ++i) {
+        if (r == 0) {
+          expected.push_back(reference->parameters()[i].grad().clone());
+        } else {
+          expected[i] += reference->parameters()[i].grad();
+        }
+      }
+    }
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const auto& actual = model->parameters()[i].grad();
+      EXPECT_TRUE(torch::allclose(actual, expected[i] / world, /*rtol=*/1e-12, /*atol=*/1e-15))
+          << "gradient " << i << " on rank " << rank << " at step " << step << " differs by "
+          << (actual - expected[i] / world).abs().max().item<double>();
+    }
+    if (step == 0) {
+      // A non-contiguous gradient is averaged through a contiguous copy and stays where it was.
+      auto& weight_gradient = model->fc2->weight.mutable_grad();
+      weight_gradient = weight_gradient.t().contiguous().t();
+    }
+  }
 }
 
 TEST(DDP, ReducerHasBucketsThatStartBeforeBackwardEnds) {

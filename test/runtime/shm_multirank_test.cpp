@@ -107,6 +107,53 @@ TEST(ShmAllreduce, MismatchedSizesAreReportedOnEveryProcess) {
   }
 }
 
+TEST(ShmAllreduce, AverageOfDifferentlySplitTensorsIsTheMeanOnEveryProcess) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int world = accelerator.num_processes();
+  const int rank = accelerator.process_index();
+  ASSERT_TRUE(accelerate::detail::uses_shared_memory_allreduce(cpu_backend(accelerator)));
+  // 0, 1, fewer elements than processes, odd sizes, and 1.5 M (several chunks for the 2-byte and 8-byte dtypes).
+  const std::vector<int64_t> sizes = {0, 1, 2, 4099, 1500 * 1000};
+  for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16, torch::kFloat16}) {
+    for (int64_t numel : sizes) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(99 + rank);
+      auto flat = at::randn({numel}, generator, torch::kFloat32).to(dtype);
+      auto everyone = accelerator.gather(flat.unsqueeze(0)); // world x n, through Gloo
+      // Each process splits the same flat array into pieces at different places (and an empty piece).
+      std::vector<torch::Tensor> pieces;
+      const int64_t cut = std::min(numel, (numel / 3) * (rank + 1) / world + rank);
+      pieces.push_back(flat.slice(0, 0, cut).clone());
+      pieces.push_back(torch::empty({0}, flat.options()));
+      pieces.push_back(flat.slice(0, cut).clone().reshape({-1, 1}));
+      accelerate::detail::average_in_shared_memory(cpu_backend(accelerator), pieces);
+      const auto result = torch::cat({pieces[0], pieces[2].reshape({-1})});
+      // The mean is taken in float for 2-byte dtypes and rounded once.
+      const auto expected = (everyone.to(torch::kFloat64).sum(0) / world).to(dtype);
+      const double tolerance = dtype == torch::kFloat64 ? 1e-15 : dtype == torch::kFloat32 ? 1e-6 : 1e-2;
+      ASSERT_TRUE(torch::allclose(result.to(torch::kFloat64), expected.to(torch::kFloat64), tolerance, tolerance))
+          << numel << " elements of " << dtype;
+      ASSERT_TRUE(torch::equal(result, accelerator.broadcast(result, 0)))
+          << "process " << rank << " differs from process 0 (" << numel << " elements of " << dtype << ")";
+    }
+  }
+}
+
+TEST(ShmAllreduce, AMismatchedAverageIsReportedOnEveryProcess) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int rank = accelerator.process_index();
+  std::vector<torch::Tensor> tensors{torch::ones({10 + rank}, torch::kFloat64)};
+  try {
+    accelerate::detail::average_in_shared_memory(cpu_backend(accelerator), tensors);
+    FAIL() << "an average of 10 against 11 elements went through";
+  } catch (const std::runtime_error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("all-reduce mismatch"), std::string::npos) << message;
+    EXPECT_NE(message.find("(gradient average)"), std::string::npos) << message;
+  }
+}
+
 TEST(ShmAllreduce, AProcessThatExitedIsNamedInsteadOfWaitedFor) {
   at::set_num_threads(1);
   accelerate::Accelerator accelerator(test_options());

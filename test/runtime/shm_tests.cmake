@@ -1,10 +1,11 @@
 # Shared-memory all-reduce tests (test/runtime/shm_multirank_test.cpp). Included by test/runtime/CMakeLists.txt.
 foreach(nproc IN ITEMS 2 3)
-  accelerate_multirank_test(multirank.ShmAllreduce.SumMinMaxAreExactForEveryDtypeSizeAndLayout.${nproc}ranks
-                            NPROC ${nproc} FILTER ShmAllreduce.SumMinMaxAreExactForEveryDtypeSizeAndLayout)
+  foreach(name IN ITEMS SumMinMaxAreExactForEveryDtypeSizeAndLayout AverageOfDifferentlySplitTensorsIsTheMeanOnEveryProcess)
+    accelerate_multirank_test(multirank.ShmAllreduce.${name}.${nproc}ranks NPROC ${nproc} FILTER ShmAllreduce.${name})
+  endforeach()
 endforeach()
 foreach(name IN ITEMS EveryProcessGetsTheSameBitsAsGlooWouldAgreeOn MismatchedSizesAreReportedOnEveryProcess
-                     AProcessThatExitedIsNamedInsteadOfWaitedFor EveryProcessFallsBackToGlooWhenOneTurnsItOff
+                     AMismatchedAverageIsReportedOnEveryProcess AProcessThatExitedIsNamedInsteadOfWaitedFor EveryProcessFallsBackToGlooWhenOneTurnsItOff
                      AnUnknownSettingIsRefusedByName)
   accelerate_multirank_test(multirank.ShmAllreduce.${name} NPROC 2 FILTER ShmAllreduce.${name} TIMEOUT 60)
 endforeach()
