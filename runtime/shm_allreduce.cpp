@@ -7,6 +7,9 @@
 // and publishes it in its slot; barrier; every process copies share k of slot k, for every other k, back into
 // its tensor. Consecutive chunks alternate between the sets, so the barrier that opens chunk
 // i + 1 also guarantees that every process has finished reading chunk i's set before chunk i + 2 rewrites it.
+//
+// `average` runs the same schedule over several tensors seen as one flat array (data-parallel gradients), with
+// the division by the world size folded into the reduction.
 #include "shm_allreduce.h"
 
 #include "forwarding_backend.h"
@@ -357,73 +360,53 @@ private:
            (at::isFloatingType(dtype) || at::isIntegralType(dtype, /*includeBool=*/false));
   }
 
+  /// All-reduce (sum, min, max) of one tensor: each share reduced from this process's tensor and the other
+  /// slots, in rank order but with this process's own values first.
   void run(at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
-    const int world = size_;
-    const int64_t numel = tensor.numel();
-    const auto element = static_cast<int64_t>(tensor.element_size());
-    const int64_t slot_elements = static_cast<int64_t>(segment_->slot_bytes()) / element;
-    char* data = static_cast<char*>(tensor.data_ptr());
-    RankState& mine = segment_->rank_state(rank_);
-    mine.numel.store(numel, std::memory_order_relaxed);
-    mine.dtype.store(static_cast<int32_t>(tensor.scalar_type()), std::memory_order_relaxed);
-    mine.op.store(static_cast<int32_t>(op), std::memory_order_relaxed);
-
-    const int64_t chunks = std::max<int64_t>(1, (numel + slot_elements - 1) / slot_elements);
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const int64_t offset = chunk * slot_elements;
-      const int64_t count = std::min(slot_elements, numel - offset);
-      const int set = static_cast<int>(sets_used_++ & 1);
-      const int64_t share = (count + world - 1) / world;
-      auto bounds = [&](int rank) {
-        const int64_t begin = std::min(count, rank * share);
-        return std::make_pair(begin, std::min(count, begin + share));
-      };
-      const auto [begin, end] = bounds(rank_);
-      char* const chunk_data = data + offset * element;
-      char* const own_slot = segment_->slot(set, rank_);
-      // Publish the shares the others reduce; this process reduces its own share straight from its tensor.
-      copy_bytes(own_slot, chunk_data, begin * element);
-      copy_bytes(own_slot + end * element, chunk_data + end * element, (count - end) * element);
-      arrive_and_wait();
-      if (chunk == 0) {
-        check_same_collective(numel, tensor.scalar_type(), op);
-      }
-      if (end > begin) {
-        const auto options = at::TensorOptions().dtype(tensor.scalar_type());
-        at::Tensor result = at::from_blob(chunk_data + begin * element, {end - begin}, options);
-        for (int other = 0; other < world; ++other) {
-          if (other == rank_) {
-            continue;
-          }
-          at::Tensor theirs =
-              at::from_blob(segment_->slot(set, other) + begin * element, {end - begin}, options);
-          if (op == c10d::ReduceOp::SUM) {
-            at::add_out(result, result, theirs);
-          } else if (op == c10d::ReduceOp::MIN) {
-            at::minimum_out(result, result, theirs);
-          } else {
-            at::maximum_out(result, result, theirs);
-          }
-        }
-        copy_bytes(own_slot + begin * element, chunk_data + begin * element, (end - begin) * element);
-      }
-      arrive_and_wait();
-      for (int owner = 0; owner < world; ++owner) {
-        const auto [first, last] = bounds(owner);
-        if (owner != rank_) {
-          copy_bytes(chunk_data + first * element, segment_->slot(set, owner) + first * element,
-                     (last - first) * element);
-        }
-      }
-    }
+    const auto options = at::TensorOptions().dtype(tensor.scalar_type());
+    run_schedule(FlatView({tensor}), tensor.scalar_type(), op,
+                 [&](char* data, char* own_slot, int64_t position, int64_t count, int set) {
+                   at::Tensor result = at::from_blob(data, {count}, options);
+                   for (int other = 0; other < size_; ++other) {
+                     if (other == rank_) {
+                       continue;
+                     }
+                     at::Tensor theirs = at::from_blob(segment_->slot(set, other) + position, {count}, options);
+                     if (op == c10d::ReduceOp::SUM) {
+                       at::add_out(result, result, theirs);
+                     } else if (op == c10d::ReduceOp::MIN) {
+                       at::minimum_out(result, result, theirs);
+                     } else {
+                       at::maximum_out(result, result, theirs);
+                     }
+                   }
+                   copy_bytes(own_slot + position, data, count * result.element_size());
+                 });
   }
 
-  /// `run`'s schedule over a flat view of several tensors, with the division by the world size folded into the
-  /// reduction: the shares others reduce go into this process's slot; it averages its own share from its
-  /// tensors and the others' slots, writing the result to its tensors and its slot; then it copies the others'
-  /// averaged shares back. Two passes over the gradients fewer than a bucket copy plus `allreduce` plus a copy
-  /// back, and no bucket.
+  /// The average of several tensors: the sum in rank order (in the dtype's math type), divided by the world
+  /// size in the same pass. Two passes over the gradients fewer than a bucket copy, `run` and a copy back.
   void run_average(const FlatView& flat, c10::ScalarType dtype) {
+    run_schedule(flat, dtype, kAverageOp, [&](char* data, char* own_slot, int64_t position, int64_t count, int set) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "average_in_shared_memory", [&] {
+        std::vector<const scalar_t*> inputs;
+        for (int rank = 0; rank < size_; ++rank) {
+          inputs.push_back(
+              reinterpret_cast<const scalar_t*>(rank == rank_ ? data : segment_->slot(set, rank) + position));
+        }
+        average_into<scalar_t>(inputs, reinterpret_cast<scalar_t*>(data),
+                               reinterpret_cast<scalar_t*>(own_slot + position), count);
+      });
+    });
+  }
+
+  /// The schedule of every collective here, over the flat elements in chunks of one slot: this process copies
+  /// every element but its own share into its slot; barrier; it reduces its own share, calling
+  /// reduce_share(tensor data, its own slot, byte position in the slots, count, slot set) for each piece of it,
+  /// which leaves the result in the tensor and publishes it in the slot; barrier; it copies every other
+  /// process's share from that process's slot into its tensors.
+  template <typename ReduceShare>
+  void run_schedule(const FlatView& flat, c10::ScalarType dtype, int32_t op, ReduceShare&& reduce_share) {
     const int world = size_;
     const int64_t numel = flat.numel();
     const auto element = static_cast<int64_t>(c10::elementSize(dtype));
@@ -431,7 +414,7 @@ private:
     RankState& mine = segment_->rank_state(rank_);
     mine.numel.store(numel, std::memory_order_relaxed);
     mine.dtype.store(static_cast<int32_t>(dtype), std::memory_order_relaxed);
-    mine.op.store(kAverageOp, std::memory_order_relaxed);
+    mine.op.store(op, std::memory_order_relaxed);
 
     const int64_t chunks = std::max<int64_t>(1, (numel + slot_elements - 1) / slot_elements);
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
@@ -452,19 +435,10 @@ private:
       flat.for_each_piece(offset + end, offset + count, element, to_slot);
       arrive_and_wait();
       if (chunk == 0) {
-        check_same_collective(numel, dtype, kAverageOp);
+        check_same_collective(numel, dtype, op);
       }
       flat.for_each_piece(offset + begin, offset + end, element, [&](char* data, int64_t at, int64_t n) {
-        const int64_t position = (at - offset) * element;
-        AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "average_in_shared_memory", [&] {
-          std::vector<const scalar_t*> inputs;
-          for (int rank = 0; rank < world; ++rank) {
-            inputs.push_back(reinterpret_cast<const scalar_t*>(rank == rank_ ? data
-                                                                             : segment_->slot(set, rank) + position));
-          }
-          average_into<scalar_t>(inputs, reinterpret_cast<scalar_t*>(data),
-                                 reinterpret_cast<scalar_t*>(own_slot + position), n);
-        });
+        reduce_share(data, own_slot, (at - offset) * element, n, set);
       });
       arrive_and_wait();
       for (int owner = 0; owner < world; ++owner) {
