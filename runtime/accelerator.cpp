@@ -7,6 +7,7 @@
 #include "optimizer_state.h"
 #include "precision.h"
 #include "process_group.h"
+#include "shm_allreduce.h"
 #include "state.h"
 
 #include <algorithm>
@@ -141,8 +142,16 @@ std::string Accelerator::state() const {
       << "process_index: " << process_index() << "\n"
       << "local_process_index: " << local_process_index() << "\n"
       << "device: " << state_->device << "\n"
-      << "launcher: " << state_->environment.launcher << "\n"
-      << detail::describe(state_->config);
+      << "launcher: " << state_->environment.launcher << "\n";
+  if (state_->process_group) {
+    // Same-machine shared memory also means gradients are averaged in one pass after backward (ddp.h).
+    out << "cpu_allreduce: "
+        << (detail::uses_shared_memory_allreduce(state_->process_group->getBackend(c10::DeviceType::CPU))
+                ? "shared_memory"
+                : "gloo")
+        << "\n";
+  }
+  out << detail::describe(state_->config);
   return out.str();
 }
 

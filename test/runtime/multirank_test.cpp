@@ -14,6 +14,8 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 
 namespace {
 
@@ -152,6 +154,7 @@ TEST(DDP, OneMachineAveragesInSharedMemory) {
   ASSERT_TRUE(synchronizer.averages_in_shared_memory())
       << "every process of this test is on this machine: gradients must be averaged through shared memory";
   EXPECT_EQ(synchronizer.bucket_count(), 0u) << "no Reducer, no buckets";
+  EXPECT_NE(accelerator.state().find("cpu_allreduce: shared_memory\n"), std::string::npos) << accelerator.state();
 
   // The gradients after accelerator.backward are the average of every rank's own gradient, which each rank
   // recomputes here for every slice of the global batch on a copy of the (now common) weights.
@@ -196,6 +199,30 @@ TEST(DDP, OneMachineAveragesInSharedMemory) {
       weight_gradient = weight_gradient.t().contiguous().t();
     }
   }
+}
+
+TEST(DDP, AProcessThatExitsBeforeBackwardIsNamedByTheOthers) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int world = accelerator.num_processes();
+  const int rank = accelerator.process_index();
+  auto model = make_model(7);
+  accelerator.prepare(model);
+  if (rank == world - 1) {
+    std::_Exit(0); // leaves without a word, as a crashed process would
+  }
+  auto [x, y] = global_batch(0, kPerRankBatch * world);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    accelerator.backward(torch::mse_loss(model->forward(rows(x, 0, kPerRankBatch)), rows(y, 0, kPerRankBatch)));
+    FAIL() << "the gradients were synchronised without the last process";
+  } catch (const std::runtime_error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("process " + std::to_string(world - 1)), std::string::npos) << message;
+    EXPECT_NE(message.find("exited while"), std::string::npos) << message;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  std::_Exit(::testing::Test::HasFailure() ? 1 : 0); // the group cannot shut down cleanly without that process
 }
 
 TEST(DDP, ReducerHasBucketsThatStartBeforeBackwardEnds) {
