@@ -1,4 +1,5 @@
-// Data-parallel gradient synchronisation over c10d's Reducer (bucketed, overlapped with backward), and Join.
+// Data-parallel gradient synchronisation: one shared-memory average after backward on one machine, else c10d's
+// Reducer (bucketed, overlapped with backward); and Join.
 #include "ddp.h"
 
 #include "shm_allreduce.h"
