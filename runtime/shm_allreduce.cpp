@@ -39,6 +39,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 namespace accelerate::detail {
@@ -53,6 +54,8 @@ constexpr size_t kMinSlotBytes = size_t{256} << 10;
 constexpr int32_t kAverageOp = -1;
 /// Elements per block of the averaging loop (its accumulator lives on the stack).
 constexpr int64_t kAverageBlock = 512;
+/// Elements below which the averaging loop stays on one thread (ATen's own grain for elementwise loops).
+constexpr int64_t kAverageGrain = at::internal::GRAIN_SIZE;
 
 std::string collective_name(int32_t op) {
   return op == kAverageOp ? "gradient average" : reduce_op_name(static_cast<c10d::ReduceOp::RedOpType>(op));
@@ -93,30 +96,33 @@ private:
 };
 
 /// out = (sum of inputs[k], in rank order) / inputs.size(), accumulated in the dtype's math type, written to
-/// both `own` and `published`. `own` may be one of the inputs.
+/// both `own` and `published`. `own` may be one of the inputs. Blocks go to ATen's intra-op threads, as the
+/// all-reduce's `add_out` does.
 template <typename scalar_t>
 void average_into(const std::vector<const scalar_t*>& inputs, scalar_t* own, scalar_t* published, int64_t count) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto world = static_cast<acc_t>(inputs.size());
-  acc_t sum[kAverageBlock];
-  for (int64_t block = 0; block < count; block += kAverageBlock) {
-    const int64_t n = std::min(kAverageBlock, count - block);
-    const scalar_t* first = inputs[0] + block;
-    for (int64_t i = 0; i < n; ++i) {
-      sum[i] = static_cast<acc_t>(first[i]);
-    }
-    for (size_t k = 1; k < inputs.size(); ++k) {
-      const scalar_t* next = inputs[k] + block;
+  at::parallel_for(0, count, kAverageGrain, [&](int64_t first_element, int64_t end_element) {
+    acc_t sum[kAverageBlock];
+    for (int64_t block = first_element; block < end_element; block += kAverageBlock) {
+      const int64_t n = std::min(kAverageBlock, end_element - block);
+      const scalar_t* first = inputs[0] + block;
       for (int64_t i = 0; i < n; ++i) {
-        sum[i] += static_cast<acc_t>(next[i]);
+        sum[i] = static_cast<acc_t>(first[i]);
+      }
+      for (size_t k = 1; k < inputs.size(); ++k) {
+        const scalar_t* next = inputs[k] + block;
+        for (int64_t i = 0; i < n; ++i) {
+          sum[i] += static_cast<acc_t>(next[i]);
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const auto value = static_cast<scalar_t>(sum[i] / world);
+        own[block + i] = value;
+        published[block + i] = value;
       }
     }
-    for (int64_t i = 0; i < n; ++i) {
-      const auto value = static_cast<scalar_t>(sum[i] / world);
-      own[block + i] = value;
-      published[block + i] = value;
-    }
-  }
+  });
 }
 
 struct alignas(64) SegmentHeader {
