@@ -27,6 +27,7 @@ constexpr char ObjectId[] = "object";
 constexpr char ArgumentId[] = "argument";
 constexpr char DtypeId[] = "dtype";
 constexpr char ValueId[] = "value";
+constexpr char ConditionId[] = "condition";
 
 constexpr char AcceleratorDevice[] = "accelerator.device()";
 
@@ -337,12 +338,18 @@ bool onlyAsksAboutCuda(const clang::Expr& Condition, clang::ASTContext& Context)
 /// (`onlyChoosesAReplacedDevice`), directly or in a nested if of the same kind; counts the assignments.
 bool onlyAssignsRemovedDeviceTypes(const clang::Stmt& Branch, clang::ASTContext& Context, int& Assignments);
 
-bool ifOnlyChoosesRemovedDeviceTypes(const clang::IfStmt& If, clang::ASTContext& Context, int& Assignments) {
-  if (If.getInit() || If.getConditionVariable() || If.isConsteval() || !If.getCond() ||
-      !onlyAsksAboutCuda(*If.getCond(), Context) || !If.getThen())
+/// An if with a plain condition (no init statement, condition variable or consteval) whose branches only
+/// assign such variables.
+bool branchesOnlyAssignRemovedDeviceTypes(const clang::IfStmt& If, clang::ASTContext& Context, int& Assignments) {
+  if (If.getInit() || If.getConditionVariable() || If.isConsteval() || !If.getCond() || !If.getThen())
     return false;
   return onlyAssignsRemovedDeviceTypes(*If.getThen(), Context, Assignments) &&
          (!If.getElse() || onlyAssignsRemovedDeviceTypes(*If.getElse(), Context, Assignments));
+}
+
+bool ifOnlyChoosesRemovedDeviceTypes(const clang::IfStmt& If, clang::ASTContext& Context, int& Assignments) {
+  return If.getCond() && onlyAsksAboutCuda(*If.getCond(), Context) &&
+         branchesOnlyAssignRemovedDeviceTypes(If, Context, Assignments);
 }
 
 bool onlyAssignsRemovedDeviceTypes(const clang::Stmt& Branch, clang::ASTContext& Context, int& Assignments) {
@@ -377,10 +384,24 @@ AST_MATCHER(clang::IfStmt, onlyChoosesRemovedDeviceTypes) {
   return ifOnlyChoosesRemovedDeviceTypes(Node, Finder->getASTContext(), Assignments) && Assignments > 0;
 }
 
-/// Such an if that goes as a whole: not the `else if` of another if (whose `else` would be left without a
-/// statement).
+/// `if (pick_gpu()) { device_type = torch::kCUDA; }`: the same, but the condition is one call that may do more
+/// than ask about CUDA. Without the assignments only the call is left to keep, as a statement of its own. (Not
+/// for a `[[nodiscard]]` function, nor for a condition with more in it: those keep their emptied if.)
+AST_MATCHER(clang::IfStmt, onlyCallsAndChoosesRemovedDeviceTypes) {
+  auto& Context = Finder->getASTContext();
+  const auto* Call = Node.getCond() ? llvm::dyn_cast<clang::CallExpr>(Node.getCond()->IgnoreParenImpCasts())
+                                    : nullptr;
+  if (!Call || onlyAsksAboutCuda(*Call, Context) || Call->hasUnusedResultAttr(Context))
+    return false;
+  int Assignments = 0;
+  return branchesOnlyAssignRemovedDeviceTypes(Node, Context, Assignments) && Assignments > 0;
+}
+
+/// Such an if that goes, whole or for its call: not the `else if` of another if (whose `else` would be left
+/// without a statement).
 StatementMatcher removedDeviceChoice() {
-  return ifStmt(onlyChoosesRemovedDeviceTypes(), unless(hasParent(ifStmt())));
+  return ifStmt(anyOf(onlyChoosesRemovedDeviceTypes(), onlyCallsAndChoosesRemovedDeviceTypes()),
+                unless(hasParent(ifStmt())));
 }
 
 /// The declaration with the accelerator's device: `torch::Device device = accelerator.device();`, keeping
@@ -413,8 +434,10 @@ StatementMatcher deviceSiteUsingAccelerator() {
 }
 
 PassRule devicePass() {
+  // Nothing inside an if that goes (whole, or for its call) is edited on its own.
   auto Scoped = [](StatementMatcher Matcher) {
-    return traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(Matcher, inScope()));
+    return traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                    stmt(Matcher, inScope(), unless(hasAncestor(removedDeviceChoice()))));
   };
   auto Object = node(ObjectId);
   return applyFirst<std::string>({
@@ -427,15 +450,19 @@ PassRule devicePass() {
                removeStatement(StatementId),
                cat("'", name(VariableId),
                    "' only chose the device that the accelerator now picks: nothing reads it any more")),
-      makeRule(
-          Scoped(ifStmt(removedDeviceChoice(), unless(hasAncestor(removedDeviceChoice()))).bind(StatementId)),
-          removeStatement(StatementId),
-          cat("this if only chose a device type that the accelerator's device replaces: without those "
-              "assignments it does nothing")),
+      makeRule(Scoped(ifStmt(removedDeviceChoice(), onlyChoosesRemovedDeviceTypes()).bind(StatementId)),
+               removeStatement(StatementId),
+               cat("this if only chose a device type that the accelerator's device replaces: without those "
+                   "assignments it does nothing")),
+      makeRule(Scoped(ifStmt(removedDeviceChoice(), onlyCallsAndChoosesRemovedDeviceTypes(),
+                             hasCondition(expr().bind(ConditionId)))
+                          .bind(StatementId)),
+               changeTo(node(StatementId), cat(node(ConditionId), ";")),
+               cat("this if only chose a device type that the accelerator's device replaces: without those "
+                   "assignments only its condition's call is left to run")),
       makeRule(Scoped(binaryOperator(isAssignmentOperator(),
                                      hasLHS(ignoringParenImpCasts(declRefExpr(
-                                         to(varDecl(onlyChoosesAReplacedDevice()).bind(VariableId))))),
-                                     unless(hasAncestor(removedDeviceChoice())))
+                                         to(varDecl(onlyChoosesAReplacedDevice()).bind(VariableId))))))
                           .bind(StatementId)),
                removeStatement(StatementId),
                cat("'", name(VariableId),

@@ -136,8 +136,11 @@ void chosen_type(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<
   }
 }
 // An if that did nothing but choose such a DeviceType goes as a whole, else-if chains included; one whose
-// condition does more than ask about CUDA stays (without the assignments).
+// condition is a call that may do more than ask about CUDA leaves that call as a statement; any other
+// condition keeps its (emptied) if.
 bool pick_gpu();
+[[nodiscard]] bool must_check();
+int gpus_wanted();
 void chosen_type_only(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<torch::Tensor, torch::Tensor>> data) {
   torch::DeviceType device_type;
   if (torch::cuda::is_available()) {
@@ -160,16 +163,34 @@ void chosen_type_only(Net& net, torch::optim::SGD& optimizer, std::vector<std::t
     picked = torch::kCUDA;
   }
   torch::Device third(picked);
+  torch::DeviceType checked = torch::kCPU;
+  if (must_check()) {
+    checked = torch::kCUDA;
+  }
+  torch::Device fourth(checked);
+  torch::DeviceType counted = torch::kCPU;
+  if (gpus_wanted() > 0) {
+    counted = torch::kCUDA;
+  } else {
+    counted = torch::kCPU;
+  }
+  torch::Device fifth(counted);
   // CHECK:      {{^}}void chosen_type_only(Net& net, torch::optim::SGD& optimizer, std::vector<std::tuple<torch::Tensor, torch::Tensor>> data) {{[{]}}{{$}}
   // CHECK-NEXT: {{^}}  auto& accelerator = accelerate::Accelerator::current();{{$}}
   // CHECK-NEXT: {{^}}  torch::Device device = accelerator.device();{{$}}
   // CHECK-NEXT: {{^}}  torch::Device second = accelerator.device();{{$}}
-  // CHECK-NEXT: {{^}}  if (pick_gpu()) {{[{]}}{{$}}
-  // CHECK-NEXT: {{^}}  }{{$}}
+  // CHECK-NEXT: {{^}}  pick_gpu();{{$}}
   // CHECK-NEXT: {{^}}  torch::Device third = accelerator.device();{{$}}
+  // CHECK-NEXT: {{^}}  if (must_check()) {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}  }{{$}}
+  // CHECK-NEXT: {{^}}  torch::Device fourth = accelerator.device();{{$}}
+  // CHECK-NEXT: {{^}}  if (gpus_wanted() > 0) {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}  } else {{[{]}}{{$}}
+  // CHECK-NEXT: {{^}}  }{{$}}
+  // CHECK-NEXT: {{^}}  torch::Device fifth = accelerator.device();{{$}}
   for (auto& batch : data) {
     optimizer.zero_grad();
-    net.forward(std::get<0>(batch).to(device).to(second).to(third)).sum().backward();
+    net.forward(std::get<0>(batch).to(device).to(second).to(third).to(fourth).to(fifth)).sum().backward();
     optimizer.step();
   }
 }
