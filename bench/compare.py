@@ -244,15 +244,16 @@ def cmd_loss_check(args):
             write_inputs(inputs, [workload])
             _, _, _, ours = run_one("b", workload, args.procs, "fp32", 1, inputs, args.steps, 0, args.bin_dir,
                                     args.python)
-            _, _, _, theirs = run_one("c", workload, args.procs, "fp32", 1, inputs, args.steps, 0, args.bin_dir,
-                                      args.python)
+            _, _, _, theirs = run_one("c", workload, args.procs, "fp32", 1, inputs, args.steps, 0,
+                                      args.bin_dir, args.python)
             if len(ours) != args.steps or len(theirs) != args.steps:
                 print(f"FAIL {workload}: {len(ours)} and {len(theirs)} losses, expected {args.steps}")
                 return 1
             worst = max(abs(b - c) / abs(c) for b, c in zip(ours, theirs))
             at = max(range(args.steps), key=lambda i: abs(ours[i] - theirs[i]) / abs(theirs[i]))
             verdict = "ok" if worst <= args.tolerance else "FAIL"
-            print(f"{verdict} {workload}, {args.procs} process(es): {args.steps} steps, (b) {ours[0]:.6f} -> {ours[-1]:.6f}, "
+            print(f"{verdict} {workload}, {args.procs} process(es): {args.steps} steps, "
+                  f"(b) {ours[0]:.6f} -> {ours[-1]:.6f}, "
                   f"(c) {theirs[0]:.6f} -> {theirs[-1]:.6f}, largest relative difference {worst:.2e} at step "
                   f"{at + 1} (limit {args.tolerance:g})")
             curves[workload] = (ours, theirs)

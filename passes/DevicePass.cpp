@@ -340,7 +340,8 @@ bool onlyAssignsRemovedDeviceTypes(const clang::Stmt& Branch, clang::ASTContext&
 
 /// An if with a plain condition (no init statement, condition variable or consteval) whose branches only
 /// assign such variables.
-bool branchesOnlyAssignRemovedDeviceTypes(const clang::IfStmt& If, clang::ASTContext& Context, int& Assignments) {
+bool branchesOnlyAssignRemovedDeviceTypes(const clang::IfStmt& If, clang::ASTContext& Context,
+                                          int& Assignments) {
   if (If.getInit() || If.getConditionVariable() || If.isConsteval() || !If.getCond() || !If.getThen())
     return false;
   return onlyAssignsRemovedDeviceTypes(*If.getThen(), Context, Assignments) &&
@@ -384,13 +385,14 @@ AST_MATCHER(clang::IfStmt, onlyChoosesRemovedDeviceTypes) {
   return ifOnlyChoosesRemovedDeviceTypes(Node, Finder->getASTContext(), Assignments) && Assignments > 0;
 }
 
-/// `if (pick_gpu()) { device_type = torch::kCUDA; }`: the same, but the condition is one call that may do more
-/// than ask about CUDA. Without the assignments only the call is left to keep, as a statement of its own. (Not
-/// for a `[[nodiscard]]` function, nor for a condition with more in it: those keep their emptied if.)
+/// `if (pick_gpu()) { device_type = torch::kCUDA; }`: the same, but the condition is one call that may do
+/// more than ask about CUDA. Without the assignments only the call is left to keep, as a statement of its
+/// own. (Not for a `[[nodiscard]]` function, nor for a condition with more in it: those keep their emptied
+/// if.)
 AST_MATCHER(clang::IfStmt, onlyCallsAndChoosesRemovedDeviceTypes) {
   auto& Context = Finder->getASTContext();
-  const auto* Call = Node.getCond() ? llvm::dyn_cast<clang::CallExpr>(Node.getCond()->IgnoreParenImpCasts())
-                                    : nullptr;
+  const auto* Call =
+      Node.getCond() ? llvm::dyn_cast<clang::CallExpr>(Node.getCond()->IgnoreParenImpCasts()) : nullptr;
   if (!Call || onlyAsksAboutCuda(*Call, Context) || Call->hasUnusedResultAttr(Context))
     return false;
   int Assignments = 0;

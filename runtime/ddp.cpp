@@ -1,5 +1,5 @@
-// Data-parallel gradient synchronisation: one shared-memory average after backward on one machine, else c10d's
-// Reducer (bucketed, overlapped with backward); and Join.
+// Data-parallel gradient synchronisation: one shared-memory average after backward on one machine, else
+// c10d's Reducer (bucketed, overlapped with backward); and Join.
 #include "ddp.h"
 
 #include "shm_allreduce.h"
@@ -74,13 +74,14 @@ std::unique_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model, const std:
 /// configuration), so that all processes choose the same way.
 bool can_average_in_shared_memory(const std::vector<torch::Tensor>& parameters, c10d::ProcessGroup& group,
                                   const ResolvedConfig& config) {
-  if (config.find_unused_parameters || !uses_shared_memory_allreduce(group.getBackend(c10::DeviceType::CPU))) {
+  if (config.find_unused_parameters ||
+      !uses_shared_memory_allreduce(group.getBackend(c10::DeviceType::CPU))) {
     return false;
   }
   const auto dtype = parameters.front().scalar_type();
   return std::all_of(parameters.begin(), parameters.end(), [dtype](const torch::Tensor& parameter) {
-    return parameter.device().is_cpu() && parameter.layout() == c10::kStrided && parameter.scalar_type() == dtype &&
-           at::isFloatingType(dtype);
+    return parameter.device().is_cpu() && parameter.layout() == c10::kStrided &&
+           parameter.scalar_type() == dtype && at::isFloatingType(dtype);
   });
 }
 
@@ -102,7 +103,8 @@ GradientSynchronizer::GradientSynchronizer(torch::nn::Module& model,
   distributed_ = !parameters_.empty();
   shared_memory_average_ = distributed_ && can_average_in_shared_memory(parameters_, *process_group_, config);
   if (shared_memory_average_) {
-    // Every process must hold the same model: the Reducer checks this too, and the message names the mismatch.
+    // Every process must hold the same model: the Reducer checks this too, and the message names the
+    // mismatch.
     c10d::verify_params_across_processes(process_group_, parameters_, std::nullopt);
   } else if (distributed_) {
     reducer_ = make_reducer(model, parameters_, process_group_, config);
@@ -149,12 +151,14 @@ void GradientSynchronizer::finish_backward() {
   for (const auto& parameter : parameters_) {
     auto& gradient = parameter.mutable_grad();
     if (!gradient.defined()) {
-      // Not reached by this backward (e.g. `inputs` left it out): it takes part as zeros, as with the Reducer.
+      // Not reached by this backward (e.g. `inputs` left it out): it takes part as zeros, as with the
+      // Reducer.
       gradient = torch::zeros(parameter.sizes(), parameter.options());
     }
     if (gradient.is_sparse()) {
-      throw std::invalid_argument("accelerate: a prepared model's parameter got a sparse gradient; gradient "
-                                  "synchronisation needs dense gradients (e.g. Embedding with sparse(false))");
+      throw std::invalid_argument(
+          "accelerate: a prepared model's parameter got a sparse gradient; gradient "
+          "synchronisation needs dense gradients (e.g. Embedding with sparse(false))");
     }
     if (gradient.is_contiguous() && gradient.scalar_type() == parameter.scalar_type()) {
       gradients.push_back(gradient);

@@ -31,7 +31,8 @@ struct BackwardTracker {
 /// the model's parameters are dense CPU tensors of one floating dtype, without find_unused_parameters, one
 /// `average_in_shared_memory` over all gradients right after backward; otherwise c10d's Reducer (bucketed,
 /// overlapped with backward). With one core per process the Reducer's overlap buys nothing there (the
-/// shared-memory all-reduce runs on the calling thread), and its bucket copies cost two passes over the gradients.
+/// shared-memory all-reduce runs on the calling thread), and its bucket copies cost two passes over the
+/// gradients.
 class GradientSynchronizer {
 public:
   GradientSynchronizer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> process_group,

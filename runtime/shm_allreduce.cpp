@@ -8,8 +8,8 @@
 // its tensor. Consecutive chunks alternate between the sets, so the barrier that opens chunk
 // i + 1 also guarantees that every process has finished reading chunk i's set before chunk i + 2 rewrites it.
 //
-// `average` runs the same schedule over several tensors seen as one flat array (data-parallel gradients), with
-// the division by the world size folded into the reduction.
+// `average` runs the same schedule over several tensors seen as one flat array (data-parallel gradients),
+// with the division by the world size folded into the reduction.
 #include "shm_allreduce.h"
 
 #include "forwarding_backend.h"
@@ -75,12 +75,12 @@ public:
   int64_t numel() const { return starts_.back(); }
 
   /// Calls fn(pointer, flat index, count) for each contiguous piece of flat elements [first, last).
-  template <typename Fn>
-  void for_each_piece(int64_t first, int64_t last, int64_t element, Fn&& fn) const {
+  template <typename Fn> void for_each_piece(int64_t first, int64_t last, int64_t element, Fn&& fn) const {
     if (first >= last) {
       return;
     }
-    auto index = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin() - 1);
+    auto index =
+        static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin() - 1);
     for (int64_t at = first; at < last; ++index) {
       const int64_t end = std::min(last, starts_[index + 1]);
       if (end > at) {
@@ -99,7 +99,8 @@ private:
 /// both `own` and `published`. `own` may be one of the inputs. Blocks go to ATen's intra-op threads, as the
 /// all-reduce's `add_out` does.
 template <typename scalar_t>
-void average_into(const std::vector<const scalar_t*>& inputs, scalar_t* own, scalar_t* published, int64_t count) {
+void average_into(const std::vector<const scalar_t*>& inputs, scalar_t* own, scalar_t* published,
+                  int64_t count) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto world = static_cast<acc_t>(inputs.size());
   at::parallel_for(0, count, kAverageGrain, [&](int64_t first_element, int64_t end_element) {
@@ -339,9 +340,10 @@ public:
     }
     const auto dtype = tensors.empty() ? at::kFloat : tensors.front().scalar_type();
     for (const auto& tensor : tensors) {
-      TORCH_CHECK(tensor.defined() && tensor.device().is_cpu() && tensor.layout() == c10::kStrided &&
-                      tensor.is_contiguous() && tensor.scalar_type() == dtype && at::isFloatingType(dtype),
-                  "accelerate: average_in_shared_memory takes dense contiguous CPU tensors of one floating dtype");
+      TORCH_CHECK(
+          tensor.defined() && tensor.device().is_cpu() && tensor.layout() == c10::kStrided &&
+              tensor.is_contiguous() && tensor.scalar_type() == dtype && at::isFloatingType(dtype),
+          "accelerate: average_in_shared_memory takes dense contiguous CPU tensors of one floating dtype");
     }
     try {
       run_average(FlatView(tensors), dtype);
@@ -377,7 +379,8 @@ private:
                      if (other == rank_) {
                        continue;
                      }
-                     at::Tensor theirs = at::from_blob(segment_->slot(set, other) + position, {count}, options);
+                     at::Tensor theirs =
+                         at::from_blob(segment_->slot(set, other) + position, {count}, options);
                      if (op == c10d::ReduceOp::SUM) {
                        at::add_out(result, result, theirs);
                      } else if (op == c10d::ReduceOp::MIN) {
@@ -393,23 +396,24 @@ private:
   /// The average of several tensors: the sum in rank order (in the dtype's math type), divided by the world
   /// size in the same pass. Two passes over the gradients fewer than a bucket copy, `run` and a copy back.
   void run_average(const FlatView& flat, c10::ScalarType dtype) {
-    run_schedule(flat, dtype, kAverageOp, [&](char* data, char* own_slot, int64_t position, int64_t count, int set) {
-      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "average_in_shared_memory", [&] {
-        std::vector<const scalar_t*> inputs;
-        for (int rank = 0; rank < size_; ++rank) {
-          inputs.push_back(
-              reinterpret_cast<const scalar_t*>(rank == rank_ ? data : segment_->slot(set, rank) + position));
-        }
-        average_into<scalar_t>(inputs, reinterpret_cast<scalar_t*>(data),
-                               reinterpret_cast<scalar_t*>(own_slot + position), count);
-      });
-    });
+    run_schedule(
+        flat, dtype, kAverageOp, [&](char* data, char* own_slot, int64_t position, int64_t count, int set) {
+          AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "average_in_shared_memory", [&] {
+            std::vector<const scalar_t*> inputs;
+            for (int rank = 0; rank < size_; ++rank) {
+              inputs.push_back(reinterpret_cast<const scalar_t*>(
+                  rank == rank_ ? data : segment_->slot(set, rank) + position));
+            }
+            average_into<scalar_t>(inputs, reinterpret_cast<scalar_t*>(data),
+                                   reinterpret_cast<scalar_t*>(own_slot + position), count);
+          });
+        });
   }
 
   /// The schedule of every collective here, over the flat elements in chunks of one slot: this process copies
   /// every element but its own share into its slot; barrier; it reduces its own share, calling
-  /// reduce_share(tensor data, its own slot, byte position in the slots, count, slot set) for each piece of it,
-  /// which leaves the result in the tensor and publishes it in the slot; barrier; it copies every other
+  /// reduce_share(tensor data, its own slot, byte position in the slots, count, slot set) for each piece of
+  /// it, which leaves the result in the tensor and publishes it in the slot; barrier; it copies every other
   /// process's share from that process's slot into its tensors.
   template <typename ReduceShare>
   void run_schedule(const FlatView& flat, c10::ScalarType dtype, int32_t op, ReduceShare&& reduce_share) {

@@ -29,11 +29,11 @@ wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
 /// Whether `backend` (as `wrap_backend_with_shared_memory` returned it) all-reduces through shared memory.
 bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backend);
 
-/// Replaces every element of `tensors` (dense contiguous CPU tensors of one floating dtype) by its average over
-/// the processes, as one collective over their concatenation: every process passes tensors of the same total
-/// size and dtype (how they are split may differ). The sum is taken in rank order in the dtype's math type
-/// (float for bfloat16 and half), then divided by the world size, once per element, by one process; every
-/// process gets the same bits. `backend` must be one `uses_shared_memory_allreduce` accepts.
+/// Replaces every element of `tensors` (dense contiguous CPU tensors of one floating dtype) by its average
+/// over the processes, as one collective over their concatenation: every process passes tensors of the same
+/// total size and dtype (how they are split may differ). The sum is taken in rank order in the dtype's math
+/// type (float for bfloat16 and half), then divided by the world size, once per element, by one process;
+/// every process gets the same bits. `backend` must be one `uses_shared_memory_allreduce` accepts.
 void average_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend,
                               const std::vector<at::Tensor>& tensors);
 

@@ -136,7 +136,8 @@ TEST(DDP, ThreeRanksAverageLikeOneProcess) {
   // Three processes: shares of the flat gradient that do not divide evenly, and a division by 3.
   expect_ranks_match_one_process(
       [](std::vector<torch::Tensor> params) {
-        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+        return std::make_unique<torch::optim::AdamW>(params,
+                                                     torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
       },
       12);
 }
@@ -154,7 +155,8 @@ TEST(DDP, OneMachineAveragesInSharedMemory) {
   ASSERT_TRUE(synchronizer.averages_in_shared_memory())
       << "every process of this test is on this machine: gradients must be averaged through shared memory";
   EXPECT_EQ(synchronizer.bucket_count(), 0u) << "no Reducer, no buckets";
-  EXPECT_NE(accelerator.state().find("cpu_allreduce: shared_memory\n"), std::string::npos) << accelerator.state();
+  EXPECT_NE(accelerator.state().find("cpu_allreduce: shared_memory\n"), std::string::npos)
+      << accelerator.state();
 
   // The gradients after accelerator.backward are the average of every rank's own gradient, which each rank
   // recomputes here for every slice of the global batch on a copy of the (now common) weights.
@@ -214,7 +216,8 @@ TEST(DDP, AProcessThatExitsBeforeBackwardIsNamedByTheOthers) {
   auto [x, y] = global_batch(0, kPerRankBatch * world);
   const auto start = std::chrono::steady_clock::now();
   try {
-    accelerator.backward(torch::mse_loss(model->forward(rows(x, 0, kPerRankBatch)), rows(y, 0, kPerRankBatch)));
+    accelerator.backward(
+        torch::mse_loss(model->forward(rows(x, 0, kPerRankBatch)), rows(y, 0, kPerRankBatch)));
     FAIL() << "the gradients were synchronised without the last process";
   } catch (const std::runtime_error& error) {
     const std::string message = error.what();
@@ -222,7 +225,8 @@ TEST(DDP, AProcessThatExitsBeforeBackwardIsNamedByTheOthers) {
     EXPECT_NE(message.find("exited while"), std::string::npos) << message;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
-  std::_Exit(::testing::Test::HasFailure() ? 1 : 0); // the group cannot shut down cleanly without that process
+  // The group cannot shut down cleanly without that process.
+  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
 }
 
 TEST(DDP, ReducerHasBucketsThatStartBeforeBackwardEnds) {

@@ -113,7 +113,8 @@ TEST(ShmAllreduce, AverageOfDifferentlySplitTensorsIsTheMeanOnEveryProcess) {
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
   ASSERT_TRUE(accelerate::detail::uses_shared_memory_allreduce(cpu_backend(accelerator)));
-  // 0, 1, fewer elements than processes, odd sizes, and 1.5 M (several chunks for the 2-byte and 8-byte dtypes).
+  // 0, 1, fewer elements than processes, odd sizes, and 1.5 M (several chunks for the 2-byte and 8-byte
+  // dtypes).
   const std::vector<int64_t> sizes = {0, 1, 2, 4099, 1500 * 1000};
   for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16, torch::kFloat16}) {
     for (int64_t numel : sizes) {
@@ -131,7 +132,8 @@ TEST(ShmAllreduce, AverageOfDifferentlySplitTensorsIsTheMeanOnEveryProcess) {
       // The mean is taken in float for 2-byte dtypes and rounded once.
       const auto expected = (everyone.to(torch::kFloat64).sum(0) / world).to(dtype);
       const double tolerance = dtype == torch::kFloat64 ? 1e-15 : dtype == torch::kFloat32 ? 1e-6 : 1e-2;
-      ASSERT_TRUE(torch::allclose(result.to(torch::kFloat64), expected.to(torch::kFloat64), tolerance, tolerance))
+      ASSERT_TRUE(
+          torch::allclose(result.to(torch::kFloat64), expected.to(torch::kFloat64), tolerance, tolerance))
           << numel << " elements of " << dtype;
       ASSERT_TRUE(torch::equal(result, accelerator.broadcast(result, 0)))
           << "process " << rank << " differs from process 0 (" << numel << " elements of " << dtype << ")";
