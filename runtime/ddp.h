@@ -45,8 +45,9 @@ public:
   /// Whether gradients are averaged through shared memory after backward rather than by the Reducer.
   bool averages_in_shared_memory() const { return shared_memory_average_; }
 
-  /// Arms the Reducer for the coming backward of `loss` (what PyTorch's DDP does in forward), and
-  /// broadcasts the buffers from rank 0 (DDP's default).
+  /// Arms the coming backward of `loss` for synchronisation (the Reducer: what PyTorch's DDP does in forward;
+  /// the shared-memory average: `finish_backward` then runs), and broadcasts the buffers from rank 0 (DDP's
+  /// default).
   void arm(const torch::Tensor& loss);
   /// After the armed backward: averages the gradients (shared-memory averaging; the Reducer has already).
   void finish_backward();
