@@ -8,7 +8,8 @@
 Commands:
   compare.py run [--workloads W,..] [--procs 1,2] [--precisions fp32,..] [--reps R] [--steps N] [--warmup W]
                  [--bin-dir DIR] [--markdown FILE] [--json FILE] [--plot FILE]
-      runs the forms alternated (the order rotates every repetition), R repetitions, and prints the medians:
+      runs the forms and process counts of a workload alternated in one loop (the order rotates every
+      repetition), R repetitions, and prints the medians:
       step time, samples/s (tokens/s for gpt), and each form's speed relative to (c). 1 process runs with
       --threads-1proc intra-op threads (default 1), each of N > 1 processes with one. (a) and (d) are single-
       device loops: they run at 1 process in fp32 only.
@@ -127,29 +128,36 @@ def cmd_run(args):
         results = []
         started = time.time()
         for workload in workloads:
-            for procs in procs_list:
-                for precision in precisions:
-                    forms = [f for f in FORMS if (f in "bc" or (procs == 1 and precision == "fp32"))
-                             and f in args.forms]
-                    threads = args.threads_1proc if procs == 1 else 1
-                    times, cpu = {f: [] for f in forms}, {f: [] for f in forms}
-                    batch = None
-                    for rep in range(args.reps):
-                        order = forms[rep % len(forms):] + forms[: rep % len(forms)]
-                        for form in order:
-                            ms, cpu_ms, batch, _ = run_one(form, workload, procs, precision, threads, inputs, args.steps,
-                                                   args.warmup, args.bin_dir, args.python)
-                            times[form].append(ms)
-                            cpu[form].append(cpu_ms)
-                    per_step, unit = units(workload, batch)
-                    row = {"workload": workload, "procs": procs, "precision": precision, "threads": threads,
-                           "unit": unit, "global_batch": per_step * procs, "times": times,
-                           "median_ms": {f: statistics.median(v) for f, v in times.items()},
-                           "cpu_ms": cpu, "median_cpu_ms": {f: statistics.median(v) for f, v in cpu.items()}}
+            for precision in precisions:
+                # Every process count and form of a workload runs in one alternated loop, so that the scaling
+                # from 1 to N processes compares runs taken minutes apart, not whole phases apart.
+                runs = [(procs, f) for procs in procs_list for f in FORMS
+                        if (f in "bc" or (procs == 1 and precision == "fp32")) and f in args.forms]
+                times, cpu = {run: [] for run in runs}, {run: [] for run in runs}
+                batch = None
+                for rep in range(args.reps):
+                    order = runs[rep % len(runs):] + runs[: rep % len(runs)]
+                    for procs, form in order:
+                        threads = args.threads_1proc if procs == 1 else 1
+                        ms, cpu_ms, batch, _ = run_one(form, workload, procs, precision, threads, inputs, args.steps,
+                                                       args.warmup, args.bin_dir, args.python)
+                        times[(procs, form)].append(ms)
+                        cpu[(procs, form)].append(cpu_ms)
+                per_step, unit = units(workload, batch)
+                for procs in procs_list:
+                    forms = [f for p, f in runs if p == procs]
+                    if not forms:
+                        continue
+                    row = {"workload": workload, "procs": procs, "precision": precision,
+                           "threads": args.threads_1proc if procs == 1 else 1, "unit": unit,
+                           "global_batch": per_step * procs, "times": {f: times[(procs, f)] for f in forms},
+                           "median_ms": {f: statistics.median(times[(procs, f)]) for f in forms},
+                           "cpu_ms": {f: cpu[(procs, f)] for f in forms},
+                           "median_cpu_ms": {f: statistics.median(cpu[(procs, f)]) for f in forms}}
                     row["throughput"] = {f: per_step * procs * 1000 / ms for f, ms in row["median_ms"].items()}
                     results.append(row)
                     print_row(row, flush=True)
-                    save(results, args)  # each figure as soon as it is measured
+                save(results, args)  # each workload's figures as soon as they are measured
         print("\n" + markdown(results, args))
         print(f"({time.time() - started:.0f} s)")
         if args.plot:
@@ -200,10 +208,15 @@ def markdown(results, args):
             continue
         for f in "bc":
             if f in row["throughput"] and f in one["throughput"]:
+                # Repetition i ran both process counts within one pass of the loop: the ratio of each such pair.
+                pairs = [row["procs"] * t1 / tn for t1, tn in zip(one["times"][f], row["times"][f])]
                 scaling.append(f"| `{row['workload']}` | {FORM_NAMES[f]} | {row['procs']} x 1 thread vs 1 x "
-                               f"{one['threads']} | {row['throughput'][f] / one['throughput'][f]:.2f}x |")
+                               f"{one['threads']} | {row['throughput'][f] / one['throughput'][f]:.2f}x | "
+                               f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}-{max(pairs):.2f}) |")
     if scaling:
-        lines += ["", "| workload | form | processes | throughput ratio |", "|---|---|---|---|"] + scaling
+        lines += ["", "Scaling: the ratio of the medians, and the median (range) of the ratios of the runs of one "
+                  "repetition.", "",
+                  "| workload | form | processes | throughput ratio | per repetition |", "|---|---|---|---|---|"] + scaling
     return "\n".join(lines)
 
 
