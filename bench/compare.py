@@ -133,6 +133,10 @@ def cmd_run(args):
                 # from 1 to N processes compares runs taken minutes apart, not whole phases apart.
                 runs = [(procs, f) for procs in procs_list for f in FORMS
                         if (f in "bc" or (procs == 1 and precision == "fp32")) and f in args.forms]
+                if not runs:
+                    print(f"{workload} {precision}: no form of --forms {args.forms} runs at --procs {args.procs} "
+                          f"((a) and (d) run at 1 process in fp32 only)", flush=True)
+                    continue
                 times, cpu = {run: [] for run in runs}, {run: [] for run in runs}
                 batch = None
                 for rep in range(args.reps):
