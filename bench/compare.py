@@ -122,6 +122,9 @@ def units(workload, batch):
 def cmd_run(args):
     workloads, procs_list, precisions = args.workloads.split(","), [int(p) for p in args.procs.split(",")], \
         args.precisions.split(",")
+    def threads(procs):
+        return args.threads_1proc if procs == 1 else 1
+
     inputs = tempfile.mkdtemp(prefix="accel-bench-")
     try:
         write_inputs(inputs, workloads)
@@ -142,9 +145,8 @@ def cmd_run(args):
                 for rep in range(args.reps):
                     order = runs[rep % len(runs):] + runs[: rep % len(runs)]
                     for procs, form in order:
-                        threads = args.threads_1proc if procs == 1 else 1
-                        ms, cpu_ms, batch, _ = run_one(form, workload, procs, precision, threads, inputs, args.steps,
-                                                       args.warmup, args.bin_dir, args.python)
+                        ms, cpu_ms, batch, _ = run_one(form, workload, procs, precision, threads(procs), inputs,
+                                                       args.steps, args.warmup, args.bin_dir, args.python)
                         times[(procs, form)].append(ms)
                         cpu[(procs, form)].append(cpu_ms)
                 per_step, unit = units(workload, batch)
@@ -153,7 +155,7 @@ def cmd_run(args):
                     if not forms:
                         continue
                     row = {"workload": workload, "procs": procs, "precision": precision,
-                           "threads": args.threads_1proc if procs == 1 else 1, "unit": unit,
+                           "threads": threads(procs), "unit": unit,
                            "global_batch": per_step * procs, "times": {f: times[(procs, f)] for f in forms},
                            "median_ms": {f: statistics.median(times[(procs, f)]) for f in forms},
                            "cpu_ms": {f: cpu[(procs, f)] for f in forms},

@@ -79,10 +79,11 @@ bool can_average_in_shared_memory(const std::vector<torch::Tensor>& parameters, 
     return false;
   }
   const auto dtype = parameters.front().scalar_type();
-  return std::all_of(parameters.begin(), parameters.end(), [dtype](const torch::Tensor& parameter) {
-    return parameter.device().is_cpu() && parameter.layout() == c10::kStrided &&
-           parameter.scalar_type() == dtype && at::isFloatingType(dtype);
-  });
+  return at::isFloatingType(dtype) &&
+         std::all_of(parameters.begin(), parameters.end(), [dtype](const torch::Tensor& parameter) {
+           return parameter.device().is_cpu() && parameter.layout() == c10::kStrided &&
+                  parameter.scalar_type() == dtype;
+         });
 }
 
 } // namespace
