@@ -39,7 +39,7 @@ demo: configure
 	@scripts/demo.sh $(BUILD_DIR)
 
 format:
-	@git ls-files '*.cpp' '*.h' | grep -v '^test/passes/' | xargs clang-format-19 -i
+	@scripts/format.sh
 
 clean:
 	@rm -rf $(BUILD_DIR)

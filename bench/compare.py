@@ -13,8 +13,10 @@ Commands:
       step time, samples/s (tokens/s for gpt), and each form's speed relative to (c). 1 process runs with
       --threads-1proc intra-op threads (default 1), each of N > 1 processes with one. (a) and (d) are single-
       device loops: they run at 1 process in fp32 only.
-  compare.py loss-check --workload W [--steps 100] [--bin-dir DIR] [--plot FILE]
-      (b) against (c) in fp32, 1 process: every step's loss within 1e-4 relative. Exit 1 when not.
+  compare.py loss-check --workload W [--steps 100] [--procs N] [--dtype float32|float64] [--tolerance T]
+                        [--bin-dir DIR] [--plot FILE]
+      (b) against (c) on N processes (rank 0's losses) in fp32 or fp64: every step's loss within --tolerance
+      relative (default 1e-4). Exit 1 when not.
   compare.py inputs DIR [--workloads W,..]
       writes DIR/W.weights (the initial parameters, seed 0) and DIR/W.data (the samples) for each workload.
 """
@@ -73,8 +75,8 @@ def find_bin(bin_dir, name):
     return path
 
 
-def command(form, workload, procs, inputs, steps, warmup, bin_dir, python):
-    args = [workload, inputs, str(steps), str(warmup)]
+def command(form, workload, procs, inputs, steps, warmup, bin_dir, python, dtype="float32"):
+    args = [workload, inputs, str(steps), str(warmup)] + ([dtype] if dtype != "float32" else [])
     script = os.path.join(HERE, "train_ref.py")
     if form == "a":
         return [find_bin(bin_dir, "bench_train_plain")] + args
@@ -92,10 +94,10 @@ def command(form, workload, procs, inputs, steps, warmup, bin_dir, python):
     return [python, script, "--form", "torch"] + args
 
 
-def run_one(form, workload, procs, precision, threads, inputs, steps, warmup, bin_dir, python):
+def run_one(form, workload, procs, precision, threads, inputs, steps, warmup, bin_dir, python, dtype="float32"):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), ACCELERATE_MIXED_PRECISION=precision_flag(precision),
                PYTHONWARNINGS="ignore")
-    cmd = command(form, workload, procs, inputs, steps, warmup, bin_dir, python)
+    cmd = command(form, workload, procs, inputs, steps, warmup, bin_dir, python, dtype)
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)
     out = result.stdout
     step = re.search(r"^(?:\[rank0\]: )?step_ms (\S+) cpu_ms (\S+) batch (\d+)", out, re.M)
@@ -262,16 +264,16 @@ def cmd_loss_check(args):
         for workload in args.workload.split(","):
             write_inputs(inputs, [workload])
             _, _, _, ours = run_one("b", workload, args.procs, "fp32", 1, inputs, args.steps, 0, args.bin_dir,
-                                    args.python)
+                                    args.python, args.dtype)
             _, _, _, theirs = run_one("c", workload, args.procs, "fp32", 1, inputs, args.steps, 0,
-                                      args.bin_dir, args.python)
+                                      args.bin_dir, args.python, args.dtype)
             if len(ours) != args.steps or len(theirs) != args.steps:
                 print(f"FAIL {workload}: {len(ours)} and {len(theirs)} losses, expected {args.steps}")
                 return 1
             worst = max(abs(b - c) / abs(c) for b, c in zip(ours, theirs))
             at = max(range(args.steps), key=lambda i: abs(ours[i] - theirs[i]) / abs(theirs[i]))
             verdict = "ok" if worst <= args.tolerance else "FAIL"
-            print(f"{verdict} {workload}, {args.procs} process(es): {args.steps} steps, "
+            print(f"{verdict} {workload}, {args.procs} process(es), {args.dtype}: {args.steps} steps, "
                   f"(b) {ours[0]:.6f} -> {ours[-1]:.6f}, "
                   f"(c) {theirs[0]:.6f} -> {theirs[-1]:.6f}, largest relative difference {worst:.2e} at step "
                   f"{at + 1} (limit {args.tolerance:g})")
@@ -330,6 +332,8 @@ def main():
     check.add_argument("--procs", type=int, default=1,
                        help="processes of each form (rank 0's losses are compared: its own batches)")
     check.add_argument("--tolerance", type=float, default=1e-4)
+    check.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                       help="the parameters' and samples' dtype in both forms")
     check.add_argument("--plot")
     inputs = sub.add_parser("inputs")
     inputs.add_argument("dir")

@@ -422,9 +422,9 @@ void check_fp8() {
          "output " + format(ey) + ", input grad " + format(ex) + ", weight grad " + format(ew));
 }
 
-/// fp32 and bf16 with a fused optimizer: nothing in the step may wait for the device (docs/precision.md, "Host
-/// synchronisation in the step"). c10's sync-debug mode turns every synchronising CUDA call (a device-to-host
-/// copy, .item(), a stream or device synchronisation) into an error while the steps run.
+/// fp32 and bf16 with a fused optimizer: nothing in the step may wait for the device (docs/precision.md,
+/// "Host synchronisation in the step"). c10's sync-debug mode turns every synchronising CUDA call (a
+/// device-to-host copy, .item(), a stream or device synchronisation) into an error while the steps run.
 void check_step_has_no_host_sync() {
   for (const std::string precision : {"no", "bf16"}) {
     Accelerator accelerator(AcceleratorOptions().mixed_precision(precision));

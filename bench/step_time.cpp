@@ -62,7 +62,8 @@ Workload gpt_small() {
           [config](torch::nn::Module& model, const Batch& b) {
             auto& gpt = static_cast<accelerate::bench::GptImpl&>(model);
             auto logits = gpt.forward(b.input);
-            return torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}), b.target.reshape({-1}));
+            return torch::nn::functional::cross_entropy(logits.view({-1, config.vocab}),
+                                                        b.target.reshape({-1}));
           },
           [config](int step) {
             auto generator = at::make_generator<at::CPUGeneratorImpl>(step);
@@ -77,8 +78,7 @@ double median(std::vector<double> values) {
 }
 
 /// Runs `steps` timed steps (after `warmup`) and returns the per-step times in milliseconds.
-template <typename Step>
-std::vector<double> time_steps(int warmup, int steps, Step&& step) {
+template <typename Step> std::vector<double> time_steps(int warmup, int steps, Step&& step) {
   std::vector<double> times;
   for (int i = 0; i < warmup + steps; ++i) {
     auto start = Clock::now();
@@ -114,7 +114,8 @@ void run(const Workload& workload, accelerate::Accelerator& accelerator, int war
     {
       auto model = workload.make_model();
       accelerator.prepare(model);
-      auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(3e-4)));
+      auto optimizer =
+          accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(3e-4)));
       auto times = time_steps(warmup, steps, [&](int i) {
         optimizer.zero_grad();
         auto loss = workload.loss(*model, batches[i]);
@@ -160,10 +161,10 @@ int main(int argc, char** argv) {
     }
   }
   accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
-  std::cout << "threads: " << at::get_num_threads() << " intra-op, 1 process; " << reps << " alternated reps x "
-            << steps << " steps (+" << warmup << " warm-up); medians in ms\n"
-            << std::left << std::setw(12) << "workload" << std::right << std::setw(14) << "(a) plain" << std::setw(14)
-            << "(b) runtime" << std::setw(10) << "a/b" << "\n";
+  std::cout << "threads: " << at::get_num_threads() << " intra-op, 1 process; " << reps
+            << " alternated reps x " << steps << " steps (+" << warmup << " warm-up); medians in ms\n"
+            << std::left << std::setw(12) << "workload" << std::right << std::setw(14) << "(a) plain"
+            << std::setw(14) << "(b) runtime" << std::setw(10) << "a/b" << "\n";
   if (which == "all" || which == "mlp-mnist") {
     run(mlp_mnist(), accelerator, warmup, steps, reps);
   }

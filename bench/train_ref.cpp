@@ -3,12 +3,14 @@
 // rewrites it (bench_train_accel). bench/train_ref.py is the same loop in Python, with and without Hugging
 // Face Accelerate; bench/compare.py runs all four side by side.
 //
-//   train_ref WORKLOAD INPUT_DIR STEPS WARMUP
+//   train_ref WORKLOAD INPUT_DIR STEPS WARMUP [DTYPE]
 //
 // WORKLOAD is mlp-mnist, gpt-small or gpt-86m. INPUT_DIR holds WORKLOAD.weights (the initial parameters) and
 // WORKLOAD.data (the samples), both written by `bench/compare.py inputs` in the format bench_tensors.h reads.
 // Runs WARMUP + STEPS AdamW steps (lr 3e-4) and prints the mean time of the last STEPS steps and every step's
-// loss. Times are the wall clock and this process's CPU time (all its threads), per step.
+// loss. Times are the wall clock and this process's CPU time (all its threads), per step. DTYPE is float32
+// (the default) or float64: the parameters and the floating-point samples are converted to it before training
+// (the parity checks use float64, where two programs that compute the same thing agree to rounding).
 #include "bench_tensors.h"
 #include "workloads.h"
 
@@ -87,7 +89,7 @@ int train(std::shared_ptr<Net> model, Samples dataset, int64_t batch_size, int64
   const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC / steps;
 
   std::ostringstream curve;
-  curve << std::setprecision(9);
+  curve << std::setprecision(17);
   for (const auto& value : losses) {
     curve << ' ' << value.item<double>();
   }
@@ -98,13 +100,18 @@ int train(std::shared_ptr<Net> model, Samples dataset, int64_t batch_size, int64
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
+  if (argc != 5 && argc != 6) {
     std::cerr << "usage: " << argv[0]
-              << " WORKLOAD INPUT_DIR STEPS WARMUP (WORKLOAD: mlp-mnist, gpt-small, gpt-86m;"
-              << " INPUT_DIR from `bench/compare.py inputs`)\n";
+              << " WORKLOAD INPUT_DIR STEPS WARMUP [DTYPE] (WORKLOAD: mlp-mnist, gpt-small, gpt-86m;"
+              << " INPUT_DIR from `bench/compare.py inputs`; DTYPE: float32 (default) or float64)\n";
     return 2;
   }
-  const std::string workload = argv[1], dir = argv[2];
+  const std::string workload = argv[1], dir = argv[2], dtype_name = argc == 6 ? argv[5] : "float32";
+  if (dtype_name != "float32" && dtype_name != "float64") {
+    std::cerr << argv[0] << ": DTYPE must be float32 or float64 (got '" << dtype_name << "')\n";
+    return 2;
+  }
+  const auto dtype = dtype_name == "float64" ? torch::kFloat64 : torch::kFloat32;
   const int64_t steps = std::atoll(argv[3]), warmup = std::atoll(argv[4]);
   if (steps < 1 || warmup < 0) {
     std::cerr << argv[0] << ": STEPS must be >= 1 and WARMUP >= 0 (got '" << argv[3] << "', '" << argv[4]
@@ -115,13 +122,15 @@ int main(int argc, char** argv) {
   if (workload == "mlp-mnist") {
     auto model = std::make_shared<accelerate::bench::MlpImpl>();
     accelerate::bench::load_parameters(*model, dir + "/" + workload + ".weights");
-    return train(model, Samples(data.at("images"), data.at("labels")), 64, steps, warmup, mlp_loss);
+    model->to(dtype);
+    return train(model, Samples(data.at("images").to(dtype), data.at("labels")), 64, steps, warmup, mlp_loss);
   }
   if (workload == "gpt-small" || workload == "gpt-86m") {
     auto config = workload == "gpt-small" ? accelerate::bench::GptConfig::small()
                                           : accelerate::bench::GptConfig::gpt_86m();
     auto model = std::make_shared<accelerate::bench::GptImpl>(config);
     accelerate::bench::load_parameters(*model, dir + "/" + workload + ".weights");
+    model->to(dtype);
     auto tokens = data.at("tokens");
     return train(model, Samples(tokens.slice(1, 0, -1).contiguous(), tokens.slice(1, 1).contiguous()),
                  config.batch, steps, warmup, gpt_loss);

@@ -1,12 +1,12 @@
 """The reference workloads as a plain Python training loop: bench/train_ref.cpp in Python.
 
-  train_ref.py --form accelerate|torch WORKLOAD INPUT_DIR STEPS WARMUP
+  train_ref.py --form accelerate|torch WORKLOAD INPUT_DIR STEPS WARMUP [DTYPE]
 
 --form accelerate is form (c) of the side-by-side benchmark, the loop ported to Hugging Face Accelerate
 (Accelerator, prepare, accelerator.backward; mixed precision from ACCELERATE_MIXED_PRECISION, processes from
 torchrun's environment); --form torch is form (d), plain PyTorch on one device. Reads the same WORKLOAD.weights and
 WORKLOAD.data as the C++ program and prints the same two lines: the mean wall-clock and CPU time of the last STEPS
-steps, and every step's loss.
+steps, and every step's loss. DTYPE (float32 or float64) as in the C++ program.
 """
 
 import argparse
@@ -105,7 +105,7 @@ def write_tensors(path, tensors):
             f.write(t.contiguous().numpy().tobytes())
 
 
-def load(workload, input_dir):
+def load(workload, input_dir, dtype=torch.float32):
     model = make_model(workload)
     weights = read_tensors(os.path.join(input_dir, f"{workload}.weights"))
     names = dict(model.named_parameters())
@@ -114,9 +114,10 @@ def load(workload, input_dir):
     with torch.no_grad():
         for name, parameter in names.items():
             parameter.copy_(weights[name])
+    model.to(dtype)
     data = read_tensors(os.path.join(input_dir, f"{workload}.data"))
     if workload == "mlp-mnist":
-        dataset = torch.utils.data.TensorDataset(data["images"], data["labels"])
+        dataset = torch.utils.data.TensorDataset(data["images"].to(dtype), data["labels"])
     else:
         tokens = data["tokens"]
         dataset = torch.utils.data.TensorDataset(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
@@ -145,7 +146,7 @@ def run(loader, steps, warmup, step_fn, synchronize):
 
 def report(step_ms, cpu_ms, batch, losses):
     print(f"step_ms {step_ms:.6g} cpu_ms {cpu_ms:.6g} batch {batch}", flush=True)
-    print("losses " + " ".join(f"{v:.9g}" for v in torch.stack(losses).tolist()), flush=True)
+    print("losses " + " ".join(f"{v:.17g}" for v in torch.stack(losses).tolist()), flush=True)
 
 
 def main():
@@ -155,8 +156,9 @@ def main():
     parser.add_argument("input_dir")
     parser.add_argument("steps", type=int)
     parser.add_argument("warmup", type=int)
+    parser.add_argument("dtype", nargs="?", choices=["float32", "float64"], default="float32")
     args = parser.parse_args()
-    model, loader = load(args.workload, args.input_dir)
+    model, loader = load(args.workload, args.input_dir, getattr(torch, args.dtype))
 
     if args.form == "accelerate":
         from accelerate import Accelerator

@@ -39,8 +39,10 @@ struct BlockImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     const auto batch = x.size(0), time = x.size(1), dim = x.size(2);
-    auto parts = qkv->forward(ln1->forward(x)).view({batch, time, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4});
-    auto attended = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], {}, 0.0, /*is_causal=*/true);
+    auto parts =
+        qkv->forward(ln1->forward(x)).view({batch, time, 3, heads, dim / heads}).permute({2, 0, 3, 1, 4});
+    auto attended =
+        at::scaled_dot_product_attention(parts[0], parts[1], parts[2], {}, 0.0, /*is_causal=*/true);
     x = x + proj->forward(attended.transpose(1, 2).reshape({batch, time, dim}));
     return x + fc2->forward(torch::gelu(fc->forward(ln2->forward(x))));
   }

@@ -24,35 +24,15 @@ struct TrainingState {
   std::shared_ptr<JoinCoordinator> join;
 };
 
-AcceleratorState& internal_state(Accelerator& accelerator) { return *accelerator.state_; }
+AcceleratorState& internal_state(Accelerator& accelerator) {
+  return *accelerator.state_;
+}
 
 } // namespace detail
 
 namespace {
 
 std::atomic<Accelerator*> current_accelerator{nullptr};
-
-/// Flattens `tensors` into one buffer, runs `collective` on it, and copies the result back: one message
-/// instead of one per tensor.
-template <typename Collective>
-void run_coalesced(const std::vector<torch::Tensor>& tensors, Collective&& collective) {
-  if (tensors.empty()) {
-    return;
-  }
-  std::vector<torch::Tensor> flat;
-  flat.reserve(tensors.size());
-  for (const auto& tensor : tensors) {
-    flat.push_back(tensor.detach().reshape({-1}).to(tensors.front().scalar_type()));
-  }
-  auto buffer = torch::cat(flat);
-  collective(buffer);
-  int64_t offset = 0;
-  for (const auto& tensor : tensors) {
-    auto count = tensor.numel();
-    tensor.detach().copy_(buffer.slice(0, offset, offset + count).view_as(tensor));
-    offset += count;
-  }
-}
 
 std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {
   std::vector<torch::Tensor> gradients;
@@ -71,22 +51,24 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
   state.config = detail::resolve_config(options);
   state.environment = detail::discover_launch_environment();
   const bool use_cpu = state.config.cpu || !torch::cuda::is_available();
-  state.device = use_cpu ? torch::Device(torch::kCPU)
-                         : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(state.environment.local_rank));
+  state.device =
+      use_cpu ? torch::Device(torch::kCPU)
+              : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(state.environment.local_rank));
   if (state.device.is_cuda()) {
     detail::set_current_cuda_device(state.device.index());
   }
   if (state.environment.world_size > 1) {
-    state.process_group =
-        detail::create_process_group(state.environment, state.device, state.config.timeout, state.config.debug);
+    state.process_group = detail::create_process_group(state.environment, state.device, state.config.timeout,
+                                                       state.config.debug);
   }
   state.gradient_state->accumulation_steps = state.config.gradient_accumulation_steps;
   state.precision = std::make_shared<detail::Precision>(state.config, state.device, state.process_group);
   if (state.precision->scaler() != nullptr) {
     // The fp16 grad scaler's scale and growth tracker are part of every checkpoint.
     auto precision = state.precision;
-    register_checkpoint_entry([precision](torch::serialize::OutputArchive& archive) { precision->save(archive); },
-                              [precision](torch::serialize::InputArchive& archive) { precision->load(archive); });
+    register_checkpoint_entry(
+        [precision](torch::serialize::OutputArchive& archive) { precision->save(archive); },
+        [precision](torch::serialize::InputArchive& archive) { precision->load(archive); });
   }
   state.training = std::make_shared<detail::TrainingState>();
   if (state.process_group) {
@@ -116,16 +98,36 @@ Accelerator& Accelerator::current() {
   return *accelerator;
 }
 
-torch::Device Accelerator::device() const { return state_->device; }
-int Accelerator::num_processes() const { return state_->environment.world_size; }
-int Accelerator::process_index() const { return state_->environment.rank; }
-int Accelerator::local_process_index() const { return state_->environment.local_rank; }
-bool Accelerator::is_main_process() const { return process_index() == 0; }
-bool Accelerator::is_local_main_process() const { return local_process_index() == 0; }
-const std::string& Accelerator::mixed_precision() const { return state_->config.mixed_precision; }
-int Accelerator::gradient_accumulation_steps() const { return state_->config.gradient_accumulation_steps; }
-bool Accelerator::sync_gradients() const { return state_->gradient_state->sync_gradients; }
-const std::shared_ptr<GradientState>& Accelerator::gradient_state() const { return state_->gradient_state; }
+torch::Device Accelerator::device() const {
+  return state_->device;
+}
+int Accelerator::num_processes() const {
+  return state_->environment.world_size;
+}
+int Accelerator::process_index() const {
+  return state_->environment.rank;
+}
+int Accelerator::local_process_index() const {
+  return state_->environment.local_rank;
+}
+bool Accelerator::is_main_process() const {
+  return process_index() == 0;
+}
+bool Accelerator::is_local_main_process() const {
+  return local_process_index() == 0;
+}
+const std::string& Accelerator::mixed_precision() const {
+  return state_->config.mixed_precision;
+}
+int Accelerator::gradient_accumulation_steps() const {
+  return state_->config.gradient_accumulation_steps;
+}
+bool Accelerator::sync_gradients() const {
+  return state_->gradient_state->sync_gradients;
+}
+const std::shared_ptr<GradientState>& Accelerator::gradient_state() const {
+  return state_->gradient_state;
+}
 
 DistributedType Accelerator::distributed_type() const {
   if (num_processes() == 1) {
@@ -176,18 +178,14 @@ void Accelerator::prepare_model(torch::nn::Module& model) {
                                 "' was already prepared; prepare each model once");
   }
   model.to(state_->device);
-  auto synchronizer = std::make_shared<detail::GradientSynchronizer>(model, state_->process_group, state_->config,
-                                                                     state_->training->tracker);
+  auto synchronizer = std::make_shared<detail::GradientSynchronizer>(
+      model, state_->process_group, state_->config, state_->training->tracker);
   if (state_->process_group) {
-    torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> tensors = model.parameters();
     for (const auto& buffer : model.buffers()) {
       tensors.push_back(buffer);
     }
-    run_coalesced(tensors, [&](torch::Tensor& flat) {
-      std::vector<torch::Tensor> message{flat};
-      state_->process_group->broadcast(message, c10d::BroadcastOptions{0})->wait();
-    });
+    detail::broadcast_model_state(state_->process_group, tensors, /*source=*/0);
   }
   state_->training->reach.add(synchronizer.get());
   models.push_back(std::move(synchronizer));
@@ -200,8 +198,9 @@ Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer
   }
   for (const auto& prepared : state_->optimizers) {
     if (prepared->optimizer.get() == optimizer.get()) {
-      throw std::invalid_argument("accelerate::Accelerator::prepare: this optimizer was already prepared; keep "
-                                  "the handle the first prepare returned");
+      throw std::invalid_argument(
+          "accelerate::Accelerator::prepare: this optimizer was already prepared; keep "
+          "the handle the first prepare returned");
     }
   }
   auto prepared = std::make_shared<detail::OptimizerState>();
@@ -278,8 +277,8 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
 Accelerator::AccumulateGuard Accelerator::begin_accumulate() {
   auto& gradients = *state_->gradient_state;
   ++gradients.micro_steps_in_window;
-  gradients.sync_gradients = gradients.micro_steps_in_window >= gradients.accumulation_steps ||
-                             gradients.end_of_dataloader;
+  gradients.sync_gradients =
+      gradients.micro_steps_in_window >= gradients.accumulation_steps || gradients.end_of_dataloader;
   state_->precision->begin_forward();
   return AccumulateGuard(this);
 }

@@ -7,8 +7,8 @@
 #include "debug_mode.h"
 #include "durable_file.h"
 #include "optimizer_state.h"
-#include "safetensors.h"
 #include "precision.h"
+#include "safetensors.h"
 #include "state.h"
 
 #include <unistd.h>

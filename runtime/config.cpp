@@ -1,4 +1,5 @@
-// Resolves the Accelerator's configuration: options > ACCELERATE_* environment > ACCELERATE_CONFIG_FILE > defaults.
+// Resolves the Accelerator's configuration: options > ACCELERATE_* environment > ACCELERATE_CONFIG_FILE >
+// defaults.
 #include "config.h"
 
 #include <algorithm>
@@ -62,10 +63,11 @@ std::string check_precision(const std::string& text, const std::string& where) {
 }
 
 void refuse_sharding(const std::string& what, const std::string& where) {
-  throw std::invalid_argument("accelerate: " + what + " (from " + where +
-                              ") asks for sharded training, which this version of the runtime does not provide "
-                              "yet; it refuses rather than silently running plain data parallelism. Use "
-                              "distributed_type MULTI_CPU or MULTI_GPU (accel config), or unset it");
+  throw std::invalid_argument(
+      "accelerate: " + what + " (from " + where +
+      ") asks for sharded training, which this version of the runtime does not provide "
+      "yet; it refuses rather than silently running plain data parallelism. Use "
+      "distributed_type MULTI_CPU or MULTI_GPU (accel config), or unset it");
 }
 
 /// Settings read from one source, as text, by key.
@@ -174,8 +176,8 @@ ResolvedConfig resolve_config(const AcceleratorOptions& options) {
   if (options.mixed_precision_) {
     check_precision(config.mixed_precision, "AcceleratorOptions");
   }
-  resolve("gradient_accumulation_steps", options.gradient_accumulation_steps_, config.gradient_accumulation_steps,
-          as_int("gradient_accumulation_steps"));
+  resolve("gradient_accumulation_steps", options.gradient_accumulation_steps_,
+          config.gradient_accumulation_steps, as_int("gradient_accumulation_steps"));
   if (config.gradient_accumulation_steps < 1) {
     throw std::invalid_argument("accelerate: gradient_accumulation_steps must be >= 1 (got " +
                                 std::to_string(config.gradient_accumulation_steps) + ")");
@@ -186,14 +188,14 @@ ResolvedConfig resolve_config(const AcceleratorOptions& options) {
   resolve("even_batches", options.even_batches_, config.even_batches, fixed);
   resolve("step_scheduler_with_optimizer", options.step_scheduler_with_optimizer_,
           config.step_scheduler_with_optimizer, fixed);
-  resolve("scheduler_steps_per_process", options.scheduler_steps_per_process_, config.scheduler_steps_per_process,
-          fixed);
-  resolve("project_dir", options.project_dir_, config.project_dir, [](const std::string& text, const std::string&) {
-    return text;
-  });
-  resolve("automatic_checkpoint_naming", options.automatic_checkpoint_naming_, config.automatic_checkpoint_naming,
-          fixed);
-  resolve("total_limit", options.total_limit_, config.total_limit, [](const auto&, const auto&) { return 0; });
+  resolve("scheduler_steps_per_process", options.scheduler_steps_per_process_,
+          config.scheduler_steps_per_process, fixed);
+  resolve("project_dir", options.project_dir_, config.project_dir,
+          [](const std::string& text, const std::string&) { return text; });
+  resolve("automatic_checkpoint_naming", options.automatic_checkpoint_naming_,
+          config.automatic_checkpoint_naming, fixed);
+  resolve("total_limit", options.total_limit_, config.total_limit,
+          [](const auto&, const auto&) { return 0; });
   resolve("bucket_cap_mb", options.bucket_cap_mb_, config.bucket_cap_mb,
           [](const auto&, const auto&) { return 25.0; });
   if (!(config.bucket_cap_mb > 0)) {

@@ -2,6 +2,7 @@
 // c10d's Reducer (bucketed, overlapped with backward); and Join.
 #include "ddp.h"
 
+#include "process_group.h"
 #include "shm_allreduce.h"
 
 #include <algorithm>
@@ -18,7 +19,8 @@ namespace {
 /// bucket's all-reduce starts. (c10d's own AllReduceCommHook is not exported from libtorch.)
 class ObservedAllReduceHook : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
 public:
-  ObservedAllReduceHook(const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::function<void(size_t)> observer)
+  ObservedAllReduceHook(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                        std::function<void(size_t)> observer)
       : CppCommHookInterface(group), observer_(std::move(observer)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
@@ -32,7 +34,8 @@ private:
   std::function<void(size_t)> observer_;
 };
 
-std::unique_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model, const std::vector<torch::Tensor>& parameters,
+std::unique_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model,
+                                            const std::vector<torch::Tensor>& parameters,
                                             const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                             const ResolvedConfig& config) {
   // Every process must hold the same model: DDP checks this too, and the message names the mismatch.
@@ -41,13 +44,15 @@ std::unique_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model, const std:
   const auto bucket_bytes = static_cast<int64_t>(config.bucket_cap_mb * 1024 * 1024);
   const std::vector<bool> expect_sparse(parameters.size(), false);
   // As PyTorch's DDP: a small first bucket (so communication starts early) unless the user chose the size.
-  const bool default_cap = config.sources.count("bucket_cap_mb") == 0 || config.sources.at("bucket_cap_mb") == "default";
+  const bool default_cap =
+      config.sources.count("bucket_cap_mb") == 0 || config.sources.at("bucket_cap_mb") == "default";
   const int64_t first_bucket_bytes = default_cap ? c10d::kDefaultFirstBucketBytes : bucket_bytes;
   std::vector<size_t> limits = {static_cast<size_t>(first_bucket_bytes), static_cast<size_t>(bucket_bytes)};
   if (config.static_graph) {
     limits = {static_cast<size_t>(bucket_bytes)};
   }
-  auto [buckets, per_bucket_limits] = c10d::compute_bucket_assignment_by_size(parameters, limits, expect_sparse);
+  auto [buckets, per_bucket_limits] =
+      c10d::compute_bucket_assignment_by_size(parameters, limits, expect_sparse);
   // Gradients become ready in reverse order of definition: reduce the last parameters first, as DDP does.
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
@@ -90,7 +95,8 @@ bool can_average_in_shared_memory(const std::vector<torch::Tensor>& parameters, 
 
 GradientSynchronizer::GradientSynchronizer(torch::nn::Module& model,
                                            c10::intrusive_ptr<c10d::ProcessGroup> process_group,
-                                           const ResolvedConfig& config, std::shared_ptr<BackwardTracker> tracker)
+                                           const ResolvedConfig& config,
+                                           std::shared_ptr<BackwardTracker> tracker)
     : model_(&model), process_group_(std::move(process_group)), tracker_(std::move(tracker)) {
   for (const auto& parameter : model.parameters()) {
     if (parameter.requires_grad()) {
@@ -175,21 +181,7 @@ void GradientSynchronizer::finish_backward() {
 }
 
 void GradientSynchronizer::broadcast_buffers() {
-  if (buffers_.empty()) {
-    return;
-  }
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> flat;
-  for (const auto& buffer : buffers_) {
-    flat.push_back(buffer.detach().reshape({-1}).to(buffers_.front().scalar_type()));
-  }
-  std::vector<torch::Tensor> message{torch::cat(flat)};
-  process_group_->broadcast(message, c10d::BroadcastOptions{0})->wait();
-  int64_t offset = 0;
-  for (const auto& buffer : buffers_) {
-    buffer.detach().copy_(message[0].slice(0, offset, offset + buffer.numel()).view_as(buffer));
-    offset += buffer.numel();
-  }
+  broadcast_model_state(process_group_, buffers_, /*source=*/0);
 }
 
 void GradientSynchronizer::shadow_armed_backward() {
@@ -215,7 +207,8 @@ void GradientSynchronizer::shadow_armed_backward() {
 
 void GradientSynchronizer::observe_bucket_launches(std::function<void(size_t)> observer) {
   if (reducer_) {
-    reducer_->register_comm_hook(std::make_unique<ObservedAllReduceHook>(process_group_, std::move(observer)));
+    reducer_->register_comm_hook(
+        std::make_unique<ObservedAllReduceHook>(process_group_, std::move(observer)));
   }
 }
 
@@ -237,7 +230,7 @@ void ReachAnalysis::clear() {
 }
 
 std::vector<GradientSynchronizer*> ReachAnalysis::reached_by(const torch::Tensor& loss,
-                                                               bool find_unused_parameters) const {
+                                                             bool find_unused_parameters) const {
   std::vector<size_t> reached_parameters(models_.size(), 0);
   if (loss.grad_fn()) {
     std::vector<torch::autograd::Node*> pending{loss.grad_fn().get()};
@@ -280,13 +273,9 @@ void GradientSynchronizer::broadcast_state_from(int source) {
   if (!process_group_) {
     return;
   }
-  torch::NoGradGuard no_grad;
-  for (auto tensors : {model_->parameters(), buffers_}) {
-    for (auto& tensor : tensors) {
-      std::vector<torch::Tensor> message{tensor.detach()};
-      process_group_->broadcast(message, c10d::BroadcastOptions{source})->wait();
-    }
-  }
+  std::vector<torch::Tensor> tensors = model_->parameters();
+  tensors.insert(tensors.end(), buffers_.begin(), buffers_.end());
+  broadcast_model_state(process_group_, tensors, source);
 }
 
 int64_t JoinCoordinator::processes_with_batches(bool has_batch) {
@@ -314,7 +303,8 @@ void JoinCoordinator::join_until_all_exhausted() {
 void JoinCoordinator::synchronize_models() {
   // The process that took the most batches (the highest rank among equals) trained on everything.
   const int64_t world = process_group_->getSize();
-  std::vector<torch::Tensor> key{torch::full({1}, batches_taken_ * world + process_group_->getRank(), torch::kInt64)};
+  std::vector<torch::Tensor> key{
+      torch::full({1}, batches_taken_ * world + process_group_->getRank(), torch::kInt64)};
   c10d::AllreduceOptions max;
   max.reduceOp = c10d::ReduceOp::MAX;
   process_group_->allreduce(key, max)->wait();

@@ -1,4 +1,5 @@
-// Data-parallel gradient synchronisation of one prepared model, over c10d's Reducer, and Join for uneven inputs.
+// Data-parallel gradient synchronisation of one prepared model, over c10d's Reducer, and Join for uneven
+// inputs.
 #pragma once
 
 #include "config.h"

@@ -7,10 +7,11 @@ namespace accelerate::detail {
 
 c10::intrusive_ptr<c10d::Backend> create_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
                                                       std::chrono::milliseconds) {
-  throw std::runtime_error("accelerate: this build of the runtime has no NCCL support (nccl.h was not found when "
-                           "it was built), so CUDA tensors cannot be synchronised across processes. Rebuild on a "
-                           "machine with the CUDA toolkit and NCCL, or train on the CPU "
-                           "(AcceleratorOptions().cpu(true), ACCELERATE_USE_CPU=true)");
+  throw std::runtime_error(
+      "accelerate: this build of the runtime has no NCCL support (nccl.h was not found when "
+      "it was built), so CUDA tensors cannot be synchronised across processes. Rebuild on a "
+      "machine with the CUDA toolkit and NCCL, or train on the CPU "
+      "(AcceleratorOptions().cpu(true), ACCELERATE_USE_CPU=true)");
 }
 
 void set_current_cuda_device(c10::DeviceIndex) {}

@@ -14,7 +14,9 @@ c10::intrusive_ptr<c10d::Backend> create_nccl_backend(const c10::intrusive_ptr<c
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
 }
 
-void set_current_cuda_device(c10::DeviceIndex index) { c10::cuda::set_device(index); }
+void set_current_cuda_device(c10::DeviceIndex index) {
+  c10::cuda::set_device(index);
+}
 
 void empty_device_cache() {
   if (c10::cuda::device_count() > 0) {

@@ -56,8 +56,8 @@ bool read_torchrun(LaunchEnvironment& env) {
     return false;
   }
   if (!world_size || !rank) {
-    throw std::invalid_argument(std::string("accelerate: ") + (rank ? "RANK" : "WORLD_SIZE") + " is set but " +
-                                (rank ? "WORLD_SIZE" : "RANK") +
+    throw std::invalid_argument(std::string("accelerate: ") + (rank ? "RANK" : "WORLD_SIZE") +
+                                " is set but " + (rank ? "WORLD_SIZE" : "RANK") +
                                 " is not; a launcher sets both (accel launch, torchrun)");
   }
   env.world_size = *world_size;
@@ -106,8 +106,9 @@ LaunchEnvironment discover_launch_environment() {
     read_slurm(env);
   }
   if (env.rank >= env.world_size) {
-    throw std::invalid_argument("accelerate: rank " + std::to_string(env.rank) + " is not below the world size " +
-                                std::to_string(env.world_size) + " (read from " + env.launcher +
+    throw std::invalid_argument("accelerate: rank " + std::to_string(env.rank) +
+                                " is not below the world size " + std::to_string(env.world_size) +
+                                " (read from " + env.launcher +
                                 "'s variables); every process of one job must see the same world size");
   }
   if (env.local_rank >= env.local_world_size) {
@@ -120,7 +121,8 @@ LaunchEnvironment discover_launch_environment() {
   }
   if (auto port = read_int("MASTER_PORT", 1)) {
     if (*port > 65535) {
-      throw std::invalid_argument("accelerate: MASTER_PORT=" + std::to_string(*port) + " is not a TCP port (1-65535)");
+      throw std::invalid_argument("accelerate: MASTER_PORT=" + std::to_string(*port) +
+                                  " is not a TCP port (1-65535)");
     }
     env.master_port = *port;
   }

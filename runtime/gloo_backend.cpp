@@ -60,7 +60,8 @@ c10::intrusive_ptr<c10d::Backend> create_gloo_backend(const c10::intrusive_ptr<c
                                                       int world_size, const std::string& master_addr,
                                                       std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  if (const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME"); interfaces != nullptr && *interfaces != '\0') {
+  if (const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
+      interfaces != nullptr && *interfaces != '\0') {
     std::string list = interfaces;
     for (std::size_t start = 0; start <= list.size();) {
       auto end = list.find(',', start);
@@ -68,12 +69,14 @@ c10::intrusive_ptr<c10d::Backend> create_gloo_backend(const c10::intrusive_ptr<c
         end = list.size();
       }
       if (end > start) {
-        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(list.substr(start, end - start)));
+        options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForInterface(list.substr(start, end - start)));
       }
       start = end + 1;
     }
   } else {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(master_addr)));
+    options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(master_addr)));
   }
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
 }

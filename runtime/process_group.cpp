@@ -9,12 +9,14 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/exception.h>
 
 namespace accelerate::detail {
 namespace {
 
-c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env,
+                                              std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(env.master_port);
   options.isServer = env.rank == 0;
@@ -27,20 +29,25 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env, std:
   } catch (const c10::DistNetworkError& error) {
     std::string what = error.what_without_backtrace();
     if (env.rank == 0 && what.find("ddress already in use") != std::string::npos) {
-      throw std::runtime_error("accelerate: rank 0 cannot listen on MASTER_PORT " + std::to_string(env.master_port) +
-                               " at MASTER_ADDR " + env.master_addr +
-                               ": the port is already in use; pick a free port (accel launch --main_process_port 0)");
+      throw std::runtime_error(
+          "accelerate: rank 0 cannot listen on MASTER_PORT " + std::to_string(env.master_port) +
+          " at MASTER_ADDR " + env.master_addr +
+          ": the port is already in use; pick a free port (accel launch --main_process_port 0)");
     }
     if (env.rank == 0) {
-      throw std::runtime_error("accelerate: rank 0 waited " + std::to_string(timeout.count()) + " ms at " + where +
-                               " (MASTER_ADDR:MASTER_PORT) for the other " + std::to_string(env.world_size - 1) +
+      throw std::runtime_error("accelerate: rank 0 waited " + std::to_string(timeout.count()) + " ms at " +
+                               where + " (MASTER_ADDR:MASTER_PORT) for the other " +
+                               std::to_string(env.world_size - 1) +
                                " process(es) to connect; check that they all started, with the same "
-                               "MASTER_ADDR, MASTER_PORT and WORLD_SIZE. Cause: " + what.substr(0, what.find('\n')));
+                               "MASTER_ADDR, MASTER_PORT and WORLD_SIZE. Cause: " +
+                               what.substr(0, what.find('\n')));
     }
-    throw std::runtime_error("accelerate: rank " + std::to_string(env.rank) + " could not reach the rendezvous at " +
-                             where + " (MASTER_ADDR:MASTER_PORT) within " + std::to_string(timeout.count()) +
-                             " ms; check that MASTER_ADDR is the main process's address and that rank 0 started. "
-                             "Cause: " + what.substr(0, what.find('\n')));
+    throw std::runtime_error(
+        "accelerate: rank " + std::to_string(env.rank) + " could not reach the rendezvous at " + where +
+        " (MASTER_ADDR:MASTER_PORT) within " + std::to_string(timeout.count()) +
+        " ms; check that MASTER_ADDR is the main process's address and that rank 0 started. "
+        "Cause: " +
+        what.substr(0, what.find('\n')));
   }
 }
 
@@ -56,8 +63,9 @@ void check_world_size(c10d::Store& store, const LaunchEnvironment& env) {
     auto value = store.get(key(rank));
     std::string theirs(value.begin(), value.end());
     if (theirs != mine) {
-      throw std::runtime_error("accelerate: rank " + std::to_string(env.rank) + " was started with WORLD_SIZE=" +
-                               mine + " but rank " + std::to_string(rank) + " with WORLD_SIZE=" + theirs +
+      throw std::runtime_error("accelerate: rank " + std::to_string(env.rank) +
+                               " was started with WORLD_SIZE=" + mine + " but rank " + std::to_string(rank) +
+                               " with WORLD_SIZE=" + theirs +
                                "; start every process of the job with the same world size");
     }
   }
@@ -65,15 +73,17 @@ void check_world_size(c10d::Store& store, const LaunchEnvironment& env) {
 
 } // namespace
 
-c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env, const c10::Device& device,
-                                                            std::chrono::milliseconds timeout, bool debug_mode) {
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
+                                                            const c10::Device& device,
+                                                            std::chrono::milliseconds timeout,
+                                                            bool debug_mode) {
   auto store = connect_store(env, timeout);
   check_world_size(*store, env);
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
   auto checked = [&](c10::intrusive_ptr<c10d::Backend> backend) {
-    return debug_mode ? wrap_backend_for_debug_mode(std::move(backend),
-                                                    c10::make_intrusive<c10d::PrefixStore>("accelerate/debug", store),
-                                                    timeout)
+    return debug_mode ? wrap_backend_for_debug_mode(
+                            std::move(backend),
+                            c10::make_intrusive<c10d::PrefixStore>("accelerate/debug", store), timeout)
                       : backend;
   };
   // CPU tensors: Gloo, with all-reduces through shared memory when every process is on this machine.
@@ -87,6 +97,23 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
   }
   return group;
+}
+
+void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
+                           const std::vector<at::Tensor>& tensors, int source) {
+  if (tensors.empty()) {
+    return;
+  }
+  // PyTorch's DDP uses 250 MiB buckets for the same broadcast; the copies back are in place, so the
+  // tensors are detached views of the caller's (parameters included).
+  constexpr size_t kBucketBytes = size_t{250} << 20;
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> detached;
+  detached.reserve(tensors.size());
+  for (const auto& tensor : tensors) {
+    detached.push_back(tensor.detach());
+  }
+  c10d::broadcast_coalesced(process_group, detached, kBucketBytes, source);
 }
 
 } // namespace accelerate::detail

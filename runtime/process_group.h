@@ -11,13 +11,22 @@
 namespace accelerate::detail {
 
 /// Connects to (rank 0: hosts) the TCPStore at MASTER_ADDR:MASTER_PORT and builds a process group: Gloo for
-/// CPU tensors (all-reduces through shared memory when every process is on this machine: shm_allreduce.h), and
-/// NCCL for CUDA tensors when `device` is a GPU. Throws `std::runtime_error` naming the
-/// variable to fix when the address or port is unusable. With `debug_mode` (ACCELERATE_DEBUG_MODE), every
-/// collective is first checked across processes (runtime/debug_mode.h).
-c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env, const c10::Device& device,
+/// CPU tensors (all-reduces through shared memory when every process is on this machine: shm_allreduce.h),
+/// and NCCL for CUDA tensors when `device` is a GPU. Throws `std::runtime_error` naming the variable to fix
+/// when the address or port is unusable. With `debug_mode` (ACCELERATE_DEBUG_MODE), every collective is first
+/// checked across processes (runtime/debug_mode.h).
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
+                                                            const c10::Device& device,
                                                             std::chrono::milliseconds timeout,
                                                             bool debug_mode = false);
+
+/// Copies process `source`'s values of `tensors` into every process's `tensors`, in place: one coalesced
+/// message per dtype and device (c10d's `broadcast_coalesced`, as PyTorch's DDP broadcasts a model), so a
+/// model whose tensors mix dtypes (fp32 and bf16 parameters, an int64 buffer) arrives bit-identical. Every
+/// process passes its tensors in the same order, with the same shapes and dtypes. The one place the runtime
+/// broadcasts model state.
+void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
+                           const std::vector<at::Tensor>& tensors, int source);
 
 /// A Gloo backend bound to the local address that reaches `master_addr` (or to `GLOO_SOCKET_IFNAME`).
 /// Lives in its own translation unit: see runtime/gloo_shim/README.md.

@@ -50,7 +50,8 @@ struct AcceleratorState {
   std::shared_ptr<Precision> precision;
   /// Backward tracking, reach analysis, Join (runtime/accelerator.cpp).
   std::shared_ptr<TrainingState> training;
-  /// `save_state`/`load_state` calls so far: numbers each collective checkpoint call (runtime/checkpoint.cpp).
+  /// `save_state`/`load_state` calls so far: numbers each collective checkpoint call
+  /// (runtime/checkpoint.cpp).
   int64_t checkpoint_calls = 0;
   /// The optimizer step debug mode last compared the replicas' checksums at (runtime/debug_mode.cpp).
   int64_t debug_checked_step = -1;

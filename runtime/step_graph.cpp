@@ -423,7 +423,9 @@ at::Tensor StepGraph::run(const std::vector<at::Tensor>& inputs, const Body& bod
 #endif
 }
 
-bool StepGraph::graphing() const { return impl_->graphing; }
+bool StepGraph::graphing() const {
+  return impl_->graphing;
+}
 bool StepGraph::captured() const {
 #ifdef ACCEL_WITH_CUDA_GRAPH
   return impl_->graph != nullptr;
@@ -431,8 +433,14 @@ bool StepGraph::captured() const {
   return false;
 #endif
 }
-int64_t StepGraph::replays() const { return impl_->replays; }
-int64_t StepGraph::eager_calls() const { return impl_->eager_calls; }
-int64_t StepGraph::captures() const { return impl_->captures; }
+int64_t StepGraph::replays() const {
+  return impl_->replays;
+}
+int64_t StepGraph::eager_calls() const {
+  return impl_->eager_calls;
+}
+int64_t StepGraph::captures() const {
+  return impl_->captures;
+}
 
 } // namespace accelerate::detail

@@ -46,8 +46,8 @@ int main(int argc, char** argv) {
   torch::Device device(torch::cuda::is_available() ? torch::kCUDA : torch::kCPU);
 
   auto dataset = SyntheticMnist(5120).map(torch::data::transforms::Stack<>());
-  auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset),
-                                                                                        batch_size);
+  auto loader =
+      torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(dataset), batch_size);
   auto model = std::make_shared<Net>();
   model->to(device);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));

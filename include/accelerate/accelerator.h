@@ -11,10 +11,10 @@
 
 #include <functional>
 #include <iostream>
-#include <string>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -34,30 +34,23 @@ struct AcceleratorState;
 /// The runtime's internal state of `accelerator`, for the runtime's own components and tests.
 AcceleratorState& internal_state(Accelerator& accelerator);
 
-template <typename T, typename = void>
-struct is_module_holder : std::false_type {};
+template <typename T, typename = void> struct is_module_holder : std::false_type {};
 template <typename T>
 struct is_module_holder<T, std::void_t<typename T::ContainedType>>
     : std::is_base_of<torch::nn::ModuleHolder<typename T::ContainedType>, T> {};
 
-template <typename T>
-struct is_module_pointer : std::false_type {};
-template <typename M>
-struct is_module_pointer<std::shared_ptr<M>> : std::is_base_of<torch::nn::Module, M> {};
+template <typename T> struct is_module_pointer : std::false_type {};
+template <typename M> struct is_module_pointer<std::shared_ptr<M>> : std::is_base_of<torch::nn::Module, M> {};
 
 template <typename T>
-inline constexpr bool is_model_v = std::is_base_of_v<torch::nn::Module, T> || is_module_holder<T>::value ||
-                                   is_module_pointer<T>::value;
-template <typename T>
-inline constexpr bool is_optimizer_v = std::is_base_of_v<torch::optim::Optimizer, T>;
-template <typename T>
-inline constexpr bool is_scheduler_v = std::is_base_of_v<torch::optim::LRScheduler, T>;
+inline constexpr bool is_model_v =
+    std::is_base_of_v<torch::nn::Module, T> || is_module_holder<T>::value || is_module_pointer<T>::value;
+template <typename T> inline constexpr bool is_optimizer_v = std::is_base_of_v<torch::optim::Optimizer, T>;
+template <typename T> inline constexpr bool is_scheduler_v = std::is_base_of_v<torch::optim::LRScheduler, T>;
 
-template <typename>
-inline constexpr bool unsupported_type = false;
+template <typename> inline constexpr bool unsupported_type = false;
 
-template <typename Model>
-torch::nn::Module& module_of(Model& model) {
+template <typename Model> torch::nn::Module& module_of(Model& model) {
   if constexpr (std::is_base_of_v<torch::nn::Module, Model>) {
     return model;
   } else {
@@ -66,8 +59,7 @@ torch::nn::Module& module_of(Model& model) {
 }
 } // namespace detail
 
-template <typename Dataset>
-class DataLoader;
+template <typename Dataset> class DataLoader;
 
 /// How the job is distributed, with Hugging Face Accelerate's names.
 enum class DistributedType { NO, MULTI_CPU, MULTI_GPU };
@@ -147,7 +139,8 @@ public:
   Scheduler prepare(Sched&& scheduler) {
     using Type = std::decay_t<Sched>;
     if constexpr (std::is_lvalue_reference_v<Sched>) {
-      return prepare_scheduler(std::shared_ptr<torch::optim::LRScheduler>(std::shared_ptr<void>(), &scheduler));
+      return prepare_scheduler(
+          std::shared_ptr<torch::optim::LRScheduler>(std::shared_ptr<void>(), &scheduler));
     } else {
       return prepare_scheduler(std::make_shared<Type>(std::move(scheduler)));
     }
@@ -155,10 +148,11 @@ public:
   /// Prepares several objects at once; returns a tuple of what each single `prepare` returns.
   template <typename First, typename Second, typename... Rest>
   auto prepare(First&& first, Second&& second, Rest&&... rest) {
-    return std::tuple<decltype(prepare(std::forward<First>(first))), decltype(prepare(std::forward<Second>(second))),
-                      decltype(prepare(std::forward<Rest>(rest)))...>(
-        prepare(std::forward<First>(first)), prepare(std::forward<Second>(second)),
-        prepare(std::forward<Rest>(rest))...);
+    return std::tuple<decltype(prepare(std::forward<First>(first))),
+                      decltype(prepare(std::forward<Second>(second))),
+                      decltype(prepare(std::forward<Rest>(rest)))...>(prepare(std::forward<First>(first)),
+                                                                      prepare(std::forward<Second>(second)),
+                                                                      prepare(std::forward<Rest>(rest))...);
   }
   /// Catches everything `prepare` does not know, with a message instead of a template error cascade.
   template <typename T, std::enable_if_t<!detail::is_model_v<std::decay_t<T>> &&
@@ -166,10 +160,11 @@ public:
                                              !detail::is_scheduler_v<std::decay_t<T>>,
                                          int> = 0>
   void prepare(T&&) {
-    static_assert(detail::unsupported_type<T>,
-                  "accelerate::Accelerator::prepare: unsupported object; pass a torch::nn::Module (holder, "
-                  "shared_ptr or module), a torch::optim::Optimizer or a torch::optim::LRScheduler. Data loaders "
-                  "are built from their dataset with prepare_data_loader(dataset, options).");
+    static_assert(
+        detail::unsupported_type<T>,
+        "accelerate::Accelerator::prepare: unsupported object; pass a torch::nn::Module (holder, "
+        "shared_ptr or module), a torch::optim::Optimizer or a torch::optim::LRScheduler. Data loaders "
+        "are built from their dataset with prepare_data_loader(dataset, options).");
   }
 
   void prepare_model(torch::nn::Module& model);
@@ -186,7 +181,8 @@ public:
   // ---- The training step --------------------------------------------------------------------------------
   /// Runs `loss.backward(gradient, retain_graph, create_graph)` with gradient synchronisation armed for
   /// every prepared model the loss reaches (skipped inside `no_sync` and on non-final accumulation
-  /// micro-steps). Takes the arguments of `torch::Tensor::backward`: gradient, retain_graph, create_graph, inputs.
+  /// micro-steps). Takes the arguments of `torch::Tensor::backward`: gradient, retain_graph, create_graph,
+  /// inputs.
   void backward(const torch::Tensor& loss, const torch::Tensor& gradient = {},
                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
                 std::optional<at::TensorList> inputs = std::nullopt);
@@ -208,8 +204,7 @@ public:
   ///   scheduler.step();
   /// }
   /// ```
-  template <typename Fn>
-  GraphedStep<Fn> graphed_step(Fn step) {
+  template <typename Fn> GraphedStep<Fn> graphed_step(Fn step) {
     return GraphedStep<Fn>(*this, std::move(step));
   }
 
@@ -228,8 +223,7 @@ public:
     explicit AccumulateGuard(Accelerator* accelerator) : accelerator_(accelerator) {}
     Accelerator* accelerator_;
   };
-  template <typename... Models>
-  [[nodiscard]] AccumulateGuard accumulate(Models&... models) {
+  template <typename... Models> [[nodiscard]] AccumulateGuard accumulate(Models&... models) {
     (void)sizeof...(models); // every prepared model takes part; the arguments mirror Accelerate's API
     return begin_accumulate();
   }
@@ -250,8 +244,7 @@ public:
     Accelerator* accelerator_;
     std::vector<torch::nn::Module*> models_;
   };
-  template <typename Model>
-  [[nodiscard]] NoSyncGuard no_sync(Model& model) {
+  template <typename Model> [[nodiscard]] NoSyncGuard no_sync(Model& model) {
     return begin_no_sync({&detail::module_of(model)});
   }
 
@@ -263,10 +256,7 @@ public:
   void clip_grad_value_(const std::vector<torch::Tensor>& parameters, double clip_value);
 
   /// The model as the user built it (prepare works in place, so this is the model itself).
-  template <typename Model>
-  Model& unwrap_model(Model& model) {
-    return model;
-  }
+  template <typename Model> Model& unwrap_model(Model& model) { return model; }
 
   /// Seeds the CPU and every CUDA generator and the prepared loaders' sampler with `seed` (plus the process
   /// index when `device_specific`).
@@ -307,11 +297,9 @@ public:
   void load_state(const std::string& directory = "");
   /// Adds an object to what `save_state`/`load_state` cover: anything with
   /// `void save(torch::serialize::OutputArchive&) const` and `void load(torch::serialize::InputArchive&)`.
-  template <typename T>
-  void register_for_checkpointing(T& object) {
-    register_checkpoint_entry(
-        [&object](torch::serialize::OutputArchive& archive) { object.save(archive); },
-        [&object](torch::serialize::InputArchive& archive) { object.load(archive); });
+  template <typename T> void register_for_checkpointing(T& object) {
+    register_checkpoint_entry([&object](torch::serialize::OutputArchive& archive) { object.save(archive); },
+                              [&object](torch::serialize::InputArchive& archive) { object.load(archive); });
   }
   /// Saves a model's weights (main process): `model.safetensors` (readable by Python's safetensors) and a
   /// libtorch archive `model.pt`, in `directory`.
@@ -365,8 +353,7 @@ public:
   torch::Tensor split_between_processes(const torch::Tensor& tensor, bool apply_padding = false);
 
   /// Prints on the main process only (`accelerator.print("loss ", loss.item<double>())`).
-  template <typename... Args>
-  void print(const Args&... args) {
+  template <typename... Args> void print(const Args&... args) {
     if (is_main_process()) {
       std::ostringstream line;
       (line << ... << args);

@@ -407,8 +407,8 @@ private:
 };
 
 template <typename Dataset>
-std::unique_ptr<DataLoader<Dataset>>
-Accelerator::prepare_data_loader(Dataset dataset, DataLoaderOptions options) {
+std::unique_ptr<DataLoader<Dataset>> Accelerator::prepare_data_loader(Dataset dataset,
+                                                                      DataLoaderOptions options) {
   return std::make_unique<DataLoader<Dataset>>(std::move(dataset), std::move(options), loader_context());
 }
 

@@ -56,11 +56,9 @@ private:
 /// - the step is captured again after `load_state`, `Optimizer::load` or anything else that replaces the
 ///   parameters or the optimizer's state tensors.
 /// Without a CUDA device, or with `cuda_graph` off, every call runs the step as written.
-template <typename Fn>
-class GraphedStep {
+template <typename Fn> class GraphedStep {
 public:
-  template <typename... Inputs>
-  at::Tensor operator()(const Inputs&... inputs) {
+  template <typename... Inputs> at::Tensor operator()(const Inputs&... inputs) {
     static_assert(
         (std::is_convertible_v<const Inputs&, const at::Tensor&> && ...),
         "accelerate::GraphedStep: pass the step's inputs as tensors (e.g. step(batch.data, batch.target))");
@@ -83,8 +81,7 @@ private:
   GraphedStep(Accelerator& accelerator, Fn fn)
       : fn_(std::move(fn)), graph_(std::make_shared<detail::StepGraph>(accelerator)) {}
 
-  template <size_t... I>
-  at::Tensor call(const std::vector<at::Tensor>& inputs, std::index_sequence<I...>) {
+  template <size_t... I> at::Tensor call(const std::vector<at::Tensor>& inputs, std::index_sequence<I...>) {
     using Result = decltype(fn_(inputs[I]...));
     static_assert(std::is_convertible_v<Result, at::Tensor>,
                   "accelerate::GraphedStep: the step must return a tensor (e.g. the loss)");

@@ -9,11 +9,11 @@
 
 namespace accelerate {
 
-#define ACCELERATE_OPTION(TYPE, NAME)                                                                          \
-  AcceleratorOptions& NAME(TYPE value) {                                                                       \
-    NAME##_ = std::move(value);                                                                                \
-    return *this;                                                                                              \
-  }                                                                                                            \
+#define ACCELERATE_OPTION(TYPE, NAME)                                                                        \
+  AcceleratorOptions& NAME(TYPE value) {                                                                     \
+    NAME##_ = std::move(value);                                                                              \
+    return *this;                                                                                            \
+  }                                                                                                          \
   std::optional<TYPE> NAME##_
 
 /// Options for `Accelerator`, with libtorch-style fluent setters. A value set here wins over the environment
@@ -27,7 +27,8 @@ namespace accelerate {
 struct AcceleratorOptions {
   /// "no" (default), "fp16", "bf16" or "fp8" (`ACCELERATE_MIXED_PRECISION`).
   ACCELERATE_OPTION(std::string, mixed_precision);
-  /// Micro-steps per optimizer step inside `accumulate` (`ACCELERATE_GRADIENT_ACCUMULATION_STEPS`; default 1).
+  /// Micro-steps per optimizer step inside `accumulate` (`ACCELERATE_GRADIENT_ACCUMULATION_STEPS`; default
+  /// 1).
   ACCELERATE_OPTION(int, gradient_accumulation_steps);
   /// Run on the CPU even when CUDA is available (`ACCELERATE_USE_CPU`; default false).
   ACCELERATE_OPTION(bool, cpu);
@@ -35,7 +36,8 @@ struct AcceleratorOptions {
   ACCELERATE_OPTION(bool, split_batches);
   /// Pad the last batches with wrapped samples so every process gets as many batches (default true).
   ACCELERATE_OPTION(bool, even_batches);
-  /// The prepared scheduler steps only when the optimizer really stepped (default true); false: on every call.
+  /// The prepared scheduler steps only when the optimizer really stepped (default true); false: on every
+  /// call.
   ACCELERATE_OPTION(bool, step_scheduler_with_optimizer);
   /// Reproduce Hugging Face Accelerate's scheduler, which steps `num_processes` times per optimizer step
   /// (default false: once per optimizer step).

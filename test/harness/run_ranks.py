@@ -5,12 +5,42 @@ Fails with the ranks' output when any rank fails, and never hangs: past --timeou
 tree (launcher and ranks, one process group) is killed and the test fails saying so.
 
     run_ranks.py --accel build/bin/accel --nproc 2 --timeout 120 -- ./test_binary --gtest_brief=1
+
+For a GoogleTest binary (a --gtest_filter in the command), the filter must select at least one test (asked of the
+binary with --gtest_list_tests first): a renamed test fails instead of passing by running nothing. When the ranks
+skipped a test (GTEST_SKIP), the run exits 77, which ctest reports as skipped (SKIP_RETURN_CODE 77), not passed.
 """
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
+
+
+SKIP = 77
+GTEST_SKIPPED = re.compile(r"^(?:\[rank(\d+)\]: )?\[  SKIPPED \] (\d+) tests?[,.]", re.M)
+
+
+def gtest_selected(command):
+    """The tests the command's --gtest_filter selects, listed by the binary itself (no rank is started)."""
+    listing = subprocess.run([command[0], *[a for a in command[1:] if a.startswith("--gtest_filter")],
+                              "--gtest_list_tests"], capture_output=True, text=True, timeout=60)
+    if listing.returncode != 0:
+        sys.exit(f"run_ranks: FAILED: {command[0]} --gtest_list_tests exited {listing.returncode}:\n"
+                 f"{listing.stdout}{listing.stderr}")
+    suite, tests = "", []
+    for line in listing.stdout.splitlines():
+        if line and not line.startswith(" "):
+            suite = line.split("#")[0].strip()
+        elif line.strip():
+            tests.append(suite + line.split("#")[0].strip())
+    return tests
+
+
+def skipped_somewhere(output):
+    """True when a rank skipped a test it ran (GTEST_SKIP): the run is then not counted as passed."""
+    return any(int(count) > 0 for _, count in GTEST_SKIPPED.findall(output))
 
 
 def main() -> int:
@@ -26,6 +56,14 @@ def main() -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no binary given after --")
+
+    gtest = any(arg.startswith("--gtest_filter") for arg in command[1:])
+    if gtest:
+        selected = gtest_selected(command)
+        if not selected:
+            print(f"run_ranks: FAILED: {' '.join(command)} selects no test (a renamed or removed test would pass "
+                  f"by running nothing); see `{command[0]} --gtest_list_tests`")
+            return 1
 
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -58,6 +96,10 @@ def main() -> int:
     if missing:
         print(f"run_ranks: FAILED: output lacks {missing!r}")
         return 1
+    if gtest and skipped_somewhere(output):
+        print(f"run_ranks: SKIPPED: of {', '.join(selected)}, a rank skipped at least one (GTEST_SKIP; the reason "
+              "and the count are above); the others passed")
+        return SKIP
     print(f"run_ranks: {args.nproc} ranks passed")
     return 0
 

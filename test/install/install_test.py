@@ -100,19 +100,21 @@ def package(options):
         fail("the single-process run printed fewer than four steps", single)
     if not distributed:
         fail("the 2-rank run printed no step line", ranks)
+    worst = 0.0  # the largest relative difference seen: the measured spread behind the rtol
     for rank, values in sorted(distributed.items()):
         if sorted(values) != steps:
             fail(f"rank {rank} printed steps {sorted(values)}, the single-process run {steps}", ranks)
         for step in steps:
             if not math.isfinite(values[step]):
                 fail(f"rank {rank} step {step}: loss {values[step]}", ranks)
+            worst = max(worst, abs(values[step] - plain[step]) / abs(plain[step]))
             if not abs(values[step] - plain[step]) <= 1e-5 * abs(plain[step]):
                 fail(f"step {step}: 2 ranks {values[step]!r} vs single process {plain[step]!r} (rtol 1e-5)", ranks)
     if not plain[steps[-1]] < 0.5 * plain[steps[0]]:
         fail(f"the loss did not fall: step {steps[0]} {plain[steps[0]]} -> step {steps[-1]} {plain[steps[-1]]}")
     mismatch(options, prefix, project)
     print(f"install_test: the installed package built train; on 2 ranks its loss matches the single-process "
-          f"run at every printed step (rtol 1e-5): {plain[steps[0]]:.6g} -> {plain[steps[-1]]:.6g}")
+          f"run at every printed step (largest relative difference {worst:.2e}, rtol 1e-5): {plain[steps[0]]:.6g} -> {plain[steps[-1]]:.6g}")
 
 
 def mismatch(options, prefix, project):

@@ -34,12 +34,16 @@ struct Mlp : torch::nn::Module {
 constexpr int64_t kPerRankBatch = 4;
 
 /// Global batch number `index`: the same on every rank, drawn from a generator seeded by the index.
-std::pair<torch::Tensor, torch::Tensor> global_batch(int index, int64_t size, int64_t in = 8, int64_t out = 1) {
+std::pair<torch::Tensor, torch::Tensor> global_batch(int index, int64_t size, int64_t in = 8,
+                                                     int64_t out = 1) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + index);
-  return {at::randn({size, in}, generator, torch::kFloat64), at::randn({size, out}, generator, torch::kFloat64)};
+  return {at::randn({size, in}, generator, torch::kFloat64),
+          at::randn({size, out}, generator, torch::kFloat64)};
 }
 
-torch::Tensor rows(const torch::Tensor& t, int64_t begin, int64_t count) { return t.slice(0, begin, begin + count); }
+torch::Tensor rows(const torch::Tensor& t, int64_t begin, int64_t count) {
+  return t.slice(0, begin, begin + count);
+}
 
 std::shared_ptr<Mlp> make_model(uint64_t seed, int64_t in = 8, int64_t hidden = 16, int64_t out = 1) {
   torch::manual_seed(seed);
@@ -52,8 +56,8 @@ accelerate::AcceleratorOptions test_options() {
   return accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(30));
 }
 
-void expect_parameters_equal(const std::vector<torch::Tensor>& actual, const std::vector<torch::Tensor>& expected,
-                             int rank) {
+void expect_parameters_equal(const std::vector<torch::Tensor>& actual,
+                             const std::vector<torch::Tensor>& expected, int rank) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i) {
     EXPECT_TRUE(torch::allclose(actual[i], expected[i], /*rtol=*/1e-6, /*atol=*/1e-12))
@@ -103,7 +107,8 @@ void expect_ranks_match_one_process(const MakeOptimizer& make_optimizer, int ste
   expect_parameters_equal(model->parameters(), reference->parameters(), rank);
   EXPECT_EQ(optimizer.fused_steps(), steps) << "the fused ATen kernel was not used";
   EXPECT_EQ(scheduler.steps(), steps);
-  EXPECT_DOUBLE_EQ(optimizer.param_groups()[0].options().get_lr(), plain->param_groups()[0].options().get_lr());
+  EXPECT_DOUBLE_EQ(optimizer.param_groups()[0].options().get_lr(),
+                   plain->param_groups()[0].options().get_lr());
 }
 
 TEST(DDP, TwoRanksEqualOneRankDoubleBatchSGD) {
@@ -115,11 +120,12 @@ TEST(DDP, TwoRanksEqualOneRankDoubleBatchSGD) {
 }
 
 TEST(DDP, GradientAsBucketViewTrainsLikeOneProcess) {
-  // The gradients are views of the Reducer's buckets: zero_grad must neither detach_() them in place (libtorch's
-  // Optimizer::zero_grad does, and throws) nor lose the views when it keeps them.
+  // The gradients are views of the Reducer's buckets: zero_grad must neither detach_() them in place
+  // (libtorch's Optimizer::zero_grad does, and throws) nor lose the views when it keeps them.
   expect_ranks_match_one_process(
       [](std::vector<torch::Tensor> params) {
-        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+        return std::make_unique<torch::optim::AdamW>(params,
+                                                     torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
       },
       20, test_options().gradient_as_bucket_view(true), /*alternate_set_to_none=*/true);
 }
@@ -127,7 +133,8 @@ TEST(DDP, GradientAsBucketViewTrainsLikeOneProcess) {
 TEST(DDP, TwoRanksEqualOneRankDoubleBatchAdamW) {
   expect_ranks_match_one_process(
       [](std::vector<torch::Tensor> params) {
-        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+        return std::make_unique<torch::optim::AdamW>(params,
+                                                     torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
       },
       20);
 }
@@ -242,9 +249,8 @@ TEST(DDP, ReducerHasBucketsThatStartBeforeBackwardEnds) {
   synchronizer.observe_bucket_launches([&](size_t) { ++launched; });
   // fc1's weight gradient is computed last in backward: by then later buckets must already be on the wire.
   int launched_when_first_layer_grad_arrived = -1;
-  model->fc1->weight.register_hook([&](const torch::Tensor&) {
-    launched_when_first_layer_grad_arrived = launched.load();
-  });
+  model->fc1->weight.register_hook(
+      [&](const torch::Tensor&) { launched_when_first_layer_grad_arrived = launched.load(); });
   auto [x, y] = global_batch(0, kPerRankBatch);
   accelerator.backward(torch::mse_loss(model->forward(x), y));
   EXPECT_GT(launched_when_first_layer_grad_arrived, 0)
@@ -328,8 +334,8 @@ TEST(DDP, GanTrainsLikeOneProcess) {
     discriminator->to(torch::kFloat64);
     return std::pair{generator, discriminator};
   };
-  auto gan_step = [](auto& generator, auto& discriminator, auto& g_optimizer, auto& d_optimizer, auto&& backward,
-                     const torch::Tensor& real, const torch::Tensor& noise) {
+  auto gan_step = [](auto& generator, auto& discriminator, auto& g_optimizer, auto& d_optimizer,
+                     auto&& backward, const torch::Tensor& real, const torch::Tensor& noise) {
     d_optimizer.zero_grad();
     auto fake = generator->forward(noise);
     auto ones = torch::ones({real.size(0), 1}, torch::kFloat64);
@@ -347,9 +353,10 @@ TEST(DDP, GanTrainsLikeOneProcess) {
   auto d_optimizer = accelerator.prepare(torch::optim::SGD(discriminator->parameters(), 0.05));
   for (int step = 0; step < steps; ++step) {
     auto [real, noise] = global_batch(step, global, 6, 4);
-    gan_step(generator, discriminator, g_optimizer, d_optimizer,
-             [&](const torch::Tensor& loss) { accelerator.backward(loss); },
-             rows(real, rank * kPerRankBatch, kPerRankBatch), rows(noise, rank * kPerRankBatch, kPerRankBatch));
+    gan_step(
+        generator, discriminator, g_optimizer, d_optimizer,
+        [&](const torch::Tensor& loss) { accelerator.backward(loss); },
+        rows(real, rank * kPerRankBatch, kPerRankBatch), rows(noise, rank * kPerRankBatch, kPerRankBatch));
   }
 
   auto [g_ref, d_ref] = build(11);
@@ -374,7 +381,8 @@ TEST(DDP, PlainBackwardIsRefusedAtStep) {
     optimizer.step();
     FAIL() << "a step on unsynchronised gradients must throw";
   } catch (const std::logic_error& error) {
-    EXPECT_NE(std::string(error.what()).find("accelerator.backward(loss)"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("accelerator.backward(loss)"), std::string::npos)
+        << error.what();
   }
 }
 
@@ -383,6 +391,73 @@ TEST(DDP, WaitForEveryoneReturnsOnAllRanks) {
   accelerator.wait_for_everyone();
   EXPECT_EQ(accelerator.distributed_type(), accelerate::DistributedType::MULTI_CPU);
   EXPECT_EQ(accelerator.is_main_process(), accelerator.process_index() == 0);
+}
+
+/// A model whose first parameter is bf16 and the rest fp32, with an fp32 and an int64 buffer: prepare's
+/// broadcast and the per-step buffer broadcast must carry each tensor in its own dtype.
+struct MixedDtypeNet : torch::nn::Module {
+  explicit MixedDtypeNet(uint64_t seed) {
+    torch::manual_seed(seed);
+    scale = register_parameter("scale", torch::randn({4}).to(torch::kBFloat16));
+    fc = register_module("fc", torch::nn::Linear(4, 3));
+    running = register_buffer("running", torch::randn({3}));
+    // Above 2^8 (not a bf16 value) and 2^24 (not an fp32 value): only an int64 transfer keeps it.
+    counter =
+        register_buffer("counter", torch::full({2}, int64_t{(1 << 24) + 1} + static_cast<int64_t>(seed)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc->forward(x * scale.to(torch::kFloat32)); }
+  torch::Tensor scale, running, counter;
+  torch::nn::Linear fc{nullptr};
+};
+
+void expect_bit_identical(torch::nn::Module& actual, torch::nn::Module& expected, int rank,
+                          const char* when) {
+  auto actual_params = actual.named_parameters(), expected_params = expected.named_parameters();
+  auto actual_buffers = actual.named_buffers(), expected_buffers = expected.named_buffers();
+  for (auto [got, want] :
+       {std::pair{&actual_params, &expected_params}, std::pair{&actual_buffers, &expected_buffers}}) {
+    for (const auto& item : *want) {
+      const auto& tensor = (*got)[item.key()];
+      EXPECT_EQ(tensor.scalar_type(), item.value().scalar_type())
+          << item.key() << " on rank " << rank << " " << when;
+      EXPECT_TRUE(torch::equal(tensor, item.value()))
+          << item.key() << " on rank " << rank << " " << when << " differs from rank 0's by up to "
+          << (tensor.to(torch::kFloat64) - item.value().to(torch::kFloat64)).abs().max().item<double>();
+    }
+  }
+}
+
+TEST(DDP, MixedDtypeModelArrivesBitIdentical) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int rank = accelerator.process_index();
+  ASSERT_GE(accelerator.num_processes(), 2) << "run this test under accel launch with at least 2 processes";
+  auto model = std::make_shared<MixedDtypeNet>(rank == 0 ? 0 : 10 + rank);
+  auto rank0_before = std::make_shared<MixedDtypeNet>(0); // what rank 0 holds before prepare
+  ASSERT_EQ(model->parameters().front().scalar_type(), torch::kBFloat16)
+      << "the first parameter must be bf16";
+  accelerator.prepare(model);
+  expect_bit_identical(*model, *rank0_before, rank, "after prepare");
+
+  // Buffers are rank 0's again at every step (DDP's broadcast_buffers), each in its own dtype.
+  {
+    torch::NoGradGuard no_grad;
+    model->counter.fill_(int64_t{(1 << 24) + 3} + rank);
+    model->running.copy_(torch::randn({3}) + rank);
+  }
+  auto x = torch::randn({5, 4}).add(rank);
+  accelerator.backward(model->forward(x).pow(2).mean());
+  std::vector<torch::Tensor> received{model->running.clone(), model->counter.clone()};
+  EXPECT_EQ(received[1][0].item<int64_t>(), int64_t{(1 << 24) + 3}) << "on rank " << rank;
+  // Rank 0's buffers now, sent to everyone tensor by tensor: every rank's must equal them.
+  std::vector<torch::Tensor> sent{model->running.clone(), model->counter.clone()};
+  auto pg = accelerate::detail::internal_state(accelerator).process_group;
+  for (auto& tensor : sent) {
+    std::vector<torch::Tensor> message{tensor};
+    pg->broadcast(message, c10d::BroadcastOptions{0})->wait();
+  }
+  EXPECT_TRUE(torch::equal(received[0], sent[0])) << "the fp32 buffer on rank " << rank;
+  EXPECT_TRUE(torch::equal(received[1], sent[1])) << "the int64 buffer on rank " << rank;
 }
 
 } // namespace

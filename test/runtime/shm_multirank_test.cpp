@@ -203,8 +203,9 @@ TEST(ShmAllreduce, AnUnknownSettingIsRefusedByName) {
     accelerate::Accelerator accelerator(test_options());
     FAIL() << "ACCELERATE_SHM_ALLREDUCE=sometimes was accepted";
   } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("ACCELERATE_SHM_ALLREDUCE must be auto, 1 or 0 (got 'sometimes')"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(error.what()).find("ACCELERATE_SHM_ALLREDUCE must be auto, 1 or 0 (got 'sometimes')"),
+        std::string::npos)
         << error.what();
   }
 }

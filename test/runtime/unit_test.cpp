@@ -32,11 +32,26 @@ public:
 
 private:
   static void clear() {
-    for (const char* name : {"ACCELERATE_MIXED_PRECISION", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
-                             "ACCELERATE_USE_CPU", "ACCELERATE_USE_FSDP", "ACCELERATE_CONFIG_FILE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                             "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                             "SLURM_NTASKS_PER_NODE", "SLURM_JOB_NODELIST"}) {
+    for (const char* name : {"ACCELERATE_MIXED_PRECISION",
+                             "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                             "ACCELERATE_USE_CPU",
+                             "ACCELERATE_USE_FSDP",
+                             "ACCELERATE_CONFIG_FILE",
+                             "RANK",
+                             "WORLD_SIZE",
+                             "LOCAL_RANK",
+                             "LOCAL_WORLD_SIZE",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "OMPI_COMM_WORLD_RANK",
+                             "OMPI_COMM_WORLD_SIZE",
+                             "OMPI_COMM_WORLD_LOCAL_RANK",
+                             "OMPI_COMM_WORLD_LOCAL_SIZE",
+                             "SLURM_PROCID",
+                             "SLURM_NTASKS",
+                             "SLURM_LOCALID",
+                             "SLURM_NTASKS_PER_NODE",
+                             "SLURM_JOB_NODELIST"}) {
       unsetenv(name);
     }
   }
@@ -51,8 +66,12 @@ TEST(Environment, NoLauncherMeansOneProcess) {
 }
 
 TEST(Environment, ReadsTorchrunVariables) {
-  LauncherVariables variables({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                               {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "1234"}});
+  LauncherVariables variables({{"RANK", "3"},
+                               {"WORLD_SIZE", "4"},
+                               {"LOCAL_RANK", "1"},
+                               {"LOCAL_WORLD_SIZE", "2"},
+                               {"MASTER_ADDR", "10.1.2.3"},
+                               {"MASTER_PORT", "1234"}});
   auto env = discover_launch_environment();
   EXPECT_EQ(env.rank, 3);
   EXPECT_EQ(env.world_size, 4);
@@ -64,8 +83,10 @@ TEST(Environment, ReadsTorchrunVariables) {
 }
 
 TEST(Environment, ReadsOpenMpiVariables) {
-  LauncherVariables variables({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  LauncherVariables variables({{"OMPI_COMM_WORLD_RANK", "1"},
+                               {"OMPI_COMM_WORLD_SIZE", "2"},
+                               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   auto env = discover_launch_environment();
   EXPECT_EQ(env.rank, 1);
   EXPECT_EQ(env.world_size, 2);
@@ -74,8 +95,11 @@ TEST(Environment, ReadsOpenMpiVariables) {
 }
 
 TEST(Environment, ReadsSlurmVariablesAndMasterFromNodeList) {
-  LauncherVariables variables({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                               {"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "gpu[07-08]"}});
+  LauncherVariables variables({{"SLURM_PROCID", "5"},
+                               {"SLURM_NTASKS", "8"},
+                               {"SLURM_LOCALID", "1"},
+                               {"SLURM_NTASKS_PER_NODE", "4"},
+                               {"SLURM_JOB_NODELIST", "gpu[07-08]"}});
   auto env = discover_launch_environment();
   EXPECT_EQ(env.rank, 5);
   EXPECT_EQ(env.world_size, 8);
@@ -130,8 +154,7 @@ TEST(Accelerator, PreparingAModelTwiceIsAnError) {
 }
 
 /// The message of the exception `action` throws, or "" when it throws none.
-template <typename Action>
-std::string error_of(Action&& action) {
+template <typename Action> std::string error_of(Action&& action) {
   try {
     action();
   } catch (const std::exception& error) {
@@ -141,11 +164,13 @@ std::string error_of(Action&& action) {
 }
 
 TEST(Config, OptionsBeatEnvironmentBeatDefaults) {
-  LauncherVariables variables({{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}, {"ACCELERATE_MIXED_PRECISION", "bf16"}});
+  LauncherVariables variables(
+      {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"}, {"ACCELERATE_MIXED_PRECISION", "bf16"}});
   accelerate::Accelerator from_environment(accelerate::AcceleratorOptions().cpu(true));
   EXPECT_EQ(from_environment.gradient_accumulation_steps(), 4);
   EXPECT_EQ(from_environment.mixed_precision(), "bf16");
-  accelerate::Accelerator from_options(accelerate::AcceleratorOptions().cpu(true).gradient_accumulation_steps(2));
+  accelerate::Accelerator from_options(
+      accelerate::AcceleratorOptions().cpu(true).gradient_accumulation_steps(2));
   EXPECT_EQ(from_options.gradient_accumulation_steps(), 2);
   EXPECT_NE(from_options.state().find("gradient_accumulation_steps: 2  (options)"), std::string::npos)
       << from_options.state();
@@ -156,8 +181,9 @@ TEST(Config, ConfigFileIsReadOnlyWhenNamed) {
   auto path = testing::TempDir() + "/accelerate_config.yaml";
   {
     std::ofstream file(path);
-    file << "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\ngradient_accumulation_steps: 3\n"
-            "mixed_precision: fp16\nnum_processes: 2\nuse_cpu: true\n";
+    file
+        << "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\ngradient_accumulation_steps: 3\n"
+           "mixed_precision: fp16\nnum_processes: 2\nuse_cpu: true\n";
   }
   LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}, {"ACCELERATE_MIXED_PRECISION", "no"}});
   accelerate::Accelerator accelerator;
@@ -169,7 +195,9 @@ TEST(Config, ConfigFileIsReadOnlyWhenNamed) {
 TEST(Config, BadValuesNameTheKeyAndTheChoices) {
   {
     LauncherVariables variables({{"ACCELERATE_MIXED_PRECISION", "fp4"}});
-    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("'fp4' (from the environment) is not one of no, fp16, bf16, fp8"),
+    EXPECT_NE(error_of([] {
+                accelerate::Accelerator accelerator;
+              }).find("'fp4' (from the environment) is not one of no, fp16, bf16, fp8"),
               std::string::npos);
   }
   {
@@ -179,7 +207,8 @@ TEST(Config, BadValuesNameTheKeyAndTheChoices) {
   }
   {
     LauncherVariables variables({{"ACCELERATE_USE_FSDP", "true"}});
-    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("sharded training"), std::string::npos);
+    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("sharded training"),
+              std::string::npos);
   }
   auto path = testing::TempDir() + "/broken.yaml";
   {
@@ -204,7 +233,9 @@ TEST(Rendezvous, PortInUseIsNamed) {
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
   ASSERT_EQ(listen(fd, 1), 0);
-  LauncherVariables variables({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+  LauncherVariables variables({{"RANK", "0"},
+                               {"WORLD_SIZE", "2"},
+                               {"MASTER_ADDR", "127.0.0.1"},
                                {"MASTER_PORT", std::to_string(bound_port(fd))}});
   auto message = error_of([] {
     accelerate::Accelerator accelerator(
@@ -223,7 +254,9 @@ TEST(Rendezvous, UnreachableMasterIsNamed) {
   ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
   const int port = bound_port(fd);
   close(fd);
-  LauncherVariables variables({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+  LauncherVariables variables({{"RANK", "1"},
+                               {"WORLD_SIZE", "2"},
+                               {"MASTER_ADDR", "127.0.0.1"},
                                {"MASTER_PORT", std::to_string(port)}});
   auto message = error_of([] {
     accelerate::Accelerator accelerator(
@@ -233,15 +266,16 @@ TEST(Rendezvous, UnreachableMasterIsNamed) {
 }
 
 /// The fused ATen step against libtorch's own optimizer, on identical gradient sequences (float64).
-template <typename Make>
-void expect_fused_matches_libtorch(Make make) {
+template <typename Make> void expect_fused_matches_libtorch(Make make) {
   LauncherVariables variables({});
   accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
   torch::manual_seed(3);
   auto initial = torch::randn({5, 7}, torch::kFloat64);
   auto bias_initial = torch::randn({7}, torch::kFloat64);
-  std::vector<torch::Tensor> fused_params{initial.clone().requires_grad_(), bias_initial.clone().requires_grad_()};
-  std::vector<torch::Tensor> plain_params{initial.clone().requires_grad_(), bias_initial.clone().requires_grad_()};
+  std::vector<torch::Tensor> fused_params{initial.clone().requires_grad_(),
+                                          bias_initial.clone().requires_grad_()};
+  std::vector<torch::Tensor> plain_params{initial.clone().requires_grad_(),
+                                          bias_initial.clone().requires_grad_()};
   auto fused = accelerator.prepare_optimizer(make(fused_params));
   auto plain = make(plain_params);
   for (int step = 0; step < 12; ++step) {
@@ -256,7 +290,8 @@ void expect_fused_matches_libtorch(Make make) {
   EXPECT_EQ(fused.fused_steps(), 12);
   for (size_t i = 0; i < fused_params.size(); ++i) {
     EXPECT_TRUE(torch::allclose(fused_params[i], plain_params[i], 1e-6, 1e-12))
-        << "parameter " << i << " differs by " << (fused_params[i] - plain_params[i]).abs().max().item<double>();
+        << "parameter " << i << " differs by "
+        << (fused_params[i] - plain_params[i]).abs().max().item<double>();
   }
 }
 
@@ -287,7 +322,8 @@ TEST(FusedOptimizer, SgdMomentumMatchesLibtorch) {
 
 TEST(FusedOptimizer, SgdNesterovMatchesLibtorch) {
   expect_fused_matches_libtorch([](std::vector<torch::Tensor> p) {
-    return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
+    return std::make_unique<torch::optim::SGD>(p,
+                                               torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true));
   });
 }
 
@@ -303,8 +339,8 @@ TEST(FusedOptimizer, LibtorchSaveOfTheUsersOptimizerStillWorks) {
   torch::save(adam, path);
   torch::optim::Adam restored(model->parameters(), 1e-2);
   torch::load(restored, path);
-  auto& state = static_cast<torch::optim::AdamParamState&>(
-      *restored.state().at(model->weight.unsafeGetTensorImpl()));
+  auto& state =
+      static_cast<torch::optim::AdamParamState&>(*restored.state().at(model->weight.unsafeGetTensorImpl()));
   EXPECT_EQ(state.step(), 1);
   EXPECT_TRUE(torch::allclose(state.exp_avg(), static_cast<torch::optim::AdamParamState&>(
                                                    *adam.state().at(model->weight.unsafeGetTensorImpl()))

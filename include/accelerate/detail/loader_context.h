@@ -1,4 +1,5 @@
-// LoaderContext: what a prepared DataLoader needs from its Accelerator, without seeing the runtime's internals.
+// LoaderContext: what a prepared DataLoader needs from its Accelerator, without seeing the runtime's
+// internals.
 #pragma once
 
 #include <accelerate/gradient_state.h>
