@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <stdexcept>
 
 namespace accelerate {
@@ -34,6 +35,43 @@ namespace {
 
 std::atomic<Accelerator*> current_accelerator{nullptr};
 
+/// The process's shared state while some Accelerator holds it.
+std::mutex process_state_mutex;
+std::weak_ptr<detail::ProcessState> process_state;
+
+/// The process's shared state: the one alive, checked against what `config` asks for, or a new one.
+std::shared_ptr<detail::ProcessState> acquire_process_state(const detail::ResolvedConfig& config) {
+  std::lock_guard<std::mutex> lock(process_state_mutex);
+  auto environment = detail::discover_launch_environment();
+  const bool use_cpu = config.cpu || !torch::cuda::is_available();
+  const torch::Device device =
+      use_cpu ? torch::Device(torch::kCPU)
+              : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(environment.local_rank));
+  if (auto shared = process_state.lock()) {
+    if (shared->device != device) {
+      throw std::invalid_argument(
+          "accelerate::Accelerator: another Accelerator of this process trains on " + shared->device.str() +
+          ", and this one's options ask for " + device.str() +
+          "; every Accelerator of a process shares one device and process group (as Hugging Face's "
+          "AcceleratorState): give them the same cpu() option, or reach the first one with "
+          "accelerate::Accelerator::current()");
+    }
+    return shared;
+  }
+  auto created = std::make_shared<detail::ProcessState>();
+  created->environment = std::move(environment);
+  created->device = device;
+  if (device.is_cuda()) {
+    detail::set_current_cuda_device(device.index());
+  }
+  if (created->environment.world_size > 1) {
+    created->process_group =
+        detail::create_process_group(created->environment, device, config.timeout, config.debug);
+  }
+  process_state = created;
+  return created;
+}
+
 std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {
   std::vector<torch::Tensor> gradients;
   for (const auto& parameter : parameters) {
@@ -49,18 +87,10 @@ std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parame
 Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<detail::AcceleratorState>()) {
   auto& state = *state_;
   state.config = detail::resolve_config(options);
-  state.environment = detail::discover_launch_environment();
-  const bool use_cpu = state.config.cpu || !torch::cuda::is_available();
-  state.device =
-      use_cpu ? torch::Device(torch::kCPU)
-              : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(state.environment.local_rank));
-  if (state.device.is_cuda()) {
-    detail::set_current_cuda_device(state.device.index());
-  }
-  if (state.environment.world_size > 1) {
-    state.process_group = detail::create_process_group(state.environment, state.device, state.config.timeout,
-                                                       state.config.debug);
-  }
+  state.process = acquire_process_state(state.config);
+  state.environment = state.process->environment;
+  state.device = state.process->device;
+  state.process_group = state.process->process_group;
   state.gradient_state->accumulation_steps = state.config.gradient_accumulation_steps;
   state.precision = std::make_shared<detail::Precision>(state.config, state.device, state.process_group);
   if (state.precision->scaler() != nullptr) {
@@ -77,17 +107,28 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
   if (state.config.seed) {
     set_seed(*state.config.seed);
   }
-  current_accelerator.store(this);
+  // The first Accelerator alive is the process's: one built inside a helper while it lives does not take
+  // over.
+  Accelerator* none = nullptr;
+  current_accelerator.compare_exchange_strong(none, this);
 }
 
 Accelerator::~Accelerator() {
   Accelerator* self = this;
   current_accelerator.compare_exchange_strong(self, nullptr);
-  state_->models.clear(); // Reducers hold the process group: release them before shutting it down
-  if (state_->process_group) {
-    state_->process_group->shutdown();
+  state_->models.clear(); // Reducers hold the process group: release them before it shuts down
+  state_->process_group.reset();
+  std::lock_guard<std::mutex> lock(process_state_mutex);
+  state_->process.reset(); // the last Accelerator of the process shuts the group down (~ProcessState)
+}
+
+namespace detail {
+ProcessState::~ProcessState() {
+  if (process_group) {
+    process_group->shutdown();
   }
 }
+} // namespace detail
 
 Accelerator& Accelerator::current() {
   Accelerator* accelerator = current_accelerator.load();

@@ -23,8 +23,21 @@ struct SchedulerState;
 struct TrainingState;
 class Precision;
 
+/// What every Accelerator of a process shares, as Hugging Face's `AcceleratorState` is shared: the launch
+/// environment, the device and the process group (its TCPStore). The first Accelerator creates it; one built
+/// while another is alive reuses it; the process group shuts down when the last Accelerator holding it goes.
+struct ProcessState {
+  LaunchEnvironment environment;
+  torch::Device device{torch::kCPU};
+  /// Null when the job has one process.
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group;
+  ~ProcessState();
+};
+
 struct AcceleratorState {
   ResolvedConfig config;
+  /// Shared with the process's other Accelerators; `environment`, `device` and `process_group` are its.
+  std::shared_ptr<ProcessState> process;
   LaunchEnvironment environment;
   torch::Device device{torch::kCPU};
   /// Null when the job has one process.

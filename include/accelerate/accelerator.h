@@ -88,12 +88,17 @@ enum class ReduceOp { SUM, MEAN, MAX };
 /// ```
 class Accelerator {
 public:
+  /// Joins the job's process group. One Accelerator built while another lives in the process shares its
+  /// launch environment, device and process group (as Hugging Face's `AcceleratorState`), instead of opening
+  /// a second TCPStore; its options may not ask for another device. The group shuts down with the last of
+  /// them.
   explicit Accelerator(AcceleratorOptions options = AcceleratorOptions());
   ~Accelerator();
   Accelerator(const Accelerator&) = delete;
   Accelerator& operator=(const Accelerator&) = delete;
 
-  /// The process's accelerator, for code that was not handed one. Throws if none is alive.
+  /// The process's accelerator (the first one built, while it lives), for code that was not handed one.
+  /// Throws if none is alive.
   static Accelerator& current();
 
   // ---- Where this process stands --------------------------------------------------------------------

@@ -460,4 +460,45 @@ TEST(DDP, MixedDtypeModelArrivesBitIdentical) {
   EXPECT_TRUE(torch::equal(received[1], sent[1])) << "the int64 buffer on rank " << rank;
 }
 
+/// A helper that builds its own Accelerator, as a loop split over functions does.
+double train_one_step_in_a_helper(Mlp& model, int rank) {
+  accelerate::Accelerator helper(test_options());
+  EXPECT_NE(&accelerate::Accelerator::current(), &helper)
+      << "the outermost Accelerator stays the current one";
+  auto [x, y] = global_batch(0, kPerRankBatch * helper.num_processes());
+  auto loss = torch::mse_loss(model.forward(rows(x, rank * kPerRankBatch, kPerRankBatch)),
+                              rows(y, rank * kPerRankBatch, kPerRankBatch));
+  return helper.reduce(loss.detach(), accelerate::ReduceOp::MEAN).item<double>();
+}
+
+TEST(DDP, ASecondAcceleratorSharesTheFirstOnesProcessGroup) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int rank = accelerator.process_index();
+  auto model = make_model(7);
+  accelerator.prepare(model);
+  // A second Accelerator while the first lives: no second TCPStore on MASTER_PORT ("address already in use"),
+  // the same device and processes, and its collectives reach the other processes.
+  double mean_loss = 0;
+  {
+    accelerate::Accelerator second(test_options());
+    EXPECT_EQ(second.num_processes(), accelerator.num_processes());
+    EXPECT_EQ(second.process_index(), rank);
+    EXPECT_EQ(second.device(), accelerator.device());
+    EXPECT_EQ(&accelerate::Accelerator::current(), &accelerator)
+        << "the first Accelerator stays the current one";
+    mean_loss = train_one_step_in_a_helper(*model, rank); // a third, nested
+  }
+  auto [x, y] = global_batch(0, kPerRankBatch * accelerator.num_processes());
+  EXPECT_NEAR(mean_loss, torch::mse_loss(model->forward(x), y).item<double>(), 1e-12)
+      << "the helper's reduce is the mean over every process";
+  // The group outlives the inner Accelerators: the first one still trains.
+  EXPECT_EQ(&accelerate::Accelerator::current(), &accelerator);
+  auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));
+  accelerator.backward(torch::mse_loss(model->forward(rows(x, rank * kPerRankBatch, kPerRankBatch)),
+                                       rows(y, rank * kPerRankBatch, kPerRankBatch)));
+  optimizer.step();
+  accelerator.wait_for_everyone();
+}
+
 } // namespace
