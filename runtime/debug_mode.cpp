@@ -377,6 +377,12 @@ Checksums local_checksums(AcceleratorState& state) {
   for (size_t o = 0; o < state.optimizers.size(); ++o) {
     auto& optimizer = *state.optimizers[o]->optimizer;
     size_t index = 0;
+    // Learning rates first: a scheduler or a set_lr that ran on one process shows here before it moves any
+    // parameter, and names its group.
+    for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+      sums.add("optimizer " + std::to_string(o) + " param group " + std::to_string(g) + " learning rate",
+               torch::tensor(optimizer.param_groups()[g].options().get_lr(), torch::kFloat64));
+    }
     for (auto& group : optimizer.param_groups()) {
       for (auto& param : group.params()) {
         const auto found = optimizer.state().find(param.unsafeGetTensorImpl());

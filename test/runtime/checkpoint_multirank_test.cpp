@@ -306,4 +306,30 @@ TEST(DebugMode, TheChecksumNamesThePerturbedProcess) {
   meet_through_the_store(accelerator, "checksum");
 }
 
+TEST(DebugMode, TheChecksumNamesAParamGroupWhoseLearningRateDiffers) {
+  // A learning-rate change that ran on one process only (a side effect under a main-process guard): with a
+  // check at every step, the next step's check names the group before any parameter moves apart.
+  ::setenv("ACCELERATE_DEBUG_CHECKSUM_EVERY", "1", 1);
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options().debug(true).seed(3));
+  const int perturbed = accelerator.num_processes() - 1;
+  auto model = std::make_shared<Net>();
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2));
+  train_steps(accelerator, *model, optimizer, 2); // checks at steps 0 and 1 pass
+  if (accelerator.process_index() == perturbed) {
+    optimizer.param_groups()[0].options().set_lr(5e-3);
+  }
+  const std::string message = error_of([&] { train_steps(accelerator, *model, optimizer, 1); });
+  EXPECT_CONTAINS(message, "the processes' replicas diverged");
+  EXPECT_CONTAINS(message,
+                  "process " + std::to_string(perturbed) + " is the first that differs from the others");
+  EXPECT_CONTAINS(message, "differs from the others, in optimizer 0 param group 0 learning rate.");
+  EXPECT_CONTAINS(message, "optimizer step 3");
+  if (accelerator.is_main_process()) {
+    std::cout << "the message: " << message << std::endl;
+  }
+  meet_through_the_store(accelerator, "learning-rate checksum");
+}
+
 } // namespace

@@ -15,3 +15,5 @@ accelerate_multirank_test(multirank.DebugMode.TheChecksumNamesThePerturbedProces
                           FILTER DebugMode.TheChecksumNamesThePerturbedProcess TIMEOUT 60)
 accelerate_multirank_test(multirank.DebugMode.TheChecksumNamesThePerturbedProcess.2ranks NPROC 2
                           FILTER DebugMode.TheChecksumNamesThePerturbedProcess TIMEOUT 60)
+accelerate_multirank_test(multirank.DebugMode.TheChecksumNamesAParamGroupWhoseLearningRateDiffers NPROC 2
+                          FILTER DebugMode.TheChecksumNamesAParamGroupWhoseLearningRateDiffers TIMEOUT 60)
