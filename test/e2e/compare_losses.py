@@ -62,8 +62,9 @@ def main():
     if not failures:
         for key, expected in sorted(plain.items()):
             mean = sum(distributed[rank][key] for rank in printing) / len(printing)
-            worst = max(worst, abs(mean - expected) / max(abs(expected), 1e-12))
-            if not abs(mean - expected) <= options.rtol * max(abs(expected), 1e-12):
+            relative = abs(mean - expected) / max(abs(expected), 1e-12)
+            worst = max(worst, relative)
+            if not relative <= options.rtol:
                 failures.append(f"step {key[0]} {key[1]}: distributed {mean!r} (ranks {printing}) "
                                 f"vs plain {expected!r}")
     first, last = (steps[0], options.must_fall), (steps[-1], options.must_fall)
