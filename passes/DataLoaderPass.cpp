@@ -103,6 +103,8 @@ StatementMatcher preparedLoaderDeclaration() {
 }
 
 bool isPreparedLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) {
+  if (!isPassEnabled("data-loader"))
+    return false;
   const clang::Stmt* Declaration = nullptr;
   for (const clang::DynTypedNode& Parent : Context.getParents(Loader))
     Declaration = Parent.get<clang::DeclStmt>();

@@ -118,27 +118,64 @@ const clang::CXXForRangeStmt* loopDeclaring(const clang::VarDecl& Variable, clan
   return nullptr;
 }
 
-/// The tensor comes from a batch of a prepared loader: it names the loop variable of a loop over one, or a
-/// local initialised from such a tensor.
-bool derivesFromPreparedBatch(const clang::Expr& E, clang::ASTContext& Context, int Depth = 0) {
-  if (Depth > 3)
+/// The variable a reference names: a local, or the variable a structured binding decomposes.
+const clang::VarDecl* referencedVariable(const clang::DeclRefExpr& Reference) {
+  if (const auto* Binding = llvm::dyn_cast<clang::BindingDecl>(Reference.getDecl()))
+    return llvm::dyn_cast_or_null<clang::VarDecl>(Binding->getDecomposedDecl());
+  return llvm::dyn_cast<clang::VarDecl>(Reference.getDecl());
+}
+
+/// True when the tensor `E` computes is a batch of a prepared loader, or one computed from it on its device:
+/// the loop variable of a loop over such a loader, a member of it (`batch.data`), `std::get<I>` or `[i]` of
+/// it, a tensor method of such a tensor (`.view(...)`, `.to(torch::kFloat)`) other than a move to the CPU, an
+/// operator whose tensor operands all are, or a local of class type initialised from one. Only the tensor's
+/// own value counts: `torch::randn({batch.data.size(0), 16})` is a new tensor, on the CPU, whatever its
+/// shape came from.
+bool derivesFromPreparedBatch(const clang::Expr& Expression, clang::ASTContext& Context, int Depth = 0) {
+  if (Depth > 12)
     return false;
-  auto Reference = declRefExpr(to(decl(anyOf(varDecl(), bindingDecl())).bind("decl")));
-  for (const BoundNodes& Found :
-       match(traverse(clang::TK_AsIs, stmt(anyOf(Reference, forEachDescendant(Reference)))), E, Context)) {
-    const clang::Decl* Declaration = Found.getNodeAs<clang::Decl>("decl");
-    const clang::VarDecl* Variable = llvm::dyn_cast<clang::VarDecl>(Declaration);
-    if (const auto* Binding = llvm::dyn_cast<clang::BindingDecl>(Declaration))
-      Variable = llvm::dyn_cast_or_null<clang::VarDecl>(Binding->getDecomposedDecl());
+  const clang::Expr* E = Expression.IgnoreUnlessSpelledInSource()->IgnoreParens();
+  if (const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(E))
+    return Construct->getNumArgs() == 1 &&
+           derivesFromPreparedBatch(*Construct->getArg(0), Context, Depth + 1);
+  if (const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(E)) {
+    const clang::VarDecl* Variable = referencedVariable(*Reference);
     if (!Variable)
-      continue;
+      return false;
     if (const clang::CXXForRangeStmt* Loop = loopDeclaring(*Variable, Context))
       if (const clang::VarDecl* Loader = iteratedLoader(*Loop, Context))
-        if (isPreparedLoader(*Loader, Context))
-          return true;
-    if (Variable->hasLocalStorage() && Variable->getInit() &&
-        derivesFromPreparedBatch(*Variable->getInit()->IgnoreUnlessSpelledInSource(), Context, Depth + 1))
-      return true;
+        return isPreparedLoader(*Loader, Context);
+    // A local that holds a tensor or a batch (not an `int64_t n = batch.data.size(0)`), set once.
+    return Variable->hasLocalStorage() && Variable->getInit() &&
+           Variable->getType().getNonReferenceType()->isRecordType() &&
+           derivesFromPreparedBatch(*Variable->getInit(), Context, Depth + 1);
+  }
+  if (const auto* Member = llvm::dyn_cast<clang::MemberExpr>(E))
+    return derivesFromPreparedBatch(*Member->getBase(), Context, Depth + 1);
+  if (const auto* Call = llvm::dyn_cast<clang::CXXMemberCallExpr>(E)) {
+    const clang::CXXMethodDecl* Method = Call->getMethodDecl();
+    if (!Method || !E->getType()->isRecordType() || Method->getName() == "cpu")
+      return false;
+    if (Method->getName() == "to" && Call->getNumArgs() > 0 &&
+        !match(expr(isCpuDevice()), *Call->getArg(0)->IgnoreUnlessSpelledInSource(), Context).empty())
+      return false;
+    return derivesFromPreparedBatch(*Call->getImplicitObjectArgument(), Context, Depth + 1);
+  }
+  if (const auto* Operator = llvm::dyn_cast<clang::CXXOperatorCallExpr>(E)) {
+    bool AnyTensor = false;
+    for (const clang::Expr* Argument : Operator->arguments()) {
+      if (!Argument->getType().getNonReferenceType()->isRecordType())
+        continue; // a scalar operand: `batch.data / 255.0`
+      if (!derivesFromPreparedBatch(*Argument, Context, Depth + 1))
+        return false;
+      AnyTensor = true;
+    }
+    return AnyTensor;
+  }
+  if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(E)) {
+    const clang::FunctionDecl* Callee = Call->getDirectCallee();
+    return Callee && Callee->getQualifiedNameAsString() == "std::get" && Call->getNumArgs() == 1 &&
+           derivesFromPreparedBatch(*Call->getArg(0), Context, Depth + 1);
   }
   return false;
 }
@@ -154,7 +191,58 @@ AST_MATCHER(clang::CXXMemberCallExpr, isOnTrainedModel) {
     if (Arrow->getOperator() == clang::OO_Arrow)
       Object = Arrow->getArg(0);
   const clang::ValueDecl* Model = namedDeclaration(Object);
-  return Model && isTrainedModel(*Model, Finder->getASTContext());
+  return Model && isPassEnabled("prepare") && isTrainedModel(*Model, Finder->getASTContext());
+}
+
+/// `model->forward(x)`, `model(x)`, `(*model)(x)` on a model that prepare places on the accelerator's device.
+bool isTrainedModelCall(const clang::Stmt& S, clang::ASTContext& Context) {
+  const clang::Expr* Object = nullptr;
+  if (const auto* Call = llvm::dyn_cast<clang::CXXMemberCallExpr>(&S)) {
+    Object = Call->getImplicitObjectArgument()->IgnoreImplicit();
+    if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
+      if (Arrow->getOperator() == clang::OO_Arrow)
+        Object = Arrow->getArg(0);
+  } else if (const auto* Operator = llvm::dyn_cast<clang::CXXOperatorCallExpr>(&S)) {
+    if (Operator->getOperator() == clang::OO_Call && Operator->getNumArgs() > 0)
+      Object = Operator->getArg(0);
+  }
+  const clang::ValueDecl* Model = Object ? namedDeclaration(Object) : nullptr;
+  return Model && isPassEnabled("prepare") && isTrainedModel(*Model, Context);
+}
+
+/// True when the value of `E` reaches a prepared model's call: as (part of) one of its arguments, or through
+/// the local it initialises.
+bool feedsTrainedModel(const clang::Expr& E, clang::ASTContext& Context, bool ThroughVariable = true) {
+  const clang::Stmt* Current = &E;
+  for (int Depth = 0; Depth < 16; ++Depth) {
+    clang::DynTypedNodeList Parents = Context.getParents(*Current);
+    if (Parents.empty())
+      return false;
+    if (const auto* Variable = Parents[0].get<clang::VarDecl>()) {
+      if (!ThroughVariable || !Variable->hasLocalStorage())
+        return false;
+      const clang::FunctionDecl* Function = enclosingFunction(E, Context);
+      if (!Function || !Function->hasBody())
+        return false;
+      auto Use = declRefExpr(to(varDecl(equalsNode(Variable)))).bind("use");
+      for (const BoundNodes& Found :
+           match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Use))), *Function->getBody(), Context))
+        if (feedsTrainedModel(*Found.getNodeAs<clang::Expr>("use"), Context, false))
+          return true;
+      return false;
+    }
+    const auto* Parent = Parents[0].get<clang::Stmt>();
+    if (!Parent || !llvm::isa<clang::Expr>(Parent))
+      return false;
+    if (isTrainedModelCall(*Parent, Context))
+      return true;
+    Current = Parent;
+  }
+  return false;
+}
+
+AST_MATCHER(clang::Expr, feedsPreparedModel) {
+  return feedsTrainedModel(Node, Finder->getASTContext());
 }
 
 AST_MATCHER(clang::Stmt, isStatementInBlock) {
@@ -191,6 +279,14 @@ StatementMatcher tensorMoveToDevice() {
 
 StatementMatcher tensorCuda() {
   return cxxMemberCallExpr(tensorMethod("cuda"), on(expr().bind(ObjectId)));
+}
+
+/// `batch.data.to(torch::kCPU)` / `.cpu()` of a prepared loader's batch that a prepared model then reads.
+StatementMatcher cpuMoveIntoPreparedModel() {
+  return cxxMemberCallExpr(
+             anyOf(tensorMethod("cpu"), cxxMemberCallExpr(tensorMethod("to"), hasArgument(0, isCpuDevice()))),
+             on(isFromPreparedBatch()), feedsPreparedModel())
+      .bind(CallId);
 }
 
 /// `model->to(device)` as a statement of its own: one device argument, nothing else.
@@ -492,6 +588,13 @@ PassRule devicePass() {
                cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); .cuda() "
                    "would put "
                    "every process on GPU 0")),
+      makeRule(
+          Scoped(cpuMoveIntoPreparedModel()), noopEdit(node(CallId)),
+          cat("'", node(CallId),
+              "' not rewritten: it moves a batch of a prepared loader to the CPU, and the prepared model it "
+              "feeds is on accelerator.device(); on a GPU the forward pass fails with a device mismatch. "
+              "Drop the move (prepared batches are already on the model's device), or move to "
+              "accelerator.device()")),
       makeRule(
           Scoped(cudaConstantArgument()), changeTo(node(ArgumentId), cat(AcceleratorDevice)),
           cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); a constant CUDA "

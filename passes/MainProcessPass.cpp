@@ -154,6 +154,114 @@ std::vector<const clang::Expr*> lossReads(const clang::Expr& Operand,
   return Objects;
 }
 
+/// True when `Method` has a const overload with the same parameters: `param_groups()`, `options()` called on
+/// a non-const object are accessors.
+bool hasConstTwin(const clang::CXXMethodDecl& Method) {
+  for (const clang::NamedDecl* Found : Method.getParent()->lookup(Method.getDeclName())) {
+    const auto* Twin = llvm::dyn_cast<clang::CXXMethodDecl>(Found->getUnderlyingDecl());
+    if (Twin && Twin != &Method && Twin->isConst() && Twin->getNumParams() == Method.getNumParams())
+      return true;
+  }
+  return false;
+}
+
+/// A call on the short list of calls known to change nothing: stream inserters, `item()`, const member
+/// functions other than in-place tensor operations (`add_`) and `backward`, accessors with a const twin, and
+/// functions of namespace std but the random ones.
+bool isKnownPureCall(const clang::Expr& Call) {
+  if (const auto* Operator = llvm::dyn_cast<clang::CXXOperatorCallExpr>(&Call)) {
+    switch (Operator->getOperator()) {
+    case clang::OO_Equal:
+    case clang::OO_PlusEqual:
+    case clang::OO_MinusEqual:
+    case clang::OO_StarEqual:
+    case clang::OO_SlashEqual:
+    case clang::OO_PercentEqual:
+    case clang::OO_CaretEqual:
+    case clang::OO_AmpEqual:
+    case clang::OO_PipeEqual:
+    case clang::OO_LessLessEqual:
+    case clang::OO_GreaterGreaterEqual:
+    case clang::OO_PlusPlus:
+    case clang::OO_MinusMinus:
+    case clang::OO_Call:
+      return false;
+    default:
+      return true; // `<<`, arithmetic, comparisons, `[]`, `->`, `*`
+    }
+  }
+  if (const auto* Member = llvm::dyn_cast<clang::CXXMemberCallExpr>(&Call)) {
+    const clang::CXXMethodDecl* Method = Member->getMethodDecl();
+    if (!Method || !Method->getDeclName().isIdentifier())
+      return false;
+    llvm::StringRef Name = Method->getName();
+    if (Name == "item")
+      return true;
+    if (Name.ends_with("_") || Name == "backward" || Name == "step" || Name == "zero_grad")
+      return false;
+    return Method->isConst() || hasConstTwin(*Method);
+  }
+  if (const auto* Plain = llvm::dyn_cast<clang::CallExpr>(&Call)) {
+    const clang::Expr* Callee = Plain->getCallee()->IgnoreParenImpCasts();
+    if (const auto* Dependent = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(Callee))
+      return Dependent->getMember().getAsString() == "item";
+    auto IsPureFunction = [](const clang::NamedDecl* Declaration) {
+      const auto* Function = llvm::dyn_cast_or_null<clang::FunctionDecl>(Declaration->getUnderlyingDecl());
+      if (const auto* Template =
+              llvm::dyn_cast_or_null<clang::FunctionTemplateDecl>(Declaration->getUnderlyingDecl()))
+        Function = Template->getTemplatedDecl();
+      if (!Function || !Function->getDeclName().isIdentifier())
+        return false;
+      llvm::StringRef Name = Function->getName();
+      return Function->isInStdNamespace() && !Name.contains("rand") && Name != "exchange" && Name != "swap" &&
+             Name != "getline";
+    };
+    if (const auto* Unresolved = llvm::dyn_cast<clang::UnresolvedLookupExpr>(Callee))
+      return !Unresolved->decls().empty() && llvm::all_of(Unresolved->decls(), IsPureFunction);
+    return Plain->getDirectCallee() && IsPureFunction(Plain->getDirectCallee());
+  }
+  return false;
+}
+
+/// The first call or update in `S` (in evaluation order for output, which C++17 sequences left to right)
+/// that may change what the program computes next: running it on the main process only would make the
+/// processes' states differ. Lambda bodies are not looked into (creating a lambda runs nothing).
+const clang::Expr* firstSideEffect(const clang::Stmt& S) {
+  if (llvm::isa<clang::LambdaExpr>(&S))
+    return nullptr;
+  for (const clang::Stmt* Child : S.children())
+    if (Child)
+      if (const clang::Expr* Found = firstSideEffect(*Child))
+        return Found;
+  if (const auto* Binary = llvm::dyn_cast<clang::BinaryOperator>(&S); Binary && Binary->isAssignmentOp())
+    return Binary;
+  if (const auto* Unary = llvm::dyn_cast<clang::UnaryOperator>(&S); Unary && Unary->isIncrementDecrementOp())
+    return Unary;
+  if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(&S); Call && !isKnownPureCall(*Call))
+    return Call;
+  return nullptr;
+}
+
+/// The first operand of an output statement (a stream chain's operands, printf's arguments) with a side
+/// effect, or null.
+const clang::Expr* outputSideEffect(const clang::Expr& Statement) {
+  if (std::optional<StreamChain> Chain = streamChain(&Statement)) {
+    for (const clang::Expr* Operand : Chain->Operands)
+      if (const clang::Expr* Found = firstSideEffect(*Operand))
+        return Found;
+    return nullptr;
+  }
+  if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(Statement.IgnoreUnlessSpelledInSource()))
+    for (const clang::Expr* Argument : Call->arguments())
+      if (const clang::Expr* Found = firstSideEffect(*Argument))
+        return Found;
+  return nullptr;
+}
+
+AST_MATCHER(clang::Expr, hasSideEffectInOutput) {
+  return outputSideEffect(Node) != nullptr;
+}
+
 AST_MATCHER(clang::Expr, isStreamOutput) {
   std::optional<StreamChain> Chain = streamChain(&Node);
   return Chain && streamKind(Chain->Stream) != Stream::None;
@@ -238,6 +346,30 @@ StatementMatcher guardable() {
   return expr(anyOf(expr(isStreamOutput()), printfCall()), isWholeStatement(), inScope()).bind(StatementId);
 }
 
+/// The stream of the output statement bound to StatementId, written as
+/// `accelerator.main_process_stream(...)`.
+EditGenerator streamOnMainProcess() {
+  return [](const MatchFinder::MatchResult& Result) -> llvm::Expected<llvm::SmallVector<Edit, 1>> {
+    const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
+    std::optional<StreamChain> Chain = streamChain(Statement);
+    clang::CharSourceRange Stream = clang::Lexer::makeFileCharRange(
+        clang::CharSourceRange::getTokenRange(Chain->Stream->getSourceRange()), *Result.SourceManager,
+        Result.Context->getLangOpts());
+    Edit Before, After;
+    Before.Range = clang::CharSourceRange::getCharRange(Stream.getBegin(), Stream.getBegin());
+    Before.Replacement = "accelerator.main_process_stream(";
+    After.Range = clang::CharSourceRange::getCharRange(Stream.getEnd(), Stream.getEnd());
+    After.Replacement = ")";
+    return llvm::SmallVector<Edit, 1>{Before, After};
+  };
+}
+
+/// The call or update an output statement must still run on every process, as written.
+std::string sideEffectText(const MatchFinder::MatchResult& Result) {
+  const clang::Expr* Effect = outputSideEffect(*Result.Nodes.getNodeAs<clang::Expr>(StatementId));
+  return Effect ? sourceText(Effect->getSourceRange(), *Result.Context) : "";
+}
+
 } // namespace
 
 StatementMatcher mainProcessOutput() {
@@ -250,6 +382,24 @@ PassRule mainProcessPass() {
                cat("accelerator.print() prints on the main process only, once per job instead of once per "
                    "process; a loss the function runs backward on is printed as its mean over the processes "
                    "(accelerator.reduce), the loss of the global batch")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        expr(guardable(), isStreamOutput(), hasSideEffectInOutput())),
+               streamOnMainProcess(),
+               cat("only the main process writes this output, but every process evaluates it: '",
+                   run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+                     return sideEffectText(Result);
+                   }),
+                   "' may change what the processes compute next (a call not known to be pure), so a "
+                   "main-process guard around it would let them drift apart")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, expr(guardable(), hasSideEffectInOutput())),
+               noopEdit(node(StatementId)),
+               cat("output not rewritten: '",
+                   run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+                     return sideEffectText(Result);
+                   }),
+                   "' may change what the processes compute next (a call not known to be pure), and a "
+                   "main-process guard would run it on one process only; every process prints this line. "
+                   "Evaluate it into a variable on the line before, and accel-rewrite guards the output")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, guardable()),
                guardStatement(StatementId, "accelerator.is_main_process()"),
                cat("only the main process writes this output, once per job instead of once per process")),

@@ -13,6 +13,8 @@
 #include "passes/MainProcessPass.h"
 #include "passes/PreparePass.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 namespace accelerate::passes {
 
 llvm::ArrayRef<PassInfo> allPasses() {
@@ -50,6 +52,27 @@ llvm::ArrayRef<PassInfo> allPasses() {
        "notes functions left alone because they already use the runtime or c10d"},
   };
   return Passes;
+}
+
+namespace {
+thread_local const EnabledPasses* CurrentScope = nullptr;
+} // namespace
+
+EnabledPasses::EnabledPasses(llvm::ArrayRef<PassInfo> Passes) : Outer(CurrentScope) {
+  for (const PassInfo& Pass : Passes)
+    Names.push_back(Pass.Name.str());
+  CurrentScope = this;
+}
+
+EnabledPasses::~EnabledPasses() {
+  CurrentScope = Outer;
+}
+
+bool isPassEnabled(llvm::StringRef Name) {
+  if (CurrentScope)
+    return llvm::is_contained(CurrentScope->Names, Name);
+  return llvm::any_of(allPasses(),
+                      [&](const PassInfo& Pass) { return Pass.Name == Name && Pass.OnByDefault; });
 }
 
 } // namespace accelerate::passes

@@ -7,6 +7,7 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <string>
+#include <vector>
 
 namespace accelerate::passes {
 
@@ -30,6 +31,26 @@ struct PassInfo {
 
 /// All passes, in the order they run. Every pass sees the original code; their edits must not overlap.
 llvm::ArrayRef<PassInfo> allPasses();
+
+/// True when the pass named `Name` runs in the current rewrite. A pass whose rewrite depends on another's
+/// (the device pass drops a batch's `.to(device)` only when the data-loader pass prepares its loader) asks
+/// this, so that `--disable=` never leaves one half of a pair. Outside an EnabledPasses scope, the passes
+/// that are on by default.
+bool isPassEnabled(llvm::StringRef Name);
+
+/// While alive, isPassEnabled() answers for `Passes` (the runner holds one for each rewrite).
+class EnabledPasses {
+public:
+  explicit EnabledPasses(llvm::ArrayRef<PassInfo> Passes);
+  ~EnabledPasses();
+  EnabledPasses(const EnabledPasses&) = delete;
+  EnabledPasses& operator=(const EnabledPasses&) = delete;
+
+private:
+  const EnabledPasses* Outer;
+  std::vector<std::string> Names;
+  friend bool isPassEnabled(llvm::StringRef Name);
+};
 
 } // namespace accelerate::passes
 

@@ -230,6 +230,7 @@ private:
 llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
                                         llvm::StringRef File, const CompileFlags& Flags,
                                         llvm::ArrayRef<passes::PassInfo> Passes) {
+  passes::EnabledPasses Enabled(Passes);
   Collected Out;
   MatchFinder Finder;
   std::vector<std::unique_ptr<PassCallback>> Callbacks;

@@ -154,6 +154,14 @@ int Accelerator::local_process_index() const {
 bool Accelerator::is_main_process() const {
   return process_index() == 0;
 }
+std::ostream& Accelerator::main_process_stream(std::ostream& stream) {
+  if (is_main_process()) {
+    return stream;
+  }
+  // No buffer: every write fails quietly (badbit), after its operands have been evaluated.
+  thread_local std::ostream discard(nullptr);
+  return discard;
+}
 bool Accelerator::is_local_main_process() const {
   return local_process_index() == 0;
 }

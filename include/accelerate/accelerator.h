@@ -365,6 +365,10 @@ public:
       std::cout << line.str() << std::endl;
     }
   }
+  /// `stream` on the main process; on the others, a stream that discards what it is given. For output whose
+  /// operands must run on every process: in `accelerator.main_process_stream(std::cout) << "lr " <<
+  /// halve_lr(optimizer)`, every process halves its learning rate and only the main process prints.
+  std::ostream& main_process_stream(std::ostream& stream);
 
   /// Raises a flag on this process that `check_trigger` sees on every process (e.g. early stopping).
   void set_trigger();

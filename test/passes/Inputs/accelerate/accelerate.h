@@ -21,6 +21,7 @@ public:
   void step();
   void zero_grad(bool set_to_none = true);
   torch::optim::Optimizer& unwrap() const;
+  std::vector<torch::optim::OptimizerParamGroup>& param_groups() const;
   operator torch::optim::Optimizer&() const { return unwrap(); }
   torch::optim::Optimizer& operator*() const { return unwrap(); }
   const Optimizer* operator->() const { return this; }
@@ -95,6 +96,7 @@ public:
     if (is_main_process())
       (std::cout << ... << args) << std::endl;
   }
+  std::ostream& main_process_stream(std::ostream& stream);
 };
 
 namespace nn {

@@ -105,6 +105,7 @@ public:
 Tensor operator+(const Tensor& self, const Tensor& other);
 Tensor operator-(const Tensor& self, const Tensor& other);
 Tensor operator*(const Tensor& self, const Tensor& other);
+Tensor operator/(const Tensor& self, double other);
 bool operator<(const Tensor& self, double other);
 Tensor randn(IntArrayRef size, TensorOptions options = {});
 Tensor zeros(IntArrayRef size, TensorOptions options = {});
@@ -196,12 +197,23 @@ void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value);
 } // namespace nn
 
 namespace optim {
+struct OptimizerOptions {
+  double get_lr() const;
+  void set_lr(const double lr);
+};
+class OptimizerParamGroup {
+public:
+  OptimizerOptions& options();
+  const OptimizerOptions& options() const;
+};
 class Optimizer {
 public:
   using LossClosure = std::function<Tensor()>;
   virtual ~Optimizer() = default;
   virtual Tensor step(LossClosure closure = nullptr) = 0;
   virtual void zero_grad(bool set_to_none = true);
+  std::vector<OptimizerParamGroup>& param_groups() noexcept;
+  const std::vector<OptimizerParamGroup>& param_groups() const noexcept;
 };
 
 struct SGDOptions {
