@@ -106,21 +106,41 @@ const clang::FunctionDecl* mainFunction(clang::ASTContext& Context) {
   return nullptr;
 }
 
-/// True when another function of the main file calls `Function` (or an instantiation of it).
+/// True when another function of the main file calls `Function` (or an instantiation of it), or takes its
+/// address (a callback, a `std::function`): then that function starts training, not `Function`. In a
+/// template, a call that is still dependent (`run_epoch(net, ...)` with a dependent argument,
+/// `this->run_epoch()`) counts when it names `Function`.
 bool isCalledInMainFile(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
-  auto Call = callExpr(callee(functionDecl().bind("callee"))).bind("call");
+  auto Named = functionDecl().bind("callee");
+  auto Reference = expr(anyOf(declRefExpr(to(Named)), memberExpr(member(Named)))).bind("call");
+  std::string Name = Function.getDeclName().isIdentifier() ? Function.getName().str() : "";
+  auto Dependent = expr(anyOf(unresolvedLookupExpr(), cxxDependentScopeMemberExpr(), unresolvedMemberExpr()))
+                       .bind("dependent");
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
     if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
       continue;
     for (const BoundNodes& Found :
-         match(traverse(clang::TK_AsIs, decl(forEachDescendant(Call))), *TopLevel, Context)) {
-      const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
-      const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern();
-      if (Callee->getCanonicalDecl() != Function.getCanonicalDecl() &&
-          (!Pattern || Pattern->getCanonicalDecl() != Function.getCanonicalDecl()))
-        continue;
-      const clang::FunctionDecl* Caller = enclosingFunction(*Found.getNodeAs<clang::Stmt>("call"), Context);
+         match(traverse(clang::TK_AsIs, decl(forEachDescendant(expr(anyOf(Reference, Dependent))))),
+               *TopLevel, Context)) {
+      if (const auto* Unresolved = Found.getNodeAs<clang::Expr>("dependent")) {
+        std::string Spelled;
+        if (const auto* Lookup = llvm::dyn_cast<clang::OverloadExpr>(Unresolved))
+          Spelled = Lookup->getName().getAsString();
+        else if (const auto* Member = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(Unresolved))
+          Spelled = Member->getMember().getAsString();
+        if (Name.empty() || Spelled != Name)
+          continue;
+      } else {
+        const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
+        const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern();
+        if (Callee->getCanonicalDecl() != Function.getCanonicalDecl() &&
+            (!Pattern || Pattern->getCanonicalDecl() != Function.getCanonicalDecl()))
+          continue;
+      }
+      const auto* Use = Found.getNodeAs<clang::Stmt>("call");
+      const clang::FunctionDecl* Caller =
+          enclosingFunction(Use ? *Use : *Found.getNodeAs<clang::Stmt>("dependent"), Context);
       if (Caller && Caller->getCanonicalDecl() != Function.getCanonicalDecl())
         return true;
     }
@@ -146,6 +166,21 @@ bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::Fu
   if (!Function.hasBody())
     return false;
   auto Call = callExpr(callee(functionDecl().bind("callee")));
+  // A call a template leaves unresolved reaches each target of its name.
+  auto Dependent = expr(anyOf(unresolvedLookupExpr(), cxxDependentScopeMemberExpr(), unresolvedMemberExpr()))
+                       .bind("dependent");
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Dependent))), *Function.getBody(), Context)) {
+    const auto* Unresolved = Found.getNodeAs<clang::Expr>("dependent");
+    std::string Spelled;
+    if (const auto* Lookup = llvm::dyn_cast<clang::OverloadExpr>(Unresolved))
+      Spelled = Lookup->getName().getAsString();
+    else if (const auto* Member = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(Unresolved))
+      Spelled = Member->getMember().getAsString();
+    for (const clang::FunctionDecl* Target : Targets)
+      if (Target->getDeclName().isIdentifier() && Target->getName() == Spelled)
+        return true;
+  }
   for (const BoundNodes& Found :
        match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Call))), *Function.getBody(), Context)) {
     const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
