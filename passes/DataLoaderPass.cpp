@@ -115,15 +115,26 @@ bool isPreparedLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) 
               .empty();
 }
 
-/// `auto loader = torch::data::make_data_loader(...)` that no training loop reads (an evaluation loader).
-StatementMatcher evaluationLoaderDeclaration() {
+namespace {
+
+/// True when a loop of the main file is seen to read `Loader` (directly or through parameters).
+AST_MATCHER(clang::VarDecl, isReadByAVisibleLoop) {
+  return isReadByLoop(Node, Finder->getASTContext());
+}
+
+/// `auto loader = torch::data::make_data_loader(...)` that no training loop reads: an evaluation loader when
+/// a loop of the file reads it, else a loader whose reader this file does not show.
+StatementMatcher untrainedLoaderDeclaration(bool Seen) {
   auto MakeDataLoader = callExpr(callee(functionDecl(hasName("::torch::data::make_data_loader"))));
+  auto Reader = Seen ? varDecl(isReadByAVisibleLoop()) : varDecl(unless(isReadByAVisibleLoop()));
   return declStmt(
-             hasSingleDecl(
-                 varDecl(hasInitializer(MakeDataLoader), unless(isTrainingLoaderVariable())).bind(LoaderId)),
+             hasSingleDecl(varDecl(hasInitializer(MakeDataLoader), unless(isTrainingLoaderVariable()), Reader)
+                               .bind(LoaderId)),
              unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
       .bind(StatementId);
 }
+
+} // namespace
 
 PassRule dataLoaderPass() {
   auto Prepared = declStmt(preparedLoaderDeclaration(), hasSingleDecl(varDecl(isDeclaredAuto())));
@@ -141,11 +152,20 @@ PassRule dataLoaderPass() {
                    "' not rewritten: its declared type is not `auto`, and prepare_data_loader returns "
                    "another type; declare it `auto`")),
       makeRule(
-          traverse(clang::TK_IgnoreUnlessSpelledInSource, evaluationLoaderDeclaration()),
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, untrainedLoaderDeclaration(/*Seen=*/true)),
           noopEdit(node(StatementId)),
           cat(std::string(NoteMarker), "data loader '", name(LoaderId),
               "' left as it is: no training loop reads it, so every process evaluates the whole set and the "
               "metrics computed from it are global without a reduction")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, untrainedLoaderDeclaration(/*Seen=*/false)),
+          noopEdit(node(StatementId)),
+          cat("data loader '", name(LoaderId),
+              "' not rewritten: no loop of this file is seen to read it (it goes to code this file does "
+              "not show, or through a call the rewriter cannot follow); if that code trains on it, every "
+              "process reads the whole dataset. Prepare it here by hand: "
+              "`auto loader = accelerator.prepare_data_loader(dataset, options);`, and make what reads "
+              "it take the prepared loader's type (a template or `auto&`)")),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, trainingLoaderDeclaration(callExpr())),
           noopEdit(node(StatementId)),

@@ -368,20 +368,18 @@ bool loopTrains(const clang::Stmt& Loop, clang::ASTContext& Context) {
   return runsBackward(Loop, Context, /*Depth=*/2);
 }
 
-const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTContext& Context) {
-  const auto* Loop = llvm::dyn_cast<clang::CXXForRangeStmt>(&RangeFor);
-  if (!Loop || !Loop->getRangeInit())
+namespace {
+
+/// The loader every call of `Parameter`'s function passes for it: a loader variable, or a parameter of the
+/// calling function that is itself such a loader (`fit(model, *loader)` → `run_epoch(model, loader)`), up to
+/// `Depth` calls up. Calls made in template instantiations count for the template. Null when a call passes
+/// anything else, or nothing calls the function.
+const clang::VarDecl* loaderPassedFor(const clang::ParmVarDecl& Parameter, clang::ASTContext& Context,
+                                      int Depth) {
+  const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(Parameter.getDeclContext());
+  if (!Function || Depth < 0)
     return nullptr;
-  if (const clang::VarDecl* Loader = loaderVariable(Loop->getRangeInit()))
-    return Loader;
-  // `for (auto& batch : data_loader)` in `train(..., DataLoader& data_loader, ...)`: the loader every call of
-  // the function passes.
-  const auto* Parameter = llvm::dyn_cast_or_null<clang::ParmVarDecl>(namedDeclaration(Loop->getRangeInit()));
-  const auto* Function =
-      Parameter ? llvm::dyn_cast<clang::FunctionDecl>(Parameter->getDeclContext()) : nullptr;
-  if (!Function)
-    return nullptr;
-  unsigned Index = Parameter->getFunctionScopeIndex();
+  unsigned Index = Parameter.getFunctionScopeIndex();
   const clang::VarDecl* Loader = nullptr;
   bool AllCallsPassLoaders = true, AnyCall = false;
   for (const clang::CallExpr* Call :
@@ -397,11 +395,37 @@ const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTCont
       continue;
     AnyCall = true;
     const clang::VarDecl* Passed = loaderVariable(Call->getArg(Index));
+    if (!Passed)
+      if (const auto* Forwarded =
+              llvm::dyn_cast_or_null<clang::ParmVarDecl>(namedDeclaration(Call->getArg(Index))))
+        if (Forwarded != &Parameter)
+          Passed = loaderPassedFor(*Forwarded, Context, Depth - 1);
     AllCallsPassLoaders = AllCallsPassLoaders && Passed;
     if (!Loader)
       Loader = Passed;
   }
   return AnyCall && AllCallsPassLoaders ? Loader : nullptr;
+}
+
+} // namespace
+
+const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTContext& Context) {
+  const auto* Loop = llvm::dyn_cast<clang::CXXForRangeStmt>(&RangeFor);
+  if (!Loop || !Loop->getRangeInit())
+    return nullptr;
+  if (const clang::VarDecl* Loader = loaderVariable(Loop->getRangeInit()))
+    return Loader;
+  // `for (auto& batch : data_loader)` in `train(..., DataLoader& data_loader, ...)`: the loader every call of
+  // the function passes, directly or through the parameters of up to three callers.
+  const auto* Parameter = llvm::dyn_cast_or_null<clang::ParmVarDecl>(namedDeclaration(Loop->getRangeInit()));
+  return Parameter ? loaderPassedFor(*Parameter, Context, 3) : nullptr;
+}
+
+bool isReadByLoop(const clang::VarDecl& Loader, clang::ASTContext& Context) {
+  for (const clang::Stmt* Loop : allInMainFile<clang::Stmt>(cxxForRangeStmt().bind("loop"), "loop", Context))
+    if (iteratedLoader(*Loop, Context) == &Loader)
+      return true;
+  return false;
 }
 
 bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) {

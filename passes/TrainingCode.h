@@ -81,9 +81,12 @@ bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context);
 bool loopTrains(const clang::Stmt& Loop, clang::ASTContext& Context);
 
 /// The data loader variable a range-for loop iterates, when its range is `*loader` or `loader` for a variable
-/// declared with `torch::data::make_data_loader(...)`; through one function parameter, when every call of the
-/// function in the main file passes such a loader for it. Null otherwise.
+/// declared with `torch::data::make_data_loader(...)`; through function parameters (up to three calls up),
+/// when every call of the function in the main file passes such a loader for it. Null otherwise.
 const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTContext& Context);
+
+/// True when a range-for loop of the main file iterates `Loader` (see iteratedLoader).
+bool isReadByLoop(const clang::VarDecl& Loader, clang::ASTContext& Context);
 
 /// True when a loop that runs a training step iterates `Loader` (see iteratedLoader).
 bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
