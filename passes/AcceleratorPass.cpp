@@ -68,7 +68,7 @@ AST_MATCHER(clang::FunctionDecl, isLambdaCallOperator) {
 StatementMatcher usesAccelerator() {
   return stmt(anyOf(rewritableBackwardCall(), preparedDeclaration(), preparedAssignment(),
                     preparedLoaderDeclaration(), deviceSiteUsingAccelerator(), accumulatedLoop(), clipCall(),
-                    mainProcessOutput(), guardedSave()));
+                    mainProcessOutput(), guardedSave(), fileStreamOpenedByEveryProcess()));
 }
 
 AST_MATCHER_P(clang::FunctionDecl, hasUseOfAccelerator, StatementMatcher, Uses) {

@@ -17,6 +17,8 @@ using namespace clang::ast_matchers;
 using namespace clang::transformer;
 
 constexpr char StatementId[] = "statement";
+constexpr char PathId[] = "path";
+constexpr char StreamId[] = "stream";
 
 constexpr char SaveState[] = "accelerator.save_state(\"checkpoint\");";
 
@@ -71,12 +73,43 @@ AST_MATCHER(clang::Stmt, isFirstStateSaveOfBlock) {
   return true;
 }
 
+/// A call that writes a file of its own: an image writer (`cv::imwrite`, `save_image`, `write_image`), an
+/// archive's `save_to`, a module's own `save` (a user model's `save(path)`, or libtorch's `save(archive)`
+/// that fills an archive the main process then writes).
+StatementMatcher fileWrite() {
+  auto ImageWriter = callExpr(callee(functionDecl(hasAnyName("imwrite", "save_image", "write_image"))));
+  auto ArchiveSave = cxxMemberCallExpr(
+      callee(cxxMethodDecl(hasName("save_to"), ofClass(hasName("::torch::serialize::OutputArchive")))));
+  auto ModuleSave = cxxMemberCallExpr(
+      callee(cxxMethodDecl(hasName("save"))),
+      on(expr(anyOf(hasType(isModuleType()), cxxOperatorCallExpr(hasOverloadedOperatorName("->"),
+                                                                 hasArgument(0, hasType(isModuleType())))))));
+  return expr(anyOf(ImageWriter, ArchiveSave, ModuleSave));
+}
+
+/// `std::ofstream log("log.txt");`: a file stream opened, and so emptied, by every process.
+StatementMatcher truncatingFileStream() {
+  auto Stream = hasType(hasUnqualifiedDesugaredType(
+      recordType(hasDeclaration(cxxRecordDecl(hasName("::std::basic_ofstream"))))));
+  auto OpenedWithPathOnly = cxxConstructExpr(argumentCountIs(1), hasArgument(0, expr().bind(PathId)));
+  return declStmt(hasSingleDecl(
+                      varDecl(hasLocalStorage(), Stream, hasInitializer(ignoringImplicit(OpenedWithPathOnly)))
+                          .bind(StreamId)),
+                  unless(isInMacroExpansion()), isInTrainingOrEvaluationCode(),
+                  unless(isInDistributedFunction()))
+      .bind(StatementId);
+}
+
 } // namespace
 
 StatementMatcher guardedSave() {
-  return expr(torchSave(), isWholeStatement(), unless(isInMacroExpansion()), isInTrainingOrEvaluationCode(),
-              unless(isInDistributedFunction()))
+  return expr(anyOf(torchSave(), fileWrite()), isWholeStatement(), unless(isInMacroExpansion()),
+              isInTrainingOrEvaluationCode(), unless(isInDistributedFunction()))
       .bind(StatementId);
+}
+
+StatementMatcher fileStreamOpenedByEveryProcess() {
+  return truncatingFileStream();
 }
 
 PassRule checkpointPass() {
@@ -104,6 +137,13 @@ PassRule checkpointPass() {
                Kept),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, guardedSave()), Guard,
                cat("the main process alone writes this file, once per job instead of once per process")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, truncatingFileStream()),
+          insertAfter(node(PathId), cat(", accelerator.is_main_process() ? std::ios::out : std::ios::app")),
+          cat("only the main process empties '", name(StreamId),
+              "' when it opens it; the others open it without "
+              "emptying it (append), so a process that starts late cannot wipe what the main process "
+              "has written; the main process alone writes to it")),
   });
 }
 

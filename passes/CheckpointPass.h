@@ -28,6 +28,9 @@ PassRule checkpointPass();
 
 /// Matches the saves checkpointPass() guards (the guard uses `accelerator`).
 clang::ast_matchers::StatementMatcher guardedSave();
+/// Matches `std::ofstream log(path);` in training code, which the pass opens without emptying the file on
+/// processes other than the main one (it uses `accelerator`).
+clang::ast_matchers::StatementMatcher fileStreamOpenedByEveryProcess();
 
 } // namespace accelerate::passes
 

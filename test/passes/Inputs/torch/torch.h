@@ -134,7 +134,10 @@ size_t device_count();
 } // namespace cuda
 
 namespace serialize {
-class OutputArchive;
+class OutputArchive {
+public:
+  void save_to(const std::string& filename);
+};
 class InputArchive;
 } // namespace serialize
 
@@ -151,6 +154,7 @@ public:
   virtual void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false);
   virtual void to(torch::Dtype dtype, bool non_blocking = false);
   virtual void to(torch::Device device, bool non_blocking = false);
+  virtual void save(serialize::OutputArchive& archive) const;
   template <typename ModuleType>
   std::shared_ptr<ModuleType> register_module(std::string name, std::shared_ptr<ModuleType> module);
   template <typename ModuleType>
