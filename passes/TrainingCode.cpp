@@ -123,16 +123,19 @@ AST_MATCHER(clang::Stmt, inDistributedFunctionImpl) {
   return Function && isDistributedFunction(*Function, Context);
 }
 
-/// The loader variable an expression names directly (`*loader`, `loader`), when `make_data_loader` made it.
-const clang::VarDecl* loaderVariable(const clang::Expr* Range) {
+/// The loader variable an expression names (`*loader`, `loader`), when `make_data_loader` made it; through
+/// local references to it (`auto& reader = *loader;`).
+const clang::VarDecl* loaderVariable(const clang::Expr* Range, int Depth = 0) {
   const auto* Variable = llvm::dyn_cast_or_null<clang::VarDecl>(namedDeclaration(Range));
   if (!Variable || !Variable->getInit())
     return nullptr;
   const auto* Call = llvm::dyn_cast<clang::CallExpr>(Variable->getInit()->IgnoreUnlessSpelledInSource());
   const clang::FunctionDecl* Callee = Call ? Call->getDirectCallee() : nullptr;
-  if (!Callee || Callee->getQualifiedNameAsString() != "torch::data::make_data_loader")
-    return nullptr;
-  return Variable;
+  if (Callee && Callee->getQualifiedNameAsString() == "torch::data::make_data_loader")
+    return Variable;
+  if (Depth < 2 && Variable->hasLocalStorage() && Variable->getType()->isReferenceType())
+    return loaderVariable(Variable->getInit(), Depth + 1);
+  return nullptr;
 }
 
 } // namespace
@@ -550,9 +553,12 @@ bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::
   if (loopTrains(Body, Context))
     return true;
   auto Guard = varDecl(hasType(cxxRecordDecl(hasName("::torch::NoGradGuard"))));
-  if (!match(
-           traverse(clang::TK_AsIs, stmt(hasDescendant(stmt(anyOf(optimizerStep(), declStmt(has(Guard))))))),
-           Body, Context)
+  // A function that makes an optimizer sets training up, and hands it to the code that runs it.
+  auto MakesOptimizer = stmt(anyOf(declStmt(has(varDecl(hasType(isOptimizerType())))),
+                                   cxxConstructExpr(hasType(isOptimizerType()))));
+  if (!match(traverse(clang::TK_AsIs,
+                      stmt(hasDescendant(stmt(anyOf(optimizerStep(), declStmt(has(Guard)), MakesOptimizer))))),
+             Body, Context)
            .empty())
     return true;
   for (const BoundNodes& Found : match(
