@@ -386,6 +386,187 @@ TEST(DDP, PlainBackwardIsRefusedAtStep) {
   }
 }
 
+/// The wrong code the unprepared-parameter check is for: a second model that one prepared optimizer trains
+/// alongside the prepared model, but that was never prepared itself.
+struct HalfPreparedLoop {
+  explicit HalfPreparedLoop(accelerate::Accelerator& accelerator) : accelerator(accelerator) {
+    model = make_model(7);
+    torch::manual_seed(8);
+    side = torch::nn::Linear(torch::nn::LinearOptions(8, 1).bias(false));
+    side->to(torch::kFloat64);
+    accelerator.prepare(model); // `side` is not
+    auto parameters = model->parameters();
+    parameters.push_back(side->weight);
+    optimizer = std::make_unique<accelerate::Optimizer>(
+        accelerator.prepare(torch::optim::SGD(parameters, torch::optim::SGDOptions(0.1))));
+  }
+  /// One step; the loss reaches both models.
+  void step(int index) {
+    const int rank = accelerator.process_index();
+    auto [x, y] = global_batch(index, kPerRankBatch * accelerator.num_processes());
+    auto local = rows(x, rank * kPerRankBatch, kPerRankBatch);
+    optimizer->zero_grad();
+    accelerator.backward(torch::mse_loss(model->forward(local) + side->forward(local),
+                                         rows(y, rank * kPerRankBatch, kPerRankBatch)));
+    optimizer->step();
+  }
+
+  accelerate::Accelerator& accelerator;
+  std::shared_ptr<Mlp> model;
+  torch::nn::Linear side{nullptr};
+  std::unique_ptr<accelerate::Optimizer> optimizer;
+};
+
+/// Sets an environment variable for one scope.
+struct ScopedEnvironment {
+  ScopedEnvironment(const char* name, const char* value) : name(name) { setenv(name, value, 1); }
+  ~ScopedEnvironment() { unsetenv(name); }
+  const char* name;
+};
+
+TEST(DDP, AParameterOfAnUnpreparedModelIsRefusedBeforeBackward) {
+  at::set_num_threads(1);
+  ASSERT_EQ(std::getenv("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS"), nullptr);
+  accelerate::Accelerator accelerator(test_options());
+  ASSERT_GE(accelerator.num_processes(), 2) << "run this test under accel launch with at least 2 processes";
+  HalfPreparedLoop loop(accelerator);
+  // A first sighting of a leaf cannot tell a parameter from a per-step input: the first step runs.
+  loop.step(0);
+  try {
+    loop.step(1);
+    FAIL() << "a loss that reaches a parameter of no prepared model must throw";
+  } catch (const std::logic_error& error) {
+    const std::string message = error.what();
+    for (const char* part :
+         {"accelerate: ", "shape [1, 8]", "dtype float64", "TBackward0", "not synchronised", "drift apart",
+          "accelerator.prepare(model)", "ACCELERATE_ALLOW_UNPREPARED_PARAMETERS=1"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' is missing from: " << message;
+    }
+  }
+  // The check ran before backward (step zeroed the gradients to none first): no gradient was computed.
+  EXPECT_FALSE(loop.model->fc1->weight.grad().defined());
+  EXPECT_FALSE(loop.side->weight.grad().defined());
+  accelerator.wait_for_everyone(); // every rank threw at the same step and is still in step with the others
+}
+
+TEST(DDP, UnpreparedParametersAreAllowedByTheEnvironment) {
+  at::set_num_threads(1);
+  ScopedEnvironment allow("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS", "1");
+  accelerate::Accelerator accelerator(test_options());
+  HalfPreparedLoop loop(accelerator);
+  for (int step = 0; step < 4; ++step) {
+    loop.step(step);
+  }
+  // Every rank computed the unprepared model's gradient from its own rows: its copies now differ (what the
+  // check warns of), while the prepared model's stay equal.
+  auto side = loop.side->weight.detach().clone();
+  auto prepared = loop.model->fc1->weight.detach().clone();
+  auto pg = accelerate::detail::internal_state(accelerator).process_group;
+  std::vector<torch::Tensor> sent{side.clone(), prepared.clone()};
+  for (auto& tensor : sent) {
+    std::vector<torch::Tensor> message{tensor};
+    pg->broadcast(message, c10d::BroadcastOptions{0})->wait();
+  }
+  EXPECT_TRUE(torch::allclose(prepared, sent[1], 0, 1e-12)) << "on rank " << accelerator.process_index();
+  if (accelerator.process_index() != 0) {
+    EXPECT_FALSE(torch::equal(side, sent[0])) << "the unprepared model did not drift: the test shows nothing";
+  }
+}
+
+/// A layer frozen when its model was prepared, then unfrozen: the prepared model owns it, but its gradients
+/// were never set up for synchronisation. Refused at the first backward, with its own fix.
+TEST(DDP, AParameterUnfrozenAfterPrepareIsRefused) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  auto model = make_model(7);
+  model->fc1->weight.requires_grad_(false);
+  model->fc1->bias.requires_grad_(false);
+  accelerator.prepare(model);
+  model->fc1->weight.requires_grad_(true);
+  auto [x, y] = global_batch(0, kPerRankBatch);
+  try {
+    accelerator.backward(torch::mse_loss(model->forward(x), y));
+    FAIL() << "a loss that reaches a parameter frozen at prepare must throw";
+  } catch (const std::logic_error& error) {
+    const std::string message = error.what();
+    for (const char* part :
+         {"shape [16, 8]", "did not require grad when the model was prepared",
+          "before accelerator.prepare(model)", "ACCELERATE_ALLOW_UNPREPARED_PARAMETERS=1"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' is missing from: " << message;
+    }
+  }
+  accelerator.wait_for_everyone();
+}
+
+/// A critic trained with a WGAN-GP gradient penalty: the interpolated inputs are fresh leaves that require
+/// grad at every step, and the penalty's double backward reaches them. They are not parameters.
+TEST(DDP, GradientPenaltyInputsAreNotTakenForParameters) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int rank = accelerator.process_index();
+  auto critic = make_model(7, 6, 8, 1);
+  accelerator.prepare(critic);
+  auto optimizer = accelerator.prepare(torch::optim::Adam(critic->parameters(), 1e-3));
+  torch::Tensor interpolated; // kept between steps, as a loop that logs its last input does
+  for (int step = 0; step < 8; ++step) {
+    auto [real, fake] = global_batch(step, kPerRankBatch * accelerator.num_processes(), 6, 6);
+    real = rows(real, rank * kPerRankBatch, kPerRankBatch);
+    fake = rows(fake, rank * kPerRankBatch, kPerRankBatch);
+    auto alpha = torch::rand({kPerRankBatch, 1}, torch::kFloat64);
+    auto mixed = alpha * real + (1 - alpha) * fake;
+    // The previous step's leaf is freed right before this step's is made, so the allocator hands the new
+    // one the old one's address: only tensor identity, not the address, tells them apart.
+    interpolated = torch::Tensor();
+    interpolated = mixed.detach().requires_grad_(true);
+    auto gradient =
+        torch::autograd::grad({critic->forward(interpolated).sum()}, {interpolated},
+                              /*grad_outputs=*/{}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+    auto penalty = (gradient.norm(2, 1) - 1).pow(2).mean();
+    optimizer.zero_grad();
+    ASSERT_NO_THROW(
+        accelerator.backward(critic->forward(fake).mean() - critic->forward(real).mean() + 10 * penalty))
+        << "at step " << step;
+    optimizer.step();
+  }
+  // The penalty's gradients were synchronised with the rest: the critic is the same everywhere.
+  auto pg = accelerate::detail::internal_state(accelerator).process_group;
+  for (const auto& parameter : critic->parameters()) {
+    std::vector<torch::Tensor> message{parameter.detach().clone()};
+    pg->broadcast(message, c10d::BroadcastOptions{0})->wait();
+    EXPECT_TRUE(torch::allclose(parameter, message[0], 1e-12, 1e-12)) << "on rank " << rank;
+  }
+}
+
+/// An EMA copy of the model (requires_grad false everywhere) that the loss reaches, as in a consistency or
+/// distillation loss: it has no leaf in the graph and is not refused.
+TEST(DDP, AFrozenUnpreparedModelInTheLossIsAllowed) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options());
+  const int rank = accelerator.process_index();
+  auto model = make_model(7);
+  auto ema = make_model(7);
+  for (auto& parameter : ema->parameters()) {
+    parameter.requires_grad_(false);
+  }
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));
+  for (int step = 0; step < 5; ++step) {
+    auto [x, y] = global_batch(step, kPerRankBatch * accelerator.num_processes());
+    auto local = rows(x, rank * kPerRankBatch, kPerRankBatch);
+    optimizer.zero_grad();
+    auto prediction = model->forward(local);
+    ASSERT_NO_THROW(
+        accelerator.backward(torch::mse_loss(prediction, rows(y, rank * kPerRankBatch, kPerRankBatch)) +
+                             0.5 * torch::mse_loss(prediction, ema->forward(local))))
+        << "at step " << step;
+    optimizer.step();
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < ema->parameters().size(); ++i) {
+      ema->parameters()[i].mul_(0.9).add_(model->parameters()[i], 0.1);
+    }
+  }
+}
+
 TEST(DDP, WaitForEveryoneReturnsOnAllRanks) {
   accelerate::Accelerator accelerator(test_options());
   accelerator.wait_for_everyone();
