@@ -1,12 +1,14 @@
 // passes/MainProcessPass.cpp: the rule that keeps training output to the main process.
 #include "passes/MainProcessPass.h"
 
+#include "passes/DataLoaderPass.h"
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"
 
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/ExprCXX.h"
+#include "clang/AST/StmtCXX.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
 #include "clang/Lex/Lexer.h"
 #include "clang/Tooling/Transformer/Stencil.h"
@@ -262,6 +264,171 @@ AST_MATCHER(clang::Expr, hasSideEffectInOutput) {
   return outputSideEffect(Node) != nullptr;
 }
 
+// ---- Numbers computed on this process's share of the data ------------------------------------------------
+
+/// How a local number of training code was computed from this process's share of a prepared loader's data:
+/// from means (`loss.item<double>()`, summed over steps), from sums and counts (`.sum().item()`,
+/// `batch.data.size(0)`), or from something else (a ratio of such numbers, a max).
+enum class Share { None, Mean, Sum, Unknown };
+
+bool isConstantValue(const clang::Expr& E, clang::ASTContext& Context) {
+  return !E.isValueDependent() && E.isEvaluatable(Context);
+}
+
+/// A number read from this process's tensors: `item()`, and the sizes `size(...)`, `numel()`.
+StatementMatcher perProcessRead() {
+  return expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasAnyName("item", "size", "numel")))),
+                    callExpr(callee(cxxDependentScopeMemberExpr(
+                        anyOf(hasMemberName("item"), hasMemberName("size"), hasMemberName("numel")))))));
+}
+
+/// A sum or a count: `.sum()`, `torch::sum`, a size, `count_nonzero`.
+StatementMatcher sumOrCount() {
+  auto Names = hasAnyName("sum", "size", "numel", "count_nonzero");
+  return expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(Names))), callExpr(callee(functionDecl(Names))),
+                    callExpr(callee(cxxDependentScopeMemberExpr(
+                        anyOf(hasMemberName("sum"), hasMemberName("size"), hasMemberName("numel")))))));
+}
+
+bool contains(const StatementMatcher& Matcher, const clang::Stmt& S, clang::ASTContext& Context) {
+  return !match(traverse(clang::TK_AsIs, stmt(anyOf(Matcher, hasDescendant(Matcher)))), S, Context).empty();
+}
+
+/// Every value written to `Variable` in `Function`: its initializer and the right side of each assignment
+/// (`=`, `+=`, ...).
+std::vector<const clang::Expr*> writesTo(const clang::VarDecl& Variable, const clang::FunctionDecl& Function,
+                                         clang::ASTContext& Context) {
+  std::vector<const clang::Expr*> Writes;
+  if (Variable.getInit())
+    Writes.push_back(Variable.getInit());
+  auto Target = ignoringParenImpCasts(declRefExpr(to(varDecl(equalsNode(&Variable)))));
+  for (const BoundNodes& Found : match(
+           traverse(clang::TK_AsIs,
+                    stmt(forEachDescendant(expr(anyOf(
+                        binaryOperator(isAssignmentOperator(), hasLHS(Target), hasRHS(expr().bind("value"))),
+                        cxxOperatorCallExpr(isAssignmentOperator(), hasArgument(0, Target),
+                                            hasArgument(1, expr().bind("value")))))))),
+           *Function.getBody(), Context))
+    Writes.push_back(Found.getNodeAs<clang::Expr>("value"));
+  return Writes;
+}
+
+Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Function, clang::ASTContext& Context,
+              int Depth = 0) {
+  if (Depth > 4)
+    return Share::Unknown;
+  if (!Variable.hasLocalStorage() || llvm::isa<clang::ParmVarDecl>(Variable) ||
+      !Variable.getType()->isArithmeticType() || !Function.hasBody())
+    return Share::None;
+  Share Result = Share::None;
+  for (const clang::Expr* Write : writesTo(Variable, Function, Context)) {
+    if (isConstantValue(*Write, Context))
+      continue;
+    // Another local computed from the share (a ratio, a copy) cannot be reduced by kind.
+    for (const BoundNodes& Read :
+         match(traverse(clang::TK_AsIs, findAll(declRefExpr(to(varDecl().bind("read"))))), *Write, Context)) {
+      const auto* Other = Read.getNodeAs<clang::VarDecl>("read");
+      if (Other != &Variable && Other->hasLocalStorage() && !llvm::isa<clang::ParmVarDecl>(Other) &&
+          Other->getType()->isArithmeticType() &&
+          shareOf(*Other, Function, Context, Depth + 1) != Share::None)
+        return Share::Unknown;
+    }
+    if (!contains(perProcessRead(), *Write, Context))
+      continue;
+    Share Kind = contains(sumOrCount(), *Write, Context) ? Share::Sum : Share::Mean;
+    if (Result != Share::None && Result != Kind)
+      return Share::Unknown;
+    Result = Kind;
+  }
+  return Result;
+}
+
+/// True when `Function` reads a prepared loader: each process sees only its share of the data.
+bool readsShardedData(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  if (!Function.hasBody())
+    return false;
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(cxxForRangeStmt().bind("loop")))),
+             *Function.getBody(), Context))
+    if (const clang::VarDecl* Loader = iteratedLoader(*Found.getNodeAs<clang::Stmt>("loop"), Context))
+      if (isPreparedLoader(*Loader, Context))
+        return true;
+  return false;
+}
+
+/// The operands an output statement prints: a stream chain's, or printf's arguments.
+std::vector<const clang::Expr*> printedOperands(const clang::Expr& Statement) {
+  if (std::optional<StreamChain> Chain = streamChain(&Statement))
+    return Chain->Operands;
+  std::vector<const clang::Expr*> Operands;
+  if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(Statement.IgnoreUnlessSpelledInSource()))
+    Operands.assign(Call->arg_begin(), Call->arg_end());
+  return Operands;
+}
+
+/// The uses, in the printed operands, of numbers computed on this process's share, with their kind.
+std::vector<std::pair<const clang::DeclRefExpr*, Share>> sharedNumbers(const clang::Expr& Statement,
+                                                                       clang::ASTContext& Context) {
+  std::vector<std::pair<const clang::DeclRefExpr*, Share>> Uses;
+  const clang::FunctionDecl* Function = enclosingFunction(Statement, Context);
+  if (!Function || !readsShardedData(*Function, Context))
+    return Uses;
+  for (const clang::Expr* Operand : printedOperands(Statement))
+    for (const BoundNodes& Found : match(
+             traverse(clang::TK_AsIs, stmt(anyOf(declRefExpr(to(varDecl())).bind("use"),
+                                                 forEachDescendant(declRefExpr(to(varDecl())).bind("use"))))),
+             *Operand, Context)) {
+      const auto* Use = Found.getNodeAs<clang::DeclRefExpr>("use");
+      Share Kind = shareOf(*llvm::cast<clang::VarDecl>(Use->getDecl()), *Function, Context);
+      if (Kind != Share::None)
+        Uses.emplace_back(Use, Kind);
+    }
+  return Uses;
+}
+
+AST_MATCHER(clang::Expr, printsSharedNumber) {
+  auto Uses = sharedNumbers(Node, Finder->getASTContext());
+  return llvm::any_of(Uses, [](const auto& Use) { return Use.second != Share::None; });
+}
+
+/// Printed numbers that cannot be made global here: of unknown kind, or under a condition the processes could
+/// disagree on (the reduction is collective).
+AST_MATCHER(clang::Expr, printsUnreducibleNumber) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  auto Uses = sharedNumbers(Node, Context);
+  if (Uses.empty())
+    return false;
+  return isUnderTensorCondition(Node, Context) ||
+         llvm::any_of(Uses, [](const auto& Use) { return Use.second == Share::Unknown; });
+}
+
+/// `accelerator.reduce(total, accelerate::ReduceOp::SUM)` around each use of a number computed on this
+/// process's share: the printed value is the one the whole data gives.
+void addShareReductions(const clang::Expr& Statement, clang::ASTContext& Context,
+                        llvm::SmallVector<Edit, 1>& Edits) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  for (const auto& [Use, Kind] : sharedNumbers(Statement, Context)) {
+    clang::CharSourceRange Range = clang::Lexer::makeFileCharRange(
+        clang::CharSourceRange::getTokenRange(Use->getSourceRange()), SM, Context.getLangOpts());
+    Edit Before, After;
+    Before.Range = clang::CharSourceRange::getCharRange(Range.getBegin(), Range.getBegin());
+    Before.Replacement = "accelerator.reduce(";
+    After.Range = clang::CharSourceRange::getCharRange(Range.getEnd(), Range.getEnd());
+    After.Replacement = Kind == Share::Sum ? ", accelerate::ReduceOp::SUM)" : ", accelerate::ReduceOp::MEAN)";
+    Edits.push_back(Before);
+    Edits.push_back(After);
+  }
+}
+
+/// The first printed number that cannot be made global, as written.
+std::string unreducibleText(const MatchFinder::MatchResult& Result) {
+  const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>("statement");
+  for (const auto& [Use, Kind] : sharedNumbers(*Statement, *Result.Context))
+    if (Kind == Share::Unknown || isUnderTensorCondition(*Statement, *Result.Context))
+      return Use->getDecl()->getNameAsString();
+  return "";
+}
+
 AST_MATCHER(clang::Expr, isStreamOutput) {
   std::optional<StreamChain> Chain = streamChain(&Node);
   return Chain && streamKind(Chain->Stream) != Stream::None;
@@ -329,6 +496,7 @@ EditGenerator printEdits() {
         Edits.push_back(Change(Object.getBegin(), Object.getBegin(), "accelerator.reduce("));
         Edits.push_back(Change(Object.getEnd(), Object.getEnd(), ", accelerate::ReduceOp::MEAN)"));
       }
+    addShareReductions(*Statement, Context, Edits);
     return Edits;
   };
 }
@@ -360,7 +528,9 @@ EditGenerator streamOnMainProcess() {
     Before.Replacement = "accelerator.main_process_stream(";
     After.Range = clang::CharSourceRange::getCharRange(Stream.getEnd(), Stream.getEnd());
     After.Replacement = ")";
-    return llvm::SmallVector<Edit, 1>{Before, After};
+    llvm::SmallVector<Edit, 1> Edits{Before, After};
+    addShareReductions(*Statement, *Result.Context, Edits);
+    return Edits;
   };
 }
 
@@ -377,29 +547,55 @@ StatementMatcher mainProcessOutput() {
 }
 
 PassRule mainProcessPass() {
+  auto EffectText = run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    return sideEffectText(Result);
+  });
+  auto NumberText = run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    return unreducibleText(Result);
+  });
+  auto Unreducible = cat(
+      "output not rewritten: '", NumberText,
+      "' is computed from this process's share of the data (a prepared loader's batches), so each process "
+      "has its own value, and the rewriter cannot tell how to combine it (not a sum or count, nor a mean "
+      "of losses, or printed under a condition on a tensor, where a collective could wait forever); every "
+      "process prints this line. Reduce its parts before computing it: accelerator.reduce(sum, "
+      "accelerate::ReduceOp::SUM) for sums and counts, accelerate::ReduceOp::MEAN for means");
   return applyFirst<std::string>({
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, expr(printable(), printsUnreducibleNumber())),
+               noopEdit(node(StatementId)), Unreducible),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, printable()), printEdits(),
                cat("accelerator.print() prints on the main process only, once per job instead of once per "
                    "process; a loss the function runs backward on is printed as its mean over the processes "
-                   "(accelerator.reduce), the loss of the global batch")),
+                   "(accelerator.reduce), the loss of the global batch, and sums, counts and means computed "
+                   "from this process's share of the data as their sum or mean over the processes")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, expr(guardable(), printsUnreducibleNumber())),
+               noopEdit(node(StatementId)), Unreducible),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
                         expr(guardable(), isStreamOutput(), hasSideEffectInOutput())),
                streamOnMainProcess(),
-               cat("only the main process writes this output, but every process evaluates it: '",
-                   run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
-                     return sideEffectText(Result);
-                   }),
+               cat("only the main process writes this output, but every process evaluates it: '", EffectText,
                    "' may change what the processes compute next (a call not known to be pure), so a "
                    "main-process guard around it would let them drift apart")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        expr(guardable(), isStreamOutput(), printsSharedNumber())),
+               streamOnMainProcess(),
+               cat("only the main process writes this output, but every process evaluates it: the sums, "
+                   "counts and means it prints are computed from each process's share of the data and "
+                   "reduced over the processes (accelerator.reduce, a collective every process takes)")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, expr(guardable(), hasSideEffectInOutput())),
                noopEdit(node(StatementId)),
-               cat("output not rewritten: '",
-                   run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
-                     return sideEffectText(Result);
-                   }),
+               cat("output not rewritten: '", EffectText,
                    "' may change what the processes compute next (a call not known to be pure), and a "
                    "main-process guard would run it on one process only; every process prints this line. "
                    "Evaluate it into a variable on the line before, and accel-rewrite guards the output")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, expr(guardable(), printsSharedNumber())),
+          noopEdit(node(StatementId)),
+          cat("output not rewritten: it prints numbers computed from this process's share of the data, "
+              "which must be reduced over the processes by every process (a collective), and a "
+              "main-process guard would leave the others out; every process prints this line. Print with "
+              "std::cout, or reduce the numbers into variables on the line before "
+              "(accelerator.reduce(total, accelerate::ReduceOp::SUM))")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, guardable()),
                guardStatement(StatementId, "accelerator.is_main_process()"),
                cat("only the main process writes this output, once per job instead of once per process")),

@@ -556,8 +556,8 @@ bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::
   // A function that makes an optimizer sets training up, and hands it to the code that runs it.
   auto MakesOptimizer = stmt(anyOf(declStmt(has(varDecl(hasType(isOptimizerType())))),
                                    cxxConstructExpr(hasType(isOptimizerType()))));
-  if (!match(traverse(clang::TK_AsIs,
-                      stmt(hasDescendant(stmt(anyOf(optimizerStep(), declStmt(has(Guard)), MakesOptimizer))))),
+  if (!match(traverse(clang::TK_AsIs, stmt(hasDescendant(stmt(
+                                          anyOf(optimizerStep(), declStmt(has(Guard)), MakesOptimizer))))),
              Body, Context)
            .empty())
     return true;

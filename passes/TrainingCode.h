@@ -92,8 +92,8 @@ bool isReadByLoop(const clang::VarDecl& Loader, clang::ASTContext& Context);
 bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
 
 /// True when `Function` is training or evaluation code: `main` of a training file, or a function that runs a
-/// backward pass, makes or steps an optimizer, iterates a data loader or holds a `torch::NoGradGuard`. Its output and
-/// its files are the main process's.
+/// backward pass, makes or steps an optimizer, iterates a data loader or holds a `torch::NoGradGuard`. Its
+/// output and its files are the main process's.
 bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::ASTContext& Context);
 /// Matches a statement in such a function, in a training file.
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode();

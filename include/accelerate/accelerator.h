@@ -317,6 +317,14 @@ public:
   torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
   /// Sum, mean or max of `tensor` over all processes (same shape everywhere).
   torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
+  /// The same for a number (a sum or a count over this process's share of the data, a mean of its losses),
+  /// reduced in float64 and returned as its own type: `accelerator.reduce(correct,
+  /// accelerate::ReduceOp::SUM)`.
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+  T reduce(T value, ReduceOp op = ReduceOp::SUM) {
+    auto reduced = reduce(torch::tensor(static_cast<double>(value), torch::kFloat64), op);
+    return static_cast<T>(reduced.template item<double>());
+  }
   /// Pads `tensor` along `dim` to the largest size any process has, with `pad_index`.
   torch::Tensor pad_across_processes(const torch::Tensor& tensor, int64_t dim = 0, double pad_index = 0,
                                      bool pad_first = false);

@@ -90,6 +90,7 @@ public:
 
   torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
   torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>> T reduce(T value, ReduceOp op = ReduceOp::SUM);
   void wait_for_everyone();
 
   template <typename... Args> void print(const Args&... args) {
