@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs accel-rewrite over the public study set (shared/corpus-public.md) and prints the coverage table of
-# docs/rewriter-coverage.md.
+# docs/rewriter-coverage.md (all but its "trains like the original on 2 processes" column, measured by hand).
 #
 #   scripts/rewriter-coverage.sh CORPUS_DIR [ID...]
 #
