@@ -11,6 +11,7 @@
 #include "clang/Lex/Lexer.h"
 #include "clang/Tooling/Transformer/RangeSelector.h"
 #include "clang/Tooling/Transformer/Stencil.h"
+#include "llvm/ADT/STLExtras.h"
 
 namespace accelerate::passes {
 namespace {
@@ -40,6 +41,86 @@ Order samplerOrder(const clang::CallExpr& Call) {
   return Order::Other;
 }
 
+/// The type a class (or one of its bases) names `Name` (`BatchType`), when it is a type alias.
+clang::QualType memberTypeAlias(const clang::CXXRecordDecl* Record, llvm::StringRef Name,
+                                clang::ASTContext& Context, int Depth = 0) {
+  if (!Record || Depth > 8)
+    return {};
+  Record = Record->getDefinition();
+  if (!Record)
+    return {};
+  for (const clang::NamedDecl* Found : Record->lookup(&Context.Idents.get(Name)))
+    if (const auto* Alias = llvm::dyn_cast<clang::TypedefNameDecl>(Found))
+      return Alias->getUnderlyingType();
+  for (const clang::CXXBaseSpecifier& Base : Record->bases()) {
+    clang::QualType Type = memberTypeAlias(Base.getType()->getAsCXXRecordDecl(), Name, Context, Depth + 1);
+    if (!Type.isNull())
+      return Type;
+  }
+  return {};
+}
+
+/// True when the runtime's `accelerate::ToDevice` moves `Type` (see <accelerate/data.h>): tensors,
+/// `torch::data::Example`, standard containers of such values, numbers, strings. Otherwise `Unsupported` is
+/// the first type in it that no rule moves.
+bool movableBatch(clang::QualType Type, const clang::ASTContext& Context, std::string& Unsupported,
+                  int Depth = 0) {
+  Type = Type.getNonReferenceType().getCanonicalType().getUnqualifiedType();
+  if (Type->isArithmeticType() || Type->isEnumeralType() || Depth > 8)
+    return true;
+  const auto* Record = Type->getAsCXXRecordDecl();
+  std::string Name = Record ? Record->getQualifiedNameAsString() : "";
+  if (Name == "at::Tensor" || Name == "torch::data::example::NoTarget" ||
+      (Record && Record->isInStdNamespace() && Record->getName() == "basic_string"))
+    return true;
+  const auto* Specialization = llvm::dyn_cast_or_null<clang::ClassTemplateSpecializationDecl>(Record);
+  bool Container = Name == "torch::data::Example" ||
+                   (Record && Record->isInStdNamespace() &&
+                    llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{"vector", "tuple", "pair", "optional",
+                                                                       "map", "unordered_map"},
+                                       Record->getName()));
+  if (!Specialization || !Container) {
+    clang::PrintingPolicy Policy(Context.getLangOpts());
+    Policy.SuppressScope = false;
+    Unsupported = Type.getAsString(Policy);
+    return false;
+  }
+  const clang::TemplateArgumentList& Arguments = Specialization->getTemplateArgs();
+  bool Map = Record->getName() == "map" || Record->getName() == "unordered_map";
+  for (unsigned I = 0; I < Arguments.size(); ++I) {
+    const clang::TemplateArgument& Argument = Arguments[I];
+    if (Map && I != 1)
+      continue; // keys stay; comparators, hashes and allocators are not moved
+    if (Record->getName() == "vector" && I > 0)
+      continue;
+    if (Argument.getKind() == clang::TemplateArgument::Type &&
+        !movableBatch(Argument.getAsType(), Context, Unsupported, Depth + 1))
+      return false;
+    if (Argument.getKind() == clang::TemplateArgument::Pack)
+      for (const clang::TemplateArgument& Element : Argument.pack_elements())
+        if (Element.getKind() == clang::TemplateArgument::Type &&
+            !movableBatch(Element.getAsType(), Context, Unsupported, Depth + 1))
+          return false;
+  }
+  return true;
+}
+
+/// The batch type a `make_data_loader(dataset, ...)` call's dataset makes, when it can be told.
+clang::QualType batchTypeOf(const clang::CallExpr& Call, clang::ASTContext& Context) {
+  if (Call.getNumArgs() == 0)
+    return {};
+  return memberTypeAlias(Call.getArg(0)->getType().getNonReferenceType()->getAsCXXRecordDecl(), "BatchType",
+                         Context);
+}
+
+/// The loader's batches are of a type the runtime cannot move to a device.
+AST_MATCHER(clang::CallExpr, hasUnmovableBatch) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  clang::QualType Batch = batchTypeOf(Node, Context);
+  std::string Unsupported;
+  return !Batch.isNull() && !movableBatch(Batch, Context, Unsupported);
+}
+
 /// The two-argument form (dataset, options) with the default or a standard sampler, over a dataset that is
 /// not stateful: what prepare_data_loader can take.
 AST_MATCHER(clang::CallExpr, isPreparableLoaderCall) {
@@ -47,7 +128,12 @@ AST_MATCHER(clang::CallExpr, isPreparableLoaderCall) {
   if (!Callee || Callee->getNumParams() != 2)
     return false;
   Order Sampling = samplerOrder(Node);
-  return Sampling == Order::Shuffled || Sampling == Order::Sequential;
+  if (Sampling != Order::Shuffled && Sampling != Order::Sequential)
+    return false;
+  clang::ASTContext& Context = Finder->getASTContext();
+  clang::QualType Batch = batchTypeOf(Node, Context);
+  std::string Unsupported;
+  return Batch.isNull() || movableBatch(Batch, Context, Unsupported);
 }
 
 AST_MATCHER(clang::VarDecl, isTrainingLoaderVariable) {
@@ -80,19 +166,27 @@ Stencil loaderArguments() {
       return Arguments.takeError();
     const clang::SourceManager& SM = *Result.SourceManager;
     const clang::LangOptions& LangOpts = Result.Context->getLangOpts();
-    if (samplerOrder(*Call) != Order::Sequential)
+    const auto* Options = Result.Nodes.getNodeAs<clang::Expr>(OptionsId);
+    // Worker threads: the prepared loader loads in the training thread (the runtime refuses workers).
+    auto Workers = cxxMemberCallExpr(callee(cxxMethodDecl(hasName("workers"))));
+    bool SetsWorkers =
+        Options && !match(traverse(clang::TK_AsIs, expr(anyOf(Workers, hasDescendant(Workers)))), *Options,
+                          *Result.Context)
+                        .empty();
+    bool Sequential = samplerOrder(*Call) == Order::Sequential;
+    if (!Sequential && !SetsWorkers)
       return clang::Lexer::getSourceText(*Arguments, SM, LangOpts).str();
     std::string Dataset =
         clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Call->getArg(0)->getSourceRange()),
                                     SM, LangOpts)
             .str();
-    const auto* Options = Result.Nodes.getNodeAs<clang::Expr>(OptionsId);
     std::string Wrapped =
         Options ? clang::Lexer::getSourceText(
                       clang::CharSourceRange::getTokenRange(Options->getSourceRange()), SM, LangOpts)
                       .str()
                 : "";
-    return Dataset + ", accelerate::DataLoaderOptions(" + Wrapped + ").shuffle(false)";
+    return Dataset + ", accelerate::DataLoaderOptions(" + Wrapped + ")" +
+           (Sequential ? ".shuffle(false)" : "") + (SetsWorkers ? ".workers(0)" : "");
   });
 }
 
@@ -145,7 +239,9 @@ PassRule dataLoaderPass() {
           cat("accelerator.prepare_data_loader() gives each process its share of every global batch (the "
               "batch size is per process), on accelerator.device(), in an order drawn from the seed and "
               "the epoch that every process shares; `*",
-              name(LoaderId), "` iterates as before")),
+              name(LoaderId),
+              "` iterates as before (it loads in the training thread: worker threads set in "
+              "its options are turned off with .workers(0))")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, preparedLoaderDeclaration()),
                noopEdit(node(StatementId)),
                cat("data loader '", name(LoaderId),
@@ -166,6 +262,26 @@ PassRule dataLoaderPass() {
               "process reads the whole dataset. Prepare it here by hand: "
               "`auto loader = accelerator.prepare_data_loader(dataset, options);`, and make what reads "
               "it take the prepared loader's type (a template or `auto&`)")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, trainingLoaderDeclaration(hasUnmovableBatch())),
+          noopEdit(node(StatementId)),
+          cat("data loader '", name(LoaderId), "' not rewritten: ",
+              run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+                const auto* Call = Result.Nodes.getNodeAs<clang::CallExpr>(CallId);
+                clang::QualType Batch = batchTypeOf(*Call, *Result.Context);
+                std::string Type;
+                movableBatch(Batch, *Result.Context, Type);
+                return "its batches are `" + Batch.getAsString() +
+                       "`, and the runtime does not know how to "
+                       "move `" +
+                       Type +
+                       "` to a device; every process reads the whole dataset. Write the one "
+                       "function it needs, `template <> struct accelerate::ToDevice<" +
+                       Type + "> { static " + Type + " apply(" + Type +
+                       " value, const torch::Device& device); };` (see "
+                       "<accelerate/data.h>), then prepare the loader with "
+                       "accelerator.prepare_data_loader(...)";
+              }))),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, trainingLoaderDeclaration(callExpr())),
           noopEdit(node(StatementId)),

@@ -205,8 +205,14 @@ bool isKnownPureCall(const clang::Expr& Call) {
   }
   if (const auto* Plain = llvm::dyn_cast<clang::CallExpr>(&Call)) {
     const clang::Expr* Callee = Plain->getCallee()->IgnoreParenImpCasts();
-    if (const auto* Dependent = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(Callee))
-      return Dependent->getMember().getAsString() == "item";
+    if (const auto* Dependent = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(Callee)) {
+      // In a template, tensor reads by name: `loss.template item<float>()`, `batch.data.size(0)`.
+      std::string Name = Dependent->getMember().getAsString();
+      return llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{"item", "size", "sizes", "numel", "dim",
+                                                                "sum", "mean", "max", "min", "norm", "argmax",
+                                                                "eq"},
+                                Name);
+    }
     auto IsPureFunction = [](const clang::NamedDecl* Declaration) {
       const auto* Function = llvm::dyn_cast_or_null<clang::FunctionDecl>(Declaration->getUnderlyingDecl());
       if (const auto* Template =

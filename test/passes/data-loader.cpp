@@ -77,3 +77,15 @@ void own_sampler(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   for (auto& batch : *loader)
     step(model, optimizer, batch.data);
 }
+
+// Worker threads in the options (libtorch's DCGAN example): the prepared loader loads in the training thread.
+void with_workers(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
+  auto loader = torch::data::make_data_loader(
+      Points().map(torch::data::transforms::Stack<>()), torch::data::DataLoaderOptions().batch_size(64).workers(2));
+  // CHECK: {{^}}  auto loader = accelerator.prepare_data_loader(Points().map(torch::data::transforms::Stack<>()), accelerate::DataLoaderOptions(torch::data::DataLoaderOptions().batch_size(64).workers(2)).workers(0));{{$}}
+  for (auto& batch : *loader) {
+    optimizer.zero_grad();
+    model->forward(batch.data).sum().backward();
+    optimizer.step();
+  }
+}

@@ -42,6 +42,7 @@ struct DataLoaderOptions {
   /* implicit */ DataLoaderOptions(size_t batch_size);
   /* implicit */ DataLoaderOptions(const torch::data::DataLoaderOptions& options);
   DataLoaderOptions& shuffle(bool new_shuffle);
+  DataLoaderOptions& workers(size_t new_workers);
 };
 
 template <typename Dataset> class DataLoader {
