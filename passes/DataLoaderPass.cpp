@@ -60,6 +60,15 @@ clang::QualType memberTypeAlias(const clang::CXXRecordDecl* Record, llvm::String
   return {};
 }
 
+/// `Type` as a user writes it: `std::vector<torch::data::Example<at::Tensor, Labels>>`, without `class`, or
+/// an anonymous namespace.
+std::string spelled(clang::QualType Type, const clang::ASTContext& Context) {
+  clang::PrintingPolicy Policy(Context.getLangOpts());
+  Policy.SuppressTagKeyword = true;
+  Policy.SuppressUnwrittenScope = true;
+  return Type.getAsString(Policy);
+}
+
 /// True when the runtime's `accelerate::ToDevice` moves `Type` (see <accelerate/data.h>): tensors,
 /// `torch::data::Example`, standard containers of such values, numbers, strings. Otherwise `Unsupported` is
 /// the first type in it that no rule moves.
@@ -80,9 +89,7 @@ bool movableBatch(clang::QualType Type, const clang::ASTContext& Context, std::s
                                                                        "map", "unordered_map"},
                                        Record->getName()));
   if (!Specialization || !Container) {
-    clang::PrintingPolicy Policy(Context.getLangOpts());
-    Policy.SuppressScope = false;
-    Unsupported = Type.getAsString(Policy);
+    Unsupported = spelled(Type, Context);
     return false;
   }
   const clang::TemplateArgumentList& Arguments = Specialization->getTemplateArgs();
@@ -271,7 +278,7 @@ PassRule dataLoaderPass() {
                 clang::QualType Batch = batchTypeOf(*Call, *Result.Context);
                 std::string Type;
                 movableBatch(Batch, *Result.Context, Type);
-                return "its batches are `" + Batch.getAsString() +
+                return "its batches are `" + spelled(Batch, *Result.Context) +
                        "`, and the runtime does not know how to "
                        "move `" +
                        Type +
