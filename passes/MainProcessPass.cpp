@@ -281,19 +281,25 @@ bool isConstantValue(const clang::Expr& E, clang::ASTContext& Context) {
   return !E.isValueDependent() && E.isEvaluatable(Context);
 }
 
-/// A number read from this process's tensors: `item()`, and the sizes `size(...)`, `numel()`.
+/// A number read from this process's tensors: `item()`, and the sizes `size(...)`, `numel()` (of a tensor, or
+/// in a template of a value of dependent type).
 StatementMatcher perProcessRead() {
-  return expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasAnyName("item", "size", "numel")))),
+  auto Tensor = ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")));
+  return expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item")))),
+                    cxxMemberCallExpr(callee(cxxMethodDecl(hasAnyName("size", "numel"), Tensor))),
                     callExpr(callee(cxxDependentScopeMemberExpr(
                         anyOf(hasMemberName("item"), hasMemberName("size"), hasMemberName("numel")))))));
 }
 
-/// A sum or a count: `.sum()`, `torch::sum`, a size, `count_nonzero`.
+/// A sum or a count: `.sum()`, `torch::sum`, a tensor's size, `count_nonzero`.
 StatementMatcher sumOrCount() {
-  auto Names = hasAnyName("sum", "size", "numel", "count_nonzero");
-  return expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(Names))), callExpr(callee(functionDecl(Names))),
-                    callExpr(callee(cxxDependentScopeMemberExpr(
-                        anyOf(hasMemberName("sum"), hasMemberName("size"), hasMemberName("numel")))))));
+  auto Tensor = ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")));
+  return expr(anyOf(
+      cxxMemberCallExpr(callee(cxxMethodDecl(hasAnyName("sum", "size", "numel", "count_nonzero"), Tensor))),
+      callExpr(callee(functionDecl(
+          hasAnyName("::at::sum", "::torch::sum", "::at::count_nonzero", "::torch::count_nonzero")))),
+      callExpr(callee(cxxDependentScopeMemberExpr(
+          anyOf(hasMemberName("sum"), hasMemberName("size"), hasMemberName("numel")))))));
 }
 
 bool contains(const StatementMatcher& Matcher, const clang::Stmt& S, clang::ASTContext& Context) {
