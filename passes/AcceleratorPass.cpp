@@ -106,6 +106,34 @@ const clang::FunctionDecl* mainFunction(clang::ASTContext& Context) {
   return nullptr;
 }
 
+/// A reference a template leaves unresolved (`run_epoch(net, ...)` with a dependent argument,
+/// `this->run_epoch()`), bound to "dependent".
+auto dependentReference() {
+  return expr(anyOf(unresolvedLookupExpr(), cxxDependentScopeMemberExpr(), unresolvedMemberExpr()))
+      .bind("dependent");
+}
+
+/// The name such a reference spells.
+std::string spelledName(const clang::Expr& Unresolved) {
+  if (const auto* Lookup = llvm::dyn_cast<clang::OverloadExpr>(&Unresolved))
+    return Lookup->getName().getAsString();
+  if (const auto* Member = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(&Unresolved))
+    return Member->getMember().getAsString();
+  return "";
+}
+
+/// True when `Function` is named `Name` (an identifier).
+bool isNamed(const clang::FunctionDecl& Function, llvm::StringRef Name) {
+  return Function.getDeclName().isIdentifier() && Function.getName() == Name;
+}
+
+/// True when `Callee` is `Function` or an instantiation of it.
+bool isFunctionOrInstance(const clang::FunctionDecl& Callee, const clang::FunctionDecl& Function) {
+  const clang::FunctionDecl* Pattern = Callee.getTemplateInstantiationPattern();
+  return Callee.getCanonicalDecl() == Function.getCanonicalDecl() ||
+         (Pattern && Pattern->getCanonicalDecl() == Function.getCanonicalDecl());
+}
+
 /// True when another function of the main file calls `Function` (or an instantiation of it), or takes its
 /// address (a callback, a `std::function`): then that function starts training, not `Function`. In a
 /// template, a call that is still dependent (`run_epoch(net, ...)` with a dependent argument,
@@ -113,34 +141,19 @@ const clang::FunctionDecl* mainFunction(clang::ASTContext& Context) {
 bool isCalledInMainFile(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
   auto Named = functionDecl().bind("callee");
-  auto Reference = expr(anyOf(declRefExpr(to(Named)), memberExpr(member(Named)))).bind("call");
-  std::string Name = Function.getDeclName().isIdentifier() ? Function.getName().str() : "";
-  auto Dependent = expr(anyOf(unresolvedLookupExpr(), cxxDependentScopeMemberExpr(), unresolvedMemberExpr()))
-                       .bind("dependent");
+  auto Reference =
+      expr(anyOf(declRefExpr(to(Named)), memberExpr(member(Named)), dependentReference())).bind("use");
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
     if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
       continue;
     for (const BoundNodes& Found :
-         match(traverse(clang::TK_AsIs, decl(forEachDescendant(expr(anyOf(Reference, Dependent))))),
-               *TopLevel, Context)) {
-      if (const auto* Unresolved = Found.getNodeAs<clang::Expr>("dependent")) {
-        std::string Spelled;
-        if (const auto* Lookup = llvm::dyn_cast<clang::OverloadExpr>(Unresolved))
-          Spelled = Lookup->getName().getAsString();
-        else if (const auto* Member = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(Unresolved))
-          Spelled = Member->getMember().getAsString();
-        if (Name.empty() || Spelled != Name)
-          continue;
-      } else {
-        const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
-        const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern();
-        if (Callee->getCanonicalDecl() != Function.getCanonicalDecl() &&
-            (!Pattern || Pattern->getCanonicalDecl() != Function.getCanonicalDecl()))
-          continue;
-      }
-      const auto* Use = Found.getNodeAs<clang::Stmt>("call");
-      const clang::FunctionDecl* Caller =
-          enclosingFunction(Use ? *Use : *Found.getNodeAs<clang::Stmt>("dependent"), Context);
+         match(traverse(clang::TK_AsIs, decl(forEachDescendant(Reference))), *TopLevel, Context)) {
+      const auto* Unresolved = Found.getNodeAs<clang::Expr>("dependent");
+      const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
+      if (Unresolved ? !isNamed(Function, spelledName(*Unresolved))
+                     : !isFunctionOrInstance(*Callee, Function))
+        continue;
+      const clang::FunctionDecl* Caller = enclosingFunction(*Found.getNodeAs<clang::Stmt>("use"), Context);
       if (Caller && Caller->getCanonicalDecl() != Function.getCanonicalDecl())
         return true;
     }
@@ -167,18 +180,12 @@ bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::Fu
     return false;
   auto Call = callExpr(callee(functionDecl().bind("callee")));
   // A call a template leaves unresolved reaches each target of its name.
-  auto Dependent = expr(anyOf(unresolvedLookupExpr(), cxxDependentScopeMemberExpr(), unresolvedMemberExpr()))
-                       .bind("dependent");
   for (const BoundNodes& Found :
-       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Dependent))), *Function.getBody(), Context)) {
-    const auto* Unresolved = Found.getNodeAs<clang::Expr>("dependent");
-    std::string Spelled;
-    if (const auto* Lookup = llvm::dyn_cast<clang::OverloadExpr>(Unresolved))
-      Spelled = Lookup->getName().getAsString();
-    else if (const auto* Member = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(Unresolved))
-      Spelled = Member->getMember().getAsString();
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(dependentReference()))), *Function.getBody(),
+             Context)) {
+    std::string Spelled = spelledName(*Found.getNodeAs<clang::Expr>("dependent"));
     for (const clang::FunctionDecl* Target : Targets)
-      if (Target->getDeclName().isIdentifier() && Target->getName() == Spelled)
+      if (isNamed(*Target, Spelled))
         return true;
   }
   for (const BoundNodes& Found :

@@ -87,8 +87,16 @@ StatementMatcher fileWrite() {
   return expr(anyOf(ImageWriter, ArchiveSave, ModuleSave));
 }
 
+} // namespace
+
+StatementMatcher guardedSave() {
+  return expr(anyOf(torchSave(), fileWrite()), isWholeStatement(), unless(isInMacroExpansion()),
+              isInTrainingOrEvaluationCode(), unless(isInDistributedFunction()))
+      .bind(StatementId);
+}
+
 /// `std::ofstream log("log.txt");`: a file stream opened, and so emptied, by every process.
-StatementMatcher truncatingFileStream() {
+StatementMatcher fileStreamOpenedByEveryProcess() {
   auto Stream = hasType(hasUnqualifiedDesugaredType(
       recordType(hasDeclaration(cxxRecordDecl(hasName("::std::basic_ofstream"))))));
   auto OpenedWithPathOnly = cxxConstructExpr(argumentCountIs(1), hasArgument(0, expr().bind(PathId)));
@@ -98,18 +106,6 @@ StatementMatcher truncatingFileStream() {
                   unless(isInMacroExpansion()), isInTrainingOrEvaluationCode(),
                   unless(isInDistributedFunction()))
       .bind(StatementId);
-}
-
-} // namespace
-
-StatementMatcher guardedSave() {
-  return expr(anyOf(torchSave(), fileWrite()), isWholeStatement(), unless(isInMacroExpansion()),
-              isInTrainingOrEvaluationCode(), unless(isInDistributedFunction()))
-      .bind(StatementId);
-}
-
-StatementMatcher fileStreamOpenedByEveryProcess() {
-  return truncatingFileStream();
 }
 
 PassRule checkpointPass() {
@@ -138,7 +134,7 @@ PassRule checkpointPass() {
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, guardedSave()), Guard,
                cat("the main process alone writes this file, once per job instead of once per process")),
       makeRule(
-          traverse(clang::TK_IgnoreUnlessSpelledInSource, truncatingFileStream()),
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, fileStreamOpenedByEveryProcess()),
           insertAfter(node(PathId), cat(", accelerator.is_main_process() ? std::ios::out : std::ios::app")),
           cat("only the main process empties '", name(StreamId),
               "' when it opens it; the others open it without "

@@ -53,10 +53,6 @@ StatementMatcher cpuMention() {
                     stringLiteral(isCpuString())));
 }
 
-bool has(const StatementMatcher& Matcher, const clang::Stmt& S, clang::ASTContext& Context) {
-  return !match(traverse(clang::TK_AsIs, stmt(anyOf(Matcher, hasDescendant(Matcher)))), S, Context).empty();
-}
-
 /// A device variable that training uses: declared or set from CUDA, from a check, from another device, or
 /// from anything but an explicit CPU device. `torch::Device cpu(torch::kCPU)` is not one.
 AST_MATCHER(clang::VarDecl, isTrainingDevice) {
@@ -65,8 +61,9 @@ AST_MATCHER(clang::VarDecl, isTrainingDevice) {
   if (!Init)
     return false;
   auto DeviceVariable = declRefExpr(to(varDecl(hasLocalStorage(), hasType(isDeviceType()))));
-  bool ExplicitCpu = has(cpuMention(), *Init, Context) && !has(cudaMention(), *Init, Context) &&
-                     !has(DeviceVariable, *Init, Context);
+  bool ExplicitCpu = containsMatch(cpuMention(), *Init, Context) &&
+                     !containsMatch(cudaMention(), *Init, Context) &&
+                     !containsMatch(DeviceVariable, *Init, Context);
   if (!ExplicitCpu)
     return true;
   // `torch::Device device(torch::kCPU); if (torch::cuda::is_available()) device = torch::kCUDA;`
@@ -79,13 +76,13 @@ AST_MATCHER(clang::VarDecl, isTrainingDevice) {
                                 hasRHS(hasDescendant(cudaMention()))),
                  cxxOperatorCallExpr(hasOverloadedOperatorName("="), hasArgument(0, Target),
                                      hasArgument(1, anyOf(cudaMention(), hasDescendant(cudaMention()))))));
-  return has(Assignment, *Function->getBody(), Context);
+  return containsMatch(Assignment, *Function->getBody(), Context);
 }
 
 /// The argument names the CPU and nothing else.
 AST_MATCHER(clang::Expr, isCpuDevice) {
   clang::ASTContext& Context = Finder->getASTContext();
-  return has(cpuMention(), Node, Context) && !has(cudaMention(), Node, Context);
+  return containsMatch(cpuMention(), Node, Context) && !containsMatch(cudaMention(), Node, Context);
 }
 
 /// `torch::kCUDA`, `"cuda"`, `torch::Device(torch::kCUDA)`: a CUDA device written as a constant.
@@ -184,16 +181,6 @@ AST_MATCHER(clang::Expr, isFromPreparedBatch) {
   return derivesFromPreparedBatch(Node, Finder->getASTContext());
 }
 
-/// The module a member call is made on, through `->` on a holder or smart pointer.
-AST_MATCHER(clang::CXXMemberCallExpr, isOnTrainedModel) {
-  const clang::Expr* Object = Node.getImplicitObjectArgument()->IgnoreImplicit();
-  if (const auto* Arrow = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Object))
-    if (Arrow->getOperator() == clang::OO_Arrow)
-      Object = Arrow->getArg(0);
-  const clang::ValueDecl* Model = namedDeclaration(Object);
-  return Model && isPassEnabled("prepare") && isTrainedModel(*Model, Finder->getASTContext());
-}
-
 /// `model->forward(x)`, `model(x)`, `(*model)(x)` on a model that prepare places on the accelerator's device.
 bool isTrainedModelCall(const clang::Stmt& S, clang::ASTContext& Context) {
   const clang::Expr* Object = nullptr;
@@ -239,6 +226,11 @@ bool feedsTrainedModel(const clang::Expr& E, clang::ASTContext& Context, bool Th
     Current = Parent;
   }
   return false;
+}
+
+/// The module a member call is made on, through `->` on a holder or smart pointer, is prepared.
+AST_MATCHER(clang::CXXMemberCallExpr, isOnTrainedModel) {
+  return isTrainedModelCall(Node, Finder->getASTContext());
 }
 
 AST_MATCHER(clang::Expr, feedsPreparedModel) {
@@ -427,7 +419,7 @@ bool onlyAsksAboutCuda(const clang::Expr& Condition, clang::ASTContext& Context)
   auto Effect =
       expr(anyOf(callExpr(unless(callee(Pure))), cxxConstructExpr(), binaryOperator(isAssignmentOperator()),
                  unaryOperator(hasAnyOperatorName("++", "--"))));
-  return !has(Effect, Condition, Context);
+  return !containsMatch(Effect, Condition, Context);
 }
 
 /// Whether `Branch` (a then/else of an if) only assigns DeviceType variables that go with their assignments

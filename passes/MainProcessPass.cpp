@@ -302,29 +302,6 @@ StatementMatcher sumOrCount() {
           anyOf(hasMemberName("sum"), hasMemberName("size"), hasMemberName("numel")))))));
 }
 
-bool contains(const StatementMatcher& Matcher, const clang::Stmt& S, clang::ASTContext& Context) {
-  return !match(traverse(clang::TK_AsIs, stmt(anyOf(Matcher, hasDescendant(Matcher)))), S, Context).empty();
-}
-
-/// Every value written to `Variable` in `Function`: its initializer and the right side of each assignment
-/// (`=`, `+=`, ...).
-std::vector<const clang::Expr*> writesTo(const clang::VarDecl& Variable, const clang::FunctionDecl& Function,
-                                         clang::ASTContext& Context) {
-  std::vector<const clang::Expr*> Writes;
-  if (Variable.getInit())
-    Writes.push_back(Variable.getInit());
-  auto Target = ignoringParenImpCasts(declRefExpr(to(varDecl(equalsNode(&Variable)))));
-  for (const BoundNodes& Found : match(
-           traverse(clang::TK_AsIs,
-                    stmt(forEachDescendant(expr(anyOf(
-                        binaryOperator(isAssignmentOperator(), hasLHS(Target), hasRHS(expr().bind("value"))),
-                        cxxOperatorCallExpr(isAssignmentOperator(), hasArgument(0, Target),
-                                            hasArgument(1, expr().bind("value")))))))),
-           *Function.getBody(), Context))
-    Writes.push_back(Found.getNodeAs<clang::Expr>("value"));
-  return Writes;
-}
-
 Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Function, clang::ASTContext& Context,
               int Depth = 0) {
   if (Depth > 4)
@@ -333,7 +310,9 @@ Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Functio
       !Variable.getType()->isArithmeticType() || !Function.hasBody())
     return Share::None;
   Share Result = Share::None;
-  for (const clang::Expr* Write : writesTo(Variable, Function, Context)) {
+  for (const auto& [Written, Write] : variableWrites(Function, Context)) {
+    if (Written != &Variable)
+      continue;
     if (isConstantValue(*Write, Context))
       continue;
     // Another local computed from the share (a ratio, a copy) cannot be reduced by kind.
@@ -345,9 +324,9 @@ Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Functio
           shareOf(*Other, Function, Context, Depth + 1) != Share::None)
         return Share::Unknown;
     }
-    if (!contains(perProcessRead(), *Write, Context))
+    if (!containsMatch(perProcessRead(), *Write, Context))
       continue;
-    Share Kind = contains(sumOrCount(), *Write, Context) ? Share::Sum : Share::Mean;
+    Share Kind = containsMatch(sumOrCount(), *Write, Context) ? Share::Sum : Share::Mean;
     if (Result != Share::None && Result != Kind)
       return Share::Unknown;
     Result = Kind;
@@ -399,8 +378,7 @@ std::vector<std::pair<const clang::DeclRefExpr*, Share>> sharedNumbers(const cla
 }
 
 AST_MATCHER(clang::Expr, printsSharedNumber) {
-  auto Uses = sharedNumbers(Node, Finder->getASTContext());
-  return llvm::any_of(Uses, [](const auto& Use) { return Use.second != Share::None; });
+  return !sharedNumbers(Node, Finder->getASTContext()).empty();
 }
 
 /// Printed numbers that cannot be made global here: of unknown kind, or under a condition the processes could

@@ -456,20 +456,8 @@ llvm::SmallPtrSet<const clang::VarDecl*, 8> tensorDerivedVariables(const clang::
   llvm::SmallPtrSet<const clang::VarDecl*, 8> Derived;
   if (!Function.hasBody())
     return Derived;
-  // (variable, value written to it) for every initialisation and assignment in the body.
-  std::vector<std::pair<const clang::VarDecl*, const clang::Expr*>> Writes;
-  for (const BoundNodes& Found :
-       match(stmt(forEachDescendant(varDecl(hasInitializer(expr().bind("value"))).bind("variable"))),
-             *Function.getBody(), Context))
-    Writes.emplace_back(Found.getNodeAs<clang::VarDecl>("variable"), Found.getNodeAs<clang::Expr>("value"));
-  auto Target = ignoringParenImpCasts(declRefExpr(to(varDecl().bind("variable"))));
-  for (const BoundNodes& Found :
-       match(findAll(expr(
-                 anyOf(binaryOperator(isAssignmentOperator(), hasLHS(Target), hasRHS(expr().bind("value"))),
-                       cxxOperatorCallExpr(isAssignmentOperator(), hasArgument(0, Target),
-                                           hasArgument(1, expr().bind("value")))))),
-             *Function.getBody(), Context))
-    Writes.emplace_back(Found.getNodeAs<clang::VarDecl>("variable"), Found.getNodeAs<clang::Expr>("value"));
+  std::vector<std::pair<const clang::VarDecl*, const clang::Expr*>> Writes =
+      variableWrites(Function, Context);
   auto ReadsTensor = expr(anyOf(itemRead(), hasDescendant(itemRead())));
   for (bool Changed = true; Changed;) {
     Changed = false;
@@ -490,6 +478,30 @@ llvm::SmallPtrSet<const clang::VarDecl*, 8> tensorDerivedVariables(const clang::
 }
 
 } // namespace
+
+bool containsMatch(const StatementMatcher& Matcher, const clang::Stmt& S, clang::ASTContext& Context) {
+  return !match(traverse(clang::TK_AsIs, stmt(anyOf(Matcher, hasDescendant(Matcher)))), S, Context).empty();
+}
+
+std::vector<std::pair<const clang::VarDecl*, const clang::Expr*>>
+variableWrites(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  std::vector<std::pair<const clang::VarDecl*, const clang::Expr*>> Writes;
+  if (!Function.hasBody())
+    return Writes;
+  for (const BoundNodes& Found :
+       match(stmt(forEachDescendant(varDecl(hasInitializer(expr().bind("value"))).bind("variable"))),
+             *Function.getBody(), Context))
+    Writes.emplace_back(Found.getNodeAs<clang::VarDecl>("variable"), Found.getNodeAs<clang::Expr>("value"));
+  auto Target = ignoringParenImpCasts(declRefExpr(to(varDecl().bind("variable"))));
+  for (const BoundNodes& Found :
+       match(findAll(expr(
+                 anyOf(binaryOperator(isAssignmentOperator(), hasLHS(Target), hasRHS(expr().bind("value"))),
+                       cxxOperatorCallExpr(isAssignmentOperator(), hasArgument(0, Target),
+                                           hasArgument(1, expr().bind("value")))))),
+             *Function.getBody(), Context))
+    Writes.emplace_back(Found.getNodeAs<clang::VarDecl>("variable"), Found.getNodeAs<clang::Expr>("value"));
+  return Writes;
+}
 
 bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context) {
   // A tensor, a dependent value, a number read from a tensor, or a variable that holds one.

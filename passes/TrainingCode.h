@@ -5,6 +5,7 @@
 
 #include "clang/ASTMatchers/ASTMatchers.h"
 
+#include <utility>
 #include <vector>
 
 namespace clang {
@@ -101,6 +102,15 @@ clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode
 /// True when a condition above `S` in its function (an `if`, `while` or `for` condition) depends on a
 /// tensor's value or on a dependent type: processes could disagree on it, so `S` must take no collective.
 bool isUnderTensorCondition(const clang::Stmt& S, clang::ASTContext& Context);
+
+/// True when `Matcher` matches `S` or a node inside it.
+bool containsMatch(const clang::ast_matchers::StatementMatcher& Matcher, const clang::Stmt& S,
+                   clang::ASTContext& Context);
+
+/// Every value `Function` writes to a variable: (variable, initializer) for each initialised declaration, and
+/// (variable, right side) for each assignment (`=`, `+=`, ...) to a variable, in its body.
+std::vector<std::pair<const clang::VarDecl*, const clang::Expr*>>
+variableWrites(const clang::FunctionDecl& Function, clang::ASTContext& Context);
 
 /// True when `S` is inside a loop (of its function) that runs a training step (see loopTrains).
 bool isInTrainingLoop(const clang::Stmt& S, clang::ASTContext& Context);
