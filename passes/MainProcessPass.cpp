@@ -120,9 +120,8 @@ bool fitsPrint(const StreamChain& Chain, const clang::ASTContext& Context) {
   return EndsLine && llvm::none_of(llvm::ArrayRef(Chain.Operands).drop_back(), isTemplateManipulator);
 }
 
-/// The tensors the function runs backward on, written as variables: its losses.
-std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Function,
-                                              clang::ASTContext& Context) {
+/// The variables `Body` runs backward on (`loss.backward()`, also in a template).
+std::vector<const clang::ValueDecl*> backwardVariables(const clang::Stmt& Body, clang::ASTContext& Context) {
   auto Loss = declRefExpr(to(varDecl().bind("loss")));
   auto Resolved = cxxMemberCallExpr(
       callee(cxxMethodDecl(hasName("backward"),
@@ -132,9 +131,37 @@ std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Functio
                                                hasObjectExpression(ignoringParenImpCasts(Loss)));
   std::vector<const clang::ValueDecl*> Losses;
   for (const BoundNodes& Found :
-       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Resolved, Dependent))))),
-             *Function.getBody(), Context))
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Resolved, Dependent))))), Body,
+             Context))
     Losses.push_back(Found.getNodeAs<clang::ValueDecl>("loss"));
+  return Losses;
+}
+
+/// The tensors the function runs backward on, written as variables: its losses. Also a loss a training step
+/// returns: `auto loss = train_step(...)`, where the function or lambda called runs backward on the variable
+/// it returns.
+std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Function,
+                                              clang::ASTContext& Context) {
+  std::vector<const clang::ValueDecl*> Losses = backwardVariables(*Function.getBody(), Context);
+  auto Returned = declRefExpr(to(varDecl().bind("returned")));
+  auto ReturnsVariable = returnStmt(hasReturnValue(
+      ignoringImplicit(anyOf(Returned, cxxConstructExpr(hasArgument(0, ignoringImplicit(Returned)))))));
+  for (const BoundNodes& Found : match(
+           traverse(clang::TK_AsIs,
+                    stmt(forEachDescendant(
+                        varDecl(hasInitializer(ignoringImplicit(callExpr().bind("step")))).bind("result")))),
+           *Function.getBody(), Context)) {
+    const clang::FunctionDecl* Step = Found.getNodeAs<clang::CallExpr>("step")->getDirectCallee();
+    if (!Step || !Step->hasBody() || Step == &Function)
+      continue;
+    std::vector<const clang::ValueDecl*> StepLosses = backwardVariables(*Step->getBody(), Context);
+    for (const BoundNodes& Return :
+         match(traverse(clang::TK_AsIs, stmt(forEachDescendant(ReturnsVariable))), *Step->getBody(), Context))
+      if (llvm::is_contained(StepLosses, Return.getNodeAs<clang::ValueDecl>("returned"))) {
+        Losses.push_back(Found.getNodeAs<clang::ValueDecl>("result"));
+        break;
+      }
+  }
   return Losses;
 }
 

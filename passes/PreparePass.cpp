@@ -12,6 +12,8 @@
 #include "clang/Tooling/Transformer/RangeSelector.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 
+#include <algorithm>
+
 namespace accelerate::passes {
 namespace {
 
@@ -250,15 +252,35 @@ namespace {
 constexpr char ParameterId[] = "parameter";
 
 /// A reference parameter of an optimizer type that every call in the main file passes a prepared optimizer
-/// (held by value) for: `void update(..., torch::optim::Adam& trainer)` called as `update(..., optimizer)`.
-AST_MATCHER(clang::ParmVarDecl, onlyReceivesPreparedOptimizers) {
-  clang::ASTContext& Context = Finder->getASTContext();
+/// (held by value) for: `void update(..., torch::optim::Adam& trainer)` called as `update(..., optimizer)`, a
+/// lambda's `[&](torch::optim::Adam& trainer)` called as `step(optimizer)`, or a function handed on as a
+/// callback next to a prepared optimizer, `apply(decay, optimizer)` (where a template calls
+/// `decay(optimizer)`).
+bool receivesOnlyPreparedOptimizers(const clang::ParmVarDecl& Node, clang::ASTContext& Context, int Depth) {
   const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(Node.getDeclContext());
   if (!Function || !Node.getType()->isLValueReferenceType())
     return false;
-  unsigned Index = Node.getFunctionScopeIndex();
+  const unsigned Index = Node.getFunctionScopeIndex();
   const clang::SourceManager& SM = Context.getSourceManager();
-  auto Prepared = declRefExpr(to(varDecl(isPreparedOptimizerObject())));
+  auto Prepared = expr(ignoringImplicit(declRefExpr(to(varDecl(isPreparedOptimizerObject())))));
+  // A prepared optimizer, or a parameter of a function up to two calls out that only receives one (and is
+  // retyped too): `step(optimizer)` inside `fit(torch::optim::Adam& optimizer)`.
+  auto IsPrepared = [&](const clang::Expr& Argument) {
+    if (!match(traverse(clang::TK_AsIs, Prepared), Argument, Context).empty())
+      return true;
+    const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(Argument.IgnoreParenImpCasts());
+    const auto* Outer = Reference ? llvm::dyn_cast<clang::ParmVarDecl>(Reference->getDecl()) : nullptr;
+    return Outer && Outer != &Node && Depth < 2 &&
+           !match(qualType(isOptimizerType()), Outer->getType(), Context).empty() &&
+           receivesOnlyPreparedOptimizers(*Outer, Context, Depth + 1);
+  };
+  auto IsFunction = [&](const clang::FunctionDecl* Other) {
+    if (!Other)
+      return false;
+    if (const clang::FunctionDecl* Pattern = Other->getTemplateInstantiationPattern())
+      Other = Pattern;
+    return Other->getCanonicalDecl() == Function->getCanonicalDecl();
+  };
   bool AnyCall = false;
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
     if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
@@ -267,20 +289,36 @@ AST_MATCHER(clang::ParmVarDecl, onlyReceivesPreparedOptimizers) {
          match(traverse(clang::TK_AsIs, decl(forEachDescendant(callExpr().bind("call")))), *TopLevel,
                Context)) {
       const auto* Call = Found.getNodeAs<clang::CallExpr>("call");
-      const clang::FunctionDecl* Callee = Call->getDirectCallee();
-      if (!Callee)
+      if (IsFunction(Call->getDirectCallee())) {
+        // A lambda's (or any object's) operator() called as `step(optimizer)`: the object is argument 0.
+        const unsigned Shift = llvm::isa<clang::CXXOperatorCallExpr>(Call) &&
+                                       llvm::isa<clang::CXXMethodDecl>(Call->getDirectCallee())
+                                   ? 1
+                                   : 0;
+        if (Index + Shift >= Call->getNumArgs())
+          continue;
+        AnyCall = true;
+        if (!IsPrepared(*Call->getArg(Index + Shift)))
+          return false;
         continue;
-      if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
-        Callee = Pattern;
-      if (Callee->getCanonicalDecl() != Function->getCanonicalDecl() || Index >= Call->getNumArgs())
-        continue;
-      AnyCall = true;
-      if (match(traverse(clang::TK_AsIs, expr(ignoringImplicit(Prepared))), *Call->getArg(Index), Context)
-              .empty())
-        return false;
+      }
+      // The function handed to another as a callback: only beside a prepared optimizer.
+      for (const clang::Expr* Argument : Call->arguments()) {
+        const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(Argument->IgnoreParenImpCasts());
+        if (!Reference || !IsFunction(llvm::dyn_cast<clang::FunctionDecl>(Reference->getDecl())))
+          continue;
+        if (std::none_of(Call->arg_begin(), Call->arg_end(),
+                         [&](const clang::Expr* Other) { return IsPrepared(*Other); }))
+          return false;
+        AnyCall = true;
+      }
     }
   }
   return AnyCall;
+}
+
+AST_MATCHER(clang::ParmVarDecl, onlyReceivesPreparedOptimizers) {
+  return receivesOnlyPreparedOptimizers(Node, Finder->getASTContext(), 0);
 }
 
 /// The parameter's type as written: `torch::optim::Adam&`.
@@ -308,6 +346,10 @@ StatementMatcher preparedDeclaration() {
 }
 
 PassRule preparePass() {
+  const auto RetypedParameter = cat(
+      "every call passes a prepared optimizer here, and a prepared optimizer is an accelerate::Optimizer: "
+      "the parameter takes it, so the function steps it (fused, accumulation-aware) instead of the "
+      "libtorch optimizer inside");
   auto OptimizerWithModel =
       declStmt(declarationOf(isOptimizerType()), hasSingleDecl(varDecl(trainsSomeModel())));
   return applyFirst<std::string>({
@@ -333,10 +375,15 @@ PassRule preparePass() {
                         parmVarDecl(hasType(isOptimizerType()), isExpansionInMainFile(),
                                     onlyReceivesPreparedOptimizers())
                             .bind(ParameterId)),
-               changeTo(parameterType(), cat("accelerate::Optimizer&")),
-               cat("every call passes a prepared optimizer here, and a prepared optimizer is an "
-                   "accelerate::Optimizer: the parameter takes it, so the function steps it (fused, "
-                   "accumulation-aware) instead of the libtorch optimizer inside")),
+               changeTo(parameterType(), cat("accelerate::Optimizer&")), RetypedParameter),
+      // A lambda's parameters are only visited as written with the AST as it is.
+      makeRule(traverse(clang::TK_AsIs,
+                        parmVarDecl(hasDeclContext(cxxMethodDecl(ofClass(cxxRecordDecl(isLambda())))),
+                                    unless(hasAncestor(functionDecl(isTemplateInstantiation()))),
+                                    hasType(isOptimizerType()), isExpansionInMainFile(),
+                                    onlyReceivesPreparedOptimizers())
+                            .bind(ParameterId)),
+               changeTo(parameterType(), cat("accelerate::Optimizer&")), RetypedParameter),
       makeRule(preparedAssignment(), insertBeforeStatement(StatementId, assignedModelPreparations()),
                cat("the models this optimizer trains are prepared before it is made (moved to "
                    "accelerator.device(), "

@@ -15,6 +15,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace accelerate::rewriter {
@@ -209,15 +210,26 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   }
 
   if (Changed)
-    if (llvm::Error Err = checkRewriteCompiles(Database, File, Rewrite->Rewritten, Options))
-      return fail(std::move(Err),
-                  "the rewritten " + Options.InputFile +
-                      " would not compile (diagnostics above, in the rewritten text); the "
-                      "rewrite was abandoned and nothing was written. The input compiles, so "
-                      "the rewrite caused these errors: change the code they point at by hand "
-                      "(an accelerator under another name, say), or report this with the input "
-                      "file. The runtime headers checked against are in " +
-                      Options.RuntimeIncludeDir);
+    if (llvm::Error Err = checkRewriteCompiles(Database, File, Rewrite->Rewritten, Options)) {
+      std::string Cause = "change the code they point at by hand (an accelerator under another name, say), "
+                          "or report this with the input file";
+      Err = llvm::handleErrors(std::move(Err), [&](std::unique_ptr<CompileError> Compile) -> llvm::Error {
+        if (llvm::Regex("conversion from '(accelerate::)?Optimizer' to '(const )?torch::optim::")
+                .match(Compile->diagnostics()))
+          Cause = "a prepared optimizer is an accelerate::Optimizer, and here one reaches a "
+                  "torch::optim::<type>& the rewriter could not retype (it retypes the parameters of "
+                  "functions and lambdas called with the optimizer, and of functions handed on beside it); "
+                  "where the errors point, through a std::function, a function pointer or a template, write "
+                  "accelerate::Optimizer& (or torch::optim::Optimizer&) and run again";
+        return llvm::Error(std::move(Compile));
+      });
+      return fail(std::move(Err), "the rewritten " + Options.InputFile +
+                                      " would not compile (diagnostics above, in the rewritten text); the "
+                                      "rewrite was abandoned and nothing was written. The input compiles, "
+                                      "so the rewrite caused these errors: " +
+                                      Cause + ". The runtime headers checked against are in " +
+                                      Options.RuntimeIncludeDir);
+    }
 
   if (Options.Diff) {
     llvm::outs() << unifiedDiff(Options.InputFile, Options.InputFile, Rewrite->Original, Rewrite->Rewritten);

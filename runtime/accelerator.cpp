@@ -12,8 +12,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
 
 namespace accelerate {
 namespace detail {
@@ -72,6 +80,62 @@ std::shared_ptr<detail::ProcessState> acquire_process_state(const detail::Resolv
   return created;
 }
 
+/// What ends a process whose exception nobody caught: one line naming the process, the exception's type and
+/// its message (c10 errors without their backtrace), then abort() as before. Replaces libstdc++'s "terminate
+/// called after throwing an instance of ..." only; a handler the program installed itself stays.
+[[noreturn]] void report_uncaught_exception() {
+  std::string type = "an exception";
+  std::string message;
+  if (auto exception = std::current_exception()) {
+#if defined(__GLIBCXX__)
+    if (const std::type_info* info = abi::__cxa_current_exception_type()) {
+      int status = 0;
+      char* demangled = abi::__cxa_demangle(info->name(), nullptr, nullptr, &status);
+      type = status == 0 && demangled != nullptr ? demangled : info->name();
+      std::free(demangled);
+    }
+#endif
+    try {
+      std::rethrow_exception(exception);
+    } catch (const c10::Error& error) {
+      message = error.what_without_backtrace();
+    } catch (const std::exception& error) {
+      message = error.what();
+    } catch (...) {
+      message = "(not derived from std::exception: no message)";
+    }
+  } else {
+    type.clear();
+  }
+  const char* rank = std::getenv("RANK");
+  const std::string process = rank != nullptr ? std::string("process ") + rank : std::string("the process");
+  if (type.empty()) {
+    std::fprintf(stderr, "accelerate: %s stopped: std::terminate() was called with no exception in flight\n",
+                 process.c_str());
+  } else {
+    std::fprintf(
+        stderr,
+        "accelerate: %s stopped on an exception nothing caught (%s): %s\n"
+        "accelerate: the message above is the cause; catch the exception in the program to handle it "
+        "(accel launch stops the other processes)\n",
+        process.c_str(), type.c_str(), message.c_str());
+  }
+  std::fflush(stderr);
+  std::abort();
+}
+
+/// Puts report_uncaught_exception() in place of the standard library's verbose handler, once per process.
+void install_uncaught_exception_report() {
+#if defined(__GLIBCXX__)
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    if (std::get_terminate() == &__gnu_cxx::__verbose_terminate_handler) {
+      std::set_terminate(&report_uncaught_exception);
+    }
+  });
+#endif
+}
+
 std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {
   std::vector<torch::Tensor> gradients;
   for (const auto& parameter : parameters) {
@@ -85,6 +149,7 @@ std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parame
 } // namespace
 
 Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<detail::AcceleratorState>()) {
+  install_uncaught_exception_report();
   auto& state = *state_;
   state.config = detail::resolve_config(options);
   state.process = acquire_process_state(state.config);

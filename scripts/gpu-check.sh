@@ -2,19 +2,20 @@
 # GPU check of accelerate-cpp (shared/DESIGN.md §5): builds the runtime against this machine's own torch (no
 # rewriter, no LLVM, no tests' GoogleTest, no network) and runs the side-by-side benchmark against Hugging Face
 # Accelerate and the mixed-precision GPU checks and benchmarks, writing each result to OUT_DIR as soon as it has it.
+# First, the fixtures' committed rewrites (test/fixtures/generated/) against their plain originals on the GPU.
 #
 #   scripts/gpu-check.sh [--quick] [--only STAGE,...] [--build-dir DIR] [--jobs N] [--python PY] OUT_DIR
 #
 # OUT_DIR receives, in this order: environment.txt, configure.log, build.log, then one file per stage
-# (side-by-side.txt/.md/.json/.png, checks.txt, cuda-graph.txt, gpt-small-losses.txt, gpt-86m.txt,
-# fp8-linear.txt), and summary.txt, one line per step, appended as each finishes. --quick keeps side-by-side
-# within 4 minutes and the other stages within 6 (the build is timed separately); --only side-by-side runs just
-# that stage.
+# (fixtures.txt, side-by-side.txt/.md/.json/.png, checks.txt, cuda-graph.txt, gpt-small-losses.txt, gpt-86m.txt,
+# fp8-linear.txt), and summary.txt, one line per step, appended as each finishes. --quick keeps fixtures within
+# 1 minute, side-by-side within 4 and the other stages within 6 (the build is timed separately); --only
+# side-by-side runs just that stage. Without a GPU: the build, then fixtures and side-by-side smoke runs on the CPU.
 # Exit status: 0 all passed, 1 a check failed, 2 bad usage or the build failed, 3 no CUDA device.
 set -uo pipefail
 
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -86,14 +87,18 @@ if ! cmake -S "$REPO" -B "$BUILD_DIR" ${GENERATOR[@]+"${GENERATOR[@]}"} -DCMAKE_
   exit 2
 fi
 grep -E "accelerate-cpp: (Torch|NCCL|CUDA kernels)" "$OUT/configure.log" | sed 's/^-- /  /' | tee -a "$OUT/summary.txt" >&2
-# bench_train_accel compiles bench/generated/train_ref.cpp, the committed output of accel-rewrite (no LLVM here).
-if ! cmake --build "$BUILD_DIR" --target bench_precision bench_train_plain bench_train_accel accel -j "$JOBS" \
-  > "$OUT/build.log" 2>&1; then
+# bench_train_accel compiles bench/generated/train_ref.cpp, the committed output of accel-rewrite (no LLVM here);
+# the fixtures' committed rewrites come from test/fixtures/generated/, next to their plain originals.
+FIXTURE_PROGRAMS=(trains_like_original trainer_main unmovable_batch)
+FIXTURE_TARGETS=()
+for name in "${FIXTURE_PROGRAMS[@]}"; do FIXTURE_TARGETS+=("fixture_$name" "fixture_${name}_plain"); done
+if ! cmake --build "$BUILD_DIR" --target bench_precision bench_train_plain bench_train_accel accel \
+  "${FIXTURE_TARGETS[@]}" -j "$JOBS" > "$OUT/build.log" 2>&1; then
   note "build failed after $(($(now) - start)) s: see build.log"
   grep -E "error|Error" "$OUT/build.log" | head -n 20 >&2
   exit 2
 fi
-note "build: $(($(now) - start)) s (configure + runtime + bench_precision + bench_train_{plain,accel}, $JOBS jobs)"
+note "build: $(($(now) - start)) s (configure + runtime + bench_precision + bench_train_{plain,accel} + fixtures, $JOBS jobs)"
 BENCH="$BUILD_DIR/bin/bench_precision"
 HAVE_ACCELERATE=1
 if ! "$PYTHON" -c 'import accelerate' >/dev/null 2>&1; then
@@ -101,7 +106,55 @@ if ! "$PYTHON" -c 'import accelerate' >/dev/null 2>&1; then
   note "Hugging Face Accelerate is not installed for $PYTHON: side-by-side will not run (pip install accelerate)"
 fi
 
+# ---- The fixtures' committed rewrites against their plain originals -----------------------------------------
+# Shapes of loops that a rewrite once made train differently (test/fixtures/CMakeLists.txt), each run as the
+# plain original and as its committed rewrite on NPROC processes in debug mode (replicas compared after every
+# step), at the same global batch, compared by test/fixtures/compare_fixture.py (float64, rtol 1e-6). On a GPU
+# this is what a CPU cannot show: a device move the rewrite dropped from a tensor the loop makes leaves it on the
+# CPU, and the step fails. "sharded": the rewrite shards the loader, so each process takes 64/NPROC examples a
+# step; "whole": the loader is left whole (each process reads every example).
+FIXTURES=("trains_like_original sharded created_tensor,created_on_device,output_side_effect,output_update,loader_in_template,loader_by_reference,log_file,epoch_metrics"
+  "trainer_main sharded callback,template" "unmovable_batch whole struct_target,tuple_with_struct")
+[ -n "$QUICK" ] && FIXTURES=("trains_like_original sharded created_tensor,created_on_device,loader_by_reference,epoch_metrics"
+  "trainer_main sharded callback" "unmovable_batch whole struct_target")
+run_fixtures() { # run_fixtures NPROC SECONDS: one line per shape, "ok ..." or "FAIL ..." with the run's output
+  local nproc=$1 deadline=$(($(now) + $2)) failed=0 entry name kind shapes shape batch left log
+  log="$(mktemp)"
+  for entry in "${FIXTURES[@]}"; do
+    read -r name kind shapes <<< "$entry"
+    for shape in ${shapes//,/ }; do
+      left=$((deadline - $(now)))
+      if [ "$left" -lt 5 ]; then
+        echo "SKIP $name $shape: the stage's time is spent"
+        failed=1
+        continue
+      fi
+      batch=64
+      [ "$kind" = sharded ] && batch=$((64 / nproc))
+      if (cd "$REPO" && timeout --kill-after=5 "$left" "$PYTHON" test/fixtures/compare_fixture.py \
+        --plain "$BUILD_DIR/bin/fixture_${name}_plain" --distributed "$BUILD_DIR/bin/fixture_$name" \
+        --accel "$BUILD_DIR/bin/accel" --nproc "$nproc" --rtol 1e-6 --debug-every-step \
+        "--plain-args=64 $shape" "--distributed-args=$batch $shape") > "$log" 2>&1; then
+        echo "ok $name $shape: $(grep -E '^compare_fixture: ' "$log" | tail -n 1 | sed 's/^compare_fixture: //')"
+      else
+        echo "FAIL $name $shape ($nproc processes): the run's output follows"
+        sed 's/^/    /' "$log"
+        failed=1
+      fi
+    done
+  done
+  rm -f "$log"
+  return $failed
+}
+
 if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  # Not the GPU check either: the committed rewrites build and train like their originals on 2 CPU processes.
+  if OMP_NUM_THREADS=1 run_fixtures 2 120 > "$OUT/fixtures-cpu.txt" 2>&1; then
+    note "fixtures on the CPU (2 processes): ok -> fixtures-cpu.txt"
+  else
+    note "fixtures on the CPU (2 processes): FAILED -> fixtures-cpu.txt"
+    grep -E "^(FAIL|SKIP)" "$OUT/fixtures-cpu.txt" | sed 's/^/  /' | tee -a "$OUT/summary.txt" >&2
+  fi
   if [ "$HAVE_ACCELERATE" = 1 ]; then
     # Not a measurement: shows the four forms build and run here, (b) from the committed rewrite.
     if OMP_NUM_THREADS=1 timeout 120 "$PYTHON" "$REPO/bench/compare.py" run --workloads mlp-mnist --procs 1 --reps 1 \
@@ -117,11 +170,14 @@ fi
 
 # ---- Stages, each written as soon as it ends; --quick fits them in 5 minutes ---------------------------------
 # name, seconds allowed
-STAGES=("side-by-side 240" "checks 80" "cuda-graph 45" "gpt-small-losses 45" "gpt-86m 120" "fp8-linear 50")
-[ -n "$QUICK" ] || STAGES=("side-by-side 900" "checks 150" "cuda-graph 150" "gpt-small-losses 90" "gpt-86m 300"
-  "fp8-linear 150")
-BUDGET=585
-[ -n "$QUICK" ] || BUDGET=1800
+STAGES=("fixtures 60" "side-by-side 240" "checks 80" "cuda-graph 45" "gpt-small-losses 45" "gpt-86m 120"
+  "fp8-linear 50")
+[ -n "$QUICK" ] || STAGES=("fixtures 180" "side-by-side 900" "checks 150" "cuda-graph 150" "gpt-small-losses 90"
+  "gpt-86m 300" "fp8-linear 150")
+BUDGET=645
+[ -n "$QUICK" ] || BUDGET=1980
+# One process per GPU (NCCL refuses two processes on one device), two at most.
+GPUS="$("$PYTHON" -c 'import torch; print(min(2, torch.cuda.device_count()))' 2>/dev/null || echo 1)"
 # The side-by-side benchmark of bench/compare.py: (a) plain C++, (b) the rewritten C++ through the runtime,
 # (c) Python + Hugging Face Accelerate, (d) plain Python torch; 1 process, fp32 and bf16 ((a) and (d) fp32 only),
 # alternated repetitions, medians; one line per workload and precision as soon as it is measured.
@@ -149,7 +205,9 @@ for entry in "${STAGES[@]}"; do
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   stage_start=$(now)
-  if [ "$stage" = side-by-side ]; then
+  if [ "$stage" = fixtures ]; then
+    run_fixtures "$GPUS" "$limit" > "$OUT/$stage.txt" 2>&1
+  elif [ "$stage" = side-by-side ]; then
     timeout --kill-after=10 "$limit" "$PYTHON" "$REPO/bench/compare.py" "${SIDE_BY_SIDE[@]}" > "$OUT/$stage.txt" 2>&1
   else
     (cd "$REPO" && timeout --kill-after=10 "$limit" "$BENCH" --stage "$stage" $QUICK --data "$REPO/test/data") \

@@ -365,12 +365,16 @@ public:
   }
   torch::Tensor split_between_processes(const torch::Tensor& tensor, bool apply_padding = false);
 
-  /// Prints on the main process only (`accelerator.print("loss ", loss.item<double>())`).
+  /// Prints on the main process only (`accelerator.print("loss ", loss.item<double>())`), as a `std::cout`
+  /// line would: with std::cout's format (precision, `std::fixed`, ...), and manipulators among the arguments
+  /// stay set on std::cout for what follows.
   template <typename... Args> void print(const Args&... args) {
     if (is_main_process()) {
       std::ostringstream line;
+      line.copyfmt(std::cout);
       (line << ... << args);
       std::cout << line.str() << std::endl;
+      std::cout.copyfmt(line);
     }
   }
   /// `stream` on the main process; on the others, a stream that discards what it is given. For output whose

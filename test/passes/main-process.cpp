@@ -72,3 +72,34 @@ void usage() {
   std::cout << "usage: train [steps]" << std::endl;
   // CHECK: {{^}}  std::cout << "usage: train [steps]" << std::endl;{{$}}
 }
+
+// A loss a training step returns (a function or a lambda that runs backward on the variable it returns) is
+// printed as its mean too; a tensor some other function returns is not a loss.
+torch::Tensor fit_step(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
+  optimizer.zero_grad();
+  auto loss = model->forward(torch::randn({8, 4})).sum();
+  loss.backward();
+  optimizer.step();
+  return loss;
+}
+torch::Tensor score_of(torch::nn::Linear& model) { return model->forward(torch::randn({8, 4})).sum(); }
+void returned_losses() {
+  torch::nn::Linear model(4, 1);
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  auto step = [&]() {
+    auto loss = model->forward(torch::randn({8, 4})).sum();
+    loss.backward();
+    return loss;
+  };
+  for (int i = 0; i < 10; ++i) {
+    auto loss = fit_step(model, optimizer);
+    std::cout << "loss " << loss.item<double>() << std::endl;
+    // CHECK: {{^}}    accelerator.print("loss ", accelerator.reduce(loss, accelerate::ReduceOp::MEAN).item<double>());{{$}}
+    auto other = step();
+    std::cout << "other " << other.item<double>() << std::endl;
+    // CHECK: {{^}}    accelerator.print("other ", accelerator.reduce(other, accelerate::ReduceOp::MEAN).item<double>());{{$}}
+    auto score = score_of(model);
+    std::cout << "score " << score.item<double>() << std::endl;
+    // CHECK: {{^}}    accelerator.print("score ", score.item<double>());{{$}}
+  }
+}

@@ -139,3 +139,46 @@ void calls_reset(torch::nn::Linear net, torch::optim::SGD& elsewhere) {
   reset(mine);
   reset(elsewhere);
 }
+
+// A lambda that takes the concrete type, called with the prepared optimizer: its parameter is retyped too (the
+// lambda object is the call's first argument).
+void calls_lambda(torch::nn::Linear net) {
+  torch::optim::SGD optimizer(net->parameters(), 0.1);
+  auto step = [&](torch::optim::SGD& trainer) { trainer.step(); };
+  // CHECK: {{^}}  auto step = [&](accelerate::Optimizer& trainer) { trainer.step(); };{{$}}
+  step(optimizer);
+}
+// Negative: a lambda also called with an optimizer that is not prepared keeps its type.
+void calls_lambda_twice(torch::nn::Linear net, torch::optim::SGD& elsewhere) {
+  torch::optim::SGD optimizer(net->parameters(), 0.1);
+  auto zero = [](torch::optim::SGD& trainer) { trainer.zero_grad(); };
+  // CHECK: {{^}}  auto zero = [](torch::optim::SGD& trainer) { trainer.zero_grad(); };{{$}}
+  zero(elsewhere);
+}
+
+// A function handed on as a callback beside the prepared optimizer, called with it inside a template.
+template <typename Function, typename Optimizer> void apply_to(Function function, Optimizer& optimizer) {
+  function(optimizer);
+}
+void decay(torch::optim::SGD& trainer) { trainer.zero_grad(); }
+// CHECK: {{^}}void decay(accelerate::Optimizer& trainer) { trainer.zero_grad(); }{{$}}
+void calls_through_template(torch::nn::Linear net) {
+  torch::optim::SGD optimizer(net->parameters(), 0.1);
+  apply_to(decay, optimizer);
+}
+// Negative: handed on beside no prepared optimizer.
+void halve(torch::optim::SGD& trainer) { trainer.zero_grad(); }
+// CHECK: {{^}}void halve(torch::optim::SGD& trainer) { trainer.zero_grad(); }{{$}}
+void hands_on_unprepared(torch::optim::SGD& elsewhere) { apply_to(halve, elsewhere); }
+
+// A parameter that only receives the prepared optimizer, handed on to a lambda: both are retyped.
+void fit(torch::optim::SGD& optimizer) {
+  // CHECK: {{^}}void fit(accelerate::Optimizer& optimizer) {{[{]}}{{$}}
+  auto step = [](torch::optim::SGD& trainer) { trainer.step(); };
+  // CHECK: {{^}}  auto step = [](accelerate::Optimizer& trainer) { trainer.step(); };{{$}}
+  step(optimizer);
+}
+void calls_fit(torch::nn::Linear net) {
+  torch::optim::SGD optimizer(net->parameters(), 0.1);
+  fit(optimizer);
+}

@@ -11,8 +11,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <initializer_list>
+#include <iomanip>
+#include <iostream>
 #include <string>
 
 namespace {
@@ -151,6 +154,35 @@ TEST(Accelerator, PreparingAModelTwiceIsAnError) {
   torch::nn::Linear model(3, 1);
   accelerator.prepare(model);
   EXPECT_THROW(accelerator.prepare(model), std::invalid_argument);
+}
+
+TEST(Accelerator, PrintUsesAndKeepsTheFormatOfStdCout) {
+  LauncherVariables variables({});
+  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
+  std::ios saved(nullptr);
+  saved.copyfmt(std::cout);
+  testing::internal::CaptureStdout();
+  std::cout << std::fixed << std::setprecision(3); // set once, as a loop does before it starts
+  accelerator.print("loss ", 1.0 / 3);
+  accelerator.print("loss ", std::setprecision(5), 2.0 / 3); // a manipulator among the arguments stays set
+  accelerator.print("loss ", 1.0 / 3);
+  const std::string printed = testing::internal::GetCapturedStdout();
+  const int precision = static_cast<int>(std::cout.precision());
+  std::cout.copyfmt(saved);
+  EXPECT_EQ(printed, "loss 0.333\nloss 0.66667\nloss 0.33333\n");
+  EXPECT_EQ(precision, 5);
+}
+
+TEST(AcceleratorDeathTest, AnUncaughtExceptionIsReportedInOneLine) {
+  LauncherVariables variables({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}});
+  // noexcept: the exception reaches std::terminate() directly, as one escaping main() does.
+  EXPECT_DEATH(
+      ([]() noexcept {
+        accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
+        std::rethrow_exception(std::make_exception_ptr(std::runtime_error("the replicas diverged")));
+      }()),
+      "accelerate: process 0 stopped on an exception nothing caught \\(std::runtime_error\\): the replicas "
+      "diverged");
 }
 
 /// The message of the exception `action` throws, or "" when it throws none.
