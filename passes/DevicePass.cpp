@@ -197,6 +197,10 @@ bool isTrainedModelCall(const clang::Stmt& S, clang::ASTContext& Context) {
   return Model && isPassEnabled("prepare") && isTrainedModel(*Model, Context);
 }
 
+AST_MATCHER(clang::Stmt, isTrainedModelCallMatcher) {
+  return isTrainedModelCall(Node, Finder->getASTContext());
+}
+
 /// True when the value of `E` reaches a prepared model's call: as (part of) one of its arguments, or through
 /// the local it initialises.
 bool feedsTrainedModel(const clang::Expr& E, clang::ASTContext& Context, bool ThroughVariable = true) {
@@ -226,6 +230,139 @@ bool feedsTrainedModel(const clang::Expr& E, clang::ASTContext& Context, bool Th
     Current = Parent;
   }
   return false;
+}
+
+/// `at::Tensor` or another class derived from `at::TensorBase`.
+bool isTensorClass(const clang::CXXRecordDecl& Record) {
+  if (Record.getQualifiedNameAsString() == "at::TensorBase")
+    return true;
+  const clang::CXXRecordDecl* Definition = Record.getDefinition();
+  if (!Definition)
+    return false;
+  for (const clang::CXXBaseSpecifier& Base : Definition->bases())
+    if (const clang::CXXRecordDecl* Parent = Base.getType()->getAsCXXRecordDecl())
+      if (isTensorClass(*Parent))
+        return true;
+  return false;
+}
+
+/// True when the tensor `E` reads is a batch of a loader that is not prepared (its batches stay on the CPU),
+/// not moved since: the loop variable of a loop over such a loader or a structured binding of it, a member of
+/// it (`batch.data`, `meta.classes`), `std::get<I>` of it, a tensor method of such a tensor (`.view(...)`)
+/// other than a move (`.to(device)`, `.cuda()`, `.cpu()`), or a local initialised from one.
+bool readsUnpreparedBatch(const clang::Expr& Expression, clang::ASTContext& Context, int Depth = 0) {
+  if (Depth > 12)
+    return false;
+  const clang::Expr* E = Expression.IgnoreUnlessSpelledInSource()->IgnoreParens();
+  if (const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(E))
+    return Construct->getNumArgs() == 1 && readsUnpreparedBatch(*Construct->getArg(0), Context, Depth + 1);
+  if (const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(E)) {
+    const clang::VarDecl* Variable = referencedVariable(*Reference);
+    if (!Variable)
+      return false;
+    if (const clang::CXXForRangeStmt* Loop = loopDeclaring(*Variable, Context)) {
+      const clang::VarDecl* Loader = iteratedLoader(*Loop, Context);
+      return Loader && !isPreparedLoader(*Loader, Context);
+    }
+    return Variable->hasLocalStorage() && Variable->getInit() &&
+           Variable->getType().getNonReferenceType()->isRecordType() &&
+           readsUnpreparedBatch(*Variable->getInit(), Context, Depth + 1);
+  }
+  if (const auto* Member = llvm::dyn_cast<clang::MemberExpr>(E))
+    return readsUnpreparedBatch(*Member->getBase(), Context, Depth + 1);
+  if (const auto* Call = llvm::dyn_cast<clang::CXXMemberCallExpr>(E)) {
+    const clang::CXXMethodDecl* Method = Call->getMethodDecl();
+    if (!Method || !E->getType()->isRecordType() || Method->getName() == "cpu" || Method->getName() == "cuda")
+      return false;
+    if (Method->getName() == "to" && Call->getNumArgs() > 0 &&
+        !match(expr(anyOf(hasType(isDeviceType()), stringLiteral(), isCpuDevice())),
+               *Call->getArg(0)->IgnoreUnlessSpelledInSource(), Context)
+             .empty())
+      return false;
+    return readsUnpreparedBatch(*Call->getImplicitObjectArgument(), Context, Depth + 1);
+  }
+  if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(E)) {
+    const clang::FunctionDecl* Callee = Call->getDirectCallee();
+    return Callee && Callee->getQualifiedNameAsString() == "std::get" && Call->getNumArgs() == 1 &&
+           readsUnpreparedBatch(*Call->getArg(0), Context, Depth + 1);
+  }
+  return false;
+}
+
+/// A tensor of an unprepared loader's batch (readsUnpreparedBatch) handed to a call, in a function that calls
+/// a prepared model (whose parameters prepare moves to accelerator.device()). Without a move, on a GPU the
+/// forward pass or the loss meets a CPU tensor. Only what a `.to(...)` can follow as written (a name, a
+/// member, a method call), passed where a moved copy binds (not a `Tensor&`), and not to `operator<<`.
+bool isUnplacedBatchArgument(const clang::Expr& Read, clang::ASTContext& Context) {
+  // (A ParenListExpr, in a template, has no type at all.)
+  if (!isPassEnabled("prepare") ||
+      !llvm::isa<clang::DeclRefExpr, clang::MemberExpr, clang::CXXMemberCallExpr>(&Read) ||
+      Read.getType().isNull() || Read.getType()->isDependentType())
+    return false;
+  const auto* Record = Read.getType()->getAsCXXRecordDecl();
+  if (!Record || !isTensorClass(*Record) || !readsUnpreparedBatch(Read, Context))
+    return false;
+  // An argument of a call: the parent, past the implicit copy or conversion.
+  const clang::Stmt* Current = &Read;
+  const clang::CallExpr* Call = nullptr;
+  for (int Depth = 0; Depth < 4 && !Call; ++Depth) {
+    clang::DynTypedNodeList Parents = Context.getParents(*Current);
+    if (Parents.empty())
+      return false;
+    Call = Parents[0].get<clang::CallExpr>();
+    if (Call)
+      break;
+    const auto* Parent = Parents[0].get<clang::Expr>();
+    if (!Parent || !llvm::isa<clang::ImplicitCastExpr, clang::CXXConstructExpr,
+                              clang::MaterializeTemporaryExpr, clang::CXXBindTemporaryExpr>(Parent))
+      return false;
+    Current = Parent;
+  }
+  const clang::FunctionDecl* Callee = Call ? Call->getDirectCallee() : nullptr;
+  if (!Callee || Current == Call->getCallee() || Callee->getOverloadedOperator() == clang::OO_LessLess)
+    return false;
+  const unsigned Shift =
+      llvm::isa<clang::CXXOperatorCallExpr>(Call) && llvm::isa<clang::CXXMethodDecl>(Callee) ? 1 : 0;
+  bool IsArgument = false;
+  for (unsigned I = Shift; I < Call->getNumArgs(); ++I) {
+    if (Call->getArg(I) != Current && Call->getArg(I)->IgnoreUnlessSpelledInSource() !=
+                                          llvm::cast<clang::Expr>(Current)->IgnoreUnlessSpelledInSource())
+      continue;
+    IsArgument = true;
+    if (I - Shift < Callee->getNumParams()) {
+      clang::QualType Parameter = Callee->getParamDecl(I - Shift)->getType();
+      if (Parameter->isLValueReferenceType() && !Parameter->getPointeeType().isConstQualified())
+        return false; // `Tensor&`: a moved copy would not bind, and the callee may write to it
+    }
+  }
+  // Already moved further out: `torch::ones_like(batch.data).to(device)`, `(batch.data / 255.0).cuda()`.
+  const clang::Stmt* Inner = Call;
+  for (int Depth = 0; Depth < 12; ++Depth) {
+    clang::DynTypedNodeList Parents = Context.getParents(*Inner);
+    const auto* Parent = Parents.empty() ? nullptr : Parents[0].get<clang::Expr>();
+    if (!Parent)
+      break;
+    if (const auto* Move = llvm::dyn_cast<clang::CXXMemberCallExpr>(Parent))
+      if (const clang::CXXMethodDecl* Method = Move->getMethodDecl())
+        if (Move->getCallee()->IgnoreParenImpCasts() == Inner &&
+            (Method->getName() == "cuda" || (Method->getName() == "to" && Move->getNumArgs() > 0 &&
+                                             !match(expr(anyOf(hasType(isDeviceType()), stringLiteral())),
+                                                    *Move->getArg(0)->IgnoreUnlessSpelledInSource(), Context)
+                                                  .empty())))
+          return false;
+    Inner = Parent;
+  }
+  const clang::FunctionDecl* Function = enclosingFunction(Read, Context);
+  return IsArgument && Function && Function->hasBody() &&
+         !match(traverse(clang::TK_AsIs,
+                         stmt(hasDescendant(stmt(anyOf(cxxMemberCallExpr(), cxxOperatorCallExpr()),
+                                                 isTrainedModelCallMatcher())))),
+                *Function->getBody(), Context)
+              .empty();
+}
+
+AST_MATCHER(clang::Expr, isUnplacedBatchRead) {
+  return isUnplacedBatchArgument(Node, Finder->getASTContext());
 }
 
 /// The module a member call is made on, through `->` on a holder or smart pointer, is prepared.
@@ -279,6 +416,11 @@ StatementMatcher cpuMoveIntoPreparedModel() {
              anyOf(tensorMethod("cpu"), cxxMemberCallExpr(tensorMethod("to"), hasArgument(0, isCpuDevice()))),
              on(isFromPreparedBatch()), feedsPreparedModel())
       .bind(CallId);
+}
+
+/// `batch.data` of a loader that is not prepared, handed to a call where a prepared model trains.
+StatementMatcher unplacedBatchRead() {
+  return expr(isUnplacedBatchRead()).bind(ObjectId);
 }
 
 /// `model->to(device)` as a statement of its own: one device argument, nothing else.
@@ -519,7 +661,7 @@ StatementMatcher deviceSiteUsingAccelerator() {
   auto KeptDeclaration =
       declStmt(deviceDeclaration(), unless(hasSingleDecl(varDecl(isOnlyUsedInRemovedMoves()))));
   return stmt(anyOf(KeptDeclaration, deviceAssignment(), cudaConstantArgument(),
-                    cxxMemberCallExpr(tensorCuda(), unless(on(isFromPreparedBatch())))),
+                    cxxMemberCallExpr(tensorCuda(), unless(on(isFromPreparedBatch()))), unplacedBatchRead()),
               inScope());
 }
 
@@ -580,6 +722,11 @@ PassRule devicePass() {
                cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); .cuda() "
                    "would put "
                    "every process on GPU 0")),
+      makeRule(
+          Scoped(unplacedBatchRead()), insertAfter(node(ObjectId), cat(".to(", AcceleratorDevice, ")")),
+          cat("the batches of a loader that is not prepared stay on the CPU, and the prepared model is on "
+              "accelerator.device(): moved where the loop reads them (on the CPU, a move to the same "
+              "device does nothing)")),
       makeRule(
           Scoped(cpuMoveIntoPreparedModel()), noopEdit(node(CallId)),
           cat("'", node(CallId),

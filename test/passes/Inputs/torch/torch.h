@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,6 +108,7 @@ Tensor operator-(const Tensor& self, const Tensor& other);
 Tensor operator*(const Tensor& self, const Tensor& other);
 Tensor operator/(const Tensor& self, double other);
 bool operator<(const Tensor& self, double other);
+std::ostream& operator<<(std::ostream& out, const Tensor& t); // ATen/core/Formatting.h
 Tensor randn(IntArrayRef size, TensorOptions options = {});
 Tensor zeros(IntArrayRef size, TensorOptions options = {});
 Tensor ones_like(const Tensor& self);
