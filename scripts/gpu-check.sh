@@ -113,10 +113,12 @@ fi
 # this is what a CPU cannot show: a device move the rewrite dropped from a tensor the loop makes leaves it on the
 # CPU, and the step fails. "sharded": the rewrite shards the loader, so each process takes 64/NPROC examples a
 # step; "whole": the loader is left whole (each process reads every example).
-FIXTURES=("trains_like_original sharded created_tensor,created_on_device,output_side_effect,output_update,loader_in_template,loader_by_reference,log_file,epoch_metrics"
-  "trainer_main sharded callback,template" "unmovable_batch whole struct_target,tuple_with_struct")
+SHAPES="created_tensor,created_on_device,output_side_effect,output_update,loader_in_template,loader_by_reference"
+SHAPES+=",log_file,epoch_metrics,typed_optimizer"
+FIXTURES=("trains_like_original sharded $SHAPES" "trainer_main sharded callback,template"
+  "unmovable_batch whole struct_target,tuple_with_struct")
 [ -n "$QUICK" ] && FIXTURES=("trains_like_original sharded created_tensor,created_on_device,loader_by_reference,epoch_metrics"
-  "trainer_main sharded callback" "unmovable_batch whole struct_target")
+  "trainer_main sharded callback" "unmovable_batch whole struct_target,tuple_with_struct")
 run_fixtures() { # run_fixtures NPROC SECONDS: one line per shape, "ok ..." or "FAIL ..." with the run's output
   local nproc=$1 deadline=$(($(now) + $2)) failed=0 entry name kind shapes shape batch left log
   log="$(mktemp)"
