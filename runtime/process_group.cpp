@@ -104,14 +104,18 @@ void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process
   if (tensors.empty()) {
     return;
   }
-  // PyTorch's DDP uses 250 MiB buckets for the same broadcast; the copies back are in place, so the
-  // tensors are detached views of the caller's (parameters included).
+  // PyTorch's DDP uses 250 MiB buckets for the same broadcast; the copies back are in place, into aliases of
+  // the caller's tensors (parameters included) with a version counter of their own: the buffers are broadcast
+  // between the forward pass and the backward, and BatchNorm's backward keeps its running statistics among
+  // the saved tensors, so a shared counter (detach()) would make that backward fail ("modified by an inplace
+  // operation"). Its gradient does not read them in training mode, and in evaluation mode they are not
+  // updated, so every process already holds the main process's values there.
   constexpr size_t kBucketBytes = size_t{250} << 20;
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> detached;
   detached.reserve(tensors.size());
   for (const auto& tensor : tensors) {
-    detached.push_back(tensor.detach());
+    detached.push_back(tensor.variable_data());
   }
   c10d::broadcast_coalesced(process_group, detached, kBucketBytes, source);
 }

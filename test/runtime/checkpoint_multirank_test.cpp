@@ -332,4 +332,36 @@ TEST(DebugMode, TheChecksumNamesAParamGroupWhoseLearningRateDiffers) {
   meet_through_the_store(accelerator, "learning-rate checksum");
 }
 
+TEST(DebugMode, BatchNormStatisticsOfEachProcessAreNotADivergence) {
+  // BatchNorm's running statistics follow each process's own batch in the forward pass and are replaced by
+  // the main process's at the synchronised backward: the check at every step passes, and after the step the
+  // buffers agree.
+  ::setenv("ACCELERATE_DEBUG_CHECKSUM_EVERY", "1", 1);
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(test_options().debug(true).seed(3));
+  torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8), torch::nn::Tanh(),
+                              torch::nn::Linear(8, 1));
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));
+  try {
+    for (int step = 0; step < 4; ++step) {
+      optimizer.zero_grad();
+      auto x = torch::randn({6, 4}) + accelerator.process_index(); // each process its own batch
+      accelerator.backward(torch::mse_loss(model->forward(x), x.sum(1, true)));
+      optimizer.step();
+    }
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << error.what();
+  }
+  for (const auto& buffer : model->buffers()) {
+    if (!buffer.is_floating_point()) {
+      continue;
+    }
+    const auto spread = accelerator.reduce(buffer.clone(), accelerate::ReduceOp::MAX) -
+                        (-accelerator.reduce(-buffer.clone(), accelerate::ReduceOp::MAX));
+    EXPECT_EQ(spread.abs().max().item<double>(), 0.0);
+  }
+  meet_through_the_store(accelerator, "batch-norm checksum");
+}
+
 } // namespace

@@ -17,3 +17,5 @@ accelerate_multirank_test(multirank.DebugMode.TheChecksumNamesThePerturbedProces
                           FILTER DebugMode.TheChecksumNamesThePerturbedProcess TIMEOUT 60)
 accelerate_multirank_test(multirank.DebugMode.TheChecksumNamesAParamGroupWhoseLearningRateDiffers NPROC 2
                           FILTER DebugMode.TheChecksumNamesAParamGroupWhoseLearningRateDiffers TIMEOUT 60)
+accelerate_multirank_test(multirank.DebugMode.BatchNormStatisticsOfEachProcessAreNotADivergence NPROC 2
+                          FILTER DebugMode.BatchNormStatisticsOfEachProcessAreNotADivergence TIMEOUT 60)
