@@ -122,48 +122,66 @@ const clang::VarDecl* referencedVariable(const clang::DeclRefExpr& Reference) {
   return llvm::dyn_cast<clang::VarDecl>(Reference.getDecl());
 }
 
-/// True when the tensor `E` computes is a batch of a prepared loader, or one computed from it on its device:
-/// the loop variable of a loop over such a loader, a member of it (`batch.data`), `std::get<I>` or `[i]` of
-/// it, a tensor method of such a tensor (`.view(...)`, `.to(torch::kFloat)`) other than a move to the CPU, an
-/// operator whose tensor operands all are, or a local of class type initialised from one. Only the tensor's
-/// own value counts: `torch::randn({batch.data.size(0), 16})` is a new tensor, on the CPU, whatever its
-/// shape came from.
-bool derivesFromPreparedBatch(const clang::Expr& Expression, clang::ASTContext& Context, int Depth = 0) {
+/// How batchValue follows a tensor back to a loader's batch.
+struct BatchTrace {
+  /// Which loaders count: prepared ones, or those that are not.
+  bool Prepared;
+  /// Through an operator whose tensor operands all are such batches (`batch.data / 255.0`).
+  bool ThroughOperators;
+  /// A move to a device (`.to(device)`, `.cuda()`) ends the trace, as a move to the CPU always does.
+  bool StopAtDeviceMoves;
+};
+
+/// True when the tensor `E` computes is a batch of a loader `Trace` accepts, or a value that stays one: the
+/// loop variable of a loop over such a loader or a structured binding of it, a member of it (`batch.data`),
+/// `std::get<I>` of it, a tensor method of such a tensor (`.view(...)`, `.to(torch::kFloat)`) other than a
+/// move to the CPU (or, with StopAtDeviceMoves, any move), an operator whose tensor operands all are (with
+/// ThroughOperators), or a local of class type initialised from one. Only the tensor's own value counts:
+/// `torch::randn({batch.data.size(0), 16})` is a new tensor, on the CPU, whatever its shape came from.
+bool batchValue(const clang::Expr& Expression, clang::ASTContext& Context, const BatchTrace& Trace,
+                int Depth = 0) {
   if (Depth > 12)
     return false;
+  auto Follow = [&](const clang::Expr& Next) { return batchValue(Next, Context, Trace, Depth + 1); };
   const clang::Expr* E = Expression.IgnoreUnlessSpelledInSource()->IgnoreParens();
   if (const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(E))
-    return Construct->getNumArgs() == 1 &&
-           derivesFromPreparedBatch(*Construct->getArg(0), Context, Depth + 1);
+    return Construct->getNumArgs() == 1 && Follow(*Construct->getArg(0));
   if (const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(E)) {
     const clang::VarDecl* Variable = referencedVariable(*Reference);
     if (!Variable)
       return false;
-    if (const clang::CXXForRangeStmt* Loop = loopDeclaring(*Variable, Context))
-      if (const clang::VarDecl* Loader = iteratedLoader(*Loop, Context))
-        return isPreparedLoader(*Loader, Context);
+    if (const clang::CXXForRangeStmt* Loop = loopDeclaring(*Variable, Context)) {
+      const clang::VarDecl* Loader = iteratedLoader(*Loop, Context);
+      return Loader && isPreparedLoader(*Loader, Context) == Trace.Prepared;
+    }
     // A local that holds a tensor or a batch (not an `int64_t n = batch.data.size(0)`), set once.
     return Variable->hasLocalStorage() && Variable->getInit() &&
-           Variable->getType().getNonReferenceType()->isRecordType() &&
-           derivesFromPreparedBatch(*Variable->getInit(), Context, Depth + 1);
+           Variable->getType().getNonReferenceType()->isRecordType() && Follow(*Variable->getInit());
   }
   if (const auto* Member = llvm::dyn_cast<clang::MemberExpr>(E))
-    return derivesFromPreparedBatch(*Member->getBase(), Context, Depth + 1);
+    return Follow(*Member->getBase());
   if (const auto* Call = llvm::dyn_cast<clang::CXXMemberCallExpr>(E)) {
     const clang::CXXMethodDecl* Method = Call->getMethodDecl();
-    if (!Method || !E->getType()->isRecordType() || Method->getName() == "cpu")
+    if (!Method || !E->getType()->isRecordType() || !Call->getImplicitObjectArgument() ||
+        Method->getName() == "cpu" || (Trace.StopAtDeviceMoves && Method->getName() == "cuda"))
       return false;
-    if (Method->getName() == "to" && Call->getNumArgs() > 0 &&
-        !match(expr(isCpuDevice()), *Call->getArg(0)->IgnoreUnlessSpelledInSource(), Context).empty())
-      return false;
-    return derivesFromPreparedBatch(*Call->getImplicitObjectArgument(), Context, Depth + 1);
+    if (Method->getName() == "to" && Call->getNumArgs() > 0) {
+      const clang::Expr& Target = *Call->getArg(0)->IgnoreUnlessSpelledInSource();
+      if (!match(expr(isCpuDevice()), Target, Context).empty() ||
+          (Trace.StopAtDeviceMoves &&
+           !match(expr(anyOf(hasType(isDeviceType()), stringLiteral())), Target, Context).empty()))
+        return false;
+    }
+    return Follow(*Call->getImplicitObjectArgument());
   }
   if (const auto* Operator = llvm::dyn_cast<clang::CXXOperatorCallExpr>(E)) {
+    if (!Trace.ThroughOperators)
+      return false;
     bool AnyTensor = false;
     for (const clang::Expr* Argument : Operator->arguments()) {
       if (!Argument->getType().getNonReferenceType()->isRecordType())
         continue; // a scalar operand: `batch.data / 255.0`
-      if (!derivesFromPreparedBatch(*Argument, Context, Depth + 1))
+      if (!Follow(*Argument))
         return false;
       AnyTensor = true;
     }
@@ -172,9 +190,24 @@ bool derivesFromPreparedBatch(const clang::Expr& Expression, clang::ASTContext& 
   if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(E)) {
     const clang::FunctionDecl* Callee = Call->getDirectCallee();
     return Callee && Callee->getQualifiedNameAsString() == "std::get" && Call->getNumArgs() == 1 &&
-           derivesFromPreparedBatch(*Call->getArg(0), Context, Depth + 1);
+           Follow(*Call->getArg(0));
   }
   return false;
+}
+
+/// A batch of a prepared loader, or a value computed from it on its device (batchValue).
+bool derivesFromPreparedBatch(const clang::Expr& E, clang::ASTContext& Context) {
+  return batchValue(E, Context,
+                    BatchTrace{/*Prepared=*/true, /*ThroughOperators=*/true,
+                               /*StopAtDeviceMoves=*/false});
+}
+
+/// A batch of a loader that is not prepared (its batches stay on the CPU), read as it is or through members
+/// and methods, not moved since (batchValue).
+bool readsUnpreparedBatch(const clang::Expr& E, clang::ASTContext& Context) {
+  return batchValue(E, Context,
+                    BatchTrace{/*Prepared=*/false, /*ThroughOperators=*/false,
+                               /*StopAtDeviceMoves=*/true});
 }
 
 AST_MATCHER(clang::Expr, isFromPreparedBatch) {
@@ -243,49 +276,6 @@ bool isTensorClass(const clang::CXXRecordDecl& Record) {
     if (const clang::CXXRecordDecl* Parent = Base.getType()->getAsCXXRecordDecl())
       if (isTensorClass(*Parent))
         return true;
-  return false;
-}
-
-/// True when the tensor `E` reads is a batch of a loader that is not prepared (its batches stay on the CPU),
-/// not moved since: the loop variable of a loop over such a loader or a structured binding of it, a member of
-/// it (`batch.data`, `meta.classes`), `std::get<I>` of it, a tensor method of such a tensor (`.view(...)`)
-/// other than a move (`.to(device)`, `.cuda()`, `.cpu()`), or a local initialised from one.
-bool readsUnpreparedBatch(const clang::Expr& Expression, clang::ASTContext& Context, int Depth = 0) {
-  if (Depth > 12)
-    return false;
-  const clang::Expr* E = Expression.IgnoreUnlessSpelledInSource()->IgnoreParens();
-  if (const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(E))
-    return Construct->getNumArgs() == 1 && readsUnpreparedBatch(*Construct->getArg(0), Context, Depth + 1);
-  if (const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(E)) {
-    const clang::VarDecl* Variable = referencedVariable(*Reference);
-    if (!Variable)
-      return false;
-    if (const clang::CXXForRangeStmt* Loop = loopDeclaring(*Variable, Context)) {
-      const clang::VarDecl* Loader = iteratedLoader(*Loop, Context);
-      return Loader && !isPreparedLoader(*Loader, Context);
-    }
-    return Variable->hasLocalStorage() && Variable->getInit() &&
-           Variable->getType().getNonReferenceType()->isRecordType() &&
-           readsUnpreparedBatch(*Variable->getInit(), Context, Depth + 1);
-  }
-  if (const auto* Member = llvm::dyn_cast<clang::MemberExpr>(E))
-    return readsUnpreparedBatch(*Member->getBase(), Context, Depth + 1);
-  if (const auto* Call = llvm::dyn_cast<clang::CXXMemberCallExpr>(E)) {
-    const clang::CXXMethodDecl* Method = Call->getMethodDecl();
-    if (!Method || !E->getType()->isRecordType() || Method->getName() == "cpu" || Method->getName() == "cuda")
-      return false;
-    if (Method->getName() == "to" && Call->getNumArgs() > 0 &&
-        !match(expr(anyOf(hasType(isDeviceType()), stringLiteral(), isCpuDevice())),
-               *Call->getArg(0)->IgnoreUnlessSpelledInSource(), Context)
-             .empty())
-      return false;
-    return readsUnpreparedBatch(*Call->getImplicitObjectArgument(), Context, Depth + 1);
-  }
-  if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(E)) {
-    const clang::FunctionDecl* Callee = Call->getDirectCallee();
-    return Callee && Callee->getQualifiedNameAsString() == "std::get" && Call->getNumArgs() == 1 &&
-           readsUnpreparedBatch(*Call->getArg(0), Context, Depth + 1);
-  }
   return false;
 }
 
