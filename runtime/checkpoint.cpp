@@ -203,10 +203,11 @@ public:
                                std::to_string(state_.config.timeout.count()) +
                                " ms timeout). Cause: " + first_line(failure.what()));
     }
-    if (error) {
-      std::rethrow_exception(error);
+    if (flags.sum().item<int32_t>() == 0) {
+      return;
     }
-    for (int rank = 0; rank < world_; ++rank) {
+    std::string relayed;
+    for (int rank = 0; rank < world_ && !error && relayed.empty(); ++rank) {
       if (flags[rank].item<int32_t>() != 0) {
         std::string reason = "(its message could not be read)";
         try {
@@ -216,10 +217,22 @@ public:
         if (const std::string own = "accelerate: " + op_ + ": "; reason.rfind(own, 0) == 0) {
           reason.erase(0, own.size());
         }
-        throw std::runtime_error("accelerate: " + op_ + " failed on process " + std::to_string(rank) +
-                                 " while " + phase + ": " + reason);
+        relayed = "accelerate: " + op_ + " failed on process " + std::to_string(rank) + " while " + phase +
+                  ": " + reason;
       }
     }
+    // No process leaves before every other has read the message it relays: process 0 hosts the store, and a
+    // process that throws may end its program (and the store with it) at once.
+    try {
+      std::vector<at::Tensor> read{torch::zeros({1}, torch::kInt32)};
+      state_.process_group->allreduce(read)->wait();
+    } catch (const std::exception&) {
+      // A process died meanwhile: each one still reports what it knows.
+    }
+    if (error) {
+      std::rethrow_exception(error);
+    }
+    throw std::runtime_error(relayed);
   }
 
   /// Makes `value` readable by every process under `name` (a no-op with one process).
