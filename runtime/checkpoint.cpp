@@ -3,7 +3,7 @@
 #include <accelerate/accelerator.h>
 #include <accelerate/safetensors.h>
 
-#include "ddp.h"
+#include "parallel.h"
 #include "debug_mode.h"
 #include "durable_file.h"
 #include "optimizer_state.h"
