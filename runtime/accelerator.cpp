@@ -407,6 +407,9 @@ Accelerator::AccumulateGuard Accelerator::begin_accumulate(std::vector<torch::nn
     const auto found = std::find_if(state_->models.begin(), state_->models.end(),
                                     [&](const auto& prepared) { return &prepared->model() == module; });
     if (found == state_->models.end()) {
+      if (!state_->process_group) {
+        continue; // one process: nothing is synchronised, a model that was not prepared trains as it is
+      }
       throw std::invalid_argument(
           "accelerate::Accelerator::accumulate: model '" + module->name() +
           "' was not prepared, so its gradients are not synchronised at the end of the window (nor at all); "

@@ -217,7 +217,8 @@ public:
   /// step). The last micro-step of each window, or the last batch of a prepared loader, synchronises the
   /// gradients of the models named (all prepared models when none is named); as in Hugging Face Accelerate,
   /// a prepared model not named synchronises at every micro-step, and the optimizer steps only at the end of
-  /// the window. A model named that was not prepared is refused (std::invalid_argument).
+  /// the window. With more than one process, a model named that was not prepared is refused
+  /// (std::invalid_argument): its gradients would never be synchronised.
   class AccumulateGuard {
   public:
     AccumulateGuard(AccumulateGuard&& other) noexcept;
