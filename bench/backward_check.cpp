@@ -11,7 +11,8 @@
 //   1. the walk alone (ReachAnalysis::reached_by, what backward runs before differentiating), in nanoseconds;
 //   2. `accelerator.backward` end to end on every process (two Accelerators sharing the process group), in
 //      microseconds.
-#include "../runtime/ddp.h"
+#include "../runtime/backward.h"
+#include "../runtime/parallel.h"
 
 #include <accelerate/accelerate.h>
 
@@ -81,14 +82,15 @@ struct Trainer {
 /// The walk alone, in one process: `reached_by` with and without the check on the same graphs.
 struct Walk {
   Walk()
-      : synchronizer(model, {}, accelerate::detail::ResolvedConfig{},
-                     std::make_shared<accelerate::detail::BackwardTracker>()) {
+      : prepared(accelerate::detail::make_ddp_engine(
+                     {torch::kCPU, {}, {}, std::make_shared<accelerate::detail::BackwardTracker>()})
+                     ->prepare_model(model)) {
     checked = std::make_unique<accelerate::detail::ReachAnalysis>();
     setenv("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS", "1", 1);
     unchecked = std::make_unique<accelerate::detail::ReachAnalysis>();
     unsetenv("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS");
-    checked->add(&synchronizer);
-    unchecked->add(&synchronizer);
+    checked->add(prepared.get());
+    unchecked->add(prepared.get());
   }
 
   /// Mean seconds of one `reached_by` over `calls` graphs (each freed before the next is built).
@@ -109,7 +111,7 @@ struct Walk {
   }
 
   Mlp model;
-  accelerate::detail::GradientSynchronizer synchronizer;
+  std::shared_ptr<accelerate::detail::PreparedModel> prepared;
   std::unique_ptr<accelerate::detail::ReachAnalysis> checked, unchecked;
 };
 

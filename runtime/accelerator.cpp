@@ -1,10 +1,11 @@
 // The Accelerator: configuration, device, process group, prepare, the synchronised backward, accumulation.
 #include <accelerate/accelerator.h>
 
-#include "ddp.h"
+#include "backward.h"
 #include "debug_mode.h"
 #include "device.h"
 #include "optimizer_state.h"
+#include "parallel.h"
 #include "precision.h"
 #include "process_group.h"
 #include "shm_allreduce.h"
@@ -31,6 +32,9 @@ struct TrainingState {
   std::shared_ptr<BackwardTracker> tracker = std::make_shared<BackwardTracker>();
   ReachAnalysis reach;
   std::shared_ptr<JoinCoordinator> join;
+  /// The prepared models the open `accumulate` guard names: they synchronise only at the end of its window.
+  /// Empty: every prepared model does.
+  std::vector<PreparedModel*> accumulating;
 };
 
 AcceleratorState& internal_state(Accelerator& accelerator) {
@@ -152,6 +156,8 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
   install_uncaught_exception_report();
   auto& state = *state_;
   state.config = detail::resolve_config(options);
+  // An unknown strategy is refused before the process group forms (every process reads the same setting).
+  const auto make_engine = detail::parallel_engine_factory(state.config.parallel_strategy);
   state.process = acquire_process_state(state.config);
   state.environment = state.process->environment;
   state.device = state.process->device;
@@ -166,6 +172,8 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
         [precision](torch::serialize::InputArchive& archive) { precision->load(archive); });
   }
   state.training = std::make_shared<detail::TrainingState>();
+  state.engine = make_engine(
+      detail::ParallelContext{state.device, state.process_group, state.config, state.training->tracker});
   if (state.process_group) {
     state.training->join = std::make_shared<detail::JoinCoordinator>(state.process_group, &state.models);
   }
@@ -181,7 +189,9 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
 Accelerator::~Accelerator() {
   Accelerator* self = this;
   current_accelerator.compare_exchange_strong(self, nullptr);
-  state_->models.clear(); // Reducers hold the process group: release them before it shuts down
+  state_->models
+      .clear(); // prepared models (Reducers) hold the process group: release them before it shuts down
+  state_->engine.reset();
   state_->process_group.reset();
   std::lock_guard<std::mutex> lock(process_state_mutex);
   state_->process.reset(); // the last Accelerator of the process shuts the group down (~ProcessState)
@@ -260,7 +270,7 @@ std::string Accelerator::state() const {
       << "device: " << state_->device << "\n"
       << "launcher: " << state_->environment.launcher << "\n";
   if (state_->process_group) {
-    // Same-machine shared memory also means gradients are averaged in one pass after backward (ddp.h).
+    // Same-machine shared memory also means "ddp" averages gradients in one pass after backward (ddp.cpp).
     out << "cpu_allreduce: "
         << (detail::uses_shared_memory_allreduce(state_->process_group->getBackend(c10::DeviceType::CPU))
                 ? "shared_memory"
@@ -291,18 +301,9 @@ void Accelerator::prepare_model(torch::nn::Module& model) {
     throw std::invalid_argument("accelerate::Accelerator::prepare: model '" + model.name() +
                                 "' was already prepared; prepare each model once");
   }
-  model.to(state_->device);
-  auto synchronizer = std::make_shared<detail::GradientSynchronizer>(
-      model, state_->process_group, state_->config, state_->training->tracker);
-  if (state_->process_group) {
-    std::vector<torch::Tensor> tensors = model.parameters();
-    for (const auto& buffer : model.buffers()) {
-      tensors.push_back(buffer);
-    }
-    detail::broadcast_model_state(state_->process_group, tensors, /*source=*/0);
-  }
-  state_->training->reach.add(synchronizer.get());
-  models.push_back(std::move(synchronizer));
+  auto prepared = state_->engine->prepare_model(model);
+  state_->training->reach.add(prepared.get());
+  models.push_back(std::move(prepared));
   state_->precision->prepare_model(model);
 }
 
@@ -323,6 +324,8 @@ Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer
   prepared->tracker = state_->training->tracker;
   prepared->fused = detail::fused_kind_of(*prepared->optimizer);
   prepared->num_processes = num_processes();
+  prepared->engine = state_->engine;
+  state_->engine->prepare_optimizer(*prepared);
   state_->precision->attach(prepared);
   state_->optimizers.push_back(prepared);
   return Optimizer(prepared);
@@ -360,10 +363,20 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
   }
   auto& training = *state_->training;
   auto& gradients = *state_->gradient_state;
-  std::vector<detail::GradientSynchronizer*> armed;
-  if (state_->process_group && gradients.sync_gradients) {
+  std::vector<detail::PreparedModel*> armed;
+  // Mid-window (accumulate), only the prepared models the guard does not name synchronise.
+  const auto& accumulating = training.accumulating;
+  const bool window_ends = gradients.sync_gradients;
+  auto synchronises = [&](detail::PreparedModel* model) {
+    return !model->no_sync &&
+           (window_ends || (!accumulating.empty() && std::find(accumulating.begin(), accumulating.end(),
+                                                               model) == accumulating.end()));
+  };
+  if (state_->process_group &&
+      (window_ends || std::any_of(state_->models.begin(), state_->models.end(),
+                                  [&](const auto& model) { return synchronises(model.get()); }))) {
     for (auto* model : training.reach.reached_by(loss, state_->config.find_unused_parameters)) {
-      if (!model->no_sync) {
+      if (synchronises(model)) {
         model->arm(loss);
         training.join->record_armed(model);
         armed.push_back(model);
@@ -388,7 +401,20 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
   ++gradients.backwards_since_step;
 }
 
-Accelerator::AccumulateGuard Accelerator::begin_accumulate() {
+Accelerator::AccumulateGuard Accelerator::begin_accumulate(std::vector<torch::nn::Module*> models) {
+  std::vector<detail::PreparedModel*> named;
+  for (auto* module : models) {
+    const auto found = std::find_if(state_->models.begin(), state_->models.end(),
+                                    [&](const auto& prepared) { return &prepared->model() == module; });
+    if (found == state_->models.end()) {
+      throw std::invalid_argument(
+          "accelerate::Accelerator::accumulate: model '" + module->name() +
+          "' was not prepared, so its gradients are not synchronised at the end of the window (nor at all); "
+          "call accelerator.prepare(model) before the loop, or name the prepared model");
+    }
+    named.push_back(found->get());
+  }
+  state_->training->accumulating = std::move(named);
   auto& gradients = *state_->gradient_state;
   ++gradients.micro_steps_in_window;
   gradients.sync_gradients =
@@ -398,6 +424,7 @@ Accelerator::AccumulateGuard Accelerator::begin_accumulate() {
 }
 
 void Accelerator::end_accumulate() {
+  state_->training->accumulating.clear();
   state_->precision->end_step();
   auto& gradients = *state_->gradient_state;
   if (gradients.sync_gradients) {
@@ -456,9 +483,7 @@ torch::Tensor Accelerator::clip_grad_norm_(const std::vector<torch::Tensor>& par
   auto loss_scale = state_->precision->prepare_gradients_for_clipping(state_->gradient_state->sync_gradients);
   // Inside an accumulation window the gradients are sums over its micro-steps; the norm is of their mean.
   const double micro_steps = std::max(state_->gradient_state->micro_steps_in_window, 1);
-  auto norms = at::_foreach_norm(gradients, norm_type);
-  auto stacked = torch::stack(norms);
-  auto total = (std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type)) / micro_steps;
+  auto total = state_->engine->gradient_norm(gradients, norm_type) / micro_steps;
   if (loss_scale) {
     total = total / *loss_scale;
   }
@@ -494,6 +519,7 @@ void Accelerator::set_seed(uint64_t seed, bool device_specific) {
 
 void Accelerator::free_memory() {
   state_->training->reach.clear();
+  state_->training->accumulating.clear();
   state_->models.clear();
   state_->optimizers.clear();
   state_->schedulers.clear();

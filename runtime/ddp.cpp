@@ -1,41 +1,25 @@
-// Data-parallel gradient synchronisation: one shared-memory average after backward on one machine, else
-// c10d's Reducer (bucketed, overlapped with backward); and Join.
-#include "ddp.h"
+// The "ddp" strategy: every process holds the whole model and optimizer, and gradients are averaged after
+// each synchronised backward. Per model, one of two ways: when every process is on this machine (the CPU
+// backend all-reduces through shared memory) and the model's parameters are dense CPU tensors of one floating
+// dtype, without find_unused_parameters, one `average_in_shared_memory` over all gradients right after
+// backward; otherwise c10d's Reducer (bucketed, overlapped with backward). With one core per process the
+// Reducer's overlap buys nothing there (the shared-memory all-reduce runs on the calling thread), and its
+// bucket copies cost two passes over the gradients.
+#include "parallel.h"
 
 #include "process_group.h"
 #include "shm_allreduce.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <sstream>
 #include <stdexcept>
-#include <unordered_set>
+#include <unordered_map>
 
-#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
 
 namespace accelerate::detail {
 namespace {
-
-/// How many leaves of earlier backward calls ReachAnalysis remembers at most (live ones: a per-step leaf is
-/// forgotten once it is freed). Past this, it forgets them all and starts over from the current call's.
-constexpr size_t kForeignLeavesRemembered = 4096;
-
-bool unprepared_parameters_allowed() {
-  const char* value = std::getenv("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS");
-  if (value == nullptr || *value == '\0') {
-    return false;
-  }
-  const std::string setting = value;
-  if (setting == "1" || setting == "true" || setting == "yes" || setting == "on") {
-    return true;
-  }
-  if (setting == "0" || setting == "false" || setting == "no" || setting == "off") {
-    return false;
-  }
-  throw std::invalid_argument("accelerate: ACCELERATE_ALLOW_UNPREPARED_PARAMETERS must be 1 or 0 (got '" +
-                              setting + "')");
-}
 
 /// What the Reducer does without a hook (divide by the world size, then sum), telling an observer when each
 /// bucket's all-reduce starts. (c10d's own AllReduceCommHook is not exported from libtorch.)
@@ -56,7 +40,7 @@ private:
   std::function<void(size_t)> observer_;
 };
 
-std::unique_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model,
+std::shared_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model,
                                             const std::vector<torch::Tensor>& parameters,
                                             const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                             const ResolvedConfig& config) {
@@ -87,7 +71,7 @@ std::unique_ptr<c10d::Reducer> make_reducer(torch::nn::Module& model,
       names[index++] = item.key();
     }
   }
-  auto reducer = std::make_unique<c10d::Reducer>(
+  auto reducer = std::make_shared<c10d::Reducer>(
       parameters, std::move(buckets), group, expect_sparse, bucket_bytes, config.find_unused_parameters,
       config.gradient_as_bucket_view, std::move(names), first_bucket_bytes,
       /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false, std::move(bucket_caps));
@@ -113,299 +97,160 @@ bool can_average_in_shared_memory(const std::vector<torch::Tensor>& parameters, 
          });
 }
 
-} // namespace
+/// One process: nothing to synchronise.
+class UnsynchronisedModel final : public PreparedModel {
+public:
+  using PreparedModel::PreparedModel;
+  std::string synchronisation() const override { return "none"; }
+  void arm(const torch::Tensor&) override {}
+  void finish_backward() override {}
+  void disarm() override {}
+  void shadow_armed_backward() override {}
+};
 
-GradientSynchronizer::GradientSynchronizer(torch::nn::Module& model,
-                                           c10::intrusive_ptr<c10d::ProcessGroup> process_group,
-                                           const ResolvedConfig& config,
-                                           std::shared_ptr<BackwardTracker> tracker)
-    : model_(&model), process_group_(std::move(process_group)), tracker_(std::move(tracker)) {
-  for (const auto& parameter : model.parameters()) {
-    if (parameter.requires_grad()) {
-      parameters_.push_back(parameter);
+/// c10d's Reducer: buckets all-reduced as their gradients become ready, during backward.
+class ReducerModel final : public PreparedModel {
+public:
+  ReducerModel(torch::nn::Module& model, const ParallelContext& context)
+      : PreparedModel(model, context.process_group, context.tracker) {
+    reducer_ = make_reducer(model, parameters(), process_group(), context.config);
+    // The Reducer reports through a Logger it holds weakly and dereferences unchecked (the search for unused
+    // parameters does): PyTorch's DDP always gives it one.
+    logger_ = std::make_shared<c10d::Logger>(reducer_);
+    reducer_->set_logger(logger_);
+    first_static_iteration_ = context.config.static_graph;
+  }
+
+  std::string synchronisation() const override { return "reducer"; }
+
+  void arm(const torch::Tensor& loss) override {
+    broadcast_buffers();
+    reducer_->rebuild_buckets();
+    reducer_->prepare_for_forward();
+    reducer_->prepare_for_backward({loss});
+  }
+  void finish_backward() override {
+    if (std::exchange(first_static_iteration_, false)) {
+      // static_graph: in its first iteration the Reducer only counts which gradients arrive, and PyTorch's
+      // DDP queues this at the end of that backward (_DDPSink): every bucket all-reduced at once, and the set
+      // of unused parameters fixed for the iterations after.
+      reducer_->delay_all_reduce();
+    }
+    // Otherwise the Reducer has averaged during backward.
+  }
+  void disarm() override {}
+  void shadow_armed_backward() override {
+    broadcast_buffers();
+    reducer_->rebuild_buckets();
+    for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
+      std::vector<torch::Tensor> zeros{bucket.getBufferRef()};
+      process_group()->allreduce(zeros)->wait();
     }
   }
-  buffers_ = model.buffers();
-  if (!process_group_) {
-    return;
+
+  size_t bucket_count() const override { return reducer_->get_grad_buckets(true).size(); }
+  void observe_bucket_launches(std::function<void(size_t)> observer) override {
+    reducer_->register_comm_hook(
+        std::make_unique<ObservedAllReduceHook>(process_group(), std::move(observer)));
   }
-  distributed_ = !parameters_.empty();
-  shared_memory_average_ = distributed_ && can_average_in_shared_memory(parameters_, *process_group_, config);
-  if (shared_memory_average_) {
+
+private:
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Logger> logger_;
+  bool first_static_iteration_ = false;
+};
+
+/// One shared-memory average over every gradient after backward.
+class SharedMemoryModel final : public PreparedModel {
+public:
+  SharedMemoryModel(torch::nn::Module& model, const ParallelContext& context)
+      : PreparedModel(model, context.process_group, context.tracker) {
     // Every process must hold the same model: the Reducer checks this too, and the message names the
     // mismatch.
-    c10d::verify_params_across_processes(process_group_, parameters_, std::nullopt);
-  } else if (distributed_) {
-    reducer_ = make_reducer(model, parameters_, process_group_, config);
+    c10d::verify_params_across_processes(process_group(), parameters(), std::nullopt);
   }
-  for (const auto& parameter : parameters_) {
-    auto handle = parameter.register_hook([tracker = tracker_](const torch::Tensor&) {
-      if (!tracker->inside_accelerator_backward.load(std::memory_order_relaxed)) {
-        tracker->unsynchronised_gradients.store(true, std::memory_order_relaxed);
-      }
-    });
-    hooks_.emplace_back(parameter, handle);
-  }
-}
 
-GradientSynchronizer::~GradientSynchronizer() {
-  for (auto& [parameter, handle] : hooks_) {
-    parameter.remove_hook(handle);
-  }
-}
+  std::string synchronisation() const override { return "shared_memory"; }
 
-void GradientSynchronizer::arm(const torch::Tensor& loss) {
-  if (!distributed_) {
-    return;
-  }
-  broadcast_buffers();
-  if (shared_memory_average_) {
+  void arm(const torch::Tensor&) override {
+    broadcast_buffers();
     armed_ = true;
-    return;
   }
-  reducer_->rebuild_buckets();
-  reducer_->prepare_for_forward();
-  reducer_->prepare_for_backward({loss});
-}
 
-void GradientSynchronizer::finish_backward() {
-  if (!armed_) {
-    return;
-  }
-  armed_ = false;
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> gradients;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copied_back; // (gradient, its contiguous copy)
-  gradients.reserve(parameters_.size());
-  for (const auto& parameter : parameters_) {
-    auto& gradient = parameter.mutable_grad();
-    if (!gradient.defined()) {
-      // Not reached by this backward (e.g. `inputs` left it out): it takes part as zeros, as with the
-      // Reducer.
-      gradient = torch::zeros(parameter.sizes(), parameter.options());
+  void finish_backward() override {
+    if (!armed_) {
+      return;
     }
-    if (gradient.is_sparse()) {
-      throw std::invalid_argument(
-          "accelerate: a prepared model's parameter got a sparse gradient; gradient "
-          "synchronisation needs dense gradients (e.g. Embedding with sparse(false))");
+    armed_ = false;
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> gradients;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> copied_back; // (gradient, its contiguous copy)
+    gradients.reserve(parameters().size());
+    for (const auto& parameter : parameters()) {
+      auto& gradient = parameter.mutable_grad();
+      if (!gradient.defined()) {
+        // Not reached by this backward (e.g. `inputs` left it out): it takes part as zeros, as with the
+        // Reducer.
+        gradient = torch::zeros(parameter.sizes(), parameter.options());
+      }
+      if (gradient.is_sparse()) {
+        throw std::invalid_argument(
+            "accelerate: a prepared model's parameter got a sparse gradient; gradient "
+            "synchronisation needs dense gradients (e.g. Embedding with sparse(false))");
+      }
+      if (gradient.is_contiguous() && gradient.scalar_type() == parameter.scalar_type()) {
+        gradients.push_back(gradient);
+      } else {
+        copied_back.emplace_back(gradient, gradient.to(parameter.scalar_type()).contiguous());
+        gradients.push_back(copied_back.back().second);
+      }
     }
-    if (gradient.is_contiguous() && gradient.scalar_type() == parameter.scalar_type()) {
-      gradients.push_back(gradient);
-    } else {
-      copied_back.emplace_back(gradient, gradient.to(parameter.scalar_type()).contiguous());
-      gradients.push_back(copied_back.back().second);
+    average_in_shared_memory(process_group()->getBackend(c10::DeviceType::CPU), gradients);
+    for (auto& [gradient, copy] : copied_back) {
+      gradient.copy_(copy);
     }
   }
-  average_in_shared_memory(process_group_->getBackend(c10::DeviceType::CPU), gradients);
-  for (auto& [gradient, copy] : copied_back) {
-    gradient.copy_(copy);
-  }
-}
 
-void GradientSynchronizer::broadcast_buffers() {
-  broadcast_model_state(process_group_, buffers_, /*source=*/0);
-}
+  void disarm() override { armed_ = false; }
 
-void GradientSynchronizer::shadow_armed_backward() {
-  if (!distributed_) {
-    return;
-  }
-  broadcast_buffers();
-  if (shared_memory_average_) {
+  void shadow_armed_backward() override {
+    broadcast_buffers();
     int64_t numel = 0;
-    for (const auto& parameter : parameters_) {
+    for (const auto& parameter : parameters()) {
       numel += parameter.numel();
     }
-    average_in_shared_memory(process_group_->getBackend(c10::DeviceType::CPU),
-                             {torch::zeros({numel}, parameters_.front().options())});
-    return;
+    average_in_shared_memory(process_group()->getBackend(c10::DeviceType::CPU),
+                             {torch::zeros({numel}, parameters().front().options())});
   }
-  reducer_->rebuild_buckets();
-  for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
-    std::vector<torch::Tensor> zeros{bucket.getBufferRef()};
-    process_group_->allreduce(zeros)->wait();
-  }
-}
 
-void GradientSynchronizer::observe_bucket_launches(std::function<void(size_t)> observer) {
-  if (reducer_) {
-    reducer_->register_comm_hook(
-        std::make_unique<ObservedAllReduceHook>(process_group_, std::move(observer)));
-  }
-}
+private:
+  bool armed_ = false;
+};
 
-size_t GradientSynchronizer::bucket_count() const {
-  return reducer_ ? reducer_->get_grad_buckets(true).size() : 0;
-}
+class DdpEngine final : public ParallelEngine {
+public:
+  using ParallelEngine::ParallelEngine;
 
-ReachAnalysis::ReachAnalysis() : allow_unprepared_parameters_(unprepared_parameters_allowed()) {}
+  std::string name() const override { return "ddp"; }
 
-void ReachAnalysis::add(GradientSynchronizer* model) {
-  const size_t index = models_.size();
-  models_.push_back(model);
-  for (const auto& parameter : model->parameters()) {
-    owner_of_[parameter.unsafeGetTensorImpl()] = index;
-  }
-  for (const auto& parameter : model->model().parameters()) {
-    if (!parameter.requires_grad()) {
-      frozen_at_prepare_.insert(parameter.unsafeGetTensorImpl());
+  std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) override {
+    place_and_broadcast(model);
+    const auto& job = context();
+    const auto parameters = trainable_parameters(model);
+    if (!job.process_group || parameters.empty()) {
+      return std::make_shared<UnsynchronisedModel>(model, job.process_group, job.tracker);
     }
-  }
-}
-
-void ReachAnalysis::clear() {
-  models_.clear();
-  owner_of_.clear();
-  frozen_at_prepare_.clear();
-  foreign_leaves_seen_.clear();
-}
-
-std::vector<GradientSynchronizer*> ReachAnalysis::reached_by(const torch::Tensor& loss,
-                                                             bool find_unused_parameters) {
-  std::vector<size_t> reached_parameters(models_.size(), 0);
-  std::vector<std::pair<const torch::Tensor*, const torch::autograd::Node*>> foreign;
-  if (loss.grad_fn()) {
-    // Each node to visit with the node whose edge led to it.
-    std::vector<std::pair<torch::autograd::Node*, torch::autograd::Node*>> pending{
-        {loss.grad_fn().get(), nullptr}};
-    std::unordered_set<torch::autograd::Node*> seen{loss.grad_fn().get()};
-    while (!pending.empty()) {
-      auto [node, consumer] = pending.back();
-      pending.pop_back();
-      if (auto* leaf = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
-        if (auto it = owner_of_.find(leaf->variable.unsafeGetTensorImpl()); it != owner_of_.end()) {
-          ++reached_parameters[it->second];
-        } else {
-          foreign.emplace_back(&leaf->variable, consumer);
-        }
-        continue;
-      }
-      for (const auto& edge : node->next_edges()) {
-        if (edge.function && seen.insert(edge.function.get()).second) {
-          pending.emplace_back(edge.function.get(), node);
-        }
-      }
+    if (can_average_in_shared_memory(parameters, *job.process_group, job.config)) {
+      return std::make_shared<SharedMemoryModel>(model, job);
     }
+    return std::make_shared<ReducerModel>(model, job);
   }
-  if (!foreign.empty() && !allow_unprepared_parameters_) {
-    refuse_unprepared_parameters(foreign);
-  }
-  std::vector<GradientSynchronizer*> reached;
-  for (size_t i = 0; i < models_.size(); ++i) {
-    if (reached_parameters[i] == 0) {
-      continue;
-    }
-    const size_t total = models_[i]->parameters().size();
-    if (reached_parameters[i] < total && !find_unused_parameters && models_[i]->distributed()) {
-      throw std::logic_error("accelerate: the loss reaches only " + std::to_string(reached_parameters[i]) +
-                             " of the " + std::to_string(total) +
-                             " trainable parameters of a prepared model; gradient synchronisation needs all "
-                             "of them. Set AcceleratorOptions().find_unused_parameters(true), or freeze the "
-                             "unused ones (requires_grad false) before prepare");
-    }
-    reached.push_back(models_[i]);
-  }
-  return reached;
-}
+};
 
-void ReachAnalysis::refuse_unprepared_parameters(
-    const std::vector<std::pair<const torch::Tensor*, const torch::autograd::Node*>>& foreign) {
-  const std::pair<const torch::Tensor*, const torch::autograd::Node*>* first = nullptr;
-  bool first_was_frozen = false;
-  size_t refused = 0;
-  for (const auto& entry : foreign) {
-    const auto* impl = entry.first->unsafeGetTensorImpl();
-    const bool frozen = frozen_at_prepare_.count(impl) > 0;
-    const auto seen = foreign_leaves_seen_.find(impl);
-    if (frozen || (seen != foreign_leaves_seen_.end() && !seen->second.expired())) {
-      if (first == nullptr) {
-        first = &entry;
-        first_was_frozen = frozen;
-      }
-      ++refused;
-    }
-  }
-  if (first != nullptr) {
-    const torch::Tensor& tensor = *first->first;
-    std::ostringstream message;
-    message << "accelerate: the loss reaches a trained tensor of shape " << tensor.sizes() << " and dtype "
-            << c10::getDtypeNames(tensor.scalar_type()).first << ", used by "
-            << (first->second != nullptr ? first->second->name() : std::string("the loss itself"));
-    if (refused > 1) {
-      message << " (and " << refused - 1 << " more such tensor" << (refused > 2 ? "s" : "") << ")";
-    }
-    if (first_was_frozen) {
-      message << ", that is a parameter of a prepared model which did not require grad when the model was "
-                 "prepared: its gradients are not synchronised across processes, so the processes' copies "
-                 "of it would drift apart. Make it trainable before accelerator.prepare(model) (to freeze "
-                 "parameters after prepare, set AcceleratorOptions().find_unused_parameters(true))";
-    } else {
-      message << ", that is a parameter of no prepared model: its gradients are not synchronised across "
-                 "processes, so the processes' copies of it would drift apart. Prepare the model that owns "
-                 "it with accelerator.prepare(model) (preparing only the optimizer that trains it does not "
-                 "synchronise its gradients)";
-    }
-    message << "; or, if each process is meant to train it on its own, set the environment variable "
-               "ACCELERATE_ALLOW_UNPREPARED_PARAMETERS=1";
-    throw std::logic_error(message.str());
-  }
-  for (auto it = foreign_leaves_seen_.begin(); it != foreign_leaves_seen_.end();) {
-    it = it->second.expired() ? foreign_leaves_seen_.erase(it) : std::next(it);
-  }
-  if (foreign_leaves_seen_.size() + foreign.size() > kForeignLeavesRemembered) {
-    foreign_leaves_seen_.clear();
-  }
-  for (const auto& entry : foreign) {
-    foreign_leaves_seen_.try_emplace(
-        entry.first->unsafeGetTensorImpl(),
-        c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(entry.first->getIntrusivePtr()));
-  }
-}
+} // namespace
 
-void GradientSynchronizer::broadcast_state_from(int source) {
-  if (!process_group_) {
-    return;
-  }
-  std::vector<torch::Tensor> tensors = model_->parameters();
-  tensors.insert(tensors.end(), buffers_.begin(), buffers_.end());
-  broadcast_model_state(process_group_, tensors, source);
-}
-
-int64_t JoinCoordinator::processes_with_batches(bool has_batch) {
-  batches_taken_ += has_batch ? 1 : 0;
-  if (!current_step_.empty()) {
-    last_step_ = std::move(current_step_);
-    current_step_.clear();
-  }
-  std::vector<torch::Tensor> flag{torch::full({1}, has_batch ? 1 : 0, torch::kInt64)};
-  process_group_->allreduce(flag)->wait();
-  last_count_ = flag[0].item<int64_t>();
-  return last_count_;
-}
-
-void JoinCoordinator::join_until_all_exhausted() {
-  while (last_count_ > 0) {
-    for (auto* model : last_step_) {
-      model->shadow_armed_backward();
-    }
-    processes_with_batches(false);
-  }
-  synchronize_models();
-}
-
-void JoinCoordinator::synchronize_models() {
-  // The process that took the most batches (the highest rank among equals) trained on everything.
-  const int64_t world = process_group_->getSize();
-  std::vector<torch::Tensor> key{
-      torch::full({1}, batches_taken_ * world + process_group_->getRank(), torch::kInt64)};
-  c10d::AllreduceOptions max;
-  max.reduceOp = c10d::ReduceOp::MAX;
-  process_group_->allreduce(key, max)->wait();
-  const int source = static_cast<int>(key[0].item<int64_t>() % world);
-  for (const auto& model : *models_) {
-    model->broadcast_state_from(source);
-  }
-  batches_taken_ = 0;
+std::unique_ptr<ParallelEngine> make_ddp_engine(const ParallelContext& context) {
+  return std::make_unique<DdpEngine>(context);
 }
 
 } // namespace accelerate::detail

@@ -1,10 +1,10 @@
 // ACCELERATE_DEBUG_MODE: the collective-checking Backend wrapper, the replica checksum, and caller locations.
 #include "debug_mode.h"
 
-#include "ddp.h"
 #include "durable_file.h"
 #include "forwarding_backend.h"
 #include "optimizer_state.h"
+#include "parallel.h"
 #include "state.h"
 #include "store_rendezvous.h"
 
@@ -343,12 +343,15 @@ void add_optimizer_state(const torch::optim::OptimizerParamState& state, const s
 Checksums local_checksums(AcceleratorState& state) {
   Checksums sums;
   std::unordered_map<const void*, std::string> names;
+  const auto expected = state.engine->replica_expectation();
   for (size_t m = 0; m < state.models.size(); ++m) {
     const std::string prefix = state.models.size() == 1 ? "" : "model " + std::to_string(m) + " ";
     auto& model = state.models[m]->model();
     for (const auto& item : model.named_parameters(true)) {
       names[item.value().unsafeGetTensorImpl()] = prefix + item.key();
-      sums.add(prefix + item.key(), item.value());
+      if (expected.parameters) {
+        sums.add(prefix + item.key(), item.value());
+      }
     }
     // Buffers are not compared: between synchronised backwards they follow each process's own batches
     // (BatchNorm's running statistics), and every synchronised backward replaces them with the main process's
@@ -364,6 +367,9 @@ Checksums local_checksums(AcceleratorState& state) {
                torch::tensor(optimizer.param_groups()[g].options().get_lr(), torch::kFloat64));
     }
     for (auto& group : optimizer.param_groups()) {
+      if (!expected.optimizer_state) {
+        break; // each process holds its share (the strategy says so): nothing to compare
+      }
       for (auto& param : group.params()) {
         const auto found = optimizer.state().find(param.unsafeGetTensorImpl());
         if (found != optimizer.state().end() && found->second) {

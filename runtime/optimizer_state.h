@@ -1,7 +1,7 @@
 // OptimizerState and SchedulerState: what a prepared optimizer or scheduler handle shares (runtime-internal).
 #pragma once
 
-#include "ddp.h"
+#include "parallel.h"
 
 #include <accelerate/gradient_state.h>
 
@@ -32,6 +32,8 @@ struct OptimizerState {
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::shared_ptr<GradientState> gradient_state;
   std::shared_ptr<BackwardTracker> tracker;
+  /// The Accelerator's parallel strategy: told at prepare and after each step (a sharded one steps a share).
+  std::shared_ptr<ParallelEngine> engine;
   FusedKind fused = FusedKind::None;
   /// Adam/AdamW step counts as the fused kernels want them: one float tensor per parameter, on its device,
   /// with the libtorch step count it was made for.

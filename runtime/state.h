@@ -17,7 +17,8 @@
 
 namespace accelerate::detail {
 
-class GradientSynchronizer;
+class ParallelEngine;
+class PreparedModel;
 struct OptimizerState;
 struct SchedulerState;
 struct TrainingState;
@@ -43,8 +44,10 @@ struct AcceleratorState {
   /// Null when the job has one process.
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;
   std::shared_ptr<GradientState> gradient_state = std::make_shared<GradientState>();
+  /// The parallel strategy (runtime/parallel.h), chosen at construction from `config.parallel_strategy`.
+  std::shared_ptr<ParallelEngine> engine;
   /// One per prepared model, in preparation order.
-  std::vector<std::shared_ptr<GradientSynchronizer>> models;
+  std::vector<std::shared_ptr<PreparedModel>> models;
   std::vector<std::shared_ptr<OptimizerState>> optimizers;
   std::vector<std::shared_ptr<SchedulerState>> schedulers;
   /// The seed prepared loaders shuffle with (`set_seed`, or `AcceleratorOptions::seed`).

@@ -214,7 +214,10 @@ public:
   }
 
   /// RAII guard for one micro-step of gradient accumulation (keep it alive across forward, backward and
-  /// step). The last micro-step of each window, or the last batch of a prepared loader, synchronises.
+  /// step). The last micro-step of each window, or the last batch of a prepared loader, synchronises the
+  /// gradients of the models named (all prepared models when none is named); as in Hugging Face Accelerate,
+  /// a prepared model not named synchronises at every micro-step, and the optimizer steps only at the end of
+  /// the window. A model named that was not prepared is refused (std::invalid_argument).
   class AccumulateGuard {
   public:
     AccumulateGuard(AccumulateGuard&& other) noexcept;
@@ -229,8 +232,7 @@ public:
     Accelerator* accelerator_;
   };
   template <typename... Models> [[nodiscard]] AccumulateGuard accumulate(Models&... models) {
-    (void)sizeof...(models); // every prepared model takes part; the arguments mirror Accelerate's API
-    return begin_accumulate();
+    return begin_accumulate({&detail::module_of(models)...});
   }
 
   /// RAII guard: backward passes inside it do not synchronise the given models' gradients.
@@ -390,7 +392,7 @@ public:
 private:
   void register_checkpoint_entry(std::function<void(torch::serialize::OutputArchive&)> save,
                                  std::function<void(torch::serialize::InputArchive&)> load);
-  AccumulateGuard begin_accumulate();
+  AccumulateGuard begin_accumulate(std::vector<torch::nn::Module*> models);
   void end_accumulate();
   NoSyncGuard begin_no_sync(std::vector<torch::nn::Module*> models);
   void end_no_sync(const std::vector<torch::nn::Module*>& models);

@@ -1,7 +1,7 @@
 // The models' part of a checkpoint: each prepared model's parameters and buffers, by the unwrapped module's
 // names, in `model.safetensors`, `model_1.safetensors`, ... (docs/checkpoint-format.md).
-#include "../ddp.h"
 #include "../durable_file.h"
+#include "../parallel.h"
 #include "../safetensors.h"
 #include "../state.h"
 #include "component.h"

@@ -1,0 +1,164 @@
+// The parallel strategy: one interface that the Accelerator, the optimizer, clipping, checkpoints and debug
+// mode go through, and a registry of the strategies by name (runtime-internal). docs/development.md, "Adding
+// a parallel strategy", says how to add one.
+#pragma once
+
+#include "config.h"
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/torch.h>
+
+namespace accelerate::detail {
+
+struct OptimizerState;
+
+/// Set while `Accelerator::backward` runs its backward; gradient hooks read it to tell a synchronised
+/// backward from a plain `loss.backward()`.
+struct BackwardTracker {
+  std::atomic<bool> inside_accelerator_backward{false};
+  std::atomic<bool> unsynchronised_gradients{false};
+};
+
+/// The parameters of `model` that require grad: those a strategy synchronises and steps.
+std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& model);
+
+/// What a strategy is made with: the job as the Accelerator sees it.
+struct ParallelContext {
+  torch::Device device{torch::kCPU};
+  /// Null when the job has one process.
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group;
+  ResolvedConfig config;
+  std::shared_ptr<BackwardTracker> tracker;
+};
+
+/// One prepared model under the job's strategy: what `Accelerator::backward` arms, finishes and replays for a
+/// process that has joined (uneven inputs). The base class holds what every strategy has: the model, its
+/// trainable parameters (those that required grad at prepare) and buffers, the `no_sync` flag, and the hooks
+/// that notice gradients computed outside `Accelerator::backward` (removed with the object).
+class PreparedModel {
+public:
+  PreparedModel(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> process_group,
+                std::shared_ptr<BackwardTracker> tracker);
+  virtual ~PreparedModel();
+  PreparedModel(const PreparedModel&) = delete;
+  PreparedModel& operator=(const PreparedModel&) = delete;
+
+  torch::nn::Module& model() const { return *model_; }
+  const std::vector<torch::Tensor>& parameters() const { return parameters_; }
+  const std::vector<torch::Tensor>& buffers() const { return buffers_; }
+  /// Whether backward synchronises gradients at all (several processes, trainable parameters).
+  bool distributed() const { return process_group_ && !parameters_.empty(); }
+  /// How this model's gradients are synchronised, for `Accelerator::state()` and tests ("none" with one
+  /// process).
+  virtual std::string synchronisation() const = 0;
+
+  /// Arms the coming backward of `loss` for synchronisation. Called only when `distributed()`.
+  virtual void arm(const torch::Tensor& loss) = 0;
+  /// After the armed backward.
+  virtual void finish_backward() = 0;
+  /// After an armed backward that threw: forgets the arming.
+  virtual void disarm() = 0;
+  /// Takes part, with zero gradients, in the collectives one armed backward issues on the other processes
+  /// (a process whose data ran out, under Join).
+  virtual void shadow_armed_backward() = 0;
+  /// Makes parameters and buffers equal to process `source`'s (after Join).
+  virtual void broadcast_state_from(int source);
+
+  /// Suspends synchronisation (`Accelerator::no_sync`).
+  bool no_sync = false;
+
+  /// Test hooks: how many communication buckets the strategy made (0 when it has none), and a callback with
+  /// each bucket's index as its all-reduce is launched.
+  virtual size_t bucket_count() const { return 0; }
+  virtual void observe_bucket_launches(std::function<void(size_t bucket_index)> observer);
+
+protected:
+  /// Makes every process's buffers process 0's (PyTorch DDP's broadcast_buffers, at each synchronised step).
+  void broadcast_buffers();
+  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const { return process_group_; }
+
+private:
+  torch::nn::Module* model_;
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<torch::Tensor> buffers_;
+  std::shared_ptr<BackwardTracker> tracker_;
+  std::vector<std::pair<torch::Tensor, unsigned>> hooks_;
+};
+
+/// What debug mode's replica check (runtime/debug_mode.cpp) may expect to be identical on every process.
+struct ReplicaExpectation {
+  /// Every process holds the whole model, with the same values.
+  bool parameters = true;
+  /// Every process holds the whole optimizer state, with the same values.
+  bool optimizer_state = true;
+};
+
+/// The job's parallel strategy, made once in the Accelerator's constructor from `parallel_strategy`. It owns
+/// how a model is prepared, how gradients are synchronised, which parameters each process's optimizer step
+/// updates and what follows it, the gradient norm clipping uses, and what the replica check expects.
+class ParallelEngine {
+public:
+  explicit ParallelEngine(ParallelContext context) : context_(std::move(context)) {}
+  virtual ~ParallelEngine() = default;
+
+  /// The name it was registered under (recorded in checkpoints).
+  virtual std::string name() const = 0;
+
+  /// Places `model` on the device, makes every process's copy process 0's, and wraps it.
+  virtual std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) = 0;
+  /// At `prepare(optimizer)`: a sharded strategy narrows what this process's optimizer steps to its share.
+  virtual void prepare_optimizer(OptimizerState& /*optimizer*/) {}
+  /// After each optimizer step that ran (taken or skipped by the fp16 scaler on the device): a sharded
+  /// strategy gathers the updated shares here.
+  virtual void after_optimizer_step(OptimizerState& /*optimizer*/) {}
+  /// The norm of the gradients of the whole model, from this process's `gradients` (each already divided as
+  /// clipping wants): with replicated gradients, the local norm.
+  virtual torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type);
+  /// What the replica check may compare.
+  virtual ReplicaExpectation replica_expectation() const { return {}; }
+
+  const ParallelContext& context() const { return context_; }
+
+protected:
+  /// `model.to(device)`, then parameters and buffers broadcast from process 0 (with several processes).
+  void place_and_broadcast(torch::nn::Module& model) const;
+
+private:
+  ParallelContext context_;
+};
+
+/// Makes a strategy for a job.
+using ParallelEngineFactory = std::function<std::unique_ptr<ParallelEngine>(const ParallelContext&)>;
+
+/// Adds a strategy under `name`; throws std::logic_error when the name is taken.
+void register_parallel_engine(const std::string& name, ParallelEngineFactory factory);
+
+/// The names of the registered strategies, sorted.
+std::vector<std::string> parallel_engine_names();
+
+/// The factory of the strategy registered as `name`. Throws std::invalid_argument listing the registered
+/// names when there is none by that name (the Accelerator asks before it forms the process group).
+ParallelEngineFactory parallel_engine_factory(const std::string& name);
+
+/// Registers a strategy at static initialisation, from the translation unit that defines it (a strategy in an
+/// executable, a test's). The runtime's own are listed in one table in runtime/parallel.cpp, which says in
+/// one place which strategies ship and does not depend on the order of static initialisation.
+struct ParallelEngineRegistration {
+  ParallelEngineRegistration(const std::string& name, ParallelEngineFactory factory) {
+    register_parallel_engine(name, std::move(factory));
+  }
+};
+
+/// The runtime's strategies (one line each in runtime/parallel.cpp's table).
+std::unique_ptr<ParallelEngine> make_ddp_engine(const ParallelContext& context);
+
+} // namespace accelerate::detail
