@@ -6,6 +6,7 @@
 #include "optimizer_state.h"
 #include "parallel.h"
 #include "state.h"
+#include "store_rendezvous.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -205,61 +206,40 @@ public:
   // Point-to-point operations pass through unchecked (ForwardingBackend).
 
 private:
+  /// The store key of process `rank`'s fingerprint of collective `sequence` (-1: the keys' common prefix).
   std::string key(uint64_t sequence, int rank) const {
-    return "collective/" + std::to_string(sequence) + "/" + std::to_string(rank);
+    return "collective/" + std::to_string(sequence) + "/" + (rank < 0 ? "" : std::to_string(rank));
   }
 
   /// Publishes this process's fingerprint of collective number `sequence_ + 1` and compares it with every
   /// other process's; throws on every process that sees a difference or a missing process.
   void check(const std::string& fingerprint) {
     const uint64_t sequence = ++sequence_;
-    const std::string abort_key = "abort/" + std::to_string(sequence);
-    std::vector<std::string> values(static_cast<size_t>(size_));
+    const std::string mine = fingerprint + "\n" + caller_location();
+    std::vector<std::string> values;
     try {
-      store_->set(key(sequence, rank_), fingerprint + "\n" + caller_location());
       if (sequence > 2) {
         // Every process has passed collective sequence - 1, so all have read sequence - 2's fingerprints.
         store_->deleteKey(key(sequence - 2, rank_));
       }
-      if (store_->check({abort_key})) {
-        const auto reason = store_->get(abort_key);
-        throw std::runtime_error("accelerate debug mode: another process gave up on collective #" +
-                                 std::to_string(sequence) + " (this process, " + std::to_string(rank_) +
-                                 ", arrived late with " + fingerprint +
-                                 "): " + std::string(reason.begin(), reason.end()));
-      }
-      std::vector<std::string> keys;
-      for (int rank = 0; rank < size_; ++rank) {
-        keys.push_back(key(sequence, rank));
-      }
-      try {
-        store_->wait(keys, timeout_);
-      } catch (const c10::Error&) {
-        std::vector<int> missing, present;
-        for (int rank = 0; rank < size_; ++rank) {
-          (store_->check({key(sequence, rank)}) ? present : missing).push_back(rank);
-        }
-        if (missing.empty()) {
-          throw;
-        }
-        const auto own = store_->get(key(sequence, rank_));
-        const std::string mine(own.begin(), own.end());
-        const auto newline = mine.find('\n');
-        std::string message =
-            "accelerate debug mode: " + processes(missing) + " did not reach collective #" +
-            std::to_string(sequence) + " within " + std::to_string(timeout_.count()) + " ms, while " +
-            processes(present) + " called " + mine.substr(0, newline) + " from " +
-            describe_code_location(mine.substr(newline + 1)) + ". " + (missing.size() == 1 ? "It" : "They") +
-            " skipped this collective, is stuck before it, or died: every process must issue "
-            "the same collectives in the same order (look for a rank-dependent branch, e.g. "
-            "under is_main_process(), around the call named)";
-        store_->set(abort_key, message);
-        throw std::runtime_error(message);
-      }
-      for (int rank = 0; rank < size_; ++rank) {
-        const auto value = store_->get(key(sequence, rank));
-        values[static_cast<size_t>(rank)] = std::string(value.begin(), value.end());
-      }
+      values = store_rendezvous<std::runtime_error>(
+          *store_, {key(sequence, /*rank=*/-1), "abort/" + std::to_string(sequence)}, rank_, size_, mine,
+          timeout_,
+          [&](const Absentees& absent) {
+            return "accelerate debug mode: " + processes(absent.missing) + " did not reach collective #" +
+                   std::to_string(sequence) + " within " + std::to_string(timeout_.count()) + " ms, while " +
+                   processes(absent.present) + " called " + fingerprint + " from " +
+                   describe_code_location(mine.substr(mine.find('\n') + 1)) + ". " +
+                   (absent.missing.size() == 1 ? "It" : "They") +
+                   " skipped this collective, is stuck before it, or died: every process must issue "
+                   "the same collectives in the same order (look for a rank-dependent branch, e.g. "
+                   "under is_main_process(), around the call named)";
+          },
+          [&](const std::string& reason) {
+            return "accelerate debug mode: another process gave up on collective #" +
+                   std::to_string(sequence) + " (this process, " + std::to_string(rank_) +
+                   ", arrived late with " + fingerprint + "): " + reason;
+          });
     } catch (const c10::Error& error) {
       throw std::runtime_error(
           "accelerate debug mode: the store that checks collectives (hosted by process 0) "

@@ -7,6 +7,7 @@
 #include "../../runtime/state.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -225,6 +226,25 @@ TEST(CheckpointMultirank, TotalLimitKeepsTheNewestTwoOfFiveSaves) {
             (std::vector<std::string>{"checkpoint_3", "checkpoint_4", "latest"}));
   EXPECT_EQ(accelerate::detail::read_whole_file(dir / "checkpoints/latest"), "checkpoint_4\n");
   accelerator.load_state();
+}
+
+TEST(CheckpointMultirank, EachProcessOwnFileIsRecordedWithItsWriter) {
+  accelerate::Accelerator accelerator(test_options());
+  SharedDirectory dir(accelerator);
+  auto model = std::make_shared<Net>();
+  accelerator.prepare(model);
+  const std::string saved = accelerator.save_state(dir / "ckpt");
+  const auto metadata = nlohmann::json::parse(
+      accelerate::detail::read_whole_file(accelerate::detail::join_path(saved, "metadata.json")));
+  EXPECT_EQ(metadata.at("world_size"), 2);
+  EXPECT_EQ(metadata.at("parallel_strategy"), "ddp");
+  const auto& files = metadata.at("files");
+  EXPECT_EQ(files.at("random_states_0.bin").at("rank"), 0);
+  EXPECT_EQ(files.at("random_states_1.bin").at("rank"), 1); // written, and recorded, by process 1
+  EXPECT_EQ(files.at("random_states_1.bin").at("bytes"),
+            accelerate::detail::read_whole_file(dir / "ckpt/random_states_1.bin").size());
+  EXPECT_FALSE(files.at("model.safetensors").contains("rank"));
+  accelerator.load_state(saved);
 }
 
 // ---- Debug mode

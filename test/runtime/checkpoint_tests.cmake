@@ -4,7 +4,8 @@
 
 foreach(name IN ITEMS SaveOnTheMainProcessOnlyFailsWithAnExplanation DifferentCallsOnDifferentProcessesAreRefused
                      AFailureOnOneProcessFailsTheSaveEverywhereAndKeepsThePreviousCheckpoint
-                     EveryProcessGetsItsOwnRandomStateBack TotalLimitKeepsTheNewestTwoOfFiveSaves)
+                     EveryProcessGetsItsOwnRandomStateBack TotalLimitKeepsTheNewestTwoOfFiveSaves
+                     EachProcessOwnFileIsRecordedWithItsWriter)
   accelerate_multirank_test(multirank.Checkpoint.${name} NPROC 2 FILTER CheckpointMultirank.${name} TIMEOUT 60)
 endforeach()
 accelerate_multirank_test(multirank.DebugMode.AProcessThatSkipsACollectiveIsNamedByEveryOther NPROC 3

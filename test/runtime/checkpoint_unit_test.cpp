@@ -5,8 +5,11 @@
 
 #include "../../runtime/durable_file.h"
 #include "../../runtime/safetensors.h"
+#include "../../runtime/store_rendezvous.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <thread>
 
 namespace {
 
@@ -210,12 +214,12 @@ struct Counter {
 
 /// One training setup: everything save_state covers.
 struct Training {
-  explicit Training(accelerate::AcceleratorOptions options, int64_t hidden = 16)
+  explicit Training(accelerate::AcceleratorOptions options, int64_t hidden = 16, size_t batch_size = 3)
       : accelerator(options.cpu(true)), model(std::make_shared<Net>(hidden)) {
     accelerator.prepare(model);
     optimizer.emplace(accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2)));
     scheduler.emplace(accelerator.prepare(torch::optim::StepLR(**optimizer, 2, 0.5)));
-    loader = accelerator.prepare_data_loader(Samples(20), accelerate::DataLoaderOptions(3));
+    loader = accelerator.prepare_data_loader(Samples(20), accelerate::DataLoaderOptions(batch_size));
     accelerator.register_for_checkpointing(counter);
   }
 
@@ -319,9 +323,9 @@ TEST(Checkpoint, LayoutAndMetadataAreDocumented) {
   }
   std::ifstream in(join_path(saved, "metadata.json"));
   const std::string metadata((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  for (const char* key :
-       {"\"format_version\": 1", "\"world_size\": 1", "\"mixed_precision\": \"no\"", "\"step\": 2",
-        "\"torch_version\": \"2.11.0\"", "\"batches_consumed\": 2", "\"step_count\": 2"}) {
+  for (const char* key : {"\"format_version\": 2", "\"world_size\": 1", "\"parallel_strategy\": \"ddp\"",
+                          "\"mixed_precision\": \"no\"", "\"step\": 2", "\"torch_version\": \"2.11.0\"",
+                          "\"batches_consumed\": 2", "\"step_count\": 2"}) {
     EXPECT_NE(metadata.find(key), std::string::npos) << key << " in\n" << metadata;
   }
   // The model file is plain safetensors with the unwrapped module's names.
@@ -441,10 +445,10 @@ TEST(Checkpoint, BadInputFailsClearlyAndLosesNothing) {
 
   const auto future = copy("future");
   rewrite(join_path(future, "metadata.json"), [](std::string& text) {
-    text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 7");
+    text.replace(text.find("\"format_version\": 2"), 19, "\"format_version\": 7");
   });
   expect_error([&] { run.accelerator.load_state(future); },
-               {"format version 7", "reads format versions up to 1", "newer accelerate-cpp"});
+               {"format version 7", "reads format versions up to 2", "newer accelerate-cpp"});
 
   {
     Training other(accelerate::AcceleratorOptions().seed(6), /*hidden=*/8);
@@ -491,6 +495,164 @@ TEST(Checkpoint, SaveModelWritesSafetensorsAndALibtorchArchive) {
   archive.load_from(dir / "export/model.pt");
   copy->load(archive);
   EXPECT_TRUE(torch::equal(copy->fc1->weight, run.model->fc1->weight));
+}
+
+TEST(Checkpoint, MetadataRecordsTheStrategyAndTheProcessOfEachOwnFile) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(10));
+  run.train(1);
+  const std::string saved = run.accelerator.save_state(dir / "ckpt");
+  const auto metadata =
+      nlohmann::json::parse(accelerate::detail::read_whole_file(join_path(saved, "metadata.json")));
+  EXPECT_EQ(metadata.at("parallel_strategy"), "ddp");
+  EXPECT_EQ(metadata.at("world_size"), 1);
+  // Each process's own file names the process that wrote it; the checkpoint's shared files name none.
+  EXPECT_EQ(metadata.at("files").at("random_states_0.bin").at("rank"), 0);
+  EXPECT_FALSE(metadata.at("files").at("model.safetensors").contains("rank"));
+  EXPECT_FALSE(metadata.at("files").at("optimizer.bin").contains("rank"));
+}
+
+TEST(Checkpoint, ACheckpointOfAnotherParallelStrategyIsRefused) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(11));
+  run.train(1);
+  const std::string saved = run.accelerator.save_state(dir / "ckpt");
+  const std::string path = join_path(saved, "metadata.json");
+  std::string text = accelerate::detail::read_whole_file(path);
+  text.replace(text.find("\"parallel_strategy\": \"ddp\""), 26, "\"parallel_strategy\": \"fsdp\"");
+  accelerate::detail::write_file_durably(path, text);
+  run.train(1);
+  const auto before = run.snapshot();
+  expect_error(
+      [&] { run.accelerator.load_state(saved); },
+      {"written with the parallel strategy 'fsdp' on 1 process(es)", "this program trains with 'ddp'"});
+  expect_same(run.snapshot(), before);
+}
+
+TEST(Checkpoint, AFailureWhileRestoringUndoesEveryPart) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(12));
+  run.train(2, [&](int step) {
+    if (step == 2) {
+      run.accelerator.save_state(dir / "ckpt"); // 2 batches of 3 samples into the epoch
+    }
+  });
+  // Another program state, whose loader's global batch of 4 cannot resume after 6 samples: its position is
+  // refused while restoring, after the step counters, the weights, the optimizer and the scheduler were.
+  Training other(accelerate::AcceleratorOptions().seed(13), /*hidden=*/16, /*batch_size=*/4);
+  other.train(3);
+  const auto before = other.snapshot();
+  const auto position = other.loader->state();
+  const auto scheduler_steps = other.scheduler->steps();
+  const auto counter = other.counter.value;
+  const auto generator = at::detail::getDefaultCPUGenerator().get_state();
+  expect_error([&] { other.accelerator.load_state(dir / "ckpt"); }, {"does not divide it"});
+  expect_same(other.snapshot(), before);
+  EXPECT_EQ(other.scheduler->steps(), scheduler_steps);
+  EXPECT_EQ(other.accelerator.gradient_state()->optimizer_steps, 3);
+  EXPECT_EQ(other.counter.value, counter);
+  EXPECT_EQ(other.loader->state().epoch, position.epoch);
+  EXPECT_EQ(other.loader->state().batches_consumed, position.batches_consumed);
+  EXPECT_TRUE(torch::equal(at::detail::getDefaultCPUGenerator().get_state(), generator));
+}
+
+TEST(Checkpoint, WithoutAutomaticNamingADirectoryIsRequired) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().project_dir(dir.path()).automatic_checkpoint_naming(false));
+  for (auto call : {std::function<void()>([&] { run.accelerator.save_state(); }),
+                    std::function<void()>([&] { run.accelerator.load_state(); })}) {
+    try {
+      call();
+      ADD_FAILURE() << "no error";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("automatic_checkpoint_naming is off; pass a directory"),
+                std::string::npos)
+          << error.what();
+      EXPECT_NE(std::string(error.what()).find("automatic_checkpoint_naming(true)"), std::string::npos)
+          << error.what();
+    }
+  }
+  EXPECT_FALSE(path_exists(dir / "checkpoints"));
+  run.train(1);
+  const std::string saved = run.accelerator.save_state(dir / "explicit"); // an explicit directory still works
+  run.accelerator.load_state(saved);
+  EXPECT_EQ(run.accelerator.gradient_state()->optimizer_steps, 1);
+}
+
+TEST(Checkpoint, WithAutomaticNamingNoDirectoryNamesTheNextCheckpoint) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().project_dir(dir.path()).automatic_checkpoint_naming(true));
+  run.train(1);
+  EXPECT_EQ(run.accelerator.save_state(), dir / "checkpoints/checkpoint_0");
+  run.train(1);
+  run.accelerator.load_state();
+  EXPECT_EQ(run.accelerator.gradient_state()->optimizer_steps, 1);
+}
+
+// ---- The store rendezvous (runtime/store_rendezvous.h)
+// --------------------------------------------------------
+
+TEST(StoreRendezvous, EveryProcessGetsEveryValueInRankOrder) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const accelerate::detail::RendezvousKeys keys{"meet/", "meet-abort"};
+  std::vector<std::string> values[3];
+  std::vector<std::thread> processes;
+  for (int rank = 0; rank < 3; ++rank) {
+    processes.emplace_back([&, rank] {
+      values[rank] = accelerate::detail::store_rendezvous<std::runtime_error>(
+          *store, keys, rank, 3, "value of " + std::to_string(rank), std::chrono::seconds(10),
+          [](const accelerate::detail::Absentees&) { return std::string("unexpected"); },
+          [](const std::string&) { return std::string("unexpected"); });
+    });
+  }
+  for (auto& process : processes) {
+    process.join();
+  }
+  for (const auto& seen : values) {
+    EXPECT_EQ(seen, (std::vector<std::string>{"value of 0", "value of 1", "value of 2"}));
+  }
+}
+
+TEST(StoreRendezvous, AMissingProcessIsNamedAndALateOneLearnsWhy) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const accelerate::detail::RendezvousKeys keys{"meet/", "meet-abort"};
+  auto explain = [](const accelerate::detail::Absentees& absent) {
+    std::string text = "missing";
+    for (int rank : absent.missing) {
+      text += " " + std::to_string(rank);
+    }
+    text += ", present";
+    for (int rank : absent.present) {
+      text += " " + std::to_string(rank);
+    }
+    return text;
+  };
+  auto late = [](const std::string& reason) { return "late: " + reason; };
+  // Processes 0 and 2 of 3 arrive; process 1 does not within the timeout.
+  std::string failures[3];
+  std::vector<std::thread> processes;
+  for (int rank : {0, 2}) {
+    processes.emplace_back([&, rank] {
+      failures[rank] = accelerate::detail::meet_through_store(*store, keys, rank, 3, "x",
+                                                              std::chrono::milliseconds(300), explain, late)
+                           .failure;
+    });
+  }
+  for (auto& process : processes) {
+    process.join();
+  }
+  EXPECT_EQ(failures[0], "missing 1, present 0 2");
+  EXPECT_EQ(failures[2], "missing 1, present 0 2");
+  // Process 1 arrives after they gave up: it fails at once with their explanation, as the exception asked
+  // for.
+  const auto start = std::chrono::steady_clock::now();
+  expect_error(
+      [&] {
+        accelerate::detail::store_rendezvous<std::logic_error>(*store, keys, 1, 3, "x",
+                                                               std::chrono::seconds(10), explain, late);
+      },
+      {"late: missing 1, present 0 2"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 } // namespace
