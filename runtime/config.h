@@ -30,7 +30,8 @@ struct ResolvedConfig {
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   std::optional<uint64_t> seed;
   bool debug = false;
-  /// The parallel strategy's registered name (runtime/parallel.h); "ddp" replicates the model on every process.
+  /// The parallel strategy's registered name (runtime/parallel.h); "ddp" replicates the model on every
+  /// process.
   std::string parallel_strategy = "ddp";
   /// For each key: where its value came from ("options", "environment", "config file PATH", "default").
   std::map<std::string, std::string> sources;

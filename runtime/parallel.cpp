@@ -1,6 +1,7 @@
 // The parallel-strategy interface's shared parts, and the registry of strategies by name.
 #include "parallel.h"
 
+#include "checkpoint/component.h"
 #include "process_group.h"
 
 #include <algorithm>
@@ -73,6 +74,11 @@ void PreparedModel::broadcast_buffers() {
 torch::Tensor ParallelEngine::gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) {
   auto stacked = torch::stack(at::_foreach_norm(gradients, norm_type));
   return std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type);
+}
+
+std::unique_ptr<CheckpointComponent>
+ParallelEngine::model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models) {
+  return replicated_model_checkpoint(models);
 }
 
 void ParallelEngine::place_and_broadcast(torch::nn::Module& model) const {

@@ -19,6 +19,7 @@
 namespace accelerate::detail {
 
 struct OptimizerState;
+class CheckpointComponent;
 
 /// Set while `Accelerator::backward` runs its backward; gradient hooks read it to tell a synchronised
 /// backward from a plain `loss.backward()`.
@@ -125,6 +126,11 @@ public:
   virtual torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type);
   /// What the replica check may compare.
   virtual ReplicaExpectation replica_expectation() const { return {}; }
+  /// Its part of a checkpoint: the component that saves and loads the prepared `models`
+  /// (runtime/checkpoint/component.h). By default the replicated one, in which the main process writes each
+  /// whole model; a sharded strategy writes each process's share (`ComponentWriter::rank_file`).
+  virtual std::unique_ptr<CheckpointComponent>
+  model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models);
 
   const ParallelContext& context() const { return context_; }
 

@@ -67,7 +67,7 @@ struct AcceleratorState {
   /// Backward tracking, reach analysis, Join (runtime/accelerator.cpp).
   std::shared_ptr<TrainingState> training;
   /// `save_state`/`load_state` calls so far: numbers each collective checkpoint call
-  /// (runtime/checkpoint.cpp).
+  /// (runtime/checkpoint/).
   int64_t checkpoint_calls = 0;
   /// The optimizer step debug mode last compared the replicas' checksums at (runtime/debug_mode.cpp).
   int64_t debug_checked_step = -1;

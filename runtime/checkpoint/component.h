@@ -22,6 +22,7 @@
 namespace accelerate::detail {
 
 struct AcceleratorState;
+class PreparedModel;
 class FileWriter;
 
 /// Writes one component's part of a checkpoint.
@@ -120,7 +121,10 @@ public:
 std::vector<std::unique_ptr<CheckpointComponent>> checkpoint_components(AcceleratorState& state);
 
 std::unique_ptr<CheckpointComponent> gradient_state_component(AcceleratorState& state);
-std::unique_ptr<CheckpointComponent> model_component(AcceleratorState& state);
+/// The models' part when every process holds the whole model: the main process writes each one
+/// (`ParallelEngine::model_checkpoint`'s default; a strategy chooses its own).
+std::unique_ptr<CheckpointComponent>
+replicated_model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models);
 std::unique_ptr<CheckpointComponent> optimizer_component(AcceleratorState& state);
 std::unique_ptr<CheckpointComponent> scheduler_component(AcceleratorState& state);
 std::unique_ptr<CheckpointComponent> data_position_component(AcceleratorState& state);

@@ -12,11 +12,10 @@
 namespace accelerate::detail {
 namespace {
 
-/// The one place the checkpoint reaches the prepared models: each one's module, as the user built it, in
-/// preparation order. Everything else in this file (and in the checkpoint) works on these modules.
-std::vector<torch::nn::Module*> prepared_modules(const AcceleratorState& state) {
+/// Each prepared model's module, as the user built it, in preparation order.
+std::vector<torch::nn::Module*> modules_of(const std::vector<std::shared_ptr<PreparedModel>>& models) {
   std::vector<torch::nn::Module*> modules;
-  for (const auto& prepared : state.models) {
+  for (const auto& prepared : models) {
     modules.push_back(&prepared->model());
   }
   return modules;
@@ -76,7 +75,7 @@ void check_same_model(const std::string& file, size_t index, const SafetensorsCo
 
 class ModelComponent final : public CheckpointComponent {
 public:
-  explicit ModelComponent(AcceleratorState& state) : state_(state) {}
+  explicit ModelComponent(std::vector<torch::nn::Module*> modules) : modules_(std::move(modules)) {}
   std::string name() const override { return "models"; }
 
   void save(ComponentWriter& writer) override {
@@ -84,9 +83,8 @@ public:
       return;
     }
     Json& entry = writer.entry() = Json::array();
-    const auto modules = prepared_modules(state_);
-    for (size_t i = 0; i < modules.size(); ++i) {
-      const auto tensors = module_tensors(*modules[i]);
+    for (size_t i = 0; i < modules_.size(); ++i) {
+      const auto tensors = module_tensors(*modules_[i]);
       writer.file(model_file(i), encode_safetensors(tensors, {{"format", "pt"}}));
       entry.push_back({{"file", model_file(i)}, {"tensors", tensors.size()}});
     }
@@ -94,7 +92,6 @@ public:
 
   void verify(const ComponentReader& reader) override {
     const Json& models = reader.list();
-    modules_ = prepared_modules(state_);
     reader.check_count("model(s)", models.size(), modules_.size(),
                        "prepare the same models, in the same order, before load_state");
     for (size_t i = 0; i < models.size(); ++i) {
@@ -119,15 +116,15 @@ public:
   }
 
 private:
-  AcceleratorState& state_;
   std::vector<torch::nn::Module*> modules_;
   std::vector<SafetensorsContent> loaded_;
 };
 
 } // namespace
 
-std::unique_ptr<CheckpointComponent> model_component(AcceleratorState& state) {
-  return std::make_unique<ModelComponent>(state);
+std::unique_ptr<CheckpointComponent>
+replicated_model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models) {
+  return std::make_unique<ModelComponent>(modules_of(models));
 }
 
 } // namespace accelerate::detail
