@@ -221,7 +221,7 @@ Settings read_config_file(const std::string& path) {
   }
   for (const char* section : {"deepspeed_config", "fsdp_config"}) {
     if (root[section] && root[section].IsMap() && root[section].size() > 0) {
-      refuse_sharding("a " + std::string(section) + " section", label);
+      refuse_sharding("the " + std::string(section) + " section", label);
     }
   }
   auto read = [&](const auto& yaml_key) {
