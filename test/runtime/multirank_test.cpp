@@ -1010,7 +1010,6 @@ TEST(DDP, SplitBatchesGivesEachProcessItsShareOfTheGlobalBatch) {
 
 } // namespace
 
-#if 0 // TEMP until the parallel_strategy option lands
 /// allreduce_strategy.cpp: how many gradients the "test_allreduce" strategy has averaged in this process.
 int64_t test_allreduce_averaged_gradients();
 
@@ -1041,4 +1040,3 @@ TEST(Strategy, AnUnknownStrategyIsRefusedBeforeTheProcessGroupForms) {
 }
 
 } // namespace
-#endif
