@@ -1,12 +1,12 @@
 // Resolves the Accelerator's configuration: options > ACCELERATE_* environment > ACCELERATE_CONFIG_FILE >
-// defaults.
+// defaults, for every row of <accelerate/detail/option_table.h>.
 #include "config.h"
 
 #include <algorithm>
 #include <cstdlib>
-#include <functional>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #ifdef ACCEL_WITH_YAML
@@ -15,6 +15,10 @@
 
 namespace accelerate::detail {
 namespace {
+
+/// The table's ENVIRONMENT or YAML_KEY for an option that has none: it is never read from text.
+struct Unmapped {};
+constexpr Unmapped unmapped{};
 
 const std::vector<std::string> kPrecisions = {"no", "fp16", "bf16", "fp8"};
 
@@ -26,68 +30,166 @@ std::optional<std::string> environment(const char* name) {
   return std::string(value);
 }
 
-bool parse_bool(const std::string& key, const std::string& text, const std::string& where) {
-  std::string lower = text;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (lower == "1" || lower == "true" || lower == "yes") {
-    return true;
-  }
-  if (lower == "0" || lower == "false" || lower == "no") {
-    return false;
-  }
-  throw std::invalid_argument("accelerate: " + key + "='" + text + "' (from " + where +
-                              ") is not a boolean; use true or false");
+// ------------------------------------------------------------------------------------------- values as text
+
+template <typename T> std::string text_of(const T& value) {
+  std::ostringstream out;
+  out << std::boolalpha << value;
+  return out.str();
+}
+std::string text_of(const std::chrono::milliseconds& value) {
+  return std::to_string(value.count()) + " ms";
+}
+template <typename T> std::string text_of(const std::optional<T>& value) {
+  return value ? text_of(*value) : "unset";
 }
 
-int parse_positive_int(const std::string& key, const std::string& text, const std::string& where) {
+[[noreturn]] void refuse(const std::string& key, const std::string& text, const std::string& where,
+                         const std::string& problem) {
+  throw std::invalid_argument("accelerate: " + key + "='" + text + "' (from " + where + ") " + problem);
+}
+
+// ------------------------------------------------------------------------------------------- parsers
+// Text from the environment or the config file to a TYPE of the table. Only an option with an environment
+// variable or a YAML key instantiates its parser; a TYPE without one fails to compile when it is mapped.
+
+template <typename T> struct Parser {
+  static_assert(!std::is_same_v<T, T>,
+                "this option's TYPE has no parser: add a Parser specialisation before giving it an "
+                "ENVIRONMENT variable or a YAML_KEY in option_table.h");
+};
+
+template <> struct Parser<std::string> {
+  static std::string parse(const std::string&, const std::string& text, const std::string&) { return text; }
+};
+
+template <> struct Parser<bool> {
+  static bool parse(const std::string& key, const std::string& text, const std::string& where) {
+    std::string lower = text;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (lower == "1" || lower == "true" || lower == "yes") {
+      return true;
+    }
+    if (lower == "0" || lower == "false" || lower == "no") {
+      return false;
+    }
+    refuse(key, text, where, "is not a boolean; use true or false");
+  }
+};
+
+/// Whole text as a number by `convert` (std::stoi, std::stod, ...), or the option is refused.
+template <typename Convert>
+auto parse_number(const std::string& key, const std::string& text, const std::string& where, Convert convert,
+                  const char* kind) {
   std::size_t used = 0;
-  int value = 0;
+  decltype(convert(text, &used)) value{};
   try {
-    value = std::stoi(text, &used);
+    value = convert(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || value < 1) {
-    throw std::invalid_argument("accelerate: " + key + "='" + text + "' (from " + where +
-                                ") must be an integer >= 1");
+  if (used == 0 || used != text.size()) {
+    refuse(key, text, where, std::string("is not ") + kind);
   }
   return value;
 }
 
-std::string check_precision(const std::string& text, const std::string& where) {
-  if (std::find(kPrecisions.begin(), kPrecisions.end(), text) == kPrecisions.end()) {
-    throw std::invalid_argument("accelerate: mixed_precision='" + text + "' (from " + where +
-                                ") is not one of no, fp16, bf16, fp8");
+template <> struct Parser<int> {
+  static int parse(const std::string& key, const std::string& text, const std::string& where) {
+    return parse_number(
+        key, text, where, [](const std::string& s, std::size_t* used) { return std::stoi(s, used); },
+        "a whole number");
   }
-  return text;
+};
+
+template <> struct Parser<double> {
+  static double parse(const std::string& key, const std::string& text, const std::string& where) {
+    return parse_number(
+        key, text, where, [](const std::string& s, std::size_t* used) { return std::stod(s, used); },
+        "a number");
+  }
+};
+
+template <> struct Parser<std::uint64_t> {
+  static std::uint64_t parse(const std::string& key, const std::string& text, const std::string& where) {
+    if (text.empty() || text.front() == '-') {
+      refuse(key, text, where, "is not a whole number >= 0");
+    }
+    return parse_number(
+        key, text, where,
+        [](const std::string& s, std::size_t* used) -> std::uint64_t { return std::stoull(s, used); },
+        "a whole number >= 0");
+  }
+};
+
+// ------------------------------------------------------------------------------------------- checks
+// The table's CHECK column: what a value must be, wherever it came from (options included).
+
+template <typename T> void any_value(const std::string&, const T&, const std::string&) {}
+
+void one_of_precisions(const std::string& key, const std::string& value, const std::string& where) {
+  if (std::find(kPrecisions.begin(), kPrecisions.end(), value) == kPrecisions.end()) {
+    refuse(key, value, where, "is not one of no, fp16, bf16, fp8");
+  }
 }
 
-void refuse_sharding(const std::string& what, const std::string& where) {
+void at_least_one(const std::string& key, int value, const std::string& where) {
+  if (value < 1) {
+    refuse(key, text_of(value), where, "must be a whole number >= 1");
+  }
+}
+
+void not_negative(const std::string& key, int value, const std::string& where) {
+  if (value < 0) {
+    refuse(key, text_of(value), where,
+           "must be >= 0 (the number of automatically named checkpoints to keep; 0 keeps all)");
+  }
+}
+
+void positive(const std::string& key, double value, const std::string& where) {
+  if (!(value > 0)) {
+    refuse(key, text_of(value), where, "must be > 0");
+  }
+}
+
+void positive(const std::string& key, std::chrono::milliseconds value, const std::string& where) {
+  if (value.count() <= 0) {
+    refuse(key, text_of(value), where, "must be > 0");
+  }
+}
+
+// ------------------------------------------------------------------------------------------- sharding
+
+/// What to tell a user who asked for ZeRO or FSDP; `what` names the setting, `where` its source.
+[[noreturn]] void refuse_sharding(const std::string& what, const std::string& where) {
   throw std::invalid_argument(
       "accelerate: " + what + " (from " + where +
-      ") asks for sharded training, which this version of the runtime does not provide "
-      "yet; it refuses rather than silently running plain data parallelism. Use "
-      "distributed_type MULTI_CPU or MULTI_GPU (accel config), or unset it");
+      ") asks for sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet. Use data "
+      "parallelism instead: distributed_type: MULTI_GPU (or MULTI_CPU), without a deepspeed_config or "
+      "fsdp_config section, and ACCELERATE_USE_DEEPSPEED / ACCELERATE_USE_FSDP unset");
 }
 
-/// Settings read from one source, as text, by key.
+// ------------------------------------------------------------------------------------------- sources
+
+/// Settings read from one source, as text, by the source's name for them (variable or YAML key).
 using Settings = std::map<std::string, std::string>;
 
 Settings read_environment() {
   Settings settings;
-  const std::pair<const char*, const char*> names[] = {
-      {"ACCELERATE_MIXED_PRECISION", "mixed_precision"},
-      {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "gradient_accumulation_steps"},
-      {"ACCELERATE_USE_CPU", "cpu"},
-      {"ACCELERATE_DEBUG_MODE", "debug"},
-  };
-  for (const auto& [variable, key] : names) {
-    if (auto value = environment(variable)) {
-      settings[key] = *value;
+  auto read = [&](const auto& variable) {
+    if constexpr (!std::is_same_v<std::decay_t<decltype(variable)>, Unmapped>) {
+      if (auto value = environment(variable)) {
+        settings[variable] = *value;
+      }
     }
-  }
+  };
+#define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) read(ENVIRONMENT);
+#include <accelerate/detail/option_table.h>
+#undef ACCELERATE_OPTION
   for (const char* variable : {"ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"}) {
-    if (auto value = environment(variable); value && parse_bool(variable, *value, "the environment")) {
+    if (auto value = environment(variable);
+        value && Parser<bool>::parse(variable, *value, "the environment")) {
       refuse_sharding(std::string(variable) + "=" + *value, "the environment");
     }
   }
@@ -110,23 +212,28 @@ Settings read_config_file(const std::string& path) {
   if (!root.IsMap()) {
     throw std::invalid_argument("accelerate: " + path + " is not a YAML mapping of Accelerate config keys");
   }
-  const std::pair<const char*, const char*> keys[] = {
-      {"mixed_precision", "mixed_precision"},
-      {"gradient_accumulation_steps", "gradient_accumulation_steps"},
-      {"use_cpu", "cpu"},
-      {"debug", "debug"},
-  };
-  for (const auto& [yaml_key, key] : keys) {
-    if (root[yaml_key] && root[yaml_key].IsScalar()) {
-      settings[key] = root[yaml_key].as<std::string>();
-    }
-  }
+  const std::string label = "config file " + path;
   if (root["distributed_type"] && root["distributed_type"].IsScalar()) {
     auto type = root["distributed_type"].as<std::string>();
     if (type == "FSDP" || type == "DEEPSPEED") {
-      refuse_sharding("distributed_type: " + type, "config file " + path);
+      refuse_sharding("distributed_type: " + type, label);
     }
   }
+  for (const char* section : {"deepspeed_config", "fsdp_config"}) {
+    if (root[section] && root[section].IsMap() && root[section].size() > 0) {
+      refuse_sharding("the " + std::string(section) + " section", label);
+    }
+  }
+  auto read = [&](const auto& yaml_key) {
+    if constexpr (!std::is_same_v<std::decay_t<decltype(yaml_key)>, Unmapped>) {
+      if (root[yaml_key] && root[yaml_key].IsScalar()) {
+        settings[yaml_key] = root[yaml_key].template as<std::string>();
+      }
+    }
+  };
+#define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) read(YAML_KEY);
+#include <accelerate/detail/option_table.h>
+#undef ACCELERATE_OPTION
 #else
   throw std::invalid_argument("accelerate: ACCELERATE_CONFIG_FILE='" + path +
                               "' is set, but this build of the runtime has no YAML support (yaml-cpp was not "
@@ -135,119 +242,93 @@ Settings read_config_file(const std::string& path) {
   return settings;
 }
 
+/// The text `settings` holds under `name`, unless the option has no such mapping.
+template <typename Name> std::optional<std::string> lookup(const Settings& settings, const Name& name) {
+  if constexpr (std::is_same_v<Name, Unmapped>) {
+    return std::nullopt;
+  } else {
+    auto it = settings.find(name);
+    return it == settings.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+}
+
+/// Where each source's settings came from, for messages and `state()`.
+struct Sources {
+  Settings environment;
+  Settings file;
+  std::string file_label;
+};
+
+/// One option: the value set in `option`, else its environment variable, else its YAML key, else the
+/// default already in `field`; then `check` on the value wherever it came from.
+template <typename T, typename Field, typename Environment, typename YamlKey, typename Check>
+void resolve_option(ResolvedConfig& config, const Sources& sources, const std::string& key,
+                    const std::optional<T>& option, Field& field, const Environment& variable,
+                    const YamlKey& yaml_key, Check check) {
+  std::string where;
+  std::string source;
+  if (option.has_value()) {
+    field = *option;
+    where = "AcceleratorOptions";
+    source = "options";
+  } else if (auto text = lookup(sources.environment, variable)) {
+    if constexpr (!std::is_same_v<Environment, Unmapped>) {
+      where = "the environment";
+      field = Parser<T>::parse(key, *text, where);
+      source = "environment";
+    }
+  } else if (auto text = lookup(sources.file, yaml_key)) {
+    if constexpr (!std::is_same_v<YamlKey, Unmapped>) {
+      where = sources.file_label;
+      field = Parser<T>::parse(key, *text, where);
+      source = sources.file_label;
+    }
+  } else {
+    where = "the default";
+    source = "default";
+  }
+  config.sources[key] = source;
+  if constexpr (std::is_same_v<Field, T>) {
+    check(key, field, where);
+  } else if (field.has_value()) {
+    check(key, *field, where);
+  }
+}
+
 } // namespace
 
 ResolvedConfig resolve_config(const AcceleratorOptions& options) {
   ResolvedConfig config;
-  const Settings from_environment = read_environment();
-  Settings from_file;
-  std::string file_label;
+  Sources sources;
+  sources.environment = read_environment();
   if (auto path = environment("ACCELERATE_CONFIG_FILE")) {
-    from_file = read_config_file(*path);
-    file_label = "config file " + *path;
+    sources.file = read_config_file(*path);
+    sources.file_label = "config file " + *path;
   }
-
-  // Picks, for one key, the option if set, else the environment, else the file; records where from.
-  auto resolve = [&](const std::string& key, const auto& option, auto& target, auto parse) {
-    if (option.has_value()) {
-      target = *option;
-      config.sources[key] = "options";
-    } else if (auto it = from_environment.find(key); it != from_environment.end()) {
-      target = parse(it->second, "the environment");
-      config.sources[key] = "environment";
-    } else if (auto it = from_file.find(key); it != from_file.end()) {
-      target = parse(it->second, file_label);
-      config.sources[key] = file_label;
-    } else {
-      config.sources[key] = "default";
-    }
-  };
-  auto as_bool = [](const std::string& key) {
-    return [key](const std::string& text, const std::string& where) { return parse_bool(key, text, where); };
-  };
-  auto as_int = [](const std::string& key) {
-    return [key](const std::string& text, const std::string& where) {
-      return parse_positive_int(key, text, where);
-    };
-  };
-  auto fixed = [](const auto&, const std::string&) -> bool { return false; };
-
-  resolve("mixed_precision", options.mixed_precision_, config.mixed_precision, check_precision);
-  if (options.mixed_precision_) {
-    check_precision(config.mixed_precision, "AcceleratorOptions");
-  }
-  resolve("gradient_accumulation_steps", options.gradient_accumulation_steps_,
-          config.gradient_accumulation_steps, as_int("gradient_accumulation_steps"));
-  if (config.gradient_accumulation_steps < 1) {
-    throw std::invalid_argument("accelerate: gradient_accumulation_steps must be >= 1 (got " +
-                                std::to_string(config.gradient_accumulation_steps) + ")");
-  }
-  resolve("cpu", options.cpu_, config.cpu, as_bool("cpu"));
-  resolve("debug", options.debug_, config.debug, as_bool("debug"));
-  resolve("split_batches", options.split_batches_, config.split_batches, fixed);
-  resolve("even_batches", options.even_batches_, config.even_batches, fixed);
-  resolve("step_scheduler_with_optimizer", options.step_scheduler_with_optimizer_,
-          config.step_scheduler_with_optimizer, fixed);
-  resolve("scheduler_steps_per_process", options.scheduler_steps_per_process_,
-          config.scheduler_steps_per_process, fixed);
-  resolve("project_dir", options.project_dir_, config.project_dir,
-          [](const std::string& text, const std::string&) { return text; });
-  resolve("automatic_checkpoint_naming", options.automatic_checkpoint_naming_,
-          config.automatic_checkpoint_naming, fixed);
-  resolve("total_limit", options.total_limit_, config.total_limit,
-          [](const auto&, const auto&) { return 0; });
-  resolve("bucket_cap_mb", options.bucket_cap_mb_, config.bucket_cap_mb,
-          [](const auto&, const auto&) { return 25.0; });
-  if (!(config.bucket_cap_mb > 0)) {
-    throw std::invalid_argument("accelerate: bucket_cap_mb must be > 0 (got " +
-                                std::to_string(config.bucket_cap_mb) + ")");
-  }
-  resolve("find_unused_parameters", options.find_unused_parameters_, config.find_unused_parameters, fixed);
-  resolve("gradient_as_bucket_view", options.gradient_as_bucket_view_, config.gradient_as_bucket_view, fixed);
-  resolve("static_graph", options.static_graph_, config.static_graph, fixed);
-  resolve("cuda_graph", options.cuda_graph_, config.cuda_graph, fixed);
-  resolve("init_timeout", options.init_timeout_, config.timeout,
-          [](const auto&, const auto&) { return std::chrono::milliseconds(std::chrono::minutes(10)); });
-  if (config.timeout.count() <= 0) {
-    throw std::invalid_argument("accelerate: init_timeout must be positive");
-  }
-  if (options.seed_) {
-    config.seed = *options.seed_;
-    config.sources["seed"] = "options";
-  }
+#define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC)                     \
+  resolve_option<TYPE>(config, sources, #NAME, options.NAME##_, config.FIELD, ENVIRONMENT, YAML_KEY,         \
+                       [](const std::string& key, const auto& value, const std::string& where) {             \
+                         CHECK(key, value, where);                                                           \
+                       });
+#include <accelerate/detail/option_table.h>
+#undef ACCELERATE_OPTION
   return config;
 }
 
 std::string describe(const ResolvedConfig& config) {
   std::ostringstream out;
   auto line = [&](const std::string& key, const auto& value) {
-    out << key << ": " << value;
+    std::string text = text_of(value);
+    out << key << ": " << (text.empty() ? "\"\"" : text);
     if (auto it = config.sources.find(key); it != config.sources.end()) {
       out << "  (" << it->second << ")";
     }
     out << "\n";
   };
-  out << std::boolalpha;
-  line("mixed_precision", config.mixed_precision);
-  line("gradient_accumulation_steps", config.gradient_accumulation_steps);
-  line("cpu", config.cpu);
-  line("split_batches", config.split_batches);
-  line("even_batches", config.even_batches);
-  line("step_scheduler_with_optimizer", config.step_scheduler_with_optimizer);
-  line("scheduler_steps_per_process", config.scheduler_steps_per_process);
-  line("bucket_cap_mb", config.bucket_cap_mb);
-  line("find_unused_parameters", config.find_unused_parameters);
-  line("gradient_as_bucket_view", config.gradient_as_bucket_view);
-  line("static_graph", config.static_graph);
-  line("cuda_graph", config.cuda_graph);
-  line("init_timeout_ms", config.timeout.count());
-  line("debug", config.debug);
-  if (config.seed) {
-    line("seed", *config.seed);
-  }
-  if (!config.project_dir.empty()) {
-    line("project_dir", config.project_dir);
-  }
+#define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC)                     \
+  line(#NAME, config.FIELD);
+#include <accelerate/detail/option_table.h>
+#undef ACCELERATE_OPTION
   return out.str();
 }
 

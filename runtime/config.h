@@ -8,41 +8,34 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 namespace accelerate::detail {
 
+/// A resolved option's type: TYPE, or std::optional<TYPE> for an option whose default is std::nullopt.
+template <typename Type, typename Default>
+using resolved_field_t =
+    std::conditional_t<std::is_same_v<std::decay_t<Default>, std::nullopt_t>, std::optional<Type>, Type>;
+
+/// One field per row of <accelerate/detail/option_table.h>, with the row's default; `timeout` holds the
+/// option `init_timeout`. `parallel_strategy` is the registered name of the parallel strategy
+/// (runtime/parallel.h); "ddp" replicates the model on every process.
 struct ResolvedConfig {
-  std::string mixed_precision = "no";
-  int gradient_accumulation_steps = 1;
-  bool cpu = false;
-  bool split_batches = false;
-  bool even_batches = true;
-  bool step_scheduler_with_optimizer = true;
-  bool scheduler_steps_per_process = false;
-  std::string project_dir;
-  bool automatic_checkpoint_naming = false;
-  int total_limit = 0;
-  double bucket_cap_mb = 25.0;
-  bool find_unused_parameters = false;
-  bool gradient_as_bucket_view = false;
-  bool static_graph = false;
-  bool cuda_graph = false;
-  std::chrono::milliseconds timeout = std::chrono::minutes(10);
-  std::optional<uint64_t> seed;
-  bool debug = false;
-  /// The parallel strategy's registered name (runtime/parallel.h); "ddp" replicates the model on every
-  /// process.
-  std::string parallel_strategy = "ddp";
-  /// For each key: where its value came from ("options", "environment", "config file PATH", "default").
+#define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC)                     \
+  resolved_field_t<TYPE, decltype(DEFAULT)> FIELD = DEFAULT;
+#include <accelerate/detail/option_table.h>
+#undef ACCELERATE_OPTION
+  /// For each option: where its value came from ("options", "environment", "config file PATH", "default").
   std::map<std::string, std::string> sources;
 };
 
 /// Merges, highest first: `options`, the `ACCELERATE_*` environment, the YAML file named by
 /// `ACCELERATE_CONFIG_FILE` (never the default config path), defaults. Throws `std::invalid_argument`
-/// naming the key, the value and the allowed values on a bad setting.
+/// naming the option, the value, where it came from and what is allowed on a bad setting, and on a request
+/// for sharded training (ZeRO / FSDP), which this version does not provide.
 ResolvedConfig resolve_config(const AcceleratorOptions& options);
 
-/// `key: value  (source)` lines, for `Accelerator::state()`.
+/// `option: value  (source)` lines, one per option in the table's order, for `Accelerator::state()`.
 std::string describe(const ResolvedConfig& config);
 
 } // namespace accelerate::detail

@@ -68,23 +68,12 @@ ANSWERS = {
     "multi-cpu": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", ENTER),
                   ("checked while running", ENTER), ("How many processes", "4"), ("mixed precision", "bf16")],
     "multi-gpu": [("compute environment", ENTER), ("type of machine", "multi-GPU"), ("How many machines", ENTER),
-                  ("checked while running", "no"), ("ZeRO sharding", ENTER), ("FullyShardedDataParallel", ENTER),
-                  ("How many GPU(s)", "2"), ("(by id)", "0,1"), ("mixed precision", "1")],
+                  ("checked while running", "no"), ("How many GPU(s)", "2"), ("(by id)", "0,1"),
+                  ("mixed precision", "1")],
     "multi-node": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", "2"),
                    ("rank of this machine", ENTER), ("IP address", "127.0.0.1"), ("What port", ENTER),
                    ("same local network", ENTER), ("checked while running", ENTER),
                    ("How many processes", "2"), ("mixed precision", ENTER)],
-    "fsdp": [("compute environment", ENTER), ("type of machine", "2"), ("How many machines", ENTER),
-             ("checked while running", ENTER), ("ZeRO sharding", ENTER), ("FullyShardedDataParallel", "yes"),
-             ("FSDP version", ENTER), ("reshard parameters after forward", ENTER),
-             ("offload parameters and gradients", ENTER), ("auto wrap policy", ENTER), ("module classes", "Block"),
-             ("state dict type", ENTER), ("activation checkpointing", ENTER), ("How many GPU(s)", "2"),
-             ("mixed precision", "2")],
-    "zero2": [("compute environment", ENTER), ("type of machine", "2"), ("How many machines", ENTER),
-              ("checked while running", ENTER), ("ZeRO sharding", "yes"), ("ZeRO optimization stage", ENTER),
-              ("optimizer states be offloaded", "cpu"), ("parameters be offloaded", ENTER),
-              ("gradient accumulation steps", "4"), ("gradient clipping?", "yes"), ("clipping value", ENTER),
-              ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
 }
 
 
@@ -177,6 +166,20 @@ def BadAnswersAreAskedAgain():
         check(written["num_processes"] == 3 and written["mixed_precision"] == "fp16", "answers after retries", out)
 
 
+def QuestionnaireDoesNotOfferShardedTraining():
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "multi-gpu.yaml")
+        code, transcript = answer_in_pty(["config", "--config_file", path], ANSWERS["multi-gpu"], environment())
+        check(code == 0, "accel config must exit 0", transcript)
+        check("Sharded training (ZeRO / FSDP) is not supported yet" in transcript,
+              "a multi-GPU answer must say sharded training is not supported yet", transcript)
+        for question in ["ZeRO sharding", "FullyShardedDataParallel", "FSDP version"]:
+            check(question not in transcript, f"accel config must not ask about {question!r}", transcript)
+        written = load_yaml(path)
+        check(written["distributed_type"] == "MULTI_GPU" and "deepspeed_config" not in written
+              and "fsdp_config" not in written, f"a data-parallel file, without sharding sections: {written}")
+
+
 def EndOfInputIsOneLineExit2():
     code, out, err = accel("config", "--config_file", "/tmp/never-written.yaml", stdin="0\n1\n")
     check(code == 2, f"input ending early must exit 2 (got {code})", err)
@@ -207,11 +210,25 @@ def PythonAccelerateLoadsOurs():
             print(f"{name}: Python Accelerate reads all {len(ours)} keys as written")
 
 
+# Python Accelerate's files that ask for sharded training, which accel refuses (not supported yet), and where.
+SHARDED_YAMLS = {"fsdp.yaml": "3:1: distributed_type FSDP", "zero2.yaml": "10:1: distributed_type DEEPSPEED"}
+SHARDED = ("asks for sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet. Use data "
+           "parallelism instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel launch), "
+           "without a deepspeed_config or fsdp_config section")
+
+
 def PythonAccelerateYamlsAreAccepted():
     files = sorted(f for f in os.listdir(PYTHON_YAMLS) if f.endswith(".yaml"))
     check(len(files) >= 7, f"expected the Python-written configs in {PYTHON_YAMLS}")
     for name in files:
-        code, out, err = accel("config", "--validate", os.path.join(PYTHON_YAMLS, name))
+        path = os.path.join(PYTHON_YAMLS, name)
+        code, out, err = accel("config", "--validate", path)
+        if name in SHARDED_YAMLS:
+            expected = f"accel config: {path}:{SHARDED_YAMLS[name]} {SHARDED}"
+            check(code == 2 and err.splitlines() == [expected], f"accel must refuse {name} in one line: {expected!r}",
+                  f"exit {code}\n{err}")
+            print(f"{name}: refused (sharded training)")
+            continue
         check(code == 0, f"accel must accept {name}, written by Python Accelerate", err)
         print(out.strip())
 
@@ -257,7 +274,7 @@ def accel_exports(config_path):
 
 def LaunchExportsWhatPythonAccelerateExports():
     need_accelerate()
-    files = sorted(f for f in os.listdir(PYTHON_YAMLS) if f.endswith(".yaml"))
+    files = sorted(f for f in os.listdir(PYTHON_YAMLS) if f.endswith(".yaml") and f not in SHARDED_YAMLS)
     paths = [os.path.join(PYTHON_YAMLS, name) for name in files]
     oracle = subprocess.run([sys.executable, "-c", ORACLE, *paths], capture_output=True, text=True, timeout=120,
                             env=environment())
@@ -290,15 +307,17 @@ BAD_FILES = [
      "DEEPSPEED, MEGATRON_LM, XLA, MULTI_XPU, MULTI_HPU, MULTI_NPU, MULTI_MLU, MULTI_SDAA, MULTI_MUSA, "
      "MULTI_NEURON (got 'TPU')"),
     ("distributed_type: XLA\n", "f.yaml:1:1: distributed_type XLA is not supported by accelerate-cpp, which runs "
-     "libtorch on CPUs and CUDA GPUs (use one of NO, MULTI_CPU, MULTI_GPU, FSDP, DEEPSPEED)"),
+     "libtorch on CPUs and CUDA GPUs (use one of NO, MULTI_CPU, MULTI_GPU)"),
+    ("distributed_type: DEEPSPEED\n", "f.yaml:1:1: distributed_type DEEPSPEED " + SHARDED),
+    ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n", "f.yaml:2:1: the fsdp_config section " + SHARDED),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_verison: 2\n",
      "f.yaml:3:3: unknown key 'fsdp_verison' in fsdp_config (did you mean 'fsdp_version'?)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
      "f.yaml:3:15: deepspeed_config.zero_stage must be a whole number between 0 and 3 (got '4')"),
     ("distributed_type: MULTI_CPU\nnum_machines: 2\nmachine_rank: 2\n",
      "f.yaml:3:1: machine_rank must be below num_machines 2 (got 2)"),
-    ("num_processes: 2\n", "f.yaml: distributed_type is missing (add one of NO, MULTI_CPU, MULTI_GPU, FSDP, "
-     "DEEPSPEED; `accel config` writes a complete file)"),
+    ("num_processes: 2\n", "f.yaml: distributed_type is missing (add one of NO, MULTI_CPU, MULTI_GPU; "
+     "`accel config` writes a complete file)"),
     ("- a\n- b\n", "f.yaml:1:1: must be a map of keys to values, like `distributed_type: MULTI_CPU` (got a list)"),
     ("distributed_type: NO\nuse_cpu: maybe\n", "f.yaml:2:10: use_cpu must be true or false (got 'maybe')"),
 ]
@@ -352,11 +371,25 @@ def EnvReportsVersionsDevicesAndConfig():
                  "- LLVM: ", "- CUDA devices: ", "- Config file: "]:
         check(text in out, f"accel env must report {text.strip()}", out)
     check("none there; `accel config` writes one" in out, "without a config it must say so", out)
-    config = os.path.join(PYTHON_YAMLS, "fsdp.yaml")
+    config = os.path.join(PYTHON_YAMLS, "multi_cpu.yaml")
     code, out, err = accel("env", "--config_file", config, env=env)
-    check(code == 0 and "distributed_type: FSDP" in out and "FSDP_VERSION=2" in out,
+    check(code == 0 and "distributed_type: MULTI_CPU" in out and "ACCELERATE_MIXED_PRECISION=bf16" in out,
           "accel env must show the config and what launch would export", out)
     print(out)
+    # A file asking for sharded training: accel env still reports, and says why launch would refuse it.
+    config = os.path.join(PYTHON_YAMLS, "fsdp.yaml")
+    code, out, err = accel("env", "--config_file", config, env=env)
+    check(code == 0 and f"- Config: invalid: {config}:{SHARDED_YAMLS['fsdp.yaml']} {SHARDED}" in out,
+          "accel env must say why the FSDP file is refused", out)
+
+
+def OptionTableMatchesApiDoc():
+    script = os.path.join(HERE, "..", "..", "scripts", "option_table.py")
+    done = subprocess.run([sys.executable, script, "--check", "--doc", os.path.join(DOCS, "api.md")],
+                          capture_output=True, text=True, timeout=60)
+    check(done.returncode == 0, "docs/api.md's option table must be what scripts/option_table.py generates",
+          done.stdout + done.stderr)
+    print(done.stdout.strip())
 
 
 TESTS = {name: test for name, test in globals().items()

@@ -441,18 +441,44 @@ def SettingsComeFromConfigThenEnvironmentThenFlags():
         os.unlink(config)
 
 
-def FsdpAndZeroSettingsAreExported():
-    fsdp = env_lines(launch("-q", "--use_fsdp", "--fsdp_version", "2", "--fsdp_offload_params", "yes", "env").stdout)[0]
-    expected = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "true",
-                "FSDP_SHARDING_STRATEGY": "FULL_SHARD", "FSDP_SYNC_MODULE_STATES": "true"}
-    for name, value in expected.items():
-        check(fsdp.get(name) == value, f"--use_fsdp: expected {name}={value}, got {fsdp.get(name)}")
-    zero = env_lines(launch("-q", "--use_deepspeed", "--zero_stage", "2", "--gradient_accumulation_steps", "4",
-                            "env").stdout)[0]
-    expected = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2",
-                "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4"}
-    for name, value in expected.items():
-        check(zero.get(name) == value, f"--use_deepspeed: expected {name}={value}, got {zero.get(name)}")
+SHARDED = ("asks for sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet. Use data "
+           "parallelism instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel launch), "
+           "without a deepspeed_config or fsdp_config section")
+
+
+def ShardedConfigFilesAreRefused():
+    # Python Accelerate's files for DeepSpeed and FSDP: refused before any rank starts, in one line, exit 2.
+    cases = [("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n", "1:1: distributed_type DEEPSPEED"),
+             ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n", "1:1: distributed_type FSDP"),
+             ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n", "2:1: the fsdp_config section"),
+             ("distributed_type: MULTI_CPU\ndeepspeed_config:\n  zero_stage: 3\n", "2:1: the deepspeed_config section")]
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "sharded.yaml")
+        for text, what in cases:
+            with open(path, "w") as file:
+                file.write(text)
+            expected = f"accel launch: {path}:{what} {SHARDED}"
+            check_usage_error(launch("--config_file", path, PROBE), expected)
+            check_usage_error(launch(PROBE, env=environment(ACCELERATE_CONFIG_FILE=path)), expected)
+        # Older Accelerate versions write empty sections, which ask for nothing.
+        with open(path, "w") as file:
+            file.write("distributed_type: MULTI_CPU\nnum_processes: 2\nfsdp_config: {}\ndeepspeed_config: {}\n")
+        result = launch("-q", "--config_file", path, PROBE)
+        check(result.code == 0, "a MULTI_CPU file with empty sections must launch", result)
+
+
+def ShardedTrainingFlagsAndVariablesAreRefused():
+    check_usage_error(launch("--use_fsdp", "--fsdp_version", "2", PROBE), f"accel launch: --use_fsdp {SHARDED}")
+    check_usage_error(launch("--use_deepspeed", "--zero_stage", "2", PROBE), f"accel launch: --use_deepspeed {SHARDED}")
+    check_usage_error(launch(PROBE, env=environment(ACCELERATE_USE_FSDP="true")),
+                      f"accel launch: ACCELERATE_USE_FSDP=true in the environment {SHARDED}")
+    check_usage_error(launch("--cpu", PROBE, env=environment(ACCELERATE_USE_DEEPSPEED="1")),
+                      f"accel launch: ACCELERATE_USE_DEEPSPEED=true in the environment {SHARDED}")
+    check(launch("-q", PROBE, env=environment(ACCELERATE_USE_FSDP="false")).code == 0,
+          "ACCELERATE_USE_FSDP=false asks for nothing")
+
+
+def GpuIdsBecomeCudaVisibleDevices():
     gpus = env_lines(launch("-q", "--gpu_ids", "1", "env").stdout)[0]
     check(gpus.get("CUDA_VISIBLE_DEVICES") == "1", "--gpu_ids must become CUDA_VISIBLE_DEVICES")
     cpu = env_lines(launch("-q", "--cpu", "--gpu_ids", "1", "env", env=environment(CUDA_VISIBLE_DEVICES=None)).stdout)[0]

@@ -303,6 +303,29 @@ def MaxRestartsRecoversFromOneCrash():
     check(re.search(r"rank 1 \(pid \d+\) failed with exit code 3", output) is not None, "accel must name rank 1", output)
 
 
+# ------------------------------------------------------------------------------------------- the runtime's refusals
+
+def ShardedConfigIsRefusedByTheRuntime():
+    # Without a launcher (or under torchrun or mpirun) the runtime reads ACCELERATE_CONFIG_FILE itself: Python
+    # Accelerate's DeepSpeed and FSDP files end the program with one message and a non-zero exit code, from
+    # the runtime's report of the exception (not the standard library's "terminate called after throwing").
+    python_yamls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config", "data", "python")
+    for name, what in [("zero2.yaml", "distributed_type: DEEPSPEED"), ("fsdp.yaml", "distributed_type: FSDP")]:
+        path = os.path.normpath(os.path.join(python_yamls, name))
+        code, output, _ = run([TRAIN, "--steps", "1"], env=environment(ACCELERATE_CONFIG_FILE=path))
+        check(code != 0, f"{name}: the program must fail (got exit code {code})", output)
+        expected = (f"accelerate: {what} (from config file {path}) asks for sharded training (ZeRO / FSDP), which "
+                    "accelerate-cpp does not support yet. Use data parallelism instead: distributed_type: MULTI_GPU "
+                    "(or MULTI_CPU)")
+        check(output.count(expected) == 1, f"{name}: expected the message once: {expected!r}", output)
+        check("terminate called" not in output and "train pid=" not in output,
+              f"{name}: the refusal must come before training, without the standard library's report", output)
+        print(f"{name}: exit code {code}: {output.strip().splitlines()[0]}")
+    path = os.path.normpath(os.path.join(python_yamls, "multi_cpu.yaml"))
+    code, output, _ = run([TRAIN, "--steps", "1"], env=environment(ACCELERATE_CONFIG_FILE=path))
+    check(code == 0 and "params fnv=" in output, "Python Accelerate's MULTI_CPU file must still train", output)
+
+
 TESTS = {name: test for name, test in globals().items()
          if isinstance(test, types.FunctionType) and name[0].isupper()}
 

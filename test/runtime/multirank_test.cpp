@@ -16,6 +16,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <numeric>
+#include <optional>
+#include <vector>
 
 namespace {
 
@@ -961,9 +964,52 @@ TEST(DDP, FreeMemoryReleasesThePreparedObjectsAndTheirHooks) {
   expect_parameters_equal(model->parameters(), reference->parameters(), rank);
 }
 
+/// Sample i is (data [i], target [i]): a batch says which samples it holds.
+struct IndexDataset : torch::data::datasets::Dataset<IndexDataset> {
+  explicit IndexDataset(size_t size) : size_(size) {}
+  torch::data::Example<> get(size_t index) override {
+    const auto i = static_cast<int64_t>(index);
+    return {torch::tensor({i}), torch::tensor({i})};
+  }
+  std::optional<size_t> size() const override { return size_; }
+  size_t size_;
+};
+
+/// The sample indices of every batch `accelerator`'s loader gives this process over 16 samples, batch size 8.
+std::vector<std::vector<int64_t>> batches_of(accelerate::Accelerator& accelerator) {
+  auto loader = accelerator.prepare_data_loader(IndexDataset(16).map(torch::data::transforms::Stack<>()),
+                                                accelerate::DataLoaderOptions(8).shuffle(false));
+  std::vector<std::vector<int64_t>> batches;
+  for (auto& batch : *loader) {
+    auto flat = batch.data.reshape({-1}).to(torch::kInt64).contiguous();
+    batches.emplace_back(flat.data_ptr<int64_t>(), flat.data_ptr<int64_t>() + flat.numel());
+  }
+  return batches;
+}
+
+std::vector<int64_t> range_of(int64_t begin, int64_t count) {
+  std::vector<int64_t> values(static_cast<size_t>(count));
+  std::iota(values.begin(), values.end(), begin);
+  return values;
+}
+
+TEST(DDP, SplitBatchesGivesEachProcessItsShareOfTheGlobalBatch) {
+  accelerate::Accelerator per_process(test_options());
+  const int world = per_process.num_processes();
+  const int rank = per_process.process_index();
+  ASSERT_EQ(world, 2) << "run this test under accel launch with 2 processes";
+  // Default: batch size 8 per process, so the global batch is 16 and each process takes 8 of it.
+  EXPECT_EQ(batches_of(per_process), (std::vector<std::vector<int64_t>>{range_of(8 * rank, 8)}));
+  // split_batches(true): batch size 8 is the global batch, 8 / 2 = 4 samples per process per batch.
+  accelerate::Accelerator split(test_options().split_batches(true));
+  EXPECT_NE(split.state().find("split_batches: true  (options)"), std::string::npos) << split.state();
+  EXPECT_EQ(batches_of(split),
+            (std::vector<std::vector<int64_t>>{range_of(4 * rank, 4), range_of(8 + 4 * rank, 4)}));
+  per_process.wait_for_everyone();
+}
+
 } // namespace
 
-#if 0 // TEMP until the parallel_strategy option lands
 /// allreduce_strategy.cpp: how many gradients the "test_allreduce" strategy has averaged in this process.
 int64_t test_allreduce_averaged_gradients();
 
@@ -994,4 +1040,3 @@ TEST(Strategy, AnUnknownStrategyIsRefusedBeforeTheProcessGroupForms) {
 }
 
 } // namespace
-#endif

@@ -10,12 +10,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <initializer_list>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <string>
 
 namespace {
@@ -39,6 +41,9 @@ private:
                              "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
                              "ACCELERATE_USE_CPU",
                              "ACCELERATE_USE_FSDP",
+                             "ACCELERATE_USE_DEEPSPEED",
+                             "ACCELERATE_DEBUG_MODE",
+                             "ACCELERATE_PARALLEL_STRATEGY",
                              "ACCELERATE_CONFIG_FILE",
                              "RANK",
                              "WORLD_SIZE",
@@ -249,6 +254,117 @@ TEST(Config, BadValuesNameTheKeyAndTheChoices) {
   }
   LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
   EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("broken.yaml:"), std::string::npos);
+}
+
+TEST(Config, NegativeTotalLimitIsRefusedWithTheValueAndWhatIsAllowed) {
+  LauncherVariables variables({});
+  const std::string message = error_of([] {
+    accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true).total_limit(-1));
+  });
+  EXPECT_NE(message.find("total_limit='-1' (from AcceleratorOptions) must be >= 0"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("0 keeps all"), std::string::npos) << message;
+  accelerate::Accelerator keeps_all(accelerate::AcceleratorOptions().cpu(true).total_limit(0));
+  EXPECT_NE(keeps_all.state().find("total_limit: 0  (options)\n"), std::string::npos) << keeps_all.state();
+}
+
+TEST(Config, StateListsEveryOptionWithItsDefaultAndSource) {
+  LauncherVariables variables({{"ACCELERATE_PARALLEL_STRATEGY", "ddp"}});
+  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
+  const std::string state = accelerator.state();
+  for (const char* line :
+       {"automatic_checkpoint_naming: true  (default)\n", "total_limit: 0  (default)\n",
+        "init_timeout: 600000 ms  (default)\n", "seed: unset  (default)\n",
+        "parallel_strategy: ddp  (environment)\n", "cpu: true  (options)\n",
+        "split_batches: false  (default)\n", "step_scheduler_with_optimizer: true  (default)\n"}) {
+    EXPECT_NE(state.find(line), std::string::npos) << "missing: " << line << "in:\n" << state;
+  }
+  accelerate::Accelerator unnamed(
+      accelerate::AcceleratorOptions().cpu(true).automatic_checkpoint_naming(false));
+  EXPECT_NE(unnamed.state().find("automatic_checkpoint_naming: false  (options)\n"), std::string::npos)
+      << unnamed.state();
+}
+
+TEST(Config, ShardedTrainingInTheConfigFileIsRefusedWithWhatToUseInstead) {
+  auto path = testing::TempDir() + "/sharded.yaml";
+  for (const std::string text :
+       {"distributed_type: DEEPSPEED\nuse_cpu: true\n", "distributed_type: FSDP\nuse_cpu: true\n",
+        "distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n",
+        "distributed_type: MULTI_CPU\ndeepspeed_config:\n  zero_stage: 2\n"}) {
+    {
+      std::ofstream file(path);
+      file << text;
+    }
+    LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
+    const std::string message = error_of([] { accelerate::Accelerator accelerator; });
+    EXPECT_NE(message.find("(from config file " + path +
+                           ") asks for sharded training (ZeRO / FSDP), which "
+                           "accelerate-cpp does not support yet"),
+              std::string::npos)
+        << text << message;
+    EXPECT_NE(message.find("distributed_type: MULTI_GPU (or MULTI_CPU)"), std::string::npos) << message;
+  }
+  {
+    std::ofstream file(path);
+    // Older Accelerate versions write empty sections: they ask for nothing.
+    file << "distributed_type: MULTI_CPU\nuse_cpu: true\nfsdp_config: {}\ndeepspeed_config: {}\n";
+  }
+  LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
+  accelerate::Accelerator accelerator;
+  EXPECT_EQ(accelerator.device(), torch::Device(torch::kCPU));
+}
+
+/// The prepared scheduler's steps and learning rate after six calls of a loop with windows of two
+/// accumulation micro-steps (fp16 on the CPU): the optimizer steps at calls 1 and 3, skips at call 5 (an inf
+/// gradient), and does nothing at calls 0, 2 and 4.
+struct SchedulerRun {
+  int64_t scheduler_steps;
+  double lr;
+  int64_t optimizer_steps;
+};
+
+SchedulerRun run_scheduler(bool step_scheduler_with_optimizer) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions()
+                                          .cpu(true)
+                                          .mixed_precision("fp16")
+                                          .gradient_accumulation_steps(2)
+                                          .step_scheduler_with_optimizer(step_scheduler_with_optimizer));
+  torch::manual_seed(0);
+  auto model = torch::nn::Linear(4, 1);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.1)));
+  auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, /*step_size=*/1, /*gamma=*/0.5));
+  for (int call = 0; call < 6; ++call) {
+    auto guard = accelerator.accumulate(model);
+    optimizer.zero_grad();
+    // A small float32 loss: scaled by fp16's initial 65536 its gradients stay finite in float16.
+    accelerator.backward(model->forward(torch::ones({2, 4})).sum().to(torch::kFloat32) * 1e-3);
+    if (call == 5) {
+      torch::NoGradGuard no_grad;
+      model->weight.grad().fill_(std::numeric_limits<float>::infinity());
+    }
+    optimizer.step();
+    scheduler.step();
+    if (call == 5) {
+      EXPECT_TRUE(optimizer.step_was_skipped()) << "the inf gradient must skip the step";
+    }
+  }
+  return {scheduler.steps(), optimizer->param_groups()[0].options().get_lr(),
+          accelerator.gradient_state()->optimizer_steps};
+}
+
+TEST(Config, StepSchedulerWithOptimizerFalseStepsOnEveryCall) {
+  LauncherVariables variables({});
+  const SchedulerRun with_optimizer = run_scheduler(true);
+  EXPECT_EQ(with_optimizer.optimizer_steps, 2);
+  EXPECT_EQ(with_optimizer.scheduler_steps, 2) << "true: only the optimizer steps really taken";
+  // libtorch's StepLR leaves the first step() at the initial rate: n steps halve it n - 1 times.
+  EXPECT_DOUBLE_EQ(with_optimizer.lr, 0.1 * 0.5);
+  const SchedulerRun every_call = run_scheduler(false);
+  EXPECT_EQ(every_call.optimizer_steps, 2);
+  EXPECT_EQ(every_call.scheduler_steps, 6) << "false: every call, micro-steps and the skipped step included";
+  EXPECT_DOUBLE_EQ(every_call.lr, 0.1 * std::pow(0.5, 5));
 }
 
 int bound_port(int fd) {

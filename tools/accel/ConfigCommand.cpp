@@ -45,7 +45,7 @@ std::string configUsage() {
          "       accel config default [--config_file PATH] [--mixed_precision MODE]\n"
          "       accel config --validate FILE\n"
          "\n"
-         "Asks how you train (machines, processes, GPUs, mixed precision, ZeRO, FSDP) and writes the "
+         "Asks how you train (machines, processes, GPUs, mixed precision) and writes the "
          "answers\n"
          "as Hugging Face Accelerate's config file, with exactly the keys `accelerate config` writes: one "
          "file\n"

@@ -79,6 +79,13 @@ std::string ConfigDocument::where(const std::string& dottedKey) const {
   return path + ": ";
 }
 
+std::string shardedTrainingRefusal(const std::string& what) {
+  return what +
+         " asks for sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet. Use data "
+         "parallelism instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel "
+         "launch), without a deepspeed_config or fsdp_config section";
+}
+
 // ------------------------------------------------------------------------------------------- the path
 
 std::string defaultConfigPath() {
@@ -289,6 +296,14 @@ void checkLaunchable(const ConfigDocument& document) {
   if (!type)
     throw ConfigError(document.path + ": distributed_type is missing (add one of " +
                       joined(supportedDistributedTypes()) + "; `accel config` writes a complete file)");
+  if (*type == "FSDP" || *type == "DEEPSPEED")
+    throw ConfigError(document.where("distributed_type") +
+                      shardedTrainingRefusal("distributed_type " + *type));
+  for (const char* section : {"deepspeed_config", "fsdp_config"})
+    if (const ConfigValue* value = document.root.find(section);
+        value && value->kind == ConfigValue::Kind::Map && !value->entries.empty())
+      throw ConfigError(document.where(section) +
+                        shardedTrainingRefusal("the " + std::string(section) + " section"));
   const auto& supported = supportedDistributedTypes();
   if (std::find(supported.begin(), supported.end(), *type) == supported.end())
     throw ConfigError(

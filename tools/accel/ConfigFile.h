@@ -58,6 +58,10 @@ public:
   using UsageError::UsageError;
 };
 
+/// The message for a request of sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet:
+/// `what` names the setting that asked for it; the message says what to use instead.
+std::string shardedTrainingRefusal(const std::string& what);
+
 /// Where `accel config` writes and `accel launch` reads by default, as Accelerate decides it:
 /// $HF_HOME/accelerate/default_config.yaml, else $XDG_CACHE_HOME/huggingface/accelerate/..., else
 /// ~/.cache/huggingface/accelerate/default_config.yaml.
@@ -66,7 +70,8 @@ std::string defaultConfigPath();
 /// Parses and checks `text` (named `path` in messages). Throws ConfigError for malformed YAML (with line and
 /// column), an unknown key (with a "did you mean"), a value of the wrong kind or out of range (with the
 /// allowed values), or a combination accel cannot run (a SageMaker or TPU config, machine_rank >=
-/// num_machines).
+/// num_machines, sharded training: distributed_type FSDP or DEEPSPEED, or an fsdp_config or deepspeed_config
+/// section that is not empty).
 ConfigDocument parseConfigText(const std::string& text, const std::string& path);
 /// Reads `path` and parses it (see parseConfigText); throws ConfigError when it cannot be read.
 ConfigDocument readConfigFile(const std::string& path);

@@ -111,8 +111,6 @@ struct Answers {
   bool useCpu = false;
   long long numMachines = 1;
   ConfigValue config = ConfigValue::map();
-  ConfigValue deepspeed = ConfigValue::map();
-  ConfigValue fsdp = ConfigValue::map();
 
   bool isMultiProcess() const { return distributedType == "MULTI_CPU" || distributedType == "MULTI_GPU"; }
 };
@@ -169,120 +167,6 @@ void askCpuOnly(Prompter& prompter, Answers& answers) {
   else
     answers.useCpu = answers.distributedType == "MULTI_CPU";
   answers.config.set("use_cpu", ConfigValue::boolean(answers.useCpu));
-}
-
-void askOffload(Prompter& prompter, Answers& answers, const std::string& what, const std::string& key) {
-  const auto& devices = offloadDevices();
-  std::string device = devices[prompter.choose("Where should " + what + " be offloaded?", devices)];
-  answers.deepspeed.set(key + "_device", ConfigValue::string(device));
-  if (device == "nvme")
-    answers.deepspeed.set(key + "_nvme_path", ConfigValue::string(prompter.text(
-                                                  "Which NVMe path should " + what + " go to?", "/nvme")));
-}
-
-void askZero(Prompter& prompter, Answers& answers) {
-  if (!prompter.yesNo(
-          "Do you want to use DeepSpeed-style ZeRO sharding (accelerate-cpp's own ZeRO; no DeepSpeed "
-          "install needed)?",
-          false))
-    return;
-  answers.distributedType = "DEEPSPEED";
-  long long stage = static_cast<long long>(
-      prompter.choose("What should be your ZeRO optimization stage?", {"0", "1", "2", "3"}, 2));
-  answers.deepspeed.set("zero_stage", ConfigValue::number(stage));
-  if (stage >= 2) {
-    askOffload(prompter, answers, "optimizer states", "offload_optimizer");
-    askOffload(prompter, answers, "parameters", "offload_param");
-  }
-  answers.deepspeed.set("gradient_accumulation_steps", ConfigValue::number(prompter.wholeNumber(
-                                                           "How many gradient accumulation steps does your "
-                                                           "training loop take?",
-                                                           1, 1, INT_MAX)));
-  if (prompter.yesNo("Do you want to use gradient clipping?", false)) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%g", prompter.number("What is the gradient clipping value?", 1.0));
-    answers.deepspeed.set("gradient_clipping",
-                          ConfigValue::scalar(*canonicalValue(ValueRule::number(), text), false));
-  }
-  if (stage == 3)
-    answers.deepspeed.set("zero3_save_16bit_model", ConfigValue::boolean(prompter.yesNo(
-                                                        "Do you want to save 16-bit model weights when using "
-                                                        "ZeRO stage 3?",
-                                                        false)));
-  if (answers.numMachines > 1) {
-    // accel starts each machine's ranks itself, as torchrun does: DeepSpeed's "standard" launcher.
-    answers.deepspeed.set("deepspeed_multinode_launcher", ConfigValue::string("standard"));
-  }
-}
-
-void askAutoWrap(Prompter& prompter, Answers& answers) {
-  const auto& policies = fsdpAutoWrapPolicies();
-  std::string policy = policies[prompter.choose("What should be your auto wrap policy?", policies)];
-  answers.fsdp.set("fsdp_auto_wrap_policy", ConfigValue::string(policy));
-  if (policy == "TRANSFORMER_BASED_WRAP")
-    answers.fsdp.set(
-        "fsdp_transformer_layer_cls_to_wrap",
-        ConfigValue::string(prompter.text("Which module classes should each be wrapped (comma-separated, "
-                                          "case-sensitive, like Block or Block,Embedding)?",
-                                          "")));
-  else if (policy == "SIZE_BASED_WRAP")
-    answers.fsdp.set("fsdp_min_num_params", ConfigValue::number(prompter.wholeNumber(
-                                                "What is the minimum number of parameters of a wrapped "
-                                                "module?",
-                                                100000000, 0, LLONG_MAX)));
-}
-
-void askFsdp(Prompter& prompter, Answers& answers) {
-  if (!prompter.yesNo("Do you want to use FullyShardedDataParallel?", false))
-    return;
-  answers.distributedType = "FSDP";
-  long long version =
-      static_cast<long long>(prompter.choose("What should be your FSDP version?", {"1", "2"}, 1)) + 1;
-  answers.fsdp.set("fsdp_version", ConfigValue::number(version));
-  if (version == 1) {
-    const auto& strategies = fsdpShardingStrategies();
-    // Accelerate keeps FSDP1's sharding strategy under this key.
-    answers.fsdp.set("fsdp_reshard_after_forward",
-                     ConfigValue::string(
-                         strategies[prompter.choose("What should be your sharding strategy?", strategies)]));
-  } else {
-    answers.fsdp.set(
-        "fsdp_reshard_after_forward",
-        ConfigValue::boolean(prompter.yesNo("Do you want to reshard parameters after forward?", true)));
-  }
-  answers.fsdp.set(
-      "fsdp_offload_params",
-      ConfigValue::boolean(prompter.yesNo("Do you want to offload parameters and gradients to CPU?", false)));
-  askAutoWrap(prompter, answers);
-  if (version == 1) {
-    const auto& prefetch = fsdpBackwardPrefetchPolicies();
-    answers.fsdp.set(
-        "fsdp_backward_prefetch",
-        ConfigValue::string(
-            prefetch[prompter.choose("What should be your backward prefetch policy?", prefetch)]));
-  }
-  const auto& stateDictTypes = version == 1 ? fsdpStateDictTypes() : fsdp2StateDictTypes();
-  answers.fsdp.set(
-      "fsdp_state_dict_type",
-      ConfigValue::string(
-          stateDictTypes[prompter.choose("What should be your state dict type?", stateDictTypes)]));
-  if (version == 1) {
-    answers.fsdp.set("fsdp_forward_prefetch", ConfigValue::boolean(prompter.yesNo(
-                                                  "Do you want to prefetch parameters in forward?", false)));
-    answers.fsdp.set("fsdp_use_orig_params",
-                     ConfigValue::boolean(prompter.yesNo("Do you want to keep the original parameters "
-                                                         "(use_orig_params)?",
-                                                         true)));
-    bool sync = prompter.yesNo(
-        "Do you want each wrapped unit to broadcast its parameters from rank 0 at the start?", true);
-    answers.fsdp.set("fsdp_sync_module_states", ConfigValue::boolean(sync));
-    // Accelerate's launcher insists on sync_module_states when its (default) RAM-efficient loading is on.
-    if (!sync)
-      answers.fsdp.set("fsdp_cpu_ram_efficient_loading", ConfigValue::boolean(false));
-  }
-  answers.fsdp.set(
-      "fsdp_activation_checkpointing",
-      ConfigValue::boolean(prompter.yesNo("Do you want to use activation checkpointing?", false)));
 }
 
 void askNumProcesses(Prompter& prompter, Answers& answers) {
@@ -356,19 +240,14 @@ ConfigDocument askConfigQuestions(Prompter& prompter) {
                                                            false)));
   }
   askCpuOnly(prompter, answers);
-  if (!answers.useCpu && (answers.distributedType == "NO" || answers.distributedType == "MULTI_GPU"))
-    askZero(prompter, answers);
   if (answers.distributedType == "MULTI_GPU")
-    askFsdp(prompter, answers);
+    prompter.note("Each GPU holds the whole model (data parallelism). Sharded training (ZeRO / FSDP) is not "
+                  "supported yet, so this questionnaire does not offer it.");
   askNumProcesses(prompter, answers);
   askGpuIds(prompter, answers);
   askMixedPrecision(prompter, answers);
 
   answers.config.set("distributed_type", ConfigValue::string(answers.distributedType));
-  if (!answers.deepspeed.entries.empty())
-    answers.config.set("deepspeed_config", answers.deepspeed);
-  if (!answers.fsdp.entries.empty())
-    answers.config.set("fsdp_config", answers.fsdp);
   ConfigDocument document;
   document.root = answers.config;
   return document;

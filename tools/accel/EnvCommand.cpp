@@ -95,6 +95,7 @@ void printConfig(const ParsedFlags& flags) {
       start = end == std::string::npos ? text.size() : end + 1;
     }
     LaunchSettings settings = resolveLaunchSettings(&config, Environment::current(), ParsedFlags{});
+    refuseShardedTraining(settings);
     TrainingMode mode = settings.isTrue("use_fsdp")        ? TrainingMode::Fsdp
                         : settings.isTrue("use_deepspeed") ? TrainingMode::DeepSpeed
                                                            : TrainingMode::Plain;

@@ -256,6 +256,7 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
   const Environment environment = Environment::current();
   std::optional<ConfigDocument> config = loadConfig(flags, environment);
   LaunchSettings settings = resolveLaunchSettings(config ? &*config : nullptr, environment, flags);
+  refuseShardedTraining(settings);
   LaunchOptions options;
   options.quiet = flags.has("quiet");
   if (config && !options.quiet)

@@ -64,7 +64,8 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
              "steps to accumulate gradients over before each optimizer step"),
       toggle("debug", "debug", "ACCELERATE_DEBUG_MODE", "check collectives for mismatches while running"),
       // FSDP (Accelerate's --fsdp_* flags and fsdp_config keys).
-      toggle("use_fsdp", "", "ACCELERATE_USE_FSDP", "shard with FSDP (distributed_type FSDP)"),
+      toggle("use_fsdp", "", "ACCELERATE_USE_FSDP",
+             "FSDP: refused, sharded training is not supported yet (use --multi_gpu)"),
       fsdp("fsdp_version", "FSDP_VERSION", ValueRule::wholeNumber(1, 2), "1 or 2 (default 1)"),
       fsdp("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY", ValueRule::choice(fsdpShardingStrategies()),
            "FSDP1's strategy (default FULL_SHARD)"),
@@ -94,7 +95,8 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
            ValueRule::boolean(), "offload checkpointed activations to CPU"),
       fsdp("fsdp_ignored_modules", "FSDP_IGNORED_MODULES", ValueRule::text(), "modules FSDP leaves alone"),
       // ZeRO (Accelerate's DeepSpeed flags and deepspeed_config keys).
-      toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED", "shard with ZeRO (distributed_type DEEPSPEED)"),
+      toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED",
+             "ZeRO: refused, sharded training is not supported yet (use --multi_gpu)"),
       deepspeed("zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", ValueRule::wholeNumber(0, 3),
                 "ZeRO stage 0-3"),
       deepspeed("offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
@@ -208,7 +210,8 @@ void applyFlags(LaunchSettings& settings, const ParsedFlags& flags) {
     throw UsageError("use one of --cpu, --multi_gpu, --use_fsdp, --use_deepspeed at a time (got " +
                      flagList(modeFlags) + ")");
   // A mode flag replaces the mode the config file or environment chose, as in Accelerate. --cpu only picks
-  // the device: FSDP or ZeRO from the config stay on, so the runtime refuses them rather than running DDP.
+  // the device: FSDP or ZeRO from the environment stay on, so they are refused (refuseShardedTraining)
+  // rather than run as DDP.
   if (modeFlags.empty())
     return;
   for (const std::string mode : {"multi_gpu", "use_fsdp", "use_deepspeed"})
@@ -226,6 +229,25 @@ LaunchSettings resolveLaunchSettings(const ConfigDocument* config, const Environ
   applyEnvironment(settings, environment);
   applyFlags(settings, flags);
   return settings;
+}
+
+void refuseShardedTraining(const LaunchSettings& settings) {
+  struct Mode {
+    std::string name, variable, type;
+  };
+  for (const Mode& mode : {Mode{"use_fsdp", "ACCELERATE_USE_FSDP", "FSDP"},
+                           Mode{"use_deepspeed", "ACCELERATE_USE_DEEPSPEED", "DEEPSPEED"}}) {
+    if (!settings.isTrue(mode.name))
+      continue;
+    switch (settings.sourceOf(mode.name).value_or(SettingSource::Flag)) {
+    case SettingSource::Environment:
+      throw UsageError(shardedTrainingRefusal(mode.variable + "=true in the environment"));
+    case SettingSource::ConfigFile: // a file asking for it is refused when read; kept for completeness
+      throw UsageError(shardedTrainingRefusal("distributed_type " + mode.type));
+    case SettingSource::Flag:
+      throw UsageError(shardedTrainingRefusal("--" + mode.name));
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------- exporting

@@ -57,6 +57,10 @@ enum class TrainingMode { Plain, Fsdp, DeepSpeed };
 LaunchSettings resolveLaunchSettings(const ConfigDocument* config, const Environment& environment,
                                      const ParsedFlags& flags);
 
+/// Throws UsageError (shardedTrainingRefusal) when `settings` ask for FSDP or ZeRO (--use_fsdp,
+/// --use_deepspeed, ACCELERATE_USE_FSDP, ACCELERATE_USE_DEEPSPEED): sharded training is not supported yet.
+void refuseShardedTraining(const LaunchSettings& settings);
+
 /// The ACCELERATE_* / FSDP_* / CUDA_VISIBLE_DEVICES variables every rank gets for `settings` in `mode`, as
 /// Hugging Face's `accelerate launch` spells them (accelerate/utils/launch.py). `config` (may be null)
 /// supplies ACCELERATE_CONFIG_DS_FIELDS for DeepSpeed.

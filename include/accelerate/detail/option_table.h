@@ -1,0 +1,87 @@
+// The one table of the Accelerator's options. Each row is
+//
+//   ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC)
+//
+//   TYPE         the setter's argument type: AcceleratorOptions().NAME(TYPE) and its member `NAME_`
+//   NAME         the option's name: the setter, the key in `accelerator.state()` and in error messages
+//   FIELD        the member of detail::ResolvedConfig that holds the resolved value (runtime/config.h)
+//   DEFAULT      its value when nothing sets it; std::nullopt makes the field std::optional<TYPE> (unset)
+//   ENVIRONMENT  the ACCELERATE_* variable read for it, or `unmapped`
+//   YAML_KEY     the key read for it from the YAML file named by ACCELERATE_CONFIG_FILE, or `unmapped`
+//   CHECK        what a value must be, checked wherever it came from (runtime/config.cpp), or `any_value`
+//   DOC          one line of documentation: docs/api.md's option table is generated from these rows
+//
+// An option with neither an environment variable nor a YAML key is never parsed from text; one given a
+// mapping is parsed by its TYPE's parser (a TYPE without one is a compile error in runtime/config.cpp).
+// After editing, regenerate docs/api.md's table: `python3 scripts/option_table.py --update` (ctest
+// config.OptionTableMatchesApiDoc fails while they differ).
+//
+// Includers define ACCELERATE_OPTION before including this file and undefine it after: it has no include
+// guard on purpose. The arguments other than TYPE and NAME are only read where the runtime expands them.
+// clang-format off
+ACCELERATE_OPTION(std::string, mixed_precision, mixed_precision, "no",
+                  "ACCELERATE_MIXED_PRECISION", "mixed_precision", one_of_precisions,
+                  "`\"no\"`, `\"fp16\"`, `\"bf16\"` or `\"fp8\"`")
+ACCELERATE_OPTION(int, gradient_accumulation_steps, gradient_accumulation_steps, 1,
+                  "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "gradient_accumulation_steps", at_least_one,
+                  "micro-steps per optimizer step inside `accumulate` (>= 1)")
+ACCELERATE_OPTION(bool, cpu, cpu, false,
+                  "ACCELERATE_USE_CPU", "use_cpu", any_value,
+                  "train on the CPU even when CUDA is available")
+ACCELERATE_OPTION(bool, split_batches, split_batches, false,
+                  unmapped, unmapped, any_value,
+                  "the loader's batch size is the global batch, split across the processes (false: each process "
+                  "gets batches of that size)")
+ACCELERATE_OPTION(bool, even_batches, even_batches, true,
+                  unmapped, unmapped, any_value,
+                  "pad the last batches with wrapped samples so every process gets as many batches")
+ACCELERATE_OPTION(bool, step_scheduler_with_optimizer, step_scheduler_with_optimizer, true,
+                  unmapped, unmapped, any_value,
+                  "the prepared scheduler steps only when the optimizer really stepped; false: on every call")
+ACCELERATE_OPTION(bool, scheduler_steps_per_process, scheduler_steps_per_process, false,
+                  unmapped, unmapped, any_value,
+                  "step the scheduler `num_processes` times per optimizer step, as Hugging Face Accelerate does")
+ACCELERATE_OPTION(std::string, project_dir, project_dir, "",
+                  unmapped, unmapped, any_value,
+                  "where `save_state()` and `load_state()` without a directory write and read "
+                  "(`project_dir/checkpoints/checkpoint_<n>`)")
+ACCELERATE_OPTION(bool, automatic_checkpoint_naming, automatic_checkpoint_naming, true,
+                  unmapped, unmapped, any_value,
+                  "`save_state()` without a directory names checkpoints `project_dir/checkpoints/checkpoint_<n>`; "
+                  "false makes `save_state()`/`load_state()` without a directory an error")
+ACCELERATE_OPTION(int, total_limit, total_limit, 0,
+                  unmapped, unmapped, not_negative,
+                  "how many automatically named checkpoints to keep, the oldest removed first (0: all; >= 0)")
+ACCELERATE_OPTION(double, bucket_cap_mb, bucket_cap_mb, 25.0,
+                  unmapped, unmapped, positive,
+                  "DDP gradient bucket size in MiB (> 0; when set, the first bucket has this size too, as in "
+                  "PyTorch); the Reducer's, so not used when gradients are averaged through shared memory (one "
+                  "machine, CPU: docs/runtime.md)")
+ACCELERATE_OPTION(bool, find_unused_parameters, find_unused_parameters, false,
+                  unmapped, unmapped, any_value,
+                  "tolerate prepared models whose parameters the loss reaches only in part")
+ACCELERATE_OPTION(bool, gradient_as_bucket_view, gradient_as_bucket_view, false,
+                  unmapped, unmapped, any_value,
+                  "gradients are views into the communication buckets, saving one copy; Reducer only, as "
+                  "`bucket_cap_mb`")
+ACCELERATE_OPTION(bool, static_graph, static_graph, false,
+                  unmapped, unmapped, any_value,
+                  "DDP static-graph mode: the set of used parameters never changes between iterations; Reducer "
+                  "only, as `bucket_cap_mb`")
+ACCELERATE_OPTION(bool, cuda_graph, cuda_graph, false,
+                  unmapped, unmapped, any_value,
+                  "capture the step `graphed_step` wraps in a CUDA graph and replay it: one launch per step "
+                  "instead of one per kernel, for static shapes; without a CUDA device the step runs as written")
+ACCELERATE_OPTION(std::chrono::milliseconds, init_timeout, timeout, std::chrono::minutes(10),
+                  unmapped, unmapped, positive,
+                  "limit for forming the process group and for each collective (> 0)")
+ACCELERATE_OPTION(std::uint64_t, seed, seed, std::nullopt,
+                  unmapped, unmapped, any_value,
+                  "call `set_seed(seed)` at construction: every generator and the data sampler")
+ACCELERATE_OPTION(bool, debug, debug, false,
+                  "ACCELERATE_DEBUG_MODE", "debug", any_value,
+                  "debug-mode checks of collectives")
+ACCELERATE_OPTION(std::string, parallel_strategy, parallel_strategy, "ddp",
+                  "ACCELERATE_PARALLEL_STRATEGY", unmapped, any_value,
+                  "the parallel strategy: `\"ddp\"` (replicate the model on every process, the only built-in one)")
+// clang-format on

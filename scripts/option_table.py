@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Generates docs/api.md's table of AcceleratorOptions from include/accelerate/detail/option_table.h.
+
+    python3 scripts/option_table.py            print the table
+    python3 scripts/option_table.py --update   rewrite the table in docs/api.md
+    python3 scripts/option_table.py --check    exit 1, with the difference, when docs/api.md's table differs
+
+The table sits in docs/api.md between the BEGIN and END lines below; ctest config.OptionTableMatchesApiDoc
+runs --check.
+"""
+import argparse
+import difflib
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADER = os.path.join(ROOT, "include", "accelerate", "detail", "option_table.h")
+API_DOC = os.path.join(ROOT, "docs", "api.md")
+BEGIN = ("<!-- option table: generated from include/accelerate/detail/option_table.h by "
+         "`python3 scripts/option_table.py --update`; do not edit by hand -->")
+END = "<!-- end of option table -->"
+COLUMNS = ["TYPE", "NAME", "FIELD", "DEFAULT", "ENVIRONMENT", "YAML_KEY", "CHECK", "DOC"]
+
+
+def split_arguments(text):
+    """The macro arguments of `text` (inside the parentheses), split at top-level commas."""
+    arguments, depth, current, quoted, escaped = [], 0, "", False, False
+    for char in text:
+        if quoted:
+            current += char
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+            continue
+        if char == '"':
+            quoted = True
+        elif char in "([{<":
+            depth += 1
+        elif char in ")]}>":
+            depth -= 1
+        elif char == "," and depth == 0:
+            arguments.append(current.strip())
+            current = ""
+            continue
+        current += char
+    arguments.append(current.strip())
+    return arguments
+
+
+def string_literal(text):
+    """The value of one or more adjacent C++ string literals."""
+    parts = re.findall(r'"((?:[^"\\]|\\.)*)"', text)
+    if not parts or re.sub(r'"((?:[^"\\]|\\.)*)"', "", text).strip():
+        raise ValueError(f"expected string literals, got {text!r}")
+    return "".join(part.encode().decode("unicode_escape") for part in parts)
+
+
+def read_rows(path=HEADER):
+    with open(path) as file:
+        text = re.sub(r"//[^\n]*", "", file.read())
+    rows = []
+    for match in re.finditer(r"\bACCELERATE_OPTION\(", text):
+        depth, start = 1, match.end()
+        end = start
+        quoted = False
+        while depth:
+            char = text[end]
+            if quoted:
+                if char == "\\":
+                    end += 1
+                elif char == '"':
+                    quoted = False
+            elif char == '"':
+                quoted = True
+            elif char == "(":
+                depth += 1
+            elif char == ")":
+                depth -= 1
+            end += 1
+        arguments = split_arguments(text[start:end - 1])
+        if len(arguments) != len(COLUMNS):
+            raise ValueError(f"{path}: a row has {len(arguments)} arguments, not {len(COLUMNS)}: {arguments}")
+        rows.append(dict(zip(COLUMNS, arguments)))
+    if not rows:
+        raise ValueError(f"{path}: no ACCELERATE_OPTION rows")
+    return rows
+
+
+def default_text(row):
+    value = row["DEFAULT"]
+    if value == "std::nullopt":
+        return "unset"
+    if value.startswith('"'):
+        literal = string_literal(value)
+        return f'`"{literal}"`' if literal else "empty"
+    duration = re.fullmatch(r"std::chrono::(minutes|seconds|milliseconds)\((\d+)\)", value)
+    if duration:
+        return f"{duration.group(2)} {duration.group(1)}"
+    number = re.fullmatch(r"(\d+)\.0", value)
+    return number.group(1) if number else value
+
+
+def mapped(text):
+    return "—" if text == "unmapped" else f"`{string_literal(text)}`"
+
+
+def markdown(rows):
+    lines = [BEGIN,
+             "| setter | default | environment | config file key | meaning |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        setter = f"`{row['NAME']}({row['TYPE'].replace('std::uint64_t', 'uint64_t')})`"
+        lines.append(f"| {setter} | {default_text(row)} | {mapped(row['ENVIRONMENT'])} | "
+                     f"{mapped(row['YAML_KEY'])} | {string_literal(row['DOC'])} |")
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def split_doc(text):
+    """(before, table, after) of docs/api.md's text."""
+    begin, end = text.find(BEGIN), text.find(END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"{API_DOC} has no option table between the lines\n{BEGIN}\n{END}")
+    end += len(END) + 1
+    return text[:begin], text[begin:end], text[end:]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", action="store_true", help="rewrite the table in docs/api.md")
+    parser.add_argument("--check", action="store_true", help="fail when docs/api.md's table differs")
+    parser.add_argument("--header", default=HEADER)
+    parser.add_argument("--doc", default=API_DOC)
+    args = parser.parse_args()
+    table = markdown(read_rows(args.header))
+    if not (args.update or args.check):
+        sys.stdout.write(table)
+        return 0
+    with open(args.doc) as file:
+        before, current, after = split_doc(file.read())
+    if args.update:
+        with open(args.doc, "w") as file:
+            file.write(before + table + after)
+        print(f"option_table.py: wrote the table of {args.doc}")
+        return 0
+    if current != table:
+        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), table.splitlines(True),
+                                                   args.doc + " (now)", "generated from " + args.header))
+        print(f"option_table.py: {args.doc}'s option table differs from {args.header}; regenerate it with "
+              f"`python3 scripts/option_table.py --update`")
+        return 1
+    print(f"option_table.py: {args.doc}'s option table matches {args.header} ({len(table.splitlines()) - 4} "
+          "options)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
