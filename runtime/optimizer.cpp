@@ -466,9 +466,7 @@ void Optimizer::step() {
     state.last_step_skipped = skip;
     state.last_step_overflowed = skip;
   }
-  if (state.engine) {
-    state.engine->after_optimizer_step(state);
-  }
+  state.engine->after_optimizer_step(state);
   if (scaler != nullptr) {
     scaler->update(found_inf);
   }

@@ -23,6 +23,16 @@ Registry& registry() {
   return instance;
 }
 
+/// Makes every process's parameters and buffers of `model` process `source`'s.
+void broadcast_module_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
+                            const torch::nn::Module& model, int source) {
+  std::vector<torch::Tensor> tensors = model.parameters();
+  for (const auto& buffer : model.buffers()) {
+    tensors.push_back(buffer);
+  }
+  broadcast_model_state(process_group, tensors, source);
+}
+
 } // namespace
 
 std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& model) {
@@ -60,9 +70,7 @@ void PreparedModel::broadcast_state_from(int source) {
   if (!process_group_) {
     return;
   }
-  std::vector<torch::Tensor> tensors = model_->parameters();
-  tensors.insert(tensors.end(), buffers_.begin(), buffers_.end());
-  broadcast_model_state(process_group_, tensors, source);
+  broadcast_module_state(process_group_, *model_, source);
 }
 
 void PreparedModel::observe_bucket_launches(std::function<void(size_t)> /*observer*/) {}
@@ -84,11 +92,7 @@ ParallelEngine::model_checkpoint(const std::vector<std::shared_ptr<PreparedModel
 void ParallelEngine::place_and_broadcast(torch::nn::Module& model) const {
   model.to(context_.device);
   if (context_.process_group) {
-    std::vector<torch::Tensor> tensors = model.parameters();
-    for (const auto& buffer : model.buffers()) {
-      tensors.push_back(buffer);
-    }
-    broadcast_model_state(context_.process_group, tensors, /*source=*/0);
+    broadcast_module_state(context_.process_group, model, /*source=*/0);
   }
 }
 
