@@ -147,6 +147,31 @@ void not_negative(const std::string& key, int value, const std::string& where) {
   }
 }
 
+void not_negative_number(const std::string& key, double value, const std::string& where) {
+  if (!(value >= 0)) {
+    refuse(key, text_of(value), where, "must be >= 0 (0: off)");
+  }
+}
+
+void one_of_zero_stages(const std::string& key, int value, const std::string& where) {
+  if (value == 3) {
+    refuse(key, text_of(value), where,
+           "asks for ZeRO stage 3 (parameters sharded too), which needs the fully sharded strategy that this "
+           "version does not have yet; use zero_stage 1 or 2");
+  }
+  if (value < 0 || value > 3) {
+    refuse(key, text_of(value), where,
+           "is not a ZeRO stage; use 0 (off), 1 (optimizer state sharded) or 2 (optimizer state and gradients "
+           "sharded)");
+  }
+}
+
+void one_of_offload_devices(const std::string& key, const std::string& value, const std::string& where) {
+  if (value != "none" && value != "cpu") {
+    refuse(key, value, where, "is not an optimizer offload device this runtime has; use none or cpu");
+  }
+}
+
 void positive(const std::string& key, double value, const std::string& where) {
   if (!(value > 0)) {
     refuse(key, text_of(value), where, "must be > 0");

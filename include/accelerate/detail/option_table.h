@@ -83,5 +83,19 @@ ACCELERATE_OPTION(bool, debug, debug, false,
                   "debug-mode checks of collectives")
 ACCELERATE_OPTION(std::string, parallel_strategy, parallel_strategy, "ddp",
                   "ACCELERATE_PARALLEL_STRATEGY", unmapped, any_value,
-                  "the parallel strategy: `\"ddp\"` (replicate the model on every process, the only built-in one)")
+                  "the parallel strategy: `\"ddp\"` (replicate the model on every process) or `\"zero\"` (ZeRO, "
+                  "stage `zero_stage`); a `zero_stage` of 1 or 2 set anywhere selects `\"zero\"` unless this is set")
+ACCELERATE_OPTION(int, zero_stage, zero_stage, 0,
+                  "ACCELERATE_DEEPSPEED_ZERO_STAGE", "deepspeed_config.zero_stage", one_of_zero_stages,
+                  "ZeRO stage: 0 (off: replicate), 1 (optimizer state sharded), 2 (and gradients sharded); 3 is "
+                  "refused until the fully sharded strategy exists")
+ACCELERATE_OPTION(std::string, offload_optimizer_device, offload_optimizer_device, "none",
+                  "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "deepspeed_config.offload_optimizer_device",
+                  one_of_offload_devices,
+                  "under ZeRO, where the optimizer state and step live: `\"none\"` (the device) or `\"cpu\"` (a "
+                  "no-op when training on the CPU)")
+ACCELERATE_OPTION(double, gradient_clipping, gradient_clipping, 0.0,
+                  "ACCELERATE_GRADIENT_CLIPPING", "deepspeed_config.gradient_clipping", not_negative_number,
+                  "clip the gradients to this total norm in every optimizer step (0: off; >= 0), as DeepSpeed's "
+                  "`gradient_clipping`")
 // clang-format on
