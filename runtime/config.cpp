@@ -160,9 +160,10 @@ void one_of_zero_stages(const std::string& key, int value, const std::string& wh
            "version does not have yet; use zero_stage 1 or 2");
   }
   if (value < 0 || value > 3) {
-    refuse(key, text_of(value), where,
-           "is not a ZeRO stage; use 0 (off), 1 (optimizer state sharded) or 2 (optimizer state and gradients "
-           "sharded)");
+    refuse(
+        key, text_of(value), where,
+        "is not a ZeRO stage; use 0 (off), 1 (optimizer state sharded) or 2 (optimizer state and gradients "
+        "sharded)");
   }
 }
 
@@ -186,13 +187,55 @@ void positive(const std::string& key, std::chrono::milliseconds value, const std
 
 // ------------------------------------------------------------------------------------------- sharding
 
-/// What to tell a user who asked for ZeRO or FSDP; `what` names the setting, `where` its source.
-[[noreturn]] void refuse_sharding(const std::string& what, const std::string& where) {
+/// What to tell a user who asked for FSDP; `what` names the setting, `where` its source.
+[[noreturn]] void refuse_fsdp(const std::string& what, const std::string& where) {
   throw std::invalid_argument(
       "accelerate: " + what + " (from " + where +
-      ") asks for sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet. Use data "
-      "parallelism instead: distributed_type: MULTI_GPU (or MULTI_CPU), without a deepspeed_config or "
-      "fsdp_config section, and ACCELERATE_USE_DEEPSPEED / ACCELERATE_USE_FSDP unset");
+      ") asks for FSDP (fully sharded training), which accelerate-cpp does not support yet. Use data "
+      "parallelism or ZeRO instead: distributed_type: MULTI_GPU (or MULTI_CPU, or DEEPSPEED with "
+      "deepspeed_config.zero_stage 1 or 2), without an fsdp_config section, and ACCELERATE_USE_FSDP unset");
+}
+
+/// DeepSpeed settings this runtime does not implement: each is refused when set to anything but its default
+/// (Hugging Face's default: "none" for a path or device, false for a flag). `yaml_key` is the key inside
+/// deepspeed_config, `variable` the ACCELERATE_* variable Hugging Face's launcher exports for it.
+struct UnsupportedDeepSpeedSetting {
+  const char* yaml_key;
+  const char* variable; ///< nullptr: Hugging Face has no variable for it
+  const char* default_text;
+  const char* problem;
+};
+
+const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings() {
+  static const std::vector<UnsupportedDeepSpeedSetting> kSettings = {
+      {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "none",
+       "names a DeepSpeed JSON config, which this runtime does not read; remove it and give zero_stage, "
+       "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps in the deepspeed_config "
+       "section (or their ACCELERATE_* variables) instead"},
+      {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none",
+       "asks to offload parameters, which needs ZeRO stage 3 (not in this version); use none"},
+      {"offload_optimizer_nvme_path", nullptr, "none",
+       "is for NVMe offload, which this runtime does not have; remove it (offload_optimizer_device takes "
+       "none or "
+       "cpu)"},
+      {"offload_param_nvme_path", nullptr, "none",
+       "is for NVMe offload, which this runtime does not have; remove it"},
+      {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", "false",
+       "is for ZeRO stage 3 (not in this version); use false"},
+      {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false",
+       "is for ZeRO stage 3 (not in this version); use false"},
+  };
+  return kSettings;
+}
+
+/// Whether `text` is `default_text` as Hugging Face would read it (a flag as a boolean, else case-blind).
+bool is_default_text(const std::string& text, const std::string& default_text) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (default_text == "false") {
+    return lower == "false" || lower == "0" || lower == "no";
+  }
+  return lower == default_text;
 }
 
 // ------------------------------------------------------------------------------------------- sources
@@ -212,17 +255,52 @@ Settings read_environment() {
 #define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) read(ENVIRONMENT);
 #include <accelerate/detail/option_table.h>
 #undef ACCELERATE_OPTION
-  for (const char* variable : {"ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"}) {
-    if (auto value = environment(variable);
-        value && Parser<bool>::parse(variable, *value, "the environment")) {
-      refuse_sharding(std::string(variable) + "=" + *value, "the environment");
+  if (auto value = environment("ACCELERATE_USE_FSDP");
+      value && Parser<bool>::parse("ACCELERATE_USE_FSDP", *value, "the environment")) {
+    refuse_fsdp("ACCELERATE_USE_FSDP=" + *value, "the environment");
+  }
+  if (auto value = environment("ACCELERATE_USE_DEEPSPEED")) {
+    settings["ACCELERATE_USE_DEEPSPEED"] = *value;
+  }
+  for (const auto& setting : unsupported_deepspeed_settings()) {
+    if (setting.variable == nullptr) {
+      continue;
+    }
+    if (auto value = environment(setting.variable); value && !is_default_text(*value, setting.default_text)) {
+      refuse(setting.variable, *value, "the environment", setting.problem);
     }
   }
   return settings;
 }
 
-Settings read_config_file(const std::string& path) {
+#ifdef ACCEL_WITH_YAML
+/// The node at `dotted_key` under `map`: a key with dots names nested mappings (`deepspeed_config.zero_stage`
+/// is `zero_stage` inside `deepspeed_config`), at any depth. Null when a level is missing or not a mapping.
+YAML::Node yaml_at(const YAML::Node& map, const std::string& dotted_key) {
+  if (!map.IsMap()) {
+    return YAML::Node(YAML::NodeType::Undefined);
+  }
+  const auto dot = dotted_key.find('.');
+  const YAML::Node child = map[dotted_key.substr(0, dot)];
+  if (dot == std::string::npos || !child) {
+    return child;
+  }
+  return yaml_at(child, dotted_key.substr(dot + 1));
+}
+#endif
+
+/// What a config file holds for the table, plus what it says about DeepSpeed.
+struct FileSettings {
   Settings settings;
+  /// For a setting read from another key than the table's (gradient_accumulation_steps from
+  /// deepspeed_config): the key it came from.
+  std::map<std::string, std::string> read_from;
+  /// What asked for DeepSpeed (ZeRO), like "distributed_type: DEEPSPEED"; empty when nothing did.
+  std::string deepspeed;
+};
+
+FileSettings read_config_file(const std::string& path) {
+  FileSettings file;
 #ifdef ACCEL_WITH_YAML
   YAML::Node root;
   try {
@@ -238,33 +316,51 @@ Settings read_config_file(const std::string& path) {
     throw std::invalid_argument("accelerate: " + path + " is not a YAML mapping of Accelerate config keys");
   }
   const std::string label = "config file " + path;
-  if (root["distributed_type"] && root["distributed_type"].IsScalar()) {
-    auto type = root["distributed_type"].as<std::string>();
-    if (type == "FSDP" || type == "DEEPSPEED") {
-      refuse_sharding("distributed_type: " + type, label);
-    }
+  const YAML::Node type = root["distributed_type"];
+  const std::string type_text = type && type.IsScalar() ? type.Scalar() : "";
+  if (type_text == "FSDP") {
+    refuse_fsdp("distributed_type: FSDP", label);
   }
-  for (const char* section : {"deepspeed_config", "fsdp_config"}) {
-    if (root[section] && root[section].IsMap() && root[section].size() > 0) {
-      refuse_sharding("the " + std::string(section) + " section", label);
+  if (const YAML::Node section = root["fsdp_config"]; section && section.IsMap() && section.size() > 0) {
+    refuse_fsdp("the fsdp_config section", label);
+  }
+  // DeepSpeed (ZeRO): asked for by its distributed_type, or by a deepspeed_config section that is not empty
+  // (older Accelerate versions write an empty one for every type).
+  const YAML::Node deepspeed = root["deepspeed_config"];
+  if (type_text == "DEEPSPEED") {
+    file.deepspeed = "distributed_type: DEEPSPEED";
+  } else if (deepspeed && deepspeed.IsMap() && deepspeed.size() > 0) {
+    file.deepspeed = "the deepspeed_config section";
+  }
+  for (const auto& setting : unsupported_deepspeed_settings()) {
+    const YAML::Node value = yaml_at(root, std::string("deepspeed_config.") + setting.yaml_key);
+    if (value && value.IsScalar() && !is_default_text(value.Scalar(), setting.default_text)) {
+      refuse(std::string("deepspeed_config.") + setting.yaml_key, value.Scalar(), label, setting.problem);
     }
   }
   auto read = [&](const auto& yaml_key) {
     if constexpr (!std::is_same_v<std::decay_t<decltype(yaml_key)>, Unmapped>) {
-      if (root[yaml_key] && root[yaml_key].IsScalar()) {
-        settings[yaml_key] = root[yaml_key].template as<std::string>();
+      if (const YAML::Node value = yaml_at(root, yaml_key); value && value.IsScalar()) {
+        file.settings[yaml_key] = value.Scalar();
       }
     }
   };
 #define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) read(YAML_KEY);
 #include <accelerate/detail/option_table.h>
 #undef ACCELERATE_OPTION
+  // Accelerate keeps the accumulation steps of a DeepSpeed run in its section: they count when the
+  // top-level key is absent.
+  if (const YAML::Node steps = yaml_at(root, "deepspeed_config.gradient_accumulation_steps");
+      steps && steps.IsScalar() && file.settings.count("gradient_accumulation_steps") == 0) {
+    file.settings["gradient_accumulation_steps"] = steps.Scalar();
+    file.read_from["gradient_accumulation_steps"] = "deepspeed_config.gradient_accumulation_steps";
+  }
 #else
   throw std::invalid_argument("accelerate: ACCELERATE_CONFIG_FILE='" + path +
                               "' is set, but this build of the runtime has no YAML support (yaml-cpp was not "
                               "found when it was built); unset the variable or rebuild with libyaml-cpp-dev");
 #endif
-  return settings;
+  return file;
 }
 
 /// The text `settings` holds under `name`, unless the option has no such mapping.
@@ -280,8 +376,15 @@ template <typename Name> std::optional<std::string> lookup(const Settings& setti
 /// Where each source's settings came from, for messages and `state()`.
 struct Sources {
   Settings environment;
-  Settings file;
+  FileSettings file;
   std::string file_label;
+
+  /// The source of a setting read from the file under `yaml_key`, naming the key it was really read from
+  /// when that differs.
+  std::string file_source(const std::string& yaml_key) const {
+    auto it = file.read_from.find(yaml_key);
+    return it == file.read_from.end() ? file_label : file_label + ", key " + it->second;
+  }
 };
 
 /// One option: the value set in `option`, else its environment variable, else its YAML key, else the
@@ -302,11 +405,11 @@ void resolve_option(ResolvedConfig& config, const Sources& sources, const std::s
       field = Parser<T>::parse(key, *text, where);
       source = "environment";
     }
-  } else if (auto text = lookup(sources.file, yaml_key)) {
+  } else if (auto text = lookup(sources.file.settings, yaml_key)) {
     if constexpr (!std::is_same_v<YamlKey, Unmapped>) {
-      where = sources.file_label;
+      where = sources.file_source(yaml_key);
       field = Parser<T>::parse(key, *text, where);
-      source = sources.file_label;
+      source = where;
     }
   } else {
     where = "the default";
@@ -317,6 +420,90 @@ void resolve_option(ResolvedConfig& config, const Sources& sources, const std::s
     check(key, field, where);
   } else if (field.has_value()) {
     check(key, *field, where);
+  }
+}
+
+// ------------------------------------------------------------------------------------------- ZeRO
+
+/// A source as a message names it: "options" is "AcceleratorOptions", "environment" "the environment",
+/// "default" "the default".
+std::string origin(const std::string& source) {
+  if (source == "options") {
+    return "AcceleratorOptions";
+  }
+  if (source == "environment") {
+    return "the environment";
+  }
+  if (source == "default") {
+    return "the default";
+  }
+  return source;
+}
+
+/// What turned DeepSpeed on, with where, or "" when nothing did: ACCELERATE_USE_DEEPSPEED decides when set,
+/// else the config file (distributed_type: DEEPSPEED or a deepspeed_config section).
+std::string deepspeed_request(const Sources& sources) {
+  if (auto it = sources.environment.find("ACCELERATE_USE_DEEPSPEED"); it != sources.environment.end()) {
+    return Parser<bool>::parse(it->first, it->second, "the environment")
+               ? "ACCELERATE_USE_DEEPSPEED=" + it->second + " in the environment"
+               : "";
+  }
+  return sources.file.deepspeed.empty() ? "" : sources.file.deepspeed + " in " + sources.file_label;
+}
+
+/// Accelerate's DeepSpeedPlugin uses ZeRO stage 2 when DeepSpeed is on and no stage is given; so does ZeRO
+/// selected by parallel_strategy "zero" alone.
+constexpr int kDefaultZeroStage = 2;
+
+/// The rules between zero_stage, parallel_strategy and offload_optimizer_device, after each was resolved:
+/// - DeepSpeed on (distributed_type: DEEPSPEED, a deepspeed_config section, ACCELERATE_USE_DEEPSPEED=true)
+///   with no zero_stage set anywhere: zero_stage 2;
+/// - zero_stage 1 or 2 with parallel_strategy not set: parallel_strategy "zero";
+/// - parallel_strategy "zero" with zero_stage not set: zero_stage 2;
+/// - refused: parallel_strategy "zero" with zero_stage 0 set explicitly, another parallel_strategy set
+///   explicitly with zero_stage 1 or 2, and offload_optimizer_device "cpu" without ZeRO.
+/// A derived value's source names what it was derived from.
+void resolve_zero(ResolvedConfig& config, const Sources& sources) {
+  std::string& stage_source = config.sources["zero_stage"];
+  std::string& strategy_source = config.sources["parallel_strategy"];
+  if (stage_source == "default") {
+    if (const std::string request = deepspeed_request(sources); !request.empty()) {
+      config.zero_stage = kDefaultZeroStage;
+      stage_source = "Accelerate's DeepSpeed default stage, for " + request;
+    }
+  }
+  const bool sharded_stage = config.zero_stage == 1 || config.zero_stage == 2;
+  if (strategy_source == "default") {
+    if (sharded_stage) {
+      config.parallel_strategy = "zero";
+      strategy_source = "zero_stage " + std::to_string(config.zero_stage) + " from " + origin(stage_source);
+    }
+  } else if (config.parallel_strategy == "zero") {
+    if (config.zero_stage == 0 && stage_source == "default") {
+      config.zero_stage = kDefaultZeroStage;
+      stage_source = "ZeRO's default stage, for parallel_strategy zero from " + origin(strategy_source);
+    } else if (config.zero_stage == 0) {
+      throw std::invalid_argument(
+          "accelerate: parallel_strategy='zero' (from " + origin(strategy_source) +
+          ") conflicts with zero_stage='0' (from " + origin(stage_source) +
+          "), which means no sharding: set zero_stage to 1 or 2 (or leave it unset: ZeRO then uses stage 2), "
+          "or use parallel_strategy ddp");
+    }
+  } else if (sharded_stage) {
+    throw std::invalid_argument(
+        "accelerate: parallel_strategy='" + config.parallel_strategy + "' (from " + origin(strategy_source) +
+        ") conflicts with zero_stage='" + std::to_string(config.zero_stage) + "' (from " +
+        origin(stage_source) +
+        "): a ZeRO stage of 1 or 2 runs the \"zero\" strategy. Leave parallel_strategy unset "
+        "(zero_stage then selects zero) or set it to zero, or set zero_stage to 0 to replicate the model");
+  }
+  if (config.offload_optimizer_device != "none" && config.parallel_strategy != "zero") {
+    throw std::invalid_argument(
+        "accelerate: offload_optimizer_device='" + config.offload_optimizer_device + "' (from " +
+        origin(config.sources["offload_optimizer_device"]) +
+        ") applies under ZeRO only, and parallel_strategy is '" + config.parallel_strategy + "' (from " +
+        origin(strategy_source) +
+        "): set zero_stage to 1 or 2 (or distributed_type: DEEPSPEED in the config file), or use none");
   }
 }
 
@@ -337,6 +524,7 @@ ResolvedConfig resolve_config(const AcceleratorOptions& options) {
                        });
 #include <accelerate/detail/option_table.h>
 #undef ACCELERATE_OPTION
+  resolve_zero(config, sources);
   return config;
 }
 

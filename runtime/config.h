@@ -30,9 +30,16 @@ struct ResolvedConfig {
 };
 
 /// Merges, highest first: `options`, the `ACCELERATE_*` environment, the YAML file named by
-/// `ACCELERATE_CONFIG_FILE` (never the default config path), defaults. Throws `std::invalid_argument`
-/// naming the option, the value, where it came from and what is allowed on a bad setting, and on a request
-/// for sharded training (ZeRO / FSDP), which this version does not provide.
+/// `ACCELERATE_CONFIG_FILE` (never the default config path), defaults. A YAML key with dots names nested
+/// mappings (`deepspeed_config.zero_stage`); `deepspeed_config.gradient_accumulation_steps` counts when the
+/// top-level key is absent. Then selects ZeRO: DeepSpeed asked for (`distributed_type: DEEPSPEED`, a
+/// `deepspeed_config` section, `ACCELERATE_USE_DEEPSPEED=true`) without a stage means zero_stage 2, as in
+/// Accelerate; zero_stage 1 or 2 makes an unset parallel_strategy "zero"; parallel_strategy "zero" without a
+/// stage means stage 2. `sources` names what a derived value came from. Throws `std::invalid_argument` naming
+/// the option, the value, where it came from and what is allowed on a bad setting; on FSDP, which this
+/// version does not provide; on DeepSpeed settings it does not implement (a `deepspeed_config_file`,
+/// parameter or NVMe offload, the stage-3 flags); and on parallel_strategy set to another strategy than
+/// "zero" with zero_stage 1 or 2, "zero" with zero_stage 0 set explicitly, or optimizer offload without ZeRO.
 ResolvedConfig resolve_config(const AcceleratorOptions& options);
 
 /// `option: value  (source)` lines, one per option in the table's order, for `Accelerator::state()`.

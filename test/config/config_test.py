@@ -68,8 +68,13 @@ ANSWERS = {
     "multi-cpu": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", ENTER),
                   ("checked while running", ENTER), ("How many processes", "4"), ("mixed precision", "bf16")],
     "multi-gpu": [("compute environment", ENTER), ("type of machine", "multi-GPU"), ("How many machines", ENTER),
-                  ("checked while running", "no"), ("How many GPU(s)", "2"), ("(by id)", "0,1"),
-                  ("mixed precision", "1")],
+                  ("checked while running", "no"), ("use DeepSpeed", ENTER), ("How many GPU(s)", "2"),
+                  ("(by id)", "0,1"), ("mixed precision", "1")],
+    "deepspeed-zero2": [("compute environment", ENTER), ("type of machine", "multi-GPU"),
+                        ("How many machines", ENTER), ("checked while running", "no"), ("use DeepSpeed", "yes"),
+                        ("ZeRO optimization stage", ENTER), ("offload optimizer states", ENTER),
+                        ("gradient accumulation steps", "3"), ("gradient clipping?", "yes"),
+                        ("clipping value", ENTER), ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
     "multi-node": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", "2"),
                    ("rank of this machine", ENTER), ("IP address", "127.0.0.1"), ("What port", ENTER),
                    ("same local network", ENTER), ("checked while running", ENTER),
@@ -166,18 +171,43 @@ def BadAnswersAreAskedAgain():
         check(written["num_processes"] == 3 and written["mixed_precision"] == "fp16", "answers after retries", out)
 
 
-def QuestionnaireDoesNotOfferShardedTraining():
+def QuestionnaireDoesNotOfferFsdp():
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "multi-gpu.yaml")
         code, transcript = answer_in_pty(["config", "--config_file", path], ANSWERS["multi-gpu"], environment())
         check(code == 0, "accel config must exit 0", transcript)
-        check("Sharded training (ZeRO / FSDP) is not supported yet" in transcript,
-              "a multi-GPU answer must say sharded training is not supported yet", transcript)
-        for question in ["ZeRO sharding", "FullyShardedDataParallel", "FSDP version"]:
+        check("FSDP is not supported yet" in transcript, "a multi-GPU answer must say FSDP is not supported yet",
+              transcript)
+        for question in ["FullyShardedDataParallel", "FSDP version"]:
             check(question not in transcript, f"accel config must not ask about {question!r}", transcript)
         written = load_yaml(path)
         check(written["distributed_type"] == "MULTI_GPU" and "deepspeed_config" not in written
-              and "fsdp_config" not in written, f"a data-parallel file, without sharding sections: {written}")
+              and "fsdp_config" not in written, f"no DeepSpeed asked: a data-parallel file, without sections: {written}")
+
+
+def QuestionnaireOffersZeroStagesOneAndTwo():
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "zero.yaml")
+        # One GPU, no CPU-only: DeepSpeed is offered (as Accelerate offers it); stage 3 is refused and asked again;
+        # stage 1 has no offload question (Accelerate asks it for stages 2 and 3).
+        answers = ["0", "0", "no", "yes", "3", "0", "1", "2", "yes", "0.5", "1", "no"]
+        code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
+        check(code == 0, "accel config must write a ZeRO-1 file", out + err)
+        check("ZeRO stage 3 shards the parameters too, which needs the fully sharded strategy that accelerate-cpp "
+              "does not have yet; choose 1 or 2." in out, "stage 3 must be refused with the reason", out)
+        check("Please enter a whole number between 1 and 3." in out, "stage 0 must be asked again", out)
+        check("offload optimizer states" not in out, "no offload question for stage 1", out)
+        written = load_yaml(path)
+        check(written["distributed_type"] == "DEEPSPEED" and written["num_processes"] == 1 and "gpu_ids" not in written
+              and written["deepspeed_config"] == {"zero_stage": 1, "gradient_accumulation_steps": 2,
+                                                  "gradient_clipping": 0.5, "zero3_init_flag": False},
+              f"a ZeRO-1 file with Accelerate's keys: {written}")
+        code, out, err = accel("config", "--validate", path)
+        check(code == 0, "the file must pass --validate", err)
+        # CPU only: DeepSpeed is not offered, as in Accelerate.
+        code, out, err = accel("config", "--config_file", path, stdin="0\n0\nyes\nno\n")
+        check(code == 0 and "DeepSpeed" not in out and load_yaml(path)["distributed_type"] == "NO",
+              "CPU only: no DeepSpeed question", out + err)
 
 
 def EndOfInputIsOneLineExit2():
@@ -210,11 +240,14 @@ def PythonAccelerateLoadsOurs():
             print(f"{name}: Python Accelerate reads all {len(ours)} keys as written")
 
 
-# Python Accelerate's files that ask for sharded training, which accel refuses (not supported yet), and where.
-SHARDED_YAMLS = {"fsdp.yaml": "3:1: distributed_type FSDP", "zero2.yaml": "10:1: distributed_type DEEPSPEED"}
-SHARDED = ("asks for sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet. Use data "
-           "parallelism instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel launch), "
-           "without a deepspeed_config or fsdp_config section")
+# Python Accelerate's files that ask for FSDP, which accel refuses (not supported yet), and where.
+SHARDED_YAMLS = {"fsdp.yaml": "3:1: distributed_type FSDP"}
+SHARDED = ("asks for FSDP (fully sharded training), which accelerate-cpp does not support yet. Use data parallelism "
+           "or ZeRO instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel launch), or "
+           "DEEPSPEED with deepspeed_config.zero_stage 1 or 2 (--use_deepspeed --zero_stage 2), without an fsdp_config "
+           "section")
+STAGE3 = ("shards the parameters too, which needs the fully sharded strategy that accelerate-cpp does not have yet "
+          "(use zero_stage 1: optimizer state sharded, or 2: optimizer state and gradients sharded)")
 
 
 def PythonAccelerateYamlsAreAccepted():
@@ -227,7 +260,7 @@ def PythonAccelerateYamlsAreAccepted():
             expected = f"accel config: {path}:{SHARDED_YAMLS[name]} {SHARDED}"
             check(code == 2 and err.splitlines() == [expected], f"accel must refuse {name} in one line: {expected!r}",
                   f"exit {code}\n{err}")
-            print(f"{name}: refused (sharded training)")
+            print(f"{name}: refused (FSDP)")
             continue
         check(code == 0, f"accel must accept {name}, written by Python Accelerate", err)
         print(out.strip())
@@ -275,7 +308,18 @@ def accel_exports(config_path):
 def LaunchExportsWhatPythonAccelerateExports():
     need_accelerate()
     files = sorted(f for f in os.listdir(PYTHON_YAMLS) if f.endswith(".yaml") and f not in SHARDED_YAMLS)
-    paths = [os.path.join(PYTHON_YAMLS, name) for name in files]
+    check("zero2.yaml" in files, "Python Accelerate's ZeRO-2 file must be among those compared")
+    compare_exports(files, [os.path.join(PYTHON_YAMLS, name) for name in files])
+
+
+def LaunchExportsWhatPythonAccelerateExportsForOurZeroFile():
+    # The DeepSpeed file accel config writes: Python's launcher computes the same variables from it.
+    need_accelerate()
+    with tempfile.TemporaryDirectory() as directory:
+        compare_exports(["deepspeed-zero2"], [write_example("deepspeed-zero2", directory)])
+
+
+def compare_exports(files, paths):
     oracle = subprocess.run([sys.executable, "-c", ORACLE, *paths], capture_output=True, text=True, timeout=120,
                             env=environment())
     check(oracle.returncode == 0, "Python Accelerate's launcher code failed", oracle.stderr[-2000:])
@@ -307,8 +351,23 @@ BAD_FILES = [
      "DEEPSPEED, MEGATRON_LM, XLA, MULTI_XPU, MULTI_HPU, MULTI_NPU, MULTI_MLU, MULTI_SDAA, MULTI_MUSA, "
      "MULTI_NEURON (got 'TPU')"),
     ("distributed_type: XLA\n", "f.yaml:1:1: distributed_type XLA is not supported by accelerate-cpp, which runs "
-     "libtorch on CPUs and CUDA GPUs (use one of NO, MULTI_CPU, MULTI_GPU)"),
-    ("distributed_type: DEEPSPEED\n", "f.yaml:1:1: distributed_type DEEPSPEED " + SHARDED),
+     "libtorch on CPUs and CUDA GPUs (use one of NO, MULTI_CPU, MULTI_GPU, DEEPSPEED)"),
+    ("distributed_type: FSDP\n", "f.yaml:1:1: distributed_type FSDP " + SHARDED),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
+     "f.yaml:3:3: deepspeed_config.zero_stage 3 " + STAGE3),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_device: nvme\n",
+     "f.yaml:3:3: deepspeed_config.offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe (use none "
+     "or cpu)"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: cpu\n",
+     "f.yaml:3:3: deepspeed_config.offload_param_device cpu offloads parameters, which needs ZeRO stage 3 (not in "
+     "accelerate-cpp yet; use none)"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds_config.json\n",
+     "f.yaml:3:3: deepspeed_config.deepspeed_config_file ds_config.json names a DeepSpeed JSON config, which "
+     "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, gradient_clipping and "
+     "gradient_accumulation_steps instead)"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  zero3_init_flag: true\n",
+     "f.yaml:4:3: deepspeed_config.zero3_init_flag true is for ZeRO stage 3, which accelerate-cpp does not have yet "
+     "(use false)"),
     ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n", "f.yaml:2:1: the fsdp_config section " + SHARDED),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_verison: 2\n",
      "f.yaml:3:3: unknown key 'fsdp_verison' in fsdp_config (did you mean 'fsdp_version'?)"),
@@ -316,7 +375,7 @@ BAD_FILES = [
      "f.yaml:3:15: deepspeed_config.zero_stage must be a whole number between 0 and 3 (got '4')"),
     ("distributed_type: MULTI_CPU\nnum_machines: 2\nmachine_rank: 2\n",
      "f.yaml:3:1: machine_rank must be below num_machines 2 (got 2)"),
-    ("num_processes: 2\n", "f.yaml: distributed_type is missing (add one of NO, MULTI_CPU, MULTI_GPU; "
+    ("num_processes: 2\n", "f.yaml: distributed_type is missing (add one of NO, MULTI_CPU, MULTI_GPU, DEEPSPEED; "
      "`accel config` writes a complete file)"),
     ("- a\n- b\n", "f.yaml:1:1: must be a map of keys to values, like `distributed_type: MULTI_CPU` (got a list)"),
     ("distributed_type: NO\nuse_cpu: maybe\n", "f.yaml:2:10: use_cpu must be true or false (got 'maybe')"),
@@ -376,7 +435,15 @@ def EnvReportsVersionsDevicesAndConfig():
     check(code == 0 and "distributed_type: MULTI_CPU" in out and "ACCELERATE_MIXED_PRECISION=bf16" in out,
           "accel env must show the config and what launch would export", out)
     print(out)
-    # A file asking for sharded training: accel env still reports, and says why launch would refuse it.
+    check("- Parallel strategy: ddp\n" in out, "accel env must name the parallel strategy", out)
+    config = os.path.join(PYTHON_YAMLS, "zero2.yaml")
+    code, out, err = accel("env", "--config_file", config, env=env)
+    check(code == 0 and "- Parallel strategy: zero (ZeRO stage 2, optimizer offload cpu)\n" in out
+          and "ACCELERATE_DEEPSPEED_ZERO_STAGE=2" in out, "accel env must show ZeRO's stage and offload", out)
+    code, out, err = accel("env", env=environment(ACCELERATE_USE_DEEPSPEED="true"))
+    check(code == 0 and "- Parallel strategy: zero (ZeRO stage 2, optimizer offload none)\n" in out,
+          "without a file, ACCELERATE_USE_DEEPSPEED=true means ZeRO stage 2", out)
+    # A file asking for FSDP: accel env still reports, and says why launch would refuse it.
     config = os.path.join(PYTHON_YAMLS, "fsdp.yaml")
     code, out, err = accel("env", "--config_file", config, env=env)
     check(code == 0 and f"- Config: invalid: {config}:{SHARDED_YAMLS['fsdp.yaml']} {SHARDED}" in out,

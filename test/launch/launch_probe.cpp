@@ -3,21 +3,27 @@
 //
 //   launch_probe [--fail RANK CODE] [--kill-self RANK SIGNAL] [--sleep SECONDS] [--ignore-sigterm]
 //                [--spawn-child] [--stderr TEXT] [--no-newline TEXT] [--lines N] [--echo-args]
-//                [--sync-dir DIR]
+//                [--sync-dir DIR] [--print-env PREFIX]
 //
 // Every rank first prints `probe pid=<pid> RANK=<..> LOCAL_RANK=<..> ...` on stdout. With --sync-dir, each
 // rank then creates DIR/ready.<rank>, and the rank that --fail or --kill-self picks waits (up to 10 s) until
 // every rank has done so: the test has every pid before the launcher starts stopping ranks.
-// --spawn-child starts a child that sleeps 60 s and prints `probe child pid=<pid>`.
+// --spawn-child starts a child that sleeps 60 s and prints `probe child pid=<pid>`. --print-env prints every
+// variable whose name starts with PREFIX as `NAME=value`, one a line, sorted (as `env` would, after the pid
+// line).
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+extern char** environ;
 
 namespace {
 
@@ -36,6 +42,7 @@ struct ProbeActions {
   bool echoArgs = false;
   int lines = 0;
   std::string syncDir;
+  std::string envPrefix;
   std::string stderrText;
   std::string noNewlineText;
 };
@@ -52,6 +59,17 @@ void printEnvironmentLine() {
     line += std::string(" ") + name + "=" + (value ? value : "<unset>");
   }
   std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void printVariablesStartingWith(const std::string& prefix) {
+  std::vector<std::string> lines;
+  for (char** entry = environ; *entry != nullptr; ++entry)
+    if (std::strncmp(*entry, prefix.c_str(), prefix.size()) == 0)
+      lines.emplace_back(*entry);
+  std::sort(lines.begin(), lines.end());
+  for (const std::string& line : lines)
+    std::printf("%s\n", line.c_str());
   std::fflush(stdout);
 }
 
@@ -116,6 +134,8 @@ ProbeActions parse(int argc, char** argv, std::vector<std::string>* echoed) {
       actions.lines = std::atoi(argv[++i]);
     } else if (arg == "--sync-dir" && hasOne) {
       actions.syncDir = argv[++i];
+    } else if (arg == "--print-env" && hasOne) {
+      actions.envPrefix = argv[++i];
     } else if (arg == "--ignore-sigterm") {
       actions.ignoreSigterm = true;
     } else if (arg == "--spawn-child") {
@@ -139,6 +159,8 @@ int main(int argc, char** argv) {
   if (actions.ignoreSigterm)
     std::signal(SIGTERM, SIG_IGN);
   printEnvironmentLine();
+  if (!actions.envPrefix.empty())
+    printVariablesStartingWith(actions.envPrefix);
   if (actions.echoArgs) {
     std::string line = "probe args:";
     for (const std::string& arg : echoed)

@@ -441,41 +441,139 @@ def SettingsComeFromConfigThenEnvironmentThenFlags():
         os.unlink(config)
 
 
-SHARDED = ("asks for sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet. Use data "
-           "parallelism instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel launch), "
-           "without a deepspeed_config or fsdp_config section")
+FSDP = ("asks for FSDP (fully sharded training), which accelerate-cpp does not support yet. Use data parallelism "
+        "or ZeRO instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel launch), or "
+        "DEEPSPEED with deepspeed_config.zero_stage 1 or 2 (--use_deepspeed --zero_stage 2), without an fsdp_config "
+        "section")
+STAGE3 = ("shards the parameters too, which needs the fully sharded strategy that accelerate-cpp does not have yet "
+          "(use zero_stage 1: optimizer state sharded, or 2: optimizer state and gradients sharded)")
 
 
-def ShardedConfigFilesAreRefused():
-    # Python Accelerate's files for DeepSpeed and FSDP: refused before any rank starts, in one line, exit 2.
-    cases = [("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n", "1:1: distributed_type DEEPSPEED"),
-             ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n", "1:1: distributed_type FSDP"),
-             ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n", "2:1: the fsdp_config section"),
-             ("distributed_type: MULTI_CPU\ndeepspeed_config:\n  zero_stage: 3\n", "2:1: the deepspeed_config section")]
+def FsdpConfigFilesAreRefused():
+    # Python Accelerate's files for FSDP: refused before any rank starts, in one line, exit 2.
+    cases = [("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n", "1:1: distributed_type FSDP"),
+             ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n", "2:1: the fsdp_config section")]
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "sharded.yaml")
         for text, what in cases:
             with open(path, "w") as file:
                 file.write(text)
-            expected = f"accel launch: {path}:{what} {SHARDED}"
+            expected = f"accel launch: {path}:{what} {FSDP}"
             check_usage_error(launch("--config_file", path, PROBE), expected)
             check_usage_error(launch(PROBE, env=environment(ACCELERATE_CONFIG_FILE=path)), expected)
         # Older Accelerate versions write empty sections, which ask for nothing.
         with open(path, "w") as file:
             file.write("distributed_type: MULTI_CPU\nnum_processes: 2\nfsdp_config: {}\ndeepspeed_config: {}\n")
-        result = launch("-q", "--config_file", path, PROBE)
+        result = launch("-q", "--config_file", path, "env")
         check(result.code == 0, "a MULTI_CPU file with empty sections must launch", result)
+        check("ACCELERATE_USE_DEEPSPEED" not in result.stdout, "an empty deepspeed_config asks for no ZeRO", result)
 
 
-def ShardedTrainingFlagsAndVariablesAreRefused():
-    check_usage_error(launch("--use_fsdp", "--fsdp_version", "2", PROBE), f"accel launch: --use_fsdp {SHARDED}")
-    check_usage_error(launch("--use_deepspeed", "--zero_stage", "2", PROBE), f"accel launch: --use_deepspeed {SHARDED}")
+def FsdpFlagsAndVariablesAreRefused():
+    check_usage_error(launch("--use_fsdp", "--fsdp_version", "2", PROBE), f"accel launch: --use_fsdp {FSDP}")
     check_usage_error(launch(PROBE, env=environment(ACCELERATE_USE_FSDP="true")),
-                      f"accel launch: ACCELERATE_USE_FSDP=true in the environment {SHARDED}")
-    check_usage_error(launch("--cpu", PROBE, env=environment(ACCELERATE_USE_DEEPSPEED="1")),
-                      f"accel launch: ACCELERATE_USE_DEEPSPEED=true in the environment {SHARDED}")
+                      f"accel launch: ACCELERATE_USE_FSDP=true in the environment {FSDP}")
     check(launch("-q", PROBE, env=environment(ACCELERATE_USE_FSDP="false")).code == 0,
           "ACCELERATE_USE_FSDP=false asks for nothing")
+
+
+# The variables Hugging Face's launcher (accelerate/utils/launch.py, prepare_deepspeed_cmd_env) exports for
+# this file, which accel launch must give every rank.
+ZERO_FILE = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\nuse_cpu: false\n"
+             "mixed_precision: 'no'\ndeepspeed_config:\n  zero_stage: 2\n  gradient_clipping: 1.0\n"
+             "  gradient_accumulation_steps: 3\n  offload_optimizer_device: none\n")
+ZERO_FILE_EXPORTS = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2",
+                     "ACCELERATE_GRADIENT_CLIPPING": "1.0", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "3",
+                     "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "none", "ACCELERATE_MIXED_PRECISION": "no",
+                     "ACCELERATE_CONFIG_DS_FIELDS":
+                         "gradient_accumulation_steps,gradient_clipping,offload_optimizer_device,zero_stage,"
+                         "mixed_precision"}
+
+
+def DeepSpeedConfigExportsZeroSettingsToEveryRank():
+    config = write_config(ZERO_FILE)
+    try:
+        result = launch("-q", "--config_file", config, PROBE, "--print-env", "ACCELERATE_")
+        check(result.code == 0, "a DeepSpeed ZeRO-2 file must launch", result)
+        ranks = env_lines(result.stdout)
+        check(sorted(ranks) == [0, 1], "num_processes 2 from the file must start 2 ranks", result)
+        for rank, variables in ranks.items():
+            for name, value in ZERO_FILE_EXPORTS.items():
+                check(variables.get(name) == value, f"rank {rank}: expected {name}={value}, got {variables.get(name)}",
+                      result)
+        check("ACCELERATE_DEEPSPEED_ZERO3_INIT" not in result.stdout, "keys the file does not set are not exported",
+              result)
+    finally:
+        os.unlink(config)
+
+
+def DeepSpeedFlagsExportZeroSettings():
+    # Accelerate's own flag names: the same variables as from a file.
+    result = launch("-q", "--use_deepspeed", "--zero_stage", "1", "--gradient_clipping", "0.5",
+                    "--offload_optimizer_device", "CPU", "--gradient_accumulation_steps", "4", PROBE, "--print-env",
+                    "ACCELERATE_")
+    check(result.code == 0, "accel launch --use_deepspeed must run", result)
+    got = env_lines(result.stdout)[0]
+    expected = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "1",
+                "ACCELERATE_GRADIENT_CLIPPING": "0.5", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu",
+                "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4", "ACCELERATE_CONFIG_DS_FIELDS": ""}
+    for name, value in expected.items():
+        check(got.get(name) == value, f"expected {name}={value}, got {got.get(name)}", result)
+    # --use_deepspeed alone: no stage is exported, and the runtime takes Accelerate's default stage 2.
+    alone = env_lines(launch("-q", "--use_deepspeed", PROBE, "--print-env", "ACCELERATE_").stdout)[0]
+    check(alone.get("ACCELERATE_USE_DEEPSPEED") == "true" and "ACCELERATE_DEEPSPEED_ZERO_STAGE" not in alone,
+          f"--use_deepspeed alone: {alone}")
+    # Without --use_deepspeed the DeepSpeed flags do nothing, as in Accelerate.
+    plain = env_lines(launch("-q", "--zero_stage", "2", PROBE, "--print-env", "ACCELERATE_").stdout)[0]
+    check("ACCELERATE_DEEPSPEED_ZERO_STAGE" not in plain and "ACCELERATE_USE_DEEPSPEED" not in plain,
+          f"--zero_stage without --use_deepspeed: {plain}")
+
+
+def UnsupportedZeroSettingsAreRefused():
+    check_usage_error(launch("--use_deepspeed", "--zero_stage", "4", PROBE),
+                      "accel launch: --zero_stage must be a whole number between 0 and 3 (got '4')")
+    check_usage_error(launch("--use_deepspeed", "--zero_stage", "3", PROBE), f"accel launch: --zero_stage 3 {STAGE3}")
+    check_usage_error(launch("--use_deepspeed", PROBE, env=environment(ACCELERATE_DEEPSPEED_ZERO_STAGE="3")),
+                      f"accel launch: ACCELERATE_DEEPSPEED_ZERO_STAGE=3 in the environment {STAGE3}")
+    check_usage_error(launch("--use_deepspeed", "--offload_optimizer_device", "nvme", PROBE),
+                      "accel launch: --offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe (use "
+                      "none or cpu)")
+    check_usage_error(launch("--use_deepspeed", "--deepspeed_config_file", "ds.json", PROBE),
+                      "accel launch: --deepspeed_config_file ds.json names a DeepSpeed JSON config, which "
+                      "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, "
+                      "gradient_clipping and gradient_accumulation_steps instead)")
+    check_usage_error(launch("--use_deepspeed", "--zero3_init_flag", "true", PROBE),
+                      "accel launch: --zero3_init_flag true is for ZeRO stage 3, which accelerate-cpp does not have "
+                      "yet (use false)")
+    # An explicit strategy other than zero with a ZeRO stage of 1 or 2: both named.
+    check_usage_error(launch("--use_deepspeed", "--zero_stage", "2", PROBE,
+                             env=environment(ACCELERATE_PARALLEL_STRATEGY="ddp")),
+                      "accel launch: ACCELERATE_PARALLEL_STRATEGY=ddp in the environment conflicts with --zero_stage "
+                      "2: a ZeRO stage of 1 or 2 runs the zero strategy (unset the variable, or set zero_stage 0 to "
+                      "replicate the model)")
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "zero.yaml")
+        cases = [("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
+                  "3:15: deepspeed_config.zero_stage must be a whole number between 0 and 3 (got '4')"),
+                 ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
+                  f"3:3: deepspeed_config.zero_stage 3 {STAGE3}"),
+                 ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_device: nvme\n",
+                  "3:3: deepspeed_config.offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe (use "
+                  "none or cpu)"),
+                 ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
+                  "3:3: deepspeed_config.deepspeed_config_file ds.json names a DeepSpeed JSON config, which "
+                  "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, "
+                  "gradient_clipping and gradient_accumulation_steps instead)")]
+        for text, what in cases:
+            with open(path, "w") as file:
+                file.write(text)
+            check_usage_error(launch("--config_file", path, PROBE), f"accel launch: {path}:{what}")
+        with open(path, "w") as file:
+            file.write("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\n")
+        check_usage_error(launch("--config_file", path, PROBE, env=environment(ACCELERATE_PARALLEL_STRATEGY="ddp")),
+                          "accel launch: ACCELERATE_PARALLEL_STRATEGY=ddp in the environment conflicts with "
+                          "deepspeed_config.zero_stage 1 in the config file: a ZeRO stage of 1 or 2 runs the zero "
+                          "strategy (unset the variable, or set zero_stage 0 to replicate the model)")
 
 
 def GpuIdsBecomeCudaVisibleDevices():

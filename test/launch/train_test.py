@@ -305,22 +305,33 @@ def MaxRestartsRecoversFromOneCrash():
 
 # ------------------------------------------------------------------------------------------- the runtime's refusals
 
-def ShardedConfigIsRefusedByTheRuntime():
+def UnsupportedShardingIsRefusedByTheRuntime():
     # Without a launcher (or under torchrun or mpirun) the runtime reads ACCELERATE_CONFIG_FILE itself: Python
-    # Accelerate's DeepSpeed and FSDP files end the program with one message and a non-zero exit code, from
-    # the runtime's report of the exception (not the standard library's "terminate called after throwing").
+    # Accelerate's FSDP file, a ZeRO stage 3 file, and Python Accelerate's ZeRO-2 file with a conflicting
+    # ACCELERATE_PARALLEL_STRATEGY end the program with one message and a non-zero exit code, from the runtime's
+    # report of the exception (not the standard library's "terminate called after throwing").
     python_yamls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config", "data", "python")
-    for name, what in [("zero2.yaml", "distributed_type: DEEPSPEED"), ("fsdp.yaml", "distributed_type: FSDP")]:
-        path = os.path.normpath(os.path.join(python_yamls, name))
-        code, output, _ = run([TRAIN, "--steps", "1"], env=environment(ACCELERATE_CONFIG_FILE=path))
-        check(code != 0, f"{name}: the program must fail (got exit code {code})", output)
-        expected = (f"accelerate: {what} (from config file {path}) asks for sharded training (ZeRO / FSDP), which "
-                    "accelerate-cpp does not support yet. Use data parallelism instead: distributed_type: MULTI_GPU "
-                    "(or MULTI_CPU)")
-        check(output.count(expected) == 1, f"{name}: expected the message once: {expected!r}", output)
-        check("terminate called" not in output and "train pid=" not in output,
-              f"{name}: the refusal must come before training, without the standard library's report", output)
-        print(f"{name}: exit code {code}: {output.strip().splitlines()[0]}")
+    fsdp = os.path.normpath(os.path.join(python_yamls, "fsdp.yaml"))
+    zero2 = os.path.normpath(os.path.join(python_yamls, "zero2.yaml"))
+    with tempfile.TemporaryDirectory() as directory:
+        stage3 = os.path.join(directory, "zero3.yaml")
+        with open(stage3, "w") as file:
+            file.write("distributed_type: DEEPSPEED\nuse_cpu: true\ndeepspeed_config:\n  zero_stage: 3\n")
+        cases = [
+            ("fsdp.yaml", fsdp, {}, f"accelerate: distributed_type: FSDP (from config file {fsdp}) asks for FSDP (fully "
+             "sharded training), which accelerate-cpp does not support yet. Use data parallelism or ZeRO instead"),
+            ("zero3.yaml", stage3, {}, f"accelerate: zero_stage='3' (from config file {stage3}) asks for ZeRO stage 3"),
+            ("zero2.yaml with ACCELERATE_PARALLEL_STRATEGY=ddp", zero2, {"ACCELERATE_PARALLEL_STRATEGY": "ddp"},
+             f"accelerate: parallel_strategy='ddp' (from the environment) conflicts with zero_stage='2' (from config "
+             f"file {zero2})"),
+        ]
+        for name, path, extra, expected in cases:
+            code, output, _ = run([TRAIN, "--steps", "1"], env=environment(ACCELERATE_CONFIG_FILE=path, **extra))
+            check(code != 0, f"{name}: the program must fail (got exit code {code})", output)
+            check(output.count(expected) == 1, f"{name}: expected the message once: {expected!r}", output)
+            check("terminate called" not in output and "train pid=" not in output,
+                  f"{name}: the refusal must come before training, without the standard library's report", output)
+            print(f"{name}: exit code {code}: {output.strip().splitlines()[0]}")
     path = os.path.normpath(os.path.join(python_yamls, "multi_cpu.yaml"))
     code, output, _ = run([TRAIN, "--steps", "1"], env=environment(ACCELERATE_CONFIG_FILE=path))
     check(code == 0 and "params fnv=" in output, "Python Accelerate's MULTI_CPU file must still train", output)

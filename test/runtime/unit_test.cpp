@@ -1,6 +1,7 @@
 // Single-process unit tests of the runtime: launcher environment discovery and the one-process Accelerator.
 #include <accelerate/accelerate.h>
 
+#include "../../runtime/config.h"
 #include "../../runtime/environment.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include <iostream>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -45,6 +47,13 @@ private:
                              "ACCELERATE_DEBUG_MODE",
                              "ACCELERATE_PARALLEL_STRATEGY",
                              "ACCELERATE_CONFIG_FILE",
+                             "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+                             "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+                             "ACCELERATE_GRADIENT_CLIPPING",
+                             "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+                             "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+                             "ACCELERATE_DEEPSPEED_ZERO3_INIT",
+                             "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
                              "RANK",
                              "WORLD_SIZE",
                              "LOCAL_RANK",
@@ -244,8 +253,7 @@ TEST(Config, BadValuesNameTheKeyAndTheChoices) {
   }
   {
     LauncherVariables variables({{"ACCELERATE_USE_FSDP", "true"}});
-    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("sharded training"),
-              std::string::npos);
+    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("asks for FSDP"), std::string::npos);
   }
   auto path = testing::TempDir() + "/broken.yaml";
   {
@@ -285,24 +293,26 @@ TEST(Config, StateListsEveryOptionWithItsDefaultAndSource) {
       << unnamed.state();
 }
 
-TEST(Config, ShardedTrainingInTheConfigFileIsRefusedWithWhatToUseInstead) {
+TEST(Config, FsdpInTheConfigFileIsRefusedWithWhatToUseInstead) {
   auto path = testing::TempDir() + "/sharded.yaml";
-  for (const std::string text :
-       {"distributed_type: DEEPSPEED\nuse_cpu: true\n", "distributed_type: FSDP\nuse_cpu: true\n",
-        "distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n",
-        "distributed_type: MULTI_CPU\ndeepspeed_config:\n  zero_stage: 2\n"}) {
+  for (const std::string text : {"distributed_type: FSDP\nuse_cpu: true\n",
+                                 "distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n"}) {
     {
       std::ofstream file(path);
       file << text;
     }
     LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
     const std::string message = error_of([] { accelerate::Accelerator accelerator; });
-    EXPECT_NE(message.find("(from config file " + path +
-                           ") asks for sharded training (ZeRO / FSDP), which "
-                           "accelerate-cpp does not support yet"),
-              std::string::npos)
+    EXPECT_NE(
+        message.find("(from config file " + path +
+                     ") asks for FSDP (fully sharded training), which accelerate-cpp does not support yet"),
+        std::string::npos)
         << text << message;
-    EXPECT_NE(message.find("distributed_type: MULTI_GPU (or MULTI_CPU)"), std::string::npos) << message;
+    EXPECT_NE(message.find(
+                  "distributed_type: MULTI_GPU (or MULTI_CPU, or DEEPSPEED with deepspeed_config.zero_stage "
+                  "1 or 2)"),
+              std::string::npos)
+        << message;
   }
   {
     std::ofstream file(path);
@@ -312,6 +322,186 @@ TEST(Config, ShardedTrainingInTheConfigFileIsRefusedWithWhatToUseInstead) {
   LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
   accelerate::Accelerator accelerator;
   EXPECT_EQ(accelerator.device(), torch::Device(torch::kCPU));
+  const auto config = accelerate::detail::resolve_config({});
+  EXPECT_EQ(config.parallel_strategy, "ddp");
+  EXPECT_EQ(config.zero_stage, 0);
+}
+
+/// Writes `text` to a config file in the test's temporary folder and returns its path.
+std::string write_config(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/" + name;
+  std::ofstream file(path);
+  file << text;
+  return path;
+}
+
+TEST(Config, DeepSpeedSectionSelectsZeroWithItsSettingsAndSources) {
+  const std::string path = write_config("zero2.yaml", "compute_environment: LOCAL_MACHINE\n"
+                                                      "distributed_type: DEEPSPEED\n"
+                                                      "deepspeed_config:\n"
+                                                      "  zero_stage: 2\n"
+                                                      "  gradient_clipping: 1.0\n"
+                                                      "  gradient_accumulation_steps: 3\n"
+                                                      "  offload_optimizer_device: none\n"
+                                                      "  offload_param_device: none\n"
+                                                      "  zero3_init_flag: false\n"
+                                                      "num_processes: 2\n");
+  LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
+  const auto config = accelerate::detail::resolve_config({});
+  const std::string file = "config file " + path;
+  EXPECT_EQ(config.parallel_strategy, "zero");
+  EXPECT_EQ(config.sources.at("parallel_strategy"), "zero_stage 2 from " + file);
+  EXPECT_EQ(config.zero_stage, 2);
+  EXPECT_EQ(config.sources.at("zero_stage"), file);
+  EXPECT_EQ(config.gradient_clipping, 1.0);
+  EXPECT_EQ(config.sources.at("gradient_clipping"), file);
+  EXPECT_EQ(config.gradient_accumulation_steps, 3);
+  EXPECT_EQ(config.sources.at("gradient_accumulation_steps"),
+            file + ", key deepspeed_config.gradient_accumulation_steps");
+  EXPECT_EQ(config.offload_optimizer_device, "none");
+  const std::string state = accelerate::detail::describe(config);
+  EXPECT_NE(state.find("parallel_strategy: zero  (zero_stage 2 from " + file + ")\n"), std::string::npos)
+      << state;
+}
+
+TEST(Config, DeepSpeedWithoutAStageRunsStage2AsAccelerateDoes) {
+  const std::string path = write_config("deepspeed.yaml", "distributed_type: DEEPSPEED\n"
+                                                          "gradient_accumulation_steps: 5\n"
+                                                          "deepspeed_config:\n"
+                                                          "  gradient_accumulation_steps: 3\n"
+                                                          "  offload_optimizer_device: cpu\n");
+  {
+    LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
+    const auto config = accelerate::detail::resolve_config({});
+    EXPECT_EQ(config.zero_stage, 2);
+    EXPECT_EQ(config.sources.at("zero_stage"),
+              "Accelerate's DeepSpeed default stage, for distributed_type: DEEPSPEED in config file " + path);
+    EXPECT_EQ(config.parallel_strategy, "zero");
+    EXPECT_EQ(config.offload_optimizer_device, "cpu");
+    EXPECT_EQ(config.gradient_accumulation_steps, 5) << "the top-level key wins over the section's";
+    // Explicit settings win over the file's.
+    const auto explicit_stage =
+        accelerate::detail::resolve_config(accelerate::AcceleratorOptions().zero_stage(1));
+    EXPECT_EQ(explicit_stage.zero_stage, 1);
+    EXPECT_EQ(explicit_stage.sources.at("parallel_strategy"), "zero_stage 1 from AcceleratorOptions");
+  }
+  {
+    LauncherVariables variables({{"ACCELERATE_USE_DEEPSPEED", "true"}});
+    const auto config = accelerate::detail::resolve_config({});
+    EXPECT_EQ(config.zero_stage, 2);
+    EXPECT_EQ(config.parallel_strategy, "zero");
+    EXPECT_EQ(config.sources.at("zero_stage"),
+              "Accelerate's DeepSpeed default stage, for ACCELERATE_USE_DEEPSPEED=true in the environment");
+  }
+  {
+    LauncherVariables variables(
+        {{"ACCELERATE_USE_DEEPSPEED", "false"}, {"ACCELERATE_GRADIENT_CLIPPING", "0.5"}});
+    const auto config = accelerate::detail::resolve_config({});
+    EXPECT_EQ(config.parallel_strategy, "ddp");
+    EXPECT_EQ(config.zero_stage, 0);
+    EXPECT_EQ(config.gradient_clipping, 0.5);
+  }
+  {
+    LauncherVariables variables({{"ACCELERATE_DEEPSPEED_ZERO_STAGE", "1"}});
+    EXPECT_EQ(accelerate::detail::resolve_config({}).parallel_strategy, "zero");
+  }
+  {
+    // parallel_strategy "zero" alone means stage 2.
+    LauncherVariables variables({{"ACCELERATE_PARALLEL_STRATEGY", "zero"}});
+    const auto config = accelerate::detail::resolve_config({});
+    EXPECT_EQ(config.zero_stage, 2);
+    EXPECT_EQ(config.sources.at("zero_stage"),
+              "ZeRO's default stage, for parallel_strategy zero from the environment");
+  }
+}
+
+TEST(Config, ZeroSettingsThisRuntimeLacksAreRefusedNamingKeyValueAndSource) {
+  struct Case {
+    std::string yaml;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
+       "zero_stage='4' (from config file PATH) is not a ZeRO stage; use 0 (off), 1"},
+      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
+       "zero_stage='3' (from config file PATH) asks for ZeRO stage 3"},
+      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_device: nvme\n",
+       "offload_optimizer_device='nvme' (from config file PATH) is not an optimizer offload device this "
+       "runtime has; "
+       "use none or cpu"},
+      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
+       "deepspeed_config.deepspeed_config_file='ds.json' (from config file PATH) names a DeepSpeed JSON "
+       "config, which "
+       "this runtime does not read"},
+      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: cpu\n",
+       "deepspeed_config.offload_param_device='cpu' (from config file PATH) asks to offload parameters"},
+      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero3_init_flag: true\n",
+       "deepspeed_config.zero3_init_flag='true' (from config file PATH) is for ZeRO stage 3"},
+      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_nvme_path: /nvme\n",
+       "deepspeed_config.offload_optimizer_nvme_path='/nvme' (from config file PATH) is for NVMe offload"},
+  };
+  const std::string path = testing::TempDir() + "/refused.yaml";
+  for (const Case& c : cases) {
+    write_config("refused.yaml", c.yaml);
+    LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
+    std::string expected = c.expected;
+    expected.replace(expected.find("PATH"), 4, path);
+    const std::string message = error_of([] { accelerate::detail::resolve_config({}); });
+    EXPECT_NE(message.find(expected), std::string::npos) << c.yaml << message;
+  }
+  {
+    LauncherVariables variables({{"ACCELERATE_DEEPSPEED_CONFIG_FILE", "ds.json"}});
+    EXPECT_NE(
+        error_of([] {
+          accelerate::detail::resolve_config({});
+        }).find("ACCELERATE_DEEPSPEED_CONFIG_FILE='ds.json' (from the environment) names a DeepSpeed JSON"),
+        std::string::npos);
+  }
+  {
+    // What Hugging Face's launcher exports for the defaults asks for nothing.
+    LauncherVariables variables({{"ACCELERATE_DEEPSPEED_CONFIG_FILE", "none"},
+                                 {"ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none"},
+                                 {"ACCELERATE_DEEPSPEED_ZERO3_INIT", "false"},
+                                 {"ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false"},
+                                 {"ACCELERATE_USE_DEEPSPEED", "true"}});
+    EXPECT_EQ(accelerate::detail::resolve_config({}).parallel_strategy, "zero");
+  }
+}
+
+TEST(Config, ExplicitStrategyConflictingWithTheZeroStageIsRefusedNamingBoth) {
+  const std::string path = write_config("conflict.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                                                         "  zero_stage: 2\n");
+  {
+    LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}, {"ACCELERATE_PARALLEL_STRATEGY", "ddp"}});
+    const std::string message = error_of([] { accelerate::detail::resolve_config({}); });
+    EXPECT_NE(
+        message.find("parallel_strategy='ddp' (from the environment) conflicts with zero_stage='2' (from "
+                     "config file " +
+                     path + ")"),
+        std::string::npos)
+        << message;
+  }
+  {
+    LauncherVariables variables({});
+    const std::string message = error_of([] {
+      accelerate::detail::resolve_config(
+          accelerate::AcceleratorOptions().parallel_strategy("zero").zero_stage(0));
+    });
+    EXPECT_NE(
+        message.find("parallel_strategy='zero' (from AcceleratorOptions) conflicts with zero_stage='0' (from "
+                     "AcceleratorOptions), which means no sharding"),
+        std::string::npos)
+        << message;
+  }
+  {
+    LauncherVariables variables({{"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}});
+    const std::string message = error_of([] { accelerate::detail::resolve_config({}); });
+    EXPECT_NE(
+        message.find("offload_optimizer_device='cpu' (from the environment) applies under ZeRO only, and "
+                     "parallel_strategy is 'ddp' (from the default)"),
+        std::string::npos)
+        << message;
+  }
 }
 
 /// The prepared scheduler's steps and learning rate after six calls of a loop with windows of two

@@ -79,11 +79,39 @@ std::string ConfigDocument::where(const std::string& dottedKey) const {
   return path + ": ";
 }
 
-std::string shardedTrainingRefusal(const std::string& what) {
+std::string fsdpRefusal(const std::string& what) {
   return what +
-         " asks for sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet. Use data "
-         "parallelism instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel "
-         "launch), without a deepspeed_config or fsdp_config section";
+         " asks for FSDP (fully sharded training), which accelerate-cpp does not support yet. Use data "
+         "parallelism or ZeRO instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for "
+         "accel launch), or DEEPSPEED with deepspeed_config.zero_stage 1 or 2 "
+         "(--use_deepspeed --zero_stage 2), without an fsdp_config section";
+}
+
+const char* const kZeroStage3Refusal =
+    "shards the parameters too, which needs the fully sharded strategy that accelerate-cpp does not have yet "
+    "(use zero_stage 1: optimizer state sharded, or 2: optimizer state and gradients sharded)";
+
+const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
+  static const std::vector<UnsupportedDeepSpeedKey> kKeys = {
+      {"deepspeed_config_file", "none",
+       "names a DeepSpeed JSON config, which accelerate-cpp does not read (remove it and give zero_stage, "
+       "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps instead)"},
+      {"offload_optimizer_device", "", ""}, // checked below: none and cpu are supported, nvme is not
+      {"offload_param_device", "none",
+       "offloads parameters, which needs ZeRO stage 3 (not in accelerate-cpp yet; use none)"},
+      {"offload_optimizer_nvme_path", "none",
+       "is for NVMe offload, which accelerate-cpp does not have (remove it; offload_optimizer_device takes "
+       "none or cpu)"},
+      {"offload_param_nvme_path", "none",
+       "is for NVMe offload, which accelerate-cpp does not have (remove it)"},
+      {"zero3_init_flag", "false", "is for ZeRO stage 3, which accelerate-cpp does not have yet (use false)"},
+      {"zero3_save_16bit_model", "false",
+       "is for ZeRO stage 3, which accelerate-cpp does not have yet (use false)"},
+      {"deepspeed_moe_layer_cls_names", "",
+       "names Python module classes for DeepSpeed's mixture-of-experts, which accelerate-cpp does not have "
+       "(remove it)"},
+  };
+  return kKeys;
 }
 
 // ------------------------------------------------------------------------------------------- the path
@@ -285,6 +313,27 @@ std::string joined(const std::vector<std::string>& items) {
   return text;
 }
 
+/// The DeepSpeed keys accel cannot run: ZeRO stage 3 and the keys of unsupportedDeepSpeedKeys() with another
+/// value than their default. Stage 0 to 2, offload of the optimizer state to the CPU, the clipping and the
+/// accumulation steps are run; the multi-node launcher keys are accepted (accel starts each machine's ranks).
+void checkDeepSpeedSection(const ConfigDocument& document) {
+  if (document.scalar("deepspeed_config.zero_stage") == std::optional<std::string>("3"))
+    throw ConfigError(document.where("deepspeed_config.zero_stage") + "deepspeed_config.zero_stage 3 " +
+                      kZeroStage3Refusal);
+  if (auto device = document.scalar("deepspeed_config.offload_optimizer_device"); device && *device == "nvme")
+    throw ConfigError(
+        document.where("deepspeed_config.offload_optimizer_device") +
+        "deepspeed_config.offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe "
+        "(use none or cpu)");
+  for (const UnsupportedDeepSpeedKey& key : unsupportedDeepSpeedKeys()) {
+    if (key.problem.empty())
+      continue;
+    const std::string dotted = "deepspeed_config." + key.name;
+    if (auto value = document.scalar(dotted); value && *value != key.defaultValue)
+      throw ConfigError(document.where(dotted) + dotted + " " + *value + " " + key.problem);
+  }
+}
+
 /// What accel cannot launch even though Accelerate knows it, and cross-key rules.
 void checkLaunchable(const ConfigDocument& document) {
   if (document.scalar("compute_environment").value_or("LOCAL_MACHINE") != "LOCAL_MACHINE")
@@ -296,14 +345,12 @@ void checkLaunchable(const ConfigDocument& document) {
   if (!type)
     throw ConfigError(document.path + ": distributed_type is missing (add one of " +
                       joined(supportedDistributedTypes()) + "; `accel config` writes a complete file)");
-  if (*type == "FSDP" || *type == "DEEPSPEED")
-    throw ConfigError(document.where("distributed_type") +
-                      shardedTrainingRefusal("distributed_type " + *type));
-  for (const char* section : {"deepspeed_config", "fsdp_config"})
-    if (const ConfigValue* value = document.root.find(section);
-        value && value->kind == ConfigValue::Kind::Map && !value->entries.empty())
-      throw ConfigError(document.where(section) +
-                        shardedTrainingRefusal("the " + std::string(section) + " section"));
+  if (*type == "FSDP")
+    throw ConfigError(document.where("distributed_type") + fsdpRefusal("distributed_type FSDP"));
+  if (const ConfigValue* value = document.root.find("fsdp_config");
+      value && value->kind == ConfigValue::Kind::Map && !value->entries.empty())
+    throw ConfigError(document.where("fsdp_config") + fsdpRefusal("the fsdp_config section"));
+  checkDeepSpeedSection(document);
   const auto& supported = supportedDistributedTypes();
   if (std::find(supported.begin(), supported.end(), *type) == supported.end())
     throw ConfigError(

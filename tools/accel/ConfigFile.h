@@ -58,9 +58,23 @@ public:
   using UsageError::UsageError;
 };
 
-/// The message for a request of sharded training (ZeRO / FSDP), which accelerate-cpp does not support yet:
-/// `what` names the setting that asked for it; the message says what to use instead.
-std::string shardedTrainingRefusal(const std::string& what);
+/// The message for a request of FSDP, which accelerate-cpp does not support yet: `what` names the setting
+/// that asked for it; the message says what to use instead.
+std::string fsdpRefusal(const std::string& what);
+
+/// The DeepSpeed settings accel and the runtime do not implement, refused when set to anything but their
+/// default (Hugging Face's: "none" for a path or device, false for a flag, nothing for a list): the key in
+/// deepspeed_config (also the `accel launch` flag), its default, and why it is refused, ready to follow
+/// "<setting> ".
+struct UnsupportedDeepSpeedKey {
+  std::string name;
+  std::string defaultValue;
+  std::string problem;
+};
+const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys();
+
+/// Why ZeRO stage 3 is refused, ready to follow "<setting> 3 ".
+extern const char* const kZeroStage3Refusal;
 
 /// Where `accel config` writes and `accel launch` reads by default, as Accelerate decides it:
 /// $HF_HOME/accelerate/default_config.yaml, else $XDG_CACHE_HOME/huggingface/accelerate/..., else
@@ -70,8 +84,8 @@ std::string defaultConfigPath();
 /// Parses and checks `text` (named `path` in messages). Throws ConfigError for malformed YAML (with line and
 /// column), an unknown key (with a "did you mean"), a value of the wrong kind or out of range (with the
 /// allowed values), or a combination accel cannot run (a SageMaker or TPU config, machine_rank >=
-/// num_machines, sharded training: distributed_type FSDP or DEEPSPEED, or an fsdp_config or deepspeed_config
-/// section that is not empty).
+/// num_machines, FSDP: distributed_type FSDP or an fsdp_config section that is not empty, ZeRO stage 3, or a
+/// DeepSpeed key of unsupportedDeepSpeedKeys() with another value than its default).
 ConfigDocument parseConfigText(const std::string& text, const std::string& path);
 /// Reads `path` and parses it (see parseConfigText); throws ConfigError when it cannot be read.
 ConfigDocument readConfigFile(const std::string& path);

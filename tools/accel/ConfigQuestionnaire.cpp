@@ -5,6 +5,7 @@
 #include "ConfigValues.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -199,6 +200,71 @@ void askGpuIds(Prompter& prompter, Answers& answers) {
                                                        "all")));
 }
 
+/// `value` as PyYAML writes a float: the shortest text that reads back as it, with a decimal point.
+std::string yamlFloat(double value) {
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value)
+      break;
+  }
+  std::string result = text;
+  if (result.find_first_of(".eEn") == std::string::npos)
+    return result + ".0";
+  if (auto e = result.find('e'); e != std::string::npos && result.find('.') == std::string::npos)
+    result.insert(e, ".0");
+  return result;
+}
+
+/// DeepSpeed, offered where Accelerate offers it (one GPU or several on a machine): ZeRO stage 1 or 2, and
+/// the deepspeed_config keys Accelerate writes for the same answers, with its names and spellings.
+void askDeepSpeed(Prompter& prompter, Answers& answers) {
+  if (!(answers.distributedType == "MULTI_GPU" || (answers.distributedType == "NO" && !answers.useCpu)))
+    return;
+  if (!prompter.yesNo(
+          "Do you want to use DeepSpeed (ZeRO: the optimizer state, and at stage 2 the gradients, "
+          "sharded over the GPUs)?",
+          false))
+    return;
+  answers.distributedType = "DEEPSPEED";
+  ConfigValue deepspeed = ConfigValue::map();
+  long long stage = 2;
+  while (true) {
+    stage =
+        prompter.wholeNumber("What should be your DeepSpeed's ZeRO optimization stage (1: optimizer state "
+                             "sharded, 2: optimizer state and gradients sharded)?",
+                             2, 1, 3);
+    if (stage != 3)
+      break;
+    prompter.note("ZeRO stage 3 shards the parameters too, which needs the fully sharded strategy that "
+                  "accelerate-cpp does not have yet; choose 1 or 2.");
+  }
+  deepspeed.set("zero_stage", ConfigValue::number(stage));
+  if (stage >= 2) { // Accelerate asks about offload for stages 2 and 3 only
+    static const std::vector<std::string> kDevices = {"none", "cpu"};
+    deepspeed.set(
+        "offload_optimizer_device",
+        ConfigValue::string(kDevices[prompter.choose(
+            "Where to offload optimizer states (cpu: the optimizer state and step live in CPU memory)?",
+            kDevices)]));
+    deepspeed.set("offload_param_device", ConfigValue::string("none")); // parameter offload needs stage 3
+  }
+  deepspeed.set("gradient_accumulation_steps",
+                ConfigValue::number(prompter.wholeNumber(
+                    "How many gradient accumulation steps you're passing in your script?", 1, 1, INT_MAX)));
+  if (prompter.yesNo("Do you want to use gradient clipping?", false))
+    deepspeed.set(
+        "gradient_clipping",
+        ConfigValue::scalar(yamlFloat(prompter.number("What is the gradient clipping value?", 1.0)), false));
+  deepspeed.set("zero3_init_flag", ConfigValue::boolean(false)); // Accelerate always writes it
+  if (answers.numMachines > 1) {
+    // Accelerate asks which launcher starts the other machines; accel launch runs on each machine, as
+    // Accelerate's "standard" (torchrun) launcher does.
+    deepspeed.set("deepspeed_multinode_launcher", ConfigValue::string("standard"));
+  }
+  answers.config.set("deepspeed_config", deepspeed);
+}
+
 void askMixedPrecision(Prompter& prompter, Answers& answers) {
   const auto& modes = mixedPrecisionModes();
   answers.config.set(
@@ -240,9 +306,10 @@ ConfigDocument askConfigQuestions(Prompter& prompter) {
                                                            false)));
   }
   askCpuOnly(prompter, answers);
+  askDeepSpeed(prompter, answers);
   if (answers.distributedType == "MULTI_GPU")
-    prompter.note("Each GPU holds the whole model (data parallelism). Sharded training (ZeRO / FSDP) is not "
-                  "supported yet, so this questionnaire does not offer it.");
+    prompter.note("Each GPU holds the whole model (data parallelism). FSDP is not supported yet, so this "
+                  "questionnaire does not offer it.");
   askNumProcesses(prompter, answers);
   askGpuIds(prompter, answers);
   askMixedPrecision(prompter, answers);

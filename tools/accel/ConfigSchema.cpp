@@ -11,7 +11,7 @@ const std::vector<std::string>& accelerateDistributedTypes() {
 }
 
 const std::vector<std::string>& supportedDistributedTypes() {
-  static const std::vector<std::string> kTypes = {"NO", "MULTI_CPU", "MULTI_GPU"};
+  static const std::vector<std::string> kTypes = {"NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED"};
   return kTypes;
 }
 

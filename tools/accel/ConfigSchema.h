@@ -28,8 +28,8 @@ const std::vector<ConfigKey>& deepspeedConfigKeys();
 /// `name` in `keys`, or null.
 const ConfigKey* findConfigKey(const std::vector<ConfigKey>& keys, const std::string& name);
 
-/// The distributed_type values Accelerate knows, and those accel can launch (FSDP and DEEPSPEED are read, and
-/// refused: sharded training is not supported yet; see shardedTrainingRefusal in ConfigFile.h).
+/// The distributed_type values Accelerate knows, and those accel can launch (DEEPSPEED runs ZeRO stage 1 or
+/// 2; FSDP is read, and refused: it is not supported yet; see fsdpRefusal in ConfigFile.h).
 const std::vector<std::string>& accelerateDistributedTypes();
 const std::vector<std::string>& supportedDistributedTypes();
 

@@ -63,6 +63,25 @@ void printMachine() {
               << " MiB\n";
 }
 
+TrainingMode modeOf(const LaunchSettings& settings) {
+  return settings.isTrue("use_fsdp")        ? TrainingMode::Fsdp
+         : settings.isTrue("use_deepspeed") ? TrainingMode::DeepSpeed
+                                            : TrainingMode::Plain;
+}
+
+/// The strategy the ranks of `accel launch` would run, with the ZeRO stage and offload under ZeRO.
+void printParallelStrategy(const LaunchSettings& settings, TrainingMode mode) {
+  const std::string strategy = parallelStrategyOf(settings, mode, Environment::current());
+  std::cout << "- Parallel strategy: " << strategy;
+  const int stage = zeroStageOf(settings, mode);
+  if (strategy == "zero")
+    std::cout << " (ZeRO stage " << (stage == 0 ? 2 : stage) << ", optimizer offload "
+              << settings.get("offload_optimizer_device").value_or("none") << ")";
+  else if (mode == TrainingMode::DeepSpeed)
+    std::cout << " (DeepSpeed with zero_stage 0: every process holds the whole model)";
+  std::cout << "\n";
+}
+
 std::string configPathShown(const ParsedFlags& flags, bool* exists) {
   std::string path;
   if (auto given = flags.last("config_file"))
@@ -82,6 +101,13 @@ void printConfig(const ParsedFlags& flags) {
   const std::string path = configPathShown(flags, &exists);
   if (!exists) {
     std::cout << "- Config file: " << path << " (none there; `accel config` writes one)\n";
+    try {
+      LaunchSettings settings = resolveLaunchSettings(nullptr, Environment::current(), ParsedFlags{});
+      refuseUnsupportedTraining(settings);
+      printParallelStrategy(settings, modeOf(settings));
+    } catch (const UsageError& error) {
+      std::cout << "- Parallel strategy: invalid: " << error.what() << "\n";
+    }
     return;
   }
   std::cout << "- Config file: " << path << "\n";
@@ -95,10 +121,9 @@ void printConfig(const ParsedFlags& flags) {
       start = end == std::string::npos ? text.size() : end + 1;
     }
     LaunchSettings settings = resolveLaunchSettings(&config, Environment::current(), ParsedFlags{});
-    refuseShardedTraining(settings);
-    TrainingMode mode = settings.isTrue("use_fsdp")        ? TrainingMode::Fsdp
-                        : settings.isTrue("use_deepspeed") ? TrainingMode::DeepSpeed
-                                                           : TrainingMode::Plain;
+    refuseUnsupportedTraining(settings);
+    TrainingMode mode = modeOf(settings);
+    printParallelStrategy(settings, mode);
     std::cout << "- Variables accel launch exports (with this environment):\n";
     for (const auto& [name, value] : acceleratorVariables(settings, mode, &config))
       std::cout << "    " << name << "=" << value << "\n";

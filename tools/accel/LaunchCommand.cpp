@@ -241,6 +241,12 @@ void noteIgnoredConfig(const ConfigDocument& config) {
     if (nonEmpty(key))
       std::cerr << "accel launch: note: " << config.where(key) << key
                 << " is for Python Accelerate; accel launch ignores it\n";
+  for (const char* key : {"deepspeed_multinode_launcher", "deepspeed_hostfile", "deepspeed_inclusion_filter",
+                          "deepspeed_exclusion_filter"})
+    if (config.scalar(std::string("deepspeed_config.") + key))
+      std::cerr << "accel launch: note: " << config.where(std::string("deepspeed_config.") + key)
+                << "deepspeed_config." << key
+                << " is for DeepSpeed's own launcher; accel launch starts each machine's ranks itself\n";
   if (auto backend = config.scalar("dynamo_config.dynamo_backend"); backend && *backend != "NO")
     std::cerr << "accel launch: note: " << config.where("dynamo_config")
               << "dynamo_config is ignored: libtorch's C++ API has no torch.compile\n";
@@ -256,7 +262,8 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
   const Environment environment = Environment::current();
   std::optional<ConfigDocument> config = loadConfig(flags, environment);
   LaunchSettings settings = resolveLaunchSettings(config ? &*config : nullptr, environment, flags);
-  refuseShardedTraining(settings);
+  refuseUnsupportedTraining(settings);
+  parallelStrategyOf(settings, trainingMode(settings), environment); // refuses a conflicting strategy
   LaunchOptions options;
   options.quiet = flags.has("quiet");
   if (config && !options.quiet)

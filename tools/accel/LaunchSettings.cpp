@@ -96,25 +96,28 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
       fsdp("fsdp_ignored_modules", "FSDP_IGNORED_MODULES", ValueRule::text(), "modules FSDP leaves alone"),
       // ZeRO (Accelerate's DeepSpeed flags and deepspeed_config keys).
       toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED",
-             "ZeRO: refused, sharded training is not supported yet (use --multi_gpu)"),
-      deepspeed("zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", ValueRule::wholeNumber(0, 3),
-                "ZeRO stage 0-3"),
+             "ZeRO (distributed_type DEEPSPEED): the runtime's \"zero\" strategy, stage --zero_stage "
+             "(default 2)"),
+      deepspeed(
+          "zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", ValueRule::wholeNumber(0, 3),
+          "ZeRO stage: 0 (replicate), 1 (optimizer state sharded), 2 (and gradients; the default); 3 is "
+          "refused (not supported yet)"),
       deepspeed("offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
-                ValueRule::choice(offloadDevices()), "none, cpu or nvme"),
+                ValueRule::choice(offloadDevices()), "where the optimizer state and step live: none or cpu"),
       deepspeed("offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
-                ValueRule::choice(offloadDevices()), "none, cpu or nvme"),
-      deepspeed("offload_optimizer_nvme_path", "", ValueRule::text(), "NVMe path for optimizer states"),
-      deepspeed("offload_param_nvme_path", "", ValueRule::text(), "NVMe path for parameters"),
+                ValueRule::choice(offloadDevices()), "none only (parameter offload needs stage 3)"),
+      deepspeed("offload_optimizer_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
+      deepspeed("offload_param_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
       deepspeed("gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", ValueRule::number(),
-                "clip gradients' norm"),
+                "clip the gradients' total norm to this in every optimizer step"),
       deepspeed("zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", ValueRule::boolean(),
-                "build the model sharded (stage 3)"),
+                "false only (stage 3)"),
       deepspeed("zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", ValueRule::boolean(),
-                "save 16-bit weights (stage 3)"),
+                "false only (stage 3)"),
       deepspeed("deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", ValueRule::text(),
-                "a DeepSpeed JSON config"),
+                "refused: accelerate-cpp reads no DeepSpeed JSON config"),
       deepspeed("deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
-                ValueRule::text(), "MoE layer classes"),
+                ValueRule::text(), "refused: no DeepSpeed mixture-of-experts"),
   };
   return kSpecs;
 }
@@ -158,7 +161,11 @@ void applyConfig(LaunchSettings& settings, const ConfigDocument& config) {
     settings.set("multi_gpu", "true", SettingSource::ConfigFile);
   if (type == "FSDP")
     settings.set("use_fsdp", "true", SettingSource::ConfigFile);
-  if (type == "DEEPSPEED")
+  // DeepSpeed (ZeRO), as the runtime reads the file: its distributed_type, or a deepspeed_config section
+  // that is not empty (older Accelerate versions write an empty one for every type).
+  const ConfigValue* deepspeed = config.root.find("deepspeed_config");
+  if (type == "DEEPSPEED" ||
+      (deepspeed && deepspeed->kind == ConfigValue::Kind::Map && !deepspeed->entries.empty()))
     settings.set("use_deepspeed", "true", SettingSource::ConfigFile);
   if (type == "MULTI_CPU")
     settings.set("cpu", "true", SettingSource::ConfigFile);
@@ -210,8 +217,8 @@ void applyFlags(LaunchSettings& settings, const ParsedFlags& flags) {
     throw UsageError("use one of --cpu, --multi_gpu, --use_fsdp, --use_deepspeed at a time (got " +
                      flagList(modeFlags) + ")");
   // A mode flag replaces the mode the config file or environment chose, as in Accelerate. --cpu only picks
-  // the device: FSDP or ZeRO from the environment stay on, so they are refused (refuseShardedTraining)
-  // rather than run as DDP.
+  // the device: ZeRO stays on (the runtime runs it on CPUs too), and FSDP stays on so that it is refused
+  // (refuseUnsupportedTraining) rather than run as DDP.
   if (modeFlags.empty())
     return;
   for (const std::string mode : {"multi_gpu", "use_fsdp", "use_deepspeed"})
@@ -231,23 +238,77 @@ LaunchSettings resolveLaunchSettings(const ConfigDocument* config, const Environ
   return settings;
 }
 
-void refuseShardedTraining(const LaunchSettings& settings) {
-  struct Mode {
-    std::string name, variable, type;
-  };
-  for (const Mode& mode : {Mode{"use_fsdp", "ACCELERATE_USE_FSDP", "FSDP"},
-                           Mode{"use_deepspeed", "ACCELERATE_USE_DEEPSPEED", "DEEPSPEED"}}) {
-    if (!settings.isTrue(mode.name))
-      continue;
-    switch (settings.sourceOf(mode.name).value_or(SettingSource::Flag)) {
+std::string describeSetting(const LaunchSettings& settings, const std::string& name) {
+  auto value = settings.get(name);
+  if (!value)
+    return "";
+  const auto& specs = launchSettingSpecs();
+  auto spec = std::find_if(specs.begin(), specs.end(), [&](const SettingSpec& s) { return s.name == name; });
+  switch (settings.sourceOf(name).value_or(SettingSource::Flag)) {
+  case SettingSource::Environment:
+    return spec->environmentVariable + "=" + *value + " in the environment";
+  case SettingSource::ConfigFile:
+    if (spec->configKey.empty()) // the mode toggles: set by distributed_type (or a deepspeed_config section)
+      return name == "use_deepspeed" ? "the config file's DeepSpeed settings"
+                                     : "distributed_type in the config file";
+    return spec->configKey + " " + *value + " in the config file";
+  case SettingSource::Flag:
+    break;
+  }
+  return spec->toggle ? "--" + name : "--" + name + " " + *value;
+}
+
+void refuseUnsupportedTraining(const LaunchSettings& settings) {
+  if (settings.isTrue("use_fsdp")) {
+    switch (settings.sourceOf("use_fsdp").value_or(SettingSource::Flag)) {
     case SettingSource::Environment:
-      throw UsageError(shardedTrainingRefusal(mode.variable + "=true in the environment"));
+      throw UsageError(fsdpRefusal("ACCELERATE_USE_FSDP=true in the environment"));
     case SettingSource::ConfigFile: // a file asking for it is refused when read; kept for completeness
-      throw UsageError(shardedTrainingRefusal("distributed_type " + mode.type));
+      throw UsageError(fsdpRefusal("distributed_type FSDP"));
     case SettingSource::Flag:
-      throw UsageError(shardedTrainingRefusal("--" + mode.name));
+      throw UsageError(fsdpRefusal("--use_fsdp"));
     }
   }
+  // A config file's values were checked when it was read (ConfigFile.cpp); these come from the environment
+  // or flags.
+  if (settings.get("zero_stage") == std::optional<std::string>("3"))
+    throw UsageError(describeSetting(settings, "zero_stage") + " " + kZeroStage3Refusal);
+  if (settings.get("offload_optimizer_device") == std::optional<std::string>("nvme"))
+    throw UsageError(describeSetting(settings, "offload_optimizer_device") +
+                     ": accelerate-cpp does not offload to NVMe (use none or cpu)");
+  for (const UnsupportedDeepSpeedKey& key : unsupportedDeepSpeedKeys())
+    if (auto value = settings.get(key.name); value && !key.problem.empty() && *value != key.defaultValue)
+      throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
+}
+
+int zeroStageOf(const LaunchSettings& settings, TrainingMode mode) {
+  auto stage = settings.get("zero_stage");
+  if (mode == TrainingMode::DeepSpeed)
+    return stage ? std::stoi(*stage) : 2;
+  if (stage && settings.sourceOf("zero_stage") == SettingSource::Environment)
+    return std::stoi(*stage);
+  return 0;
+}
+
+std::string parallelStrategyOf(const LaunchSettings& settings, TrainingMode mode,
+                               const Environment& environment) {
+  const int stage = zeroStageOf(settings, mode);
+  std::string stageOrigin = describeSetting(settings, "zero_stage");
+  if (stageOrigin.empty())
+    stageOrigin = describeSetting(settings, "use_deepspeed") + " (Accelerate's default zero_stage 2)";
+  auto named = environment.get("ACCELERATE_PARALLEL_STRATEGY");
+  if (!named || named->empty())
+    return stage == 1 || stage == 2 ? "zero" : "ddp";
+  const std::string strategyOrigin = "ACCELERATE_PARALLEL_STRATEGY=" + *named + " in the environment";
+  if (*named != "zero" && (stage == 1 || stage == 2))
+    throw UsageError(
+        strategyOrigin + " conflicts with " + stageOrigin +
+        ": a ZeRO stage of 1 or 2 runs the zero strategy (unset the variable, or set zero_stage 0 "
+        "to replicate the model)");
+  if (*named == "zero" && stage == 0 && settings.get("zero_stage"))
+    throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
+                     ", which means no sharding (set zero_stage 1 or 2, or unset the variable)");
+  return *named;
 }
 
 // ------------------------------------------------------------------------------------------- exporting

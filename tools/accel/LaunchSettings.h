@@ -57,9 +57,25 @@ enum class TrainingMode { Plain, Fsdp, DeepSpeed };
 LaunchSettings resolveLaunchSettings(const ConfigDocument* config, const Environment& environment,
                                      const ParsedFlags& flags);
 
-/// Throws UsageError (shardedTrainingRefusal) when `settings` ask for FSDP or ZeRO (--use_fsdp,
-/// --use_deepspeed, ACCELERATE_USE_FSDP, ACCELERATE_USE_DEEPSPEED): sharded training is not supported yet.
-void refuseShardedTraining(const LaunchSettings& settings);
+/// Throws UsageError for what `settings` ask that accelerate-cpp does not run, naming the flag, variable or
+/// config key: FSDP (--use_fsdp, ACCELERATE_USE_FSDP; fsdpRefusal), ZeRO stage 3, and the DeepSpeed settings
+/// of unsupportedDeepSpeedKeys() (ConfigFile.h) with another value than their default.
+void refuseUnsupportedTraining(const LaunchSettings& settings);
+
+/// The ZeRO stage the ranks run with: under DeepSpeed (`mode`) the stage set, else Accelerate's default 2;
+/// otherwise a stage from the environment (the ranks inherit it), else 0.
+int zeroStageOf(const LaunchSettings& settings, TrainingMode mode);
+
+/// Where a setting came from, for messages: "--zero_stage 2", "ACCELERATE_DEEPSPEED_ZERO_STAGE=2 in the
+/// environment", "deepspeed_config.zero_stage 2 in the config file"; "" when it is not set.
+std::string describeSetting(const LaunchSettings& settings, const std::string& name);
+
+/// The parallel strategy the runtime selects for `settings` (runtime/config.cpp's rule): the one named by
+/// ACCELERATE_PARALLEL_STRATEGY in `environment` when set, else "zero" for a ZeRO stage of 1 or 2, else
+/// "ddp". Throws UsageError, naming both, when that variable names another strategy than "zero" with a ZeRO
+/// stage of 1 or 2, or "zero" with DeepSpeed's zero_stage 0 set explicitly.
+std::string parallelStrategyOf(const LaunchSettings& settings, TrainingMode mode,
+                               const Environment& environment);
 
 /// The ACCELERATE_* / FSDP_* / CUDA_VISIBLE_DEVICES variables every rank gets for `settings` in `mode`, as
 /// Hugging Face's `accelerate launch` spells them (accelerate/utils/launch.py). `config` (may be null)
