@@ -84,7 +84,8 @@ ACCELERATE_OPTION(bool, debug, debug, false,
 ACCELERATE_OPTION(std::string, parallel_strategy, parallel_strategy, "ddp",
                   "ACCELERATE_PARALLEL_STRATEGY", unmapped, any_value,
                   "the parallel strategy: `\"ddp\"` (replicate the model on every process) or `\"zero\"` (ZeRO, "
-                  "stage `zero_stage`); a `zero_stage` of 1 or 2 set anywhere selects `\"zero\"` unless this is set")
+                  "stage `zero_stage`, 2 when none is set); a `zero_stage` of 1 or 2 set anywhere selects "
+                  "`\"zero\"`, and another strategy set with it is refused")
 ACCELERATE_OPTION(int, zero_stage, zero_stage, 0,
                   "ACCELERATE_DEEPSPEED_ZERO_STAGE", "deepspeed_config.zero_stage", one_of_zero_stages,
                   "ZeRO stage: 0 (off: replicate), 1 (optimizer state sharded), 2 (and gradients sharded); 3 is "
