@@ -1,0 +1,303 @@
+// Memory and step time of one training job under DDP, ZeRO-1 and ZeRO-2, measured per process.
+//
+//   accel launch --cpu --num_processes 2 build/bin/bench_zero_memory --strategy ddp|zero1|zero2
+//       [--width W] [--layers L] [--batch B] [--steps N] [--warmup K]
+//
+// (bench/zero_memory.py runs the three strategies one after another and prints the ratios to DDP.)
+//
+// An MLP of L Linear(W, W) layers (tanh between them; default 8 x 2900 x 2900, 67.3 M parameters, so AdamW's
+// two fp32 moments are 0.54 GB replicated) trained with the prepared AdamW on a fixed batch of B rows
+// (default 4) against an MSE target, one intra-op thread per process, K warm-up and N timed steps. Every CPU
+// tensor is counted: a counting allocator wrapping libtorch's default CPU allocator is installed before any
+// tensor exists and keeps the live bytes and the peak of the live bytes. Each process measures:
+//
+//   - optimizer state: the live bytes the first `optimizer.step()` leaves behind (live after it minus live
+//     before it), and as the cross-check the sum of `nbytes()` of the tensors in the libtorch optimizer's
+//     state (`optimizer.unwrap().state()`: exp_avg and exp_avg_sq, max_exp_avg_sq where defined);
+//   - gradient peak: the highest live bytes during `accelerator.backward` + `optimizer.step()` minus the live
+//     bytes just before backward, the largest over the steps after the first (the first one also allocates
+//     the optimizer state); and the bytes of the whole gradients left after backward (the sum of `nbytes()`
+//     of the defined `.grad()` of the parameters). Under ZeRO-2 that sum is 0: backward reduce-scatters each
+//     gradient into this process's share and drops the whole one. The shares are tensors of the runtime's
+//     own, made by the same CPU allocator, so they are in the live bytes and the peak (the gradient peak of
+//     ZeRO-2 is its shares plus the whole gradients in flight while backward runs), not in the `.grad()` sum;
+//   - the peak live bytes of the whole run, and the peak resident set (VmHWM of /proc/self/status) as the
+//     cross-check (it also counts the library code, the shared-memory segments and Gloo's buffers, which
+//     are not tensors);
+//   - the median time of one whole step (zero_grad, forward, backward, step) over the timed steps.
+//
+// Rank 0 gathers the figures of every process and prints a table and one `ZERO_MEMORY_RESULT {json}` line.
+#include <accelerate/accelerate.h>
+
+#include <c10/core/CPUAllocator.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Live bytes of every CPU tensor and their peak; plain atomics, so tensors freed after `main` returns still
+// find them (no destructor runs).
+std::atomic<int64_t> live_bytes{0};
+std::atomic<int64_t> peak_bytes{0};
+
+void count_allocation(int64_t bytes) {
+  const int64_t live = live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = peak_bytes.load(std::memory_order_relaxed);
+  while (live > peak && !peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+/// The peak starts again from the bytes live now.
+void reset_peak() {
+  peak_bytes.store(live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+/// Wraps the default CPU allocator: each allocation carries its size in the DataPtr's context, which the
+/// deleter subtracts before handing the memory back to the wrapped allocator's own deleter.
+class CountingAllocator final : public c10::Allocator {
+public:
+  explicit CountingAllocator(c10::Allocator* wrapped) : wrapped_(wrapped) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = wrapped_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    auto* context = new Allocation{std::move(inner), static_cast<int64_t>(n)};
+    count_allocation(context->bytes);
+    return {data, context, &release, device};
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    wrapped_->copy_data(dest, src, count);
+  }
+
+private:
+  struct Allocation {
+    c10::DataPtr inner;
+    int64_t bytes;
+  };
+
+  static void release(void* context) {
+    auto* allocation = static_cast<Allocation*>(context);
+    live_bytes.fetch_sub(allocation->bytes, std::memory_order_relaxed);
+    delete allocation; // the wrapped allocator's deleter frees the memory
+  }
+
+  c10::Allocator* wrapped_;
+};
+
+/// VmHWM of /proc/self/status (the peak resident set), in bytes; -1 where it cannot be read.
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      return std::stoll(line.substr(6)) * 1024; // "VmHWM:   123456 kB"
+    }
+  }
+  return -1;
+}
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl(int64_t width, int layers) {
+    for (int i = 0; i < layers; ++i) {
+      linears.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(width, width)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (size_t i = 0; i < linears.size(); ++i) {
+      x = linears[i]->forward(x);
+      if (i + 1 < linears.size()) {
+        x = torch::tanh(x);
+      }
+    }
+    return x;
+  }
+  std::vector<torch::nn::Linear> linears;
+};
+TORCH_MODULE(Mlp);
+
+int64_t optimizer_state_nbytes(torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  auto add = [&](const torch::Tensor& tensor) { bytes += tensor.defined() ? tensor.nbytes() : 0; };
+  for (const auto& [key, slot] : optimizer.state()) {
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(slot.get())) {
+      add(adamw->exp_avg());
+      add(adamw->exp_avg_sq());
+      add(adamw->max_exp_avg_sq());
+    } else {
+      throw std::runtime_error("bench_zero_memory: an optimizer state entry that is not AdamW's");
+    }
+  }
+  return bytes;
+}
+
+int64_t gradient_nbytes(torch::nn::Module& model) {
+  int64_t bytes = 0;
+  for (const auto& parameter : model.parameters()) {
+    bytes += parameter.grad().defined() ? parameter.grad().nbytes() : 0;
+  }
+  return bytes;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// The figures one process reports, in the order of `kFields`.
+constexpr const char* kFields[] = {"parameters",      "optimizer_state_bytes", "optimizer_state_nbytes",
+                                   "grad_peak_bytes", "grad_after_backward",   "peak_live_bytes",
+                                   "vmhwm_bytes",     "step_median_s"};
+constexpr int kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // Before any tensor: every CPU storage from here on is counted.
+  static CountingAllocator counting(c10::GetDefaultCPUAllocator());
+  c10::SetCPUAllocator(&counting, /*priority=*/std::numeric_limits<uint8_t>::max());
+
+  std::string strategy = "ddp";
+  int64_t width = 2900, batch = 4;
+  int layers = 8, steps = 5, warmup = 2;
+  for (int i = 1; i < argc; ++i) {
+    auto value = [&](const char* name) -> const char* {
+      if (!std::strcmp(argv[i], name) && i + 1 < argc) {
+        return argv[++i];
+      }
+      return nullptr;
+    };
+    if (const char* v = value("--strategy")) {
+      strategy = v;
+    } else if (const char* v = value("--width")) {
+      width = std::stoll(v);
+    } else if (const char* v = value("--layers")) {
+      layers = std::stoi(v);
+    } else if (const char* v = value("--batch")) {
+      batch = std::stoll(v);
+    } else if (const char* v = value("--steps")) {
+      steps = std::stoi(v);
+    } else if (const char* v = value("--warmup")) {
+      warmup = std::stoi(v);
+    } else {
+      std::cerr
+          << "bench_zero_memory: unknown argument '" << argv[i]
+          << "' (use --strategy ddp|zero1|zero2, --width W, --layers L, --batch B, --steps N, --warmup K)\n";
+      return 2;
+    }
+  }
+  if (steps < 1 || warmup < 0 || warmup + steps < 2 || layers < 1 || width < 1 || batch < 1) {
+    std::cerr << "bench_zero_memory: needs --steps >= 1, --warmup >= 0 and at least 2 steps in all\n";
+    return 2;
+  }
+  auto options = accelerate::AcceleratorOptions().cpu(true);
+  if (strategy == "ddp") {
+    options.parallel_strategy("ddp");
+  } else if (strategy == "zero1" || strategy == "zero2") {
+    options.parallel_strategy("zero").zero_stage(strategy == "zero1" ? 1 : 2);
+  } else {
+    std::cerr << "bench_zero_memory: --strategy is ddp, zero1 or zero2, not '" << strategy << "'\n";
+    return 2;
+  }
+  at::set_num_threads(1);
+
+  accelerate::Accelerator accelerator(options);
+  torch::manual_seed(0);
+  Mlp model(width, layers);
+  accelerator.prepare(model);
+  auto optimizer =
+      accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-4)));
+  int64_t parameters = 0;
+  for (const auto& parameter : model->parameters()) {
+    parameters += parameter.numel();
+  }
+  // One fixed batch per process (each its own rows, as a prepared loader would give).
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + accelerator.process_index());
+  const auto input = at::randn({batch, width}, generator);
+  const auto target = at::randn({batch, width}, generator);
+
+  int64_t optimizer_state_bytes = 0, grad_peak_bytes = 0, grad_after_backward = 0;
+  std::vector<double> step_seconds;
+  double first_loss = 0, last_loss = 0;
+  for (int step = 0; step < warmup + steps; ++step) {
+    const auto start = Clock::now();
+    optimizer.zero_grad();
+    auto loss = torch::mse_loss(model->forward(input), target);
+    const int64_t before_backward = live_bytes.load();
+    reset_peak();
+    accelerator.backward(loss);
+    grad_after_backward = gradient_nbytes(*model);
+    const int64_t before_step = live_bytes.load();
+    optimizer.step();
+    if (step == 0) {
+      optimizer_state_bytes = live_bytes.load() - before_step;
+    } else {
+      grad_peak_bytes = std::max(grad_peak_bytes, peak_bytes.load() - before_backward);
+    }
+    const double value = loss.item<double>();
+    loss = torch::Tensor();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    (step == 0 ? first_loss : last_loss) = value;
+    if (step >= warmup) {
+      step_seconds.push_back(seconds);
+    }
+  }
+  const double figures[kFieldCount] = {static_cast<double>(parameters),
+                                       static_cast<double>(optimizer_state_bytes),
+                                       static_cast<double>(optimizer_state_nbytes(optimizer.unwrap())),
+                                       static_cast<double>(grad_peak_bytes),
+                                       static_cast<double>(grad_after_backward),
+                                       static_cast<double>(peak_bytes.load()),
+                                       static_cast<double>(peak_resident_bytes()),
+                                       median(step_seconds)};
+  // The gather's own tensors come after every figure is taken.
+  const auto all =
+      accelerator.gather(torch::tensor(std::vector<double>(figures, figures + kFieldCount), torch::kFloat64)
+                             .reshape({1, kFieldCount}));
+  if (!accelerator.is_main_process()) {
+    return 0;
+  }
+  const auto table = all.accessor<double, 2>();
+  const double mb = 1e6;
+  std::cout << "strategy " << strategy << ", " << accelerator.num_processes()
+            << " processes x 1 intra-op thread; " << layers << " x Linear(" << width << ", " << width << "), "
+            << parameters / 1e6 << " M parameters, batch " << batch << ", AdamW; " << warmup << " warm-up + "
+            << steps << " timed steps; loss " << first_loss << " -> " << last_loss << " (rank 0)\n"
+            << std::left << std::setw(6) << "rank" << std::right << std::setw(14) << "opt state MB"
+            << std::setw(14) << "(nbytes) MB" << std::setw(14) << "grad peak MB" << std::setw(14)
+            << ".grad MB" << std::setw(14) << "peak live MB" << std::setw(14) << "VmHWM MB" << std::setw(12)
+            << "step ms" << "\n";
+  std::ostringstream json;
+  json << std::setprecision(17) << "{\"strategy\": \"" << strategy
+       << "\", \"processes\": " << accelerator.num_processes() << ", \"ranks\": [";
+  for (int64_t rank = 0; rank < table.size(0); ++rank) {
+    std::cout << std::left << std::setw(6) << rank << std::right << std::fixed << std::setprecision(1);
+    for (int field = 1; field < kFieldCount - 1; ++field) {
+      std::cout << std::setw(14) << table[rank][field] / mb;
+    }
+    std::cout << std::setw(12) << std::setprecision(2) << table[rank][kFieldCount - 1] * 1e3 << "\n";
+    json << (rank ? ", {" : "{");
+    for (int field = 0; field < kFieldCount; ++field) {
+      json << (field ? ", \"" : "\"") << kFields[field] << "\": " << table[rank][field];
+    }
+    json << "}";
+  }
+  json << "]}";
+  std::cout << "ZERO_MEMORY_RESULT " << json.str() << std::endl;
+  return 0;
+}
