@@ -140,16 +140,6 @@ void install_uncaught_exception_report() {
 #endif
 }
 
-std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {
-  std::vector<torch::Tensor> gradients;
-  for (const auto& parameter : parameters) {
-    if (parameter.grad().defined()) {
-      gradients.push_back(parameter.grad());
-    }
-  }
-  return gradients;
-}
-
 } // namespace
 
 Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<detail::AcceleratorState>()) {
@@ -277,6 +267,9 @@ std::string Accelerator::state() const {
                 : "gloo")
         << "\n";
   }
+  if (auto strategy = state_->engine->describe(); !strategy.empty()) {
+    out << strategy << "\n";
+  }
   out << detail::describe(state_->config);
   return out.str();
 }
@@ -325,6 +318,7 @@ Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer
   prepared->fused = detail::fused_kind_of(*prepared->optimizer);
   prepared->num_processes = num_processes();
   prepared->engine = state_->engine;
+  prepared->clip_norm = state_->config.gradient_clipping;
   state_->engine->prepare_optimizer(*prepared);
   state_->precision->attach(prepared);
   state_->optimizers.push_back(prepared);
@@ -368,6 +362,9 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
   const auto& accumulating = training.accumulating;
   const bool window_ends = gradients.sync_gradients;
   auto synchronises = [&](detail::PreparedModel* model) {
+    if (model->synchronises_every_backward()) {
+      return true;
+    }
     return !model->no_sync &&
            (window_ends || (!accumulating.empty() && std::find(accumulating.begin(), accumulating.end(),
                                                                model) == accumulating.end()));
@@ -477,29 +474,15 @@ Accelerator::NoSyncGuard::~NoSyncGuard() {
 
 torch::Tensor Accelerator::clip_grad_norm_(const std::vector<torch::Tensor>& parameters, double max_norm,
                                            double norm_type) {
-  auto gradients = gradients_of(parameters);
-  if (gradients.empty()) {
-    return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(state_->device));
-  }
-  torch::NoGradGuard no_grad;
-  // fp16: unscales first (or, mid-window, says which loss scale the gradients still carry).
-  auto loss_scale = state_->precision->prepare_gradients_for_clipping(state_->gradient_state->sync_gradients);
-  // Inside an accumulation window the gradients are sums over its micro-steps; the norm is of their mean.
-  const double micro_steps = std::max(state_->gradient_state->micro_steps_in_window, 1);
-  auto total = state_->engine->gradient_norm(gradients, norm_type) / micro_steps;
-  if (loss_scale) {
-    total = total / *loss_scale;
-  }
-  auto coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  at::_foreach_mul_(gradients, coefficient);
-  return total;
+  return detail::clip_gradient_norm(*state_->engine, *state_->precision, *state_->gradient_state, parameters,
+                                    max_norm, norm_type);
 }
 
 void Accelerator::clip_grad_value_(const std::vector<torch::Tensor>& parameters, double clip_value) {
   torch::NoGradGuard no_grad;
   auto loss_scale = state_->precision->prepare_gradients_for_clipping(state_->gradient_state->sync_gradients);
   const double bound = clip_value * std::max(state_->gradient_state->micro_steps_in_window, 1);
-  for (auto& gradient : gradients_of(parameters)) {
+  for (auto& gradient : state_->engine->gradients(parameters)) {
     if (loss_scale) {
       auto scaled_bound = *loss_scale * bound;
       gradient.clamp_(-scaled_bound, scaled_bound);

@@ -233,6 +233,12 @@ public:
 
   std::string name() const override { return "ddp"; }
 
+  /// "ddp" and "zero" checkpoints hold whole models, and optimizer state either whole or in per-process
+  /// shares, both of which the optimizers' component reads into either strategy at any world size.
+  bool reads_checkpoints_of(const std::string& strategy) const override {
+    return strategy == "ddp" || strategy == "zero";
+  }
+
   std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) override {
     place_and_broadcast(model);
     const auto& job = context();

@@ -61,6 +61,25 @@ struct StepScaling {
   }
 };
 
+/// What one parameter's step updates: the whole parameter and its `.grad()`, or, under a sharded strategy,
+/// this process's share of it (both undefined when none of it is stepped here).
+struct Stepped {
+  torch::Tensor values;
+  torch::Tensor gradient;
+};
+
+Stepped stepped_part(const OptimizerState& state, const torch::Tensor& param) {
+  if (state.engine) {
+    if (auto share = state.engine->share(param)) {
+      if (share->values.numel() == 0) {
+        return {};
+      }
+      return {share->values, share->gradient};
+    }
+  }
+  return {param, param.grad()};
+}
+
 /// Adam and AdamW through `_fused_adam_` / `_fused_adamw_`, with the state kept in libtorch's own param state
 /// type. Appends the stepped parameters' keys to `stepped` (their step counts roll back if fp16 skips).
 template <typename Options, typename ParamState>
@@ -74,17 +93,18 @@ void fused_adam_step(OptimizerState& state, const StepScaling& scaling, bool dec
         group_index < state.graph_lrs.size() ? &state.graph_lrs[group_index] : nullptr;
     std::map<BatchKey, FusedBatch, BatchKeyLess> batches;
     for (auto& param : group.params()) {
-      if (!param.grad().defined()) {
+      const auto [values, gradient] = stepped_part(state, param);
+      if (!gradient.defined()) {
         continue;
       }
       auto& slot = optimizer.state()[param.unsafeGetTensorImpl()];
       if (!slot) {
         auto fresh = std::make_unique<ParamState>();
         fresh->step(0);
-        fresh->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+        fresh->exp_avg(torch::zeros_like(values, torch::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(values, torch::MemoryFormat::Preserve));
         if (options.amsgrad()) {
-          fresh->max_exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+          fresh->max_exp_avg_sq(torch::zeros_like(values, torch::MemoryFormat::Preserve));
         }
         slot = std::move(fresh);
       }
@@ -93,14 +113,14 @@ void fused_adam_step(OptimizerState& state, const StepScaling& scaling, bool dec
       auto& [step_tensor, step_seen] = state.step_tensors[param.unsafeGetTensorImpl()];
       if (!step_tensor.defined() || step_seen != adam.step()) {
         step_tensor = torch::full({}, static_cast<float>(adam.step()),
-                                  torch::TensorOptions(torch::kFloat32).device(param.device()));
+                                  torch::TensorOptions(torch::kFloat32).device(values.device()));
       }
       step_seen = adam.step() + 1;
       adam.step(adam.step() + 1);
       stepped.push_back(param.unsafeGetTensorImpl());
-      auto& batch = batches[{param.device(), param.scalar_type()}];
-      batch.params.push_back(param);
-      batch.grads.push_back(param.grad());
+      auto& batch = batches[{values.device(), values.scalar_type()}];
+      batch.params.push_back(values);
+      batch.grads.push_back(gradient);
       batch.first_moments.push_back(adam.exp_avg());
       batch.second_moments.push_back(adam.exp_avg_sq());
       if (options.amsgrad()) {
@@ -152,7 +172,7 @@ bool fused_sgd_possible(const OptimizerState& state) {
     size_t with_buffer = 0;
     size_t with_grad = 0;
     for (auto& param : group.params()) {
-      if (!param.grad().defined()) {
+      if (!stepped_part(state, param).gradient.defined()) {
         continue;
       }
       ++with_grad;
@@ -182,7 +202,7 @@ void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
     std::map<BatchKey, FusedBatch, BatchKeyLess> batches;
     bool first_step = momentum;
     for (auto& param : group.params()) {
-      if (!param.grad().defined() || !momentum) {
+      if (!momentum || !stepped_part(state, param).gradient.defined()) {
         continue;
       }
       auto it = optimizer.state().find(param.unsafeGetTensorImpl());
@@ -192,12 +212,13 @@ void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
       }
     }
     for (auto& param : group.params()) {
-      if (!param.grad().defined()) {
+      const auto [values, gradient] = stepped_part(state, param);
+      if (!gradient.defined()) {
         continue;
       }
-      auto& batch = batches[{param.device(), param.scalar_type()}];
-      batch.params.push_back(param);
-      batch.grads.push_back(param.grad());
+      auto& batch = batches[{values.device(), values.scalar_type()}];
+      batch.params.push_back(values);
+      batch.grads.push_back(gradient);
       if (momentum) {
         auto& slot = optimizer.state()[param.unsafeGetTensorImpl()];
         if (!slot) {
@@ -205,7 +226,7 @@ void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
         }
         auto& sgd = static_cast<torch::optim::SGDParamState&>(*slot);
         if (!sgd.momentum_buffer().defined()) {
-          sgd.momentum_buffer(torch::zeros_like(param, torch::MemoryFormat::Preserve));
+          sgd.momentum_buffer(torch::zeros_like(values, torch::MemoryFormat::Preserve));
         }
         batch.first_moments.push_back(sgd.momentum_buffer());
       }
@@ -340,16 +361,114 @@ FusedKind fused_kind_of(const torch::optim::Optimizer& optimizer) {
   return FusedKind::None;
 }
 
-std::vector<torch::Tensor> optimizer_gradients(const torch::optim::Optimizer& optimizer) {
-  std::vector<torch::Tensor> gradients;
-  for (const auto& group : optimizer.param_groups()) {
-    for (const auto& param : group.params()) {
-      if (param.grad().defined()) {
-        gradients.push_back(param.grad());
-      }
-    }
+std::vector<torch::Tensor> optimizer_gradients(const OptimizerState& state) {
+  std::vector<torch::Tensor> parameters;
+  for (const auto& group : state.optimizer->param_groups()) {
+    parameters.insert(parameters.end(), group.params().begin(), group.params().end());
   }
-  return gradients;
+  return state.engine->gradients(parameters);
+}
+
+namespace {
+
+template <typename ParamState>
+void map_adam_tensors(ParamState& adam,
+                      const std::function<torch::Tensor(const std::string&, const torch::Tensor&)>& fn) {
+  adam.exp_avg(fn("exp_avg", adam.exp_avg()));
+  adam.exp_avg_sq(fn("exp_avg_sq", adam.exp_avg_sq()));
+  if (adam.max_exp_avg_sq().defined() && adam.max_exp_avg_sq().numel() > 0) {
+    adam.max_exp_avg_sq(fn("max_exp_avg_sq", adam.max_exp_avg_sq()));
+  }
+}
+
+template <typename ParamState>
+std::unique_ptr<torch::optim::OptimizerParamState>
+make_adam_state(const std::map<std::string, torch::Tensor>& tensors, int64_t step) {
+  auto state = std::make_unique<ParamState>();
+  state->step(step);
+  state->exp_avg(tensors.at("exp_avg"));
+  state->exp_avg_sq(tensors.at("exp_avg_sq"));
+  if (auto found = tensors.find("max_exp_avg_sq"); found != tensors.end()) {
+    state->max_exp_avg_sq(found->second);
+  }
+  return state;
+}
+
+} // namespace
+
+void map_state_tensors(FusedKind kind, torch::optim::OptimizerParamState& state,
+                       const std::function<torch::Tensor(const std::string&, const torch::Tensor&)>& fn) {
+  switch (kind) {
+  case FusedKind::AdamW:
+    map_adam_tensors(static_cast<torch::optim::AdamWParamState&>(state), fn);
+    break;
+  case FusedKind::Adam:
+    map_adam_tensors(static_cast<torch::optim::AdamParamState&>(state), fn);
+    break;
+  case FusedKind::SGD: {
+    auto& sgd = static_cast<torch::optim::SGDParamState&>(state);
+    if (sgd.momentum_buffer().defined()) {
+      sgd.momentum_buffer(fn("momentum_buffer", sgd.momentum_buffer()));
+    }
+    break;
+  }
+  case FusedKind::None:
+    break;
+  }
+}
+
+std::unique_ptr<torch::optim::OptimizerParamState>
+make_parameter_state(FusedKind kind, const std::map<std::string, torch::Tensor>& tensors, int64_t step) {
+  switch (kind) {
+  case FusedKind::AdamW:
+    return make_adam_state<torch::optim::AdamWParamState>(tensors, step);
+  case FusedKind::Adam:
+    return make_adam_state<torch::optim::AdamParamState>(tensors, step);
+  case FusedKind::SGD: {
+    auto state = std::make_unique<torch::optim::SGDParamState>();
+    if (auto found = tensors.find("momentum_buffer"); found != tensors.end()) {
+      state->momentum_buffer(found->second);
+    }
+    return state;
+  }
+  case FusedKind::None:
+    break;
+  }
+  throw std::logic_error("accelerate: make_parameter_state: an optimizer without a fused kind");
+}
+
+int64_t parameter_state_step(FusedKind kind, const torch::optim::OptimizerParamState& state) {
+  if (kind == FusedKind::AdamW) {
+    return static_cast<const torch::optim::AdamWParamState&>(state).step();
+  }
+  if (kind == FusedKind::Adam) {
+    return static_cast<const torch::optim::AdamParamState&>(state).step();
+  }
+  return 0;
+}
+
+torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision, const GradientState& gradient_state,
+                                 const std::vector<torch::Tensor>& parameters, double max_norm, double norm_type) {
+  // The strategy's gradients of these parameters (this process's shares under ZeRO-2, which gradient_norm
+  // then measures across processes: every process takes part, whether it holds any or not).
+  auto gradients = engine.gradients(parameters);
+  if (gradients.empty() && !engine.shards_optimizer_state()) {
+    return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(engine.context().device));
+  }
+  torch::NoGradGuard no_grad;
+  // fp16: unscales first (or, mid-window, says which loss scale the gradients still carry).
+  auto loss_scale = precision.prepare_gradients_for_clipping(gradient_state.sync_gradients);
+  // Inside an accumulation window the gradients are sums over its micro-steps; the norm is of their mean.
+  const double micro_steps = std::max(gradient_state.micro_steps_in_window, 1);
+  auto total = engine.gradient_norm(gradients, norm_type) / micro_steps;
+  if (loss_scale) {
+    total = total / *loss_scale;
+  }
+  auto coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  if (!gradients.empty()) {
+    at::_foreach_mul_(gradients, coefficient);
+  }
+  return total;
 }
 
 void resolve_pending_step(OptimizerState& state) {
@@ -404,6 +523,14 @@ void Optimizer::step() {
         "loss.backward() ran. Call accelerator.backward(loss) instead, so every process steps on the same "
         "averaged gradients");
   }
+  if (state.clip_norm > 0) {
+    // gradient_clipping: every step clips the whole model's gradients to this norm, as DeepSpeed does.
+    std::vector<torch::Tensor> parameters;
+    for (const auto& group : state.optimizer->param_groups()) {
+      parameters.insert(parameters.end(), group.params().begin(), group.params().end());
+    }
+    detail::clip_gradient_norm(*state.engine, *state.precision, gradients, parameters, state.clip_norm, 2.0);
+  }
   detail::StepScaling scaling;
   scaling.micro_steps = std::max(gradients.micro_steps_in_window, 1);
   const bool fused = detail::fused_step_possible(state);
@@ -418,7 +545,7 @@ void Optimizer::step() {
     if (scaler != nullptr) {
       if (carries_scale) {
         // Check only (multiply by 1): the kernel divides by scale x micro-steps itself, as torch.amp does.
-        found_inf = scaler->check_and_unscale(detail::optimizer_gradients(*state.optimizer),
+        found_inf = scaler->check_and_unscale(detail::optimizer_gradients(state),
                                               torch::ones({}, scaler->scale_tensor().options()));
         scaling.loss_scale = scaler->scale_tensor();
       }
@@ -450,11 +577,18 @@ void Optimizer::step() {
       detail::defer_skip_decision(state, found_inf, std::move(stepped));
     }
   } else {
+    if (state.engine->shards_optimizer_state()) {
+      throw std::logic_error(
+          "accelerate: optimizer.step(): under parallel_strategy '" + state.engine->name() +
+          "' every step runs through ATen's fused kernels over this process's share, but this SGD has a "
+          "param "
+          "group whose momentum buffers exist for some parameters only (a group added after the first step); "
+          "add every param group before the first step");
+    }
     bool skip = false;
     if (scaler != nullptr) {
       if (carries_scale) {
-        found_inf =
-            scaler->check_and_unscale(detail::optimizer_gradients(*state.optimizer), scaler->inverse_scale());
+        found_inf = scaler->check_and_unscale(detail::optimizer_gradients(state), scaler->inverse_scale());
       }
       scaler->reduce_across_processes(found_inf);
       skip = found_inf.item<float>() != 0.0f; // libtorch's own step cannot read a device flag
@@ -498,6 +632,9 @@ void Optimizer::zero_grad(bool set_to_none) {
         gradient.requires_grad_(false);
       }
       gradient.zero_();
+    }
+    for (auto& parameter : group.params()) {
+      state_->engine->zero_share_gradient(parameter, set_to_none);
     }
   }
   state_->unscaled_found_inf = torch::Tensor(); // fresh gradients carry the loss scale again

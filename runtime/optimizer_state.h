@@ -5,7 +5,10 @@
 
 #include <accelerate/gradient_state.h>
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -53,6 +56,8 @@ struct OptimizerState {
   /// group, on the device, that the fused kernels read instead of the value baked in at capture, so that a
   /// scheduler stepping between replays still takes effect. Empty otherwise.
   std::vector<torch::Tensor> graph_lrs;
+  /// `gradient_clipping`: the total gradient norm each step clips to first (0: none).
+  double clip_norm = 0;
 };
 
 struct SchedulerState {
@@ -79,8 +84,24 @@ std::vector<std::pair<void*, int64_t>> adam_step_counts(const OptimizerState& st
 /// side of steps a CUDA graph replayed.
 void advance_adam_step_counts(OptimizerState& state, const std::vector<std::pair<void*, int64_t>>& deltas);
 
-/// The defined gradients of every parameter `optimizer` steps.
-std::vector<torch::Tensor> optimizer_gradients(const torch::optim::Optimizer& optimizer);
+/// The gradients of every parameter `state`'s optimizer steps, as the strategy holds them (the defined
+/// `.grad()`s, or this process's shares: `ParallelEngine::gradients`).
+std::vector<torch::Tensor> optimizer_gradients(const OptimizerState& state);
+
+/// Replaces each tensor of one parameter's optimizer state of `kind` (Adam, AdamW: exp_avg, exp_avg_sq and,
+/// with amsgrad, max_exp_avg_sq; SGD: momentum_buffer, when there is one) by `fn(name, tensor)`.
+void map_state_tensors(FusedKind kind, torch::optim::OptimizerParamState& state,
+                       const std::function<torch::Tensor(const std::string&, const torch::Tensor&)>& fn);
+/// A parameter state of `kind` holding `tensors` (by the names above) and, for Adam and AdamW, `step`.
+std::unique_ptr<torch::optim::OptimizerParamState>
+make_parameter_state(FusedKind kind, const std::map<std::string, torch::Tensor>& tensors, int64_t step);
+/// Adam's and AdamW's step count of one parameter's state (0 for SGD).
+int64_t parameter_state_step(FusedKind kind, const torch::optim::OptimizerParamState& state);
+
+/// `Accelerator::clip_grad_norm_` (and `gradient_clipping`'s clip in every step): scales the gradients of
+/// `parameters`, as `engine` holds them, to a total norm of at most `max_norm`; returns the norm before.
+torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision, const GradientState& gradient_state,
+                                 const std::vector<torch::Tensor>& parameters, double max_norm, double norm_type);
 
 /// Reads `state`'s deferred fp16 skip decision, if any (one host read): on a skip, marks the step skipped and
 /// takes it back from the step counters (`GradientState::optimizer_steps`, Adam's per-parameter step).

@@ -19,7 +19,7 @@ struct Registry {
 
 Registry& registry() {
   // The strategies the runtime ships: one line each.
-  static Registry instance{{}, {{"ddp", make_ddp_engine}}};
+  static Registry instance{{}, {{"ddp", make_ddp_engine}, {"zero", make_zero_engine}}};
   return instance;
 }
 
@@ -82,6 +82,16 @@ void PreparedModel::broadcast_buffers() {
 torch::Tensor ParallelEngine::gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) {
   auto stacked = torch::stack(at::_foreach_norm(gradients, norm_type));
   return std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type);
+}
+
+std::vector<torch::Tensor> ParallelEngine::gradients(const std::vector<torch::Tensor>& parameters) {
+  std::vector<torch::Tensor> gradients;
+  for (const auto& parameter : parameters) {
+    if (parameter.grad().defined()) {
+      gradients.push_back(parameter.grad());
+    }
+  }
+  return gradients;
 }
 
 std::unique_ptr<CheckpointComponent>

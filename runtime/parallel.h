@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,10 @@ public:
   /// Makes parameters and buffers equal to process `source`'s (after Join).
   virtual void broadcast_state_from(int source);
 
+  /// Whether every backward through the model must be armed, inside accumulation windows and `no_sync` too:
+  /// a strategy that moves each backward's gradients into per-process shares (ZeRO-2) accumulates there.
+  virtual bool synchronises_every_backward() const { return false; }
+
   /// Suspends synchronisation (`Accelerator::no_sync`).
   bool no_sync = false;
 
@@ -103,6 +108,16 @@ struct ReplicaExpectation {
   bool optimizer_state = true;
 };
 
+/// This process's part of one parameter under a sharded strategy: the elements its optimizer steps.
+struct ParameterShare {
+  /// A 1-D view of those elements, in the parameter's own storage; empty when this process steps none.
+  torch::Tensor values;
+  /// The index of its first element in the flattened parameter.
+  int64_t offset = 0;
+  /// Their gradient (same shape), undefined when there is none.
+  torch::Tensor gradient;
+};
+
 /// The job's parallel strategy, made once in the Accelerator's constructor from `parallel_strategy`. It owns
 /// how a model is prepared, how gradients are synchronised, which parameters each process's optimizer step
 /// updates and what follows it, the gradient norm clipping uses, and what the replica check expects.
@@ -124,8 +139,27 @@ public:
   /// The norm of the gradients of the whole model, from this process's `gradients` (each already divided as
   /// clipping wants): with replicated gradients, the local norm.
   virtual torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type);
+  /// The tensors that hold the gradients of `parameters` on this process: what clipping measures and scales
+  /// and what the fp16 overflow check reads. By default their defined `.grad()`s; a strategy that keeps
+  /// gradients in shares returns those (and measures them with `gradient_norm` across processes).
+  virtual std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& parameters);
+  /// This process's part of `parameter` for its optimizer step, or nullopt when the optimizer steps it whole
+  /// (every parameter of a replicated strategy; a sharded one's parameters outside the models it prepared).
+  virtual std::optional<ParameterShare> share(const torch::Tensor& /*parameter*/) { return std::nullopt; }
+  /// `zero_grad` on `parameter`: a strategy that keeps its share's gradient apart from `.grad()` zeroes it
+  /// (or drops it with `set_to_none`).
+  virtual void zero_share_gradient(const torch::Tensor& /*parameter*/, bool /*set_to_none*/) {}
+  /// Whether the optimizer state is held in shares (checkpoints then hold one file per process).
+  virtual bool shards_optimizer_state() const { return false; }
+  /// After a checkpoint load gave `optimizer` the state of whole parameters: a sharded strategy keeps its
+  /// shares of it.
+  virtual void adopt_optimizer_state(OptimizerState& /*optimizer*/) {}
+  /// Whether a checkpoint written under the strategy named `strategy` loads under this one.
+  virtual bool reads_checkpoints_of(const std::string& strategy) const { return strategy == name(); }
   /// What the replica check may compare.
   virtual ReplicaExpectation replica_expectation() const { return {}; }
+  /// A line for `Accelerator::state()` on what the strategy does in this job (empty: nothing to add).
+  virtual std::string describe() const { return ""; }
   /// Its part of a checkpoint: the component that saves and loads the prepared `models`
   /// (runtime/checkpoint/component.h). By default the replicated one, in which the main process writes each
   /// whole model; a sharded strategy writes each process's share (`ComponentWriter::rank_file`).
@@ -166,5 +200,6 @@ struct ParallelEngineRegistration {
 
 /// The runtime's strategies (one line each in runtime/parallel.cpp's table).
 std::unique_ptr<ParallelEngine> make_ddp_engine(const ParallelContext& context);
+std::unique_ptr<ParallelEngine> make_zero_engine(const ParallelContext& context);
 
 } // namespace accelerate::detail

@@ -298,7 +298,7 @@ std::optional<torch::Tensor> Precision::prepare_gradients_for_clipping(bool sync
   for (auto& weak : optimizers_) {
     if (auto optimizer = weak.lock(); optimizer && !optimizer->unscaled_found_inf.defined()) {
       optimizer->unscaled_found_inf =
-          scaler_->check_and_unscale(optimizer_gradients(*optimizer->optimizer), inverse);
+          scaler_->check_and_unscale(optimizer_gradients(*optimizer), inverse);
     }
   }
   return std::nullopt;

@@ -7,6 +7,8 @@
 
 #include <stdexcept>
 
+#include <ATen/MemoryOverlap.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
@@ -49,6 +51,25 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env,
         "Cause: " +
         what.substr(0, what.find('\n')));
   }
+}
+
+/// Whether the shared-memory collectives take `tensor`: decided from what every process has alike (the
+/// device, the group's CPU backend), as the data-parallel gradient average decides (runtime/ddp.cpp). In
+/// debug mode the CPU backend is the checking wrapper, so these collectives go through c10d, checked.
+bool in_shared_memory(c10d::ProcessGroup& group, const at::Tensor& tensor) {
+  return tensor.device().is_cpu() && uses_shared_memory_allreduce(group.getBackend(c10::DeviceType::CPU));
+}
+
+/// Whether c10d may be handed `part` and `whole` as they are. NCCL documents the in-place layout of its
+/// reduce-scatter and all-gather (`part` is exactly this process's range of `whole`); Gloo documents no
+/// aliasing at all, so on CPU any overlap, and on a GPU any other overlap, goes through a copy.
+bool c10d_takes_aliasing(const at::Tensor& part, const at::Tensor& whole, int rank) {
+  if (at::get_overlap_status(part, whole) == at::MemOverlapStatus::No) {
+    return true;
+  }
+  return part.is_cuda() &&
+         static_cast<const char*>(part.const_data_ptr()) ==
+             static_cast<const char*>(whole.const_data_ptr()) + rank * part.numel() * part.element_size();
 }
 
 /// Every process must agree on the world size: a mismatch would otherwise hang in the rendezvous until the
@@ -118,6 +139,36 @@ void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process
     detached.push_back(tensor.variable_data());
   }
   c10d::broadcast_coalesced(process_group, detached, kBucketBytes, source);
+}
+
+void reduce_scatter_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& output,
+                            const at::Tensor& input) {
+  if (in_shared_memory(*group, input)) {
+    reduce_scatter_average_in_shared_memory(group->getBackend(c10::DeviceType::CPU), output, input);
+    return;
+  }
+  at::NoGradGuard no_grad;
+  at::Tensor whole = input;
+  at::Tensor part = c10d_takes_aliasing(output, input, group->getRank()) ? output : at::empty_like(output);
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  group->_reduce_scatter_base(part, whole, options)->wait();
+  part.div_(group->getSize());
+  if (!part.is_same(output)) {
+    output.copy_(part);
+  }
+}
+
+void all_gather_into(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& output,
+                     const at::Tensor& input) {
+  if (in_shared_memory(*group, input)) {
+    all_gather_in_shared_memory(group->getBackend(c10::DeviceType::CPU), output, input);
+    return;
+  }
+  at::NoGradGuard no_grad;
+  at::Tensor whole = output;
+  at::Tensor part = c10d_takes_aliasing(input, output, group->getRank()) ? input : input.clone();
+  group->_allgather_base(whole, part)->wait();
 }
 
 } // namespace accelerate::detail

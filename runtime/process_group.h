@@ -28,6 +28,22 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
 void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
                            const std::vector<at::Tensor>& tensors, int source);
 
+/// Reduce-scatter with averaging, the gradient step of sharded strategies: process r's `output` (S elements)
+/// becomes the average over the processes of elements [r * S, (r + 1) * S) of their `input` (world * S
+/// elements). Contiguous tensors of one floating dtype on one device, the same S on every process; `output`
+/// may be this process's own range of `input`. CPU tensors go through shared memory when the group's CPU
+/// backend uses it (bit-identical to the shared-memory gradient average of the whole `input`); otherwise
+/// c10d's reduce-scatter sums (Gloo, NCCL) and each process divides its share by the world size.
+void reduce_scatter_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& output,
+                            const at::Tensor& input);
+
+/// All-gather, the parameter step of sharded strategies: `output` (world * S elements) becomes the
+/// concatenation, in rank order, of every process's `input` (S elements). Contiguous tensors of one dtype on
+/// one device, the same S on every process; `input` may be this process's own range of `output` (in place).
+/// CPU tensors go through shared memory when the group's CPU backend uses it, else c10d's all-gather.
+void all_gather_into(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& output,
+                     const at::Tensor& input);
+
 /// A Gloo backend bound to the local address that reaches `master_addr` (or to `GLOO_SOCKET_IFNAME`).
 /// Lives in its own translation unit: see runtime/gloo_shim/README.md.
 c10::intrusive_ptr<c10d::Backend> create_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,

@@ -1,7 +1,8 @@
-// Same-machine all-reduce through one shared-memory segment (see shm_allreduce.h).
+// Same-machine all-reduce, reduce-scatter and all-gather through one shared-memory segment (see
+// shm_allreduce.h).
 //
 // Segment layout: a header (magic, nonce, world size, slot size, the futex word), one RankState per process
-// (the barrier generation it reached, what it is reducing, its pid), then two sets of `world` slots. A chunk
+// (the barrier generation it reached, what it is running, its pid), then two sets of `world` slots. A chunk
 // of the tensor goes through one set: every process copies its chunk, but for its own share r, into its slot;
 // barrier; process r reduces share r (its own tensor's, then the other slots' in rank order) in its tensor
 // and publishes it in its slot; barrier; every process copies share k of slot k, for every other k, back into
@@ -10,6 +11,20 @@
 //
 // `average` runs the same schedule over several tensors seen as one flat array (data-parallel gradients),
 // with the division by the world size folded into the reduction.
+//
+// `reduce_scatter_average` and `all_gather` (sharded strategies) need one barrier per chunk. Reduce-scatter:
+// chunk c holds, for every owner k, piece c of k's range of the input (m = slot / world elements of it, at
+// k * m in the slot); every process copies the pieces the others own into its slot; barrier; process r
+// averages piece c of its range from its own input and the other slots into its output. All-gather: every
+// process copies chunk c of its input (one slot's worth) into its slot; barrier; every process copies every
+// other slot's chunk into its output.
+//
+// Why alternating sets make reuse safe across consecutive collectives of any kind: in every schedule a
+// process reads a chunk's set only between that chunk's first barrier and its own arrival at the next chunk's
+// first barrier, and writes a set only before a chunk's first barrier or between its barriers. So a process
+// writing set s for chunk i + 2 has passed the first barrier of chunk i + 1, which every process reached only
+// after it had finished reading chunk i, the last user of set s. All processes count chunks alike because
+// they issue the same collectives on tensors of the same size (checked at each collective's first chunk).
 #include "shm_allreduce.h"
 
 #include "forwarding_backend.h"
@@ -38,6 +53,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -50,15 +66,58 @@ constexpr size_t kPage = 4096;
 /// All slots together (2 sets x world): 16 MiB, at least 256 KiB per slot. Larger tensors go in chunks.
 constexpr size_t kSegmentDataBytes = size_t{16} << 20;
 constexpr size_t kMinSlotBytes = size_t{256} << 10;
-/// What RankState::op holds during `average` (c10d's ReduceOp values are all >= 0).
+/// What Announcement::op holds during `average`, `reduce_scatter_average` and `all_gather` (c10d's ReduceOp
+/// values are all >= 0).
 constexpr int32_t kAverageOp = -1;
+constexpr int32_t kReduceScatterAverageOp = -2;
+constexpr int32_t kAllGatherOp = -3;
 /// Elements per block of the averaging loop (its accumulator lives on the stack).
 constexpr int64_t kAverageBlock = 512;
 /// Elements below which the averaging loop stays on one thread (ATen's own grain for elementwise loops).
 constexpr int64_t kAverageGrain = at::internal::GRAIN_SIZE;
 
 std::string collective_name(int32_t op) {
-  return op == kAverageOp ? "gradient average" : reduce_op_name(static_cast<c10d::ReduceOp::RedOpType>(op));
+  switch (op) {
+  case kAverageOp:
+    return "gradient average";
+  case kReduceScatterAverageOp:
+    return "reduce-scatter average";
+  case kAllGatherOp:
+    return "all-gather";
+  default:
+    return reduce_op_name(static_cast<c10d::ReduceOp::RedOpType>(op));
+  }
+}
+
+/// Whether `op` is a kind of all-reduce (every process ends with the whole result).
+bool is_all_reduce(int32_t op) {
+  return op != kReduceScatterAverageOp && op != kAllGatherOp;
+}
+
+/// "an all-reduce (sum)", "a gradient average", "an all-gather" (for messages).
+std::string describe_collective(int32_t op) {
+  switch (op) {
+  case kAverageOp:
+    return "a gradient average";
+  case kReduceScatterAverageOp:
+    return "a reduce-scatter average";
+  case kAllGatherOp:
+    return "an all-gather";
+  default:
+    return "an all-reduce (" + collective_name(op) + ")";
+  }
+}
+
+/// A dense contiguous CPU tensor: what the shared-memory collectives copy as raw memory.
+bool dense_contiguous_cpu(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().is_cpu() && tensor.layout() == c10::kStrided &&
+         tensor.is_contiguous();
+}
+
+/// Whether `part` is exactly process `rank`'s range of `whole` (whole.numel() == world * part.numel()).
+bool is_rank_range(const at::Tensor& part, const at::Tensor& whole, int rank) {
+  return static_cast<const char*>(part.const_data_ptr()) ==
+         static_cast<const char*>(whole.const_data_ptr()) + rank * part.numel() * part.element_size();
 }
 
 /// The tensors of one `average` call seen as one flat array: element i of the concatenation lives in the
@@ -96,8 +155,8 @@ private:
 };
 
 /// out = (sum of inputs[k], in rank order) / inputs.size(), accumulated in the dtype's math type, written to
-/// both `own` and `published`. `own` may be one of the inputs. Blocks go to ATen's intra-op threads, as the
-/// all-reduce's `add_out` does.
+/// `own` and, unless it is null, to `published`. `own` may be one of the inputs. Blocks go to ATen's intra-op
+/// threads, as the all-reduce's `add_out` does.
 template <typename scalar_t>
 void average_into(const std::vector<const scalar_t*>& inputs, scalar_t* own, scalar_t* published,
                   int64_t count) {
@@ -117,10 +176,12 @@ void average_into(const std::vector<const scalar_t*>& inputs, scalar_t* own, sca
           sum[i] += static_cast<acc_t>(next[i]);
         }
       }
+      scalar_t* const out = own + block;
       for (int64_t i = 0; i < n; ++i) {
-        const auto value = static_cast<scalar_t>(sum[i] / world);
-        own[block + i] = value;
-        published[block + i] = value;
+        out[i] = static_cast<scalar_t>(sum[i] / world);
+      }
+      if (published != nullptr) {
+        std::memcpy(published + block, out, static_cast<size_t>(n) * sizeof(scalar_t));
       }
     }
   });
@@ -135,11 +196,19 @@ struct alignas(64) SegmentHeader {
   std::atomic<uint32_t> sleepers;
 };
 
-struct alignas(64) RankState {
-  std::atomic<uint64_t> arrived; // the last barrier generation this process reached
-  std::atomic<int64_t> numel;    // what it is all-reducing (checked against the others at the first chunk)
+/// What a process runs: checked against the others at each collective's first chunk.
+struct Announcement {
+  std::atomic<int64_t> numel;
   std::atomic<int32_t> dtype;
   std::atomic<int32_t> op;
+};
+
+struct alignas(64) RankState {
+  std::atomic<uint64_t> arrived; // the last barrier generation this process reached
+  // Indexed by the parity of the process's collectives. After a one-barrier chunk a process may return and
+  // announce its next collective while another is still checking this one; it cannot announce the one after
+  // before passing the next collective's first barrier, which the checking process reaches only later.
+  Announcement announced[2];
   std::atomic<int32_t> pid;
 };
 
@@ -312,18 +381,10 @@ public:
     if (!handles(tensors, opts)) {
       return inner_->allreduce(tensors, opts);
     }
-    if (!failure_.empty()) {
-      throw std::runtime_error(
-          "accelerate: the shared-memory all-reduce is unusable after an earlier failure (" + failure_ + ")");
-    }
+    check_usable();
     at::Tensor& tensor = tensors[0];
     at::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    try {
-      run(work, opts.reduceOp.op_);
-    } catch (const std::exception& error) {
-      failure_ = error.what();
-      throw;
-    }
+    latch_failure([&] { run(work, opts.reduceOp.op_); });
     if (!work.is_same(tensor)) {
       tensor.copy_(work);
     }
@@ -334,26 +395,78 @@ public:
 
   /// See `average_in_shared_memory`.
   void average(const std::vector<at::Tensor>& tensors) {
-    if (!failure_.empty()) {
-      throw std::runtime_error(
-          "accelerate: the shared-memory all-reduce is unusable after an earlier failure (" + failure_ + ")");
-    }
+    check_usable();
     const auto dtype = tensors.empty() ? at::kFloat : tensors.front().scalar_type();
     for (const auto& tensor : tensors) {
       TORCH_CHECK(
-          tensor.defined() && tensor.device().is_cpu() && tensor.layout() == c10::kStrided &&
-              tensor.is_contiguous() && tensor.scalar_type() == dtype && at::isFloatingType(dtype),
+          dense_contiguous_cpu(tensor) && tensor.scalar_type() == dtype && at::isFloatingType(dtype),
           "accelerate: average_in_shared_memory takes dense contiguous CPU tensors of one floating dtype");
     }
+    latch_failure([&] { run_average(FlatView(tensors), dtype); });
+  }
+
+  /// See `reduce_scatter_average_in_shared_memory`.
+  void reduce_scatter_average(const at::Tensor& output, const at::Tensor& input) {
+    check_usable();
+    const auto dtype = input.scalar_type();
+    TORCH_CHECK(
+        dense_contiguous_cpu(input) && dense_contiguous_cpu(output) && output.scalar_type() == dtype &&
+            at::isFloatingType(dtype),
+        "accelerate: reduce_scatter_average_in_shared_memory takes dense contiguous CPU tensors of one "
+        "floating dtype");
+    TORCH_CHECK(input.numel() == size_ * output.numel(),
+                "accelerate: reduce_scatter_average_in_shared_memory: the input has ", input.numel(),
+                " elements, not ", size_, " (the world size) times the output's ", output.numel());
+    TORCH_CHECK(
+        at::get_overlap_status(output, input) == at::MemOverlapStatus::No ||
+            is_rank_range(output, input, rank_),
+        "accelerate: reduce_scatter_average_in_shared_memory: the output overlaps the input other than "
+        "as this process's own range of it");
+    latch_failure([&] {
+      run_reduce_scatter_average(static_cast<char*>(output.data_ptr()),
+                                 static_cast<const char*>(input.const_data_ptr()), output.numel(), dtype);
+    });
+  }
+
+  /// See `all_gather_in_shared_memory`.
+  void all_gather(const at::Tensor& output, const at::Tensor& input) {
+    check_usable();
+    TORCH_CHECK(dense_contiguous_cpu(input) && dense_contiguous_cpu(output) &&
+                    output.scalar_type() == input.scalar_type(),
+                "accelerate: all_gather_in_shared_memory takes dense contiguous CPU tensors of one dtype");
+    TORCH_CHECK(output.numel() == size_ * input.numel(),
+                "accelerate: all_gather_in_shared_memory: the output has ", output.numel(), " elements, not ",
+                size_, " (the world size) times the input's ", input.numel());
+    TORCH_CHECK(at::get_overlap_status(input, output) == at::MemOverlapStatus::No ||
+                    is_rank_range(input, output, rank_),
+                "accelerate: all_gather_in_shared_memory: the input overlaps the output other than as this "
+                "process's own range of it");
+    latch_failure([&] {
+      run_all_gather(static_cast<char*>(output.data_ptr()), static_cast<const char*>(input.const_data_ptr()),
+                     input.numel(), input.scalar_type());
+    });
+  }
+
+private:
+  void check_usable() const {
+    if (!failure_.empty()) {
+      throw std::runtime_error(
+          "accelerate: the shared-memory collectives are unusable after an earlier failure (" + failure_ +
+          ")");
+    }
+  }
+
+  /// Runs `collective`; a failure leaves the segment in an unknown state (other processes may be anywhere in
+  /// their schedule), so it is remembered and every later collective refuses to start.
+  template <typename Collective> void latch_failure(Collective&& collective) {
     try {
-      run_average(FlatView(tensors), dtype);
+      collective();
     } catch (const std::exception& error) {
       failure_ = error.what();
       throw;
     }
   }
 
-private:
   /// Decided from what every process passes alike (the operation, dtype, device, layout), never from data or
   /// strides, so that all processes take the same path.
   static bool handles(const std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
@@ -421,16 +534,13 @@ private:
     const int64_t numel = flat.numel();
     const auto element = static_cast<int64_t>(c10::elementSize(dtype));
     const int64_t slot_elements = static_cast<int64_t>(segment_->slot_bytes()) / element;
-    RankState& mine = segment_->rank_state(rank_);
-    mine.numel.store(numel, std::memory_order_relaxed);
-    mine.dtype.store(static_cast<int32_t>(dtype), std::memory_order_relaxed);
-    mine.op.store(op, std::memory_order_relaxed);
+    announce(numel, dtype, op);
 
     const int64_t chunks = std::max<int64_t>(1, (numel + slot_elements - 1) / slot_elements);
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const int64_t offset = chunk * slot_elements;
       const int64_t count = std::min(slot_elements, numel - offset);
-      const int set = static_cast<int>(sets_used_++ & 1);
+      const int set = next_set();
       const int64_t share = (count + world - 1) / world;
       auto bounds = [&](int rank) {
         const int64_t begin = std::min(count, rank * share);
@@ -464,12 +574,102 @@ private:
     }
   }
 
+  /// Reduce-scatter with averaging: process r's `share` output elements are the average of elements
+  /// [r * share, (r + 1) * share) of every process's input. Chunk c covers piece c (`piece` elements) of
+  /// every owner's range, so every process averages in every chunk. `output` may be this process's range of
+  /// `input`: it reads each element of that range once, in the same block of `average_into` that writes it.
+  void run_reduce_scatter_average(char* output, const char* input, int64_t share, c10::ScalarType dtype) {
+    const int world = size_;
+    const auto element = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t piece = static_cast<int64_t>(segment_->slot_bytes()) / element / world;
+    TORCH_INTERNAL_ASSERT(piece > 0, "a slot holds fewer elements than there are processes");
+    announce(world * share, dtype, kReduceScatterAverageOp);
+    const int64_t chunks = std::max<int64_t>(1, (share + piece - 1) / piece);
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const int64_t offset = chunk * piece;
+      const int64_t count = std::min(piece, share - offset);
+      const int set = next_set();
+      char* const own_slot = segment_->slot(set, rank_);
+      for (int owner = 0; owner < world; ++owner) {
+        if (owner != rank_) {
+          copy_bytes(own_slot + owner * piece * element, input + (owner * share + offset) * element,
+                     count * element);
+        }
+      }
+      arrive_and_wait();
+      if (chunk == 0) {
+        check_same_collective(world * share, dtype, kReduceScatterAverageOp);
+      }
+      AT_DISPATCH_FLOATING_TYPES_AND2(
+          at::kHalf, at::kBFloat16, dtype, "reduce_scatter_average_in_shared_memory", [&] {
+            std::vector<const scalar_t*> inputs;
+            for (int rank = 0; rank < world; ++rank) {
+              inputs.push_back(reinterpret_cast<const scalar_t*>(
+                  rank == rank_ ? input + (rank_ * share + offset) * element
+                                : segment_->slot(set, rank) + rank_ * piece * element));
+            }
+            average_into<scalar_t>(inputs, reinterpret_cast<scalar_t*>(output + offset * element), nullptr,
+                                   count);
+          });
+    }
+  }
+
+  /// All-gather: every process's `share` input elements land at [k * share, (k + 1) * share) of every output,
+  /// one slot's worth per chunk. `input` may be this process's range of `output` (then it is not copied).
+  void run_all_gather(char* output, const char* input, int64_t share, c10::ScalarType dtype) {
+    const int world = size_;
+    const auto element = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t piece = static_cast<int64_t>(segment_->slot_bytes()) / element;
+    announce(world * share, dtype, kAllGatherOp);
+    const int64_t chunks = std::max<int64_t>(1, (share + piece - 1) / piece);
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const int64_t offset = chunk * piece;
+      const int64_t count = std::min(piece, share - offset);
+      const int set = next_set();
+      copy_bytes(segment_->slot(set, rank_), input + offset * element, count * element);
+      arrive_and_wait();
+      if (chunk == 0) {
+        check_same_collective(world * share, dtype, kAllGatherOp);
+      }
+      for (int owner = 0; owner < world; ++owner) {
+        char* const destination = output + (owner * share + offset) * element;
+        const char* const source = owner == rank_ ? input + offset * element : segment_->slot(set, owner);
+        if (destination != source) {
+          copy_bytes(destination, source, count * element);
+        }
+      }
+    }
+  }
+
+  /// Publishes what this process is about to run, for `check_same_collective` and for messages.
+  void announce(int64_t numel, c10::ScalarType dtype, int32_t op) {
+    Announcement& mine = segment_->rank_state(rank_).announced[++collectives_ & 1];
+    mine.numel.store(numel, std::memory_order_relaxed);
+    mine.dtype.store(static_cast<int32_t>(dtype), std::memory_order_relaxed);
+    mine.op.store(op, std::memory_order_relaxed);
+    running_ = op;
+  }
+
+  /// The slot set of the next chunk: they alternate over every chunk of every collective.
+  int next_set() { return static_cast<int>(sets_used_++ & 1); }
+
   void check_same_collective(int64_t numel, c10::ScalarType dtype, int32_t op) {
     for (int other = 0; other < size_; ++other) {
-      const RankState& theirs = segment_->rank_state(other);
+      const Announcement& theirs = segment_->rank_state(other).announced[collectives_ & 1];
       const auto their_numel = theirs.numel.load(std::memory_order_relaxed);
       const auto their_dtype = static_cast<c10::ScalarType>(theirs.dtype.load(std::memory_order_relaxed));
       const auto their_op = theirs.op.load(std::memory_order_relaxed);
+      if ((their_numel != numel || their_dtype != dtype || their_op != op) &&
+          !(is_all_reduce(op) && is_all_reduce(their_op))) {
+        std::ostringstream message;
+        message
+            << "accelerate: collective mismatch: process " << rank_ << " runs " << describe_collective(op)
+            << " over " << numel << " elements of " << dtype << " but process " << other << " runs "
+            << describe_collective(their_op) << " over " << their_numel << " elements of " << their_dtype
+            << "; every process must issue the same collectives on tensors of the same size and dtype, in "
+               "the same order";
+        throw std::runtime_error(message.str());
+      }
       if (their_numel != numel || their_dtype != dtype || their_op != op) {
         std::ostringstream message;
         message << "accelerate: all-reduce mismatch: process " << rank_ << " reduces " << numel
@@ -480,6 +680,13 @@ private:
         throw std::runtime_error(message.str());
       }
     }
+  }
+
+  /// "an all-reduce" (every kind), "a reduce-scatter" or "an all-gather": what a waiting process is in.
+  std::string describe_running() const {
+    return running_ == kReduceScatterAverageOp ? "a reduce-scatter"
+           : running_ == kAllGatherOp          ? "an all-gather"
+                                               : "an all-reduce";
   }
 
   /// The barrier: publish the next generation, wake sleepers, wait until every process has reached it.
@@ -526,16 +733,16 @@ private:
       next_check = now + std::chrono::milliseconds(100);
       const pid_t pid = segment_->rank_state(missing).pid.load(std::memory_order_relaxed);
       if (check_pids_ && pid > 0 && process_gone(pid)) {
-        throw std::runtime_error(
-            "accelerate: process " + std::to_string(missing) + " (pid " + std::to_string(pid) +
-            ") exited while process " + std::to_string(rank_) +
-            " waited for it in an all-reduce; see that process's output for why it stopped");
+        throw std::runtime_error("accelerate: process " + std::to_string(missing) + " (pid " +
+                                 std::to_string(pid) + ") exited while process " + std::to_string(rank_) +
+                                 " waited for it in " + describe_running() +
+                                 "; see that process's output for why it stopped");
       }
       if (now - start > timeout_) {
         throw std::runtime_error(
             "accelerate: process " + std::to_string(rank_) + " waited " + std::to_string(timeout_.count()) +
-            " ms for process " + std::to_string(missing) +
-            " in an all-reduce; it is stuck or skipped the collective (every process must issue the same "
+            " ms for process " + std::to_string(missing) + " in " + describe_running() +
+            "; it is stuck or skipped the collective (every process must issue the same "
             "collectives in the same order; ACCELERATE_DEBUG_MODE=1 names the call that differs)");
       }
     }
@@ -546,6 +753,8 @@ private:
   bool check_pids_;
   uint64_t generation_ = 0;
   uint64_t sets_used_ = 0;
+  uint64_t collectives_ = 0;
+  int32_t running_ = c10d::ReduceOp::SUM; // the collective in progress (for messages)
   std::string failure_;
 };
 
@@ -658,6 +867,21 @@ void average_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend,
   auto* shared = dynamic_cast<SharedMemoryAllreduceBackend*>(backend.get());
   TORCH_CHECK(shared != nullptr, "accelerate: average_in_shared_memory needs the shared-memory backend");
   shared->average(tensors);
+}
+
+void reduce_scatter_average_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend,
+                                             const at::Tensor& output, const at::Tensor& input) {
+  auto* shared = dynamic_cast<SharedMemoryAllreduceBackend*>(backend.get());
+  TORCH_CHECK(shared != nullptr,
+              "accelerate: reduce_scatter_average_in_shared_memory needs the shared-memory backend");
+  shared->reduce_scatter_average(output, input);
+}
+
+void all_gather_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend, const at::Tensor& output,
+                                 const at::Tensor& input) {
+  auto* shared = dynamic_cast<SharedMemoryAllreduceBackend*>(backend.get());
+  TORCH_CHECK(shared != nullptr, "accelerate: all_gather_in_shared_memory needs the shared-memory backend");
+  shared->all_gather(output, input);
 }
 
 } // namespace accelerate::detail

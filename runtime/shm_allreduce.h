@@ -1,4 +1,5 @@
-// Same-machine all-reduce through shared memory, in front of Gloo for CPU tensors (runtime-internal).
+// Same-machine all-reduce (and the reduce-scatter and all-gather of sharded strategies) through shared
+// memory, in front of Gloo for CPU tensors (runtime-internal).
 //
 // Gloo moves every CPU all-reduce through TCP sockets and its own worker threads, even when all processes run
 // on one machine. There, a segment every process maps does the same work with a few memory copies: each
@@ -36,5 +37,22 @@ bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backe
 /// every process gets the same bits. `backend` must be one `uses_shared_memory_allreduce` accepts.
 void average_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend,
                               const std::vector<at::Tensor>& tensors);
+
+/// Reduce-scatter with averaging, for sharded strategies: process r's `output` (S elements) becomes the
+/// average over the processes of elements [r * S, (r + 1) * S) of their `input` (world * S elements), with
+/// the arithmetic of `average_in_shared_memory`, so it holds exactly the bits `average_in_shared_memory` of
+/// the whole `input` would leave there. Both are dense contiguous CPU tensors of one floating dtype; every
+/// process passes the same S. `output` may be this process's own range of `input` (`input.narrow(0, r * S,
+/// S)`), and must not otherwise overlap it. A collective, with the same waiting and failure rules as the
+/// all-reduce; `backend` must be one `uses_shared_memory_allreduce` accepts.
+void reduce_scatter_average_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend,
+                                             const at::Tensor& output, const at::Tensor& input);
+
+/// All-gather: `output` (world * S elements) becomes the concatenation, in rank order, of every process's
+/// `input` (S elements). Dense contiguous CPU tensors of one dtype, the same S on every process. `input` may
+/// be this process's own range of `output` (`output.narrow(0, r * S, S)`: in place), and must not otherwise
+/// overlap it. A collective, like `reduce_scatter_average_in_shared_memory`.
+void all_gather_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend, const at::Tensor& output,
+                                 const at::Tensor& input);
 
 } // namespace accelerate::detail

@@ -2,6 +2,7 @@
 #include "format.h"
 
 #include "../durable_file.h"
+#include "../parallel.h"
 #include "../state.h"
 #include "commit.h"
 
@@ -146,12 +147,13 @@ CheckpointMetadata read_metadata(const AcceleratorState& state, const std::strin
   checkpoint.world_size = number_field<int>(metadata, "world_size", directory);
   checkpoint.parallel_strategy =
       checkpoint.format_version >= 2 ? text_field(metadata, "parallel_strategy", directory) : "ddp";
-  if (checkpoint.parallel_strategy != state.config.parallel_strategy) {
-    throw std::invalid_argument(
-        "accelerate: load_state: the checkpoint '" + directory +
-        "' was written with the parallel strategy '" + checkpoint.parallel_strategy + "' on " +
-        std::to_string(checkpoint.world_size) + " process(es), but this program trains with '" +
-        state.config.parallel_strategy + "'; load it with the strategy it was written with");
+  if (!state.engine->reads_checkpoints_of(checkpoint.parallel_strategy)) {
+    throw std::invalid_argument("accelerate: load_state: the checkpoint '" + directory +
+                                "' was written with the parallel strategy '" + checkpoint.parallel_strategy +
+                                "' on " + std::to_string(checkpoint.world_size) +
+                                " process(es), but this program trains with '" +
+                                state.config.parallel_strategy +
+                                "', which cannot read it; load it with the strategy it was written with");
   }
   if (field(metadata, "checkpoint_number", directory).is_number_integer()) {
     checkpoint.checkpoint_number = metadata["checkpoint_number"].get<int64_t>();

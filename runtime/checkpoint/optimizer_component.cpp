@@ -1,9 +1,16 @@
 // The optimizers' part of a checkpoint: each prepared optimizer's libtorch archive (per-parameter state and
 // param groups) in `optimizer.bin`, `optimizer_1.bin`, ..., with its type and the fused kernels' step count.
+// Under a strategy that shards the optimizer state (ZeRO), that archive holds the param groups, and each
+// process writes its shares of the state to `optimizer_shares_<rank>.bin` (`optimizer_1_shares_<rank>.bin`,
+// ...). Either form loads into either kind of strategy at any world size: the state is first made whole per
+// parameter, then the strategy keeps its shares (`ParallelEngine::adopt_optimizer_state`).
+#include "../durable_file.h"
 #include "../optimizer_state.h"
 #include "../state.h"
 #include "component.h"
 
+#include <map>
+#include <optional>
 #include <stdexcept>
 
 namespace accelerate::detail {
@@ -13,8 +20,118 @@ std::string optimizer_file(size_t index) {
   return numbered_file("optimizer", index, ".bin");
 }
 
+std::string shares_file(size_t index, int rank) {
+  return numbered_file("optimizer", index, "") + "_shares_" + std::to_string(rank) + ".bin";
+}
+
 std::string type_of(const torch::optim::Optimizer& optimizer) {
   return c10::demangle(typeid(optimizer).name());
+}
+
+/// The optimizer's parameters in param-group order: a parameter's index is its place here.
+std::vector<torch::Tensor> parameters_of(const torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> parameters;
+  for (const auto& group : optimizer.param_groups()) {
+    parameters.insert(parameters.end(), group.params().begin(), group.params().end());
+  }
+  return parameters;
+}
+
+/// One process's shares of the state: for each parameter with state, the range it holds (offset and length
+/// in the flattened parameter, and Adam's step count), and the state's tensors over that range.
+std::string encode_shares(const OptimizerState& prepared, int rank) {
+  torch::serialize::OutputArchive archive;
+  std::vector<int64_t> table;
+  const auto parameters = parameters_of(*prepared.optimizer);
+  auto& state = prepared.optimizer->state();
+  int64_t written = 0;
+  for (size_t index = 0; index < parameters.size(); ++index) {
+    const auto& parameter = parameters[index];
+    auto slot = state.find(parameter.unsafeGetTensorImpl());
+    if (slot == state.end()) {
+      continue;
+    }
+    auto share = prepared.engine->share(parameter);
+    if (!share && rank != 0) {
+      continue; // a parameter the strategy does not shard: every process holds all of it; process 0 writes it
+    }
+    const int64_t offset = share ? share->offset : 0;
+    const int64_t length = share ? share->values.numel() : parameter.numel();
+    table.insert(table.end(), {static_cast<int64_t>(index), offset, length,
+                               parameter_state_step(prepared.fused, *slot->second)});
+    map_state_tensors(prepared.fused, *slot->second,
+                      [&](const std::string& name, const torch::Tensor& tensor) {
+                        archive.write("share_" + std::to_string(written) + "_" + name, tensor.reshape(-1),
+                                      /*is_buffer=*/true);
+                        return tensor;
+                      });
+    ++written;
+  }
+  archive.write("shares", torch::tensor(table, torch::kInt64).reshape({written, 4}), /*is_buffer=*/true);
+  return archive_bytes(archive);
+}
+
+/// The state of whole parameters, by parameter index, assembled from every process's shares.
+struct WholeState {
+  std::map<std::string, torch::Tensor> tensors;
+  int64_t step = 0;
+  int64_t covered = 0;
+};
+
+/// Adds the shares in `bytes` (the file `name`) to `whole`, checking them against the optimizer's
+/// parameters.
+void add_shares(const std::string& directory, const std::string& name, const std::string& bytes,
+                const std::vector<torch::Tensor>& parameters, std::map<int64_t, WholeState>& whole) {
+  auto damaged = [&](const std::string& problem) {
+    throw std::invalid_argument("accelerate: load_state: the optimizer shares in '" +
+                                join_path(directory, name) + "' " + problem +
+                                "; the checkpoint is damaged or belongs to another optimizer: load another "
+                                "checkpoint, or the one of this model and optimizer");
+  };
+  auto archive = archive_of(bytes, torch::kCPU);
+  torch::Tensor table;
+  archive.read("shares", table, /*is_buffer=*/true);
+  if (table.dim() != 2 || table.size(1) != 4) {
+    damaged("have no table of shares");
+  }
+  auto rows = table.accessor<int64_t, 2>();
+  for (int64_t row = 0; row < table.size(0); ++row) {
+    const int64_t index = rows[row][0];
+    const int64_t offset = rows[row][1];
+    const int64_t length = rows[row][2];
+    if (index < 0 || index >= static_cast<int64_t>(parameters.size())) {
+      damaged("name parameter " + std::to_string(index) + ", but the optimizer has " +
+              std::to_string(parameters.size()));
+    }
+    const int64_t numel = parameters[index].numel();
+    if (offset < 0 || length < 0 || offset + length > numel) {
+      damaged("hold elements " + std::to_string(offset) + ".." + std::to_string(offset + length) +
+              " of parameter " + std::to_string(index) + ", which has " + std::to_string(numel));
+    }
+    auto& state = whole[index];
+    if (state.covered > 0 && state.step != rows[row][3]) {
+      damaged("give parameter " + std::to_string(index) + " step " + std::to_string(rows[row][3]) +
+              " where another share says " + std::to_string(state.step));
+    }
+    state.step = rows[row][3];
+    state.covered += length;
+    // The tensors this kind of state has: read each one this share wrote.
+    for (const std::string field : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}) {
+      torch::Tensor part;
+      if (!archive.try_read("share_" + std::to_string(row) + "_" + field, part, /*is_buffer=*/true)) {
+        continue;
+      }
+      if (part.numel() != length) {
+        damaged("hold " + std::to_string(part.numel()) + " elements of " + field + " for parameter " +
+                std::to_string(index) + " where the table says " + std::to_string(length));
+      }
+      auto& target = state.tensors[field];
+      if (!target.defined()) {
+        target = torch::zeros({numel}, part.options());
+      }
+      target.narrow(0, offset, length).copy_(part);
+    }
+  }
 }
 
 class OptimizerComponent final : public CheckpointComponent {
@@ -23,6 +140,12 @@ public:
   std::string name() const override { return "optimizers"; }
 
   void save(ComponentWriter& writer) override {
+    const bool sharded = state_.engine->shards_optimizer_state();
+    if (sharded) {
+      for (size_t i = 0; i < state_.optimizers.size(); ++i) {
+        writer.rank_file(shares_file(i, writer.rank()), encode_shares(*state_.optimizers[i], writer.rank()));
+      }
+    }
     if (!writer.main()) {
       return;
     }
@@ -30,11 +153,19 @@ public:
     for (size_t i = 0; i < state_.optimizers.size(); ++i) {
       const auto& prepared = *state_.optimizers[i];
       torch::serialize::OutputArchive archive;
-      prepared.optimizer->save(archive);
+      prepared.optimizer->save(archive); // sharded: what counts is its param groups
       writer.file(optimizer_file(i), archive_bytes(archive));
-      entry.push_back({{"file", optimizer_file(i)},
-                       {"type", type_of(*prepared.optimizer)},
-                       {"fused_steps", prepared.fused_steps}});
+      Json record = {{"file", optimizer_file(i)},
+                     {"type", type_of(*prepared.optimizer)},
+                     {"fused_steps", prepared.fused_steps}};
+      if (sharded) {
+        Json shares = Json::array();
+        for (int rank = 0; rank < writer.world(); ++rank) {
+          shares.push_back(shares_file(i, rank));
+        }
+        record["shares"] = shares;
+      }
+      entry.push_back(record);
     }
   }
 
@@ -53,6 +184,29 @@ public:
       }
       archives_.push_back(reader.file(reader.text(optimizers[i], "file")));
       fused_steps_.push_back(reader.number<int64_t>(optimizers[i], "fused_steps"));
+      wholes_.emplace_back();
+      if (!optimizers[i].contains("shares")) {
+        continue;
+      }
+      // Every process's shares, made whole: each parameter with state must be covered exactly once.
+      const auto& prepared = *state_.optimizers[i];
+      const auto parameters = parameters_of(*prepared.optimizer);
+      auto& whole = wholes_.back().emplace();
+      for (const auto& file : reader.field_of(optimizers[i], "shares")) {
+        const auto name = file.get<std::string>();
+        add_shares(reader.directory(), name, reader.file(name), parameters, whole);
+      }
+      for (const auto& [index, state] : whole) {
+        if (state.covered != parameters[index].numel()) {
+          throw std::invalid_argument(
+              "accelerate: load_state: the optimizer shares in '" + reader.directory() + "' hold " +
+              std::to_string(state.covered) + " elements of the state of parameter " + std::to_string(index) +
+              " of optimizer " + std::to_string(i) + ", which has " +
+              std::to_string(parameters[index].numel()) +
+              ": the shares do not add up (a process's file is from another checkpoint); load another "
+              "checkpoint");
+        }
+      }
     }
   }
 
@@ -64,12 +218,29 @@ public:
       rollback.add(
           [&prepared, bytes = archive_bytes(before), device = state_.device, fused = prepared.fused_steps] {
             auto archive = archive_of(bytes, device);
+            prepared.optimizer->state().clear();
             prepared.optimizer->load(archive);
             prepared.step_tensors.clear();
             prepared.fused_steps = fused;
           });
       auto archive = archive_of(archives_[i], state_.device);
+      prepared.optimizer->state().clear(); // the checkpoint's state replaces this program's
       prepared.optimizer->load(archive);
+      if (wholes_[i]) {
+        // The archive gave the param groups; the state is the shares made whole.
+        prepared.optimizer->state().clear();
+        const auto parameters = parameters_of(*prepared.optimizer);
+        for (const auto& [index, whole] : *wholes_[i]) {
+          const auto& parameter = parameters[index];
+          std::map<std::string, torch::Tensor> tensors;
+          for (const auto& [name, tensor] : whole.tensors) {
+            tensors[name] = tensor.to(parameter.options().requires_grad(false)).view(parameter.sizes());
+          }
+          prepared.optimizer->state()[parameter.unsafeGetTensorImpl()] =
+              make_parameter_state(prepared.fused, tensors, whole.step);
+        }
+      }
+      state_.engine->adopt_optimizer_state(prepared); // a sharded strategy keeps its shares
       prepared.step_tensors.clear(); // the fused kernels' step tensors follow libtorch's restored counts
       prepared.fused_steps = fused_steps_[i];
     }
@@ -79,6 +250,7 @@ private:
   AcceleratorState& state_;
   std::vector<std::string> archives_;
   std::vector<int64_t> fused_steps_;
+  std::vector<std::optional<std::map<int64_t, WholeState>>> wholes_; // per optimizer, when saved in shares
 };
 
 } // namespace

@@ -1,7 +1,9 @@
-# Shared-memory all-reduce tests (test/runtime/shm_multirank_test.cpp). Included by test/runtime/CMakeLists.txt.
+# Shared-memory collective tests (test/runtime/shm_multirank_test.cpp). Included by test/runtime/CMakeLists.txt.
 foreach(nproc IN ITEMS 2 3)
   foreach(name IN ITEMS SumMinMaxAreExactForEveryDtypeSizeAndLayout
-                       AverageOfDifferentlySplitTensorsIsTheMeanOnEveryProcess)
+                       AverageOfDifferentlySplitTensorsIsTheMeanOnEveryProcess
+                       ReduceScatterIsTheAverageBitForBitAndAllGatherTheConcatenation
+                       TheC10dPathAgreesWithSharedMemory)
     accelerate_multirank_test(multirank.ShmAllreduce.${name}.${nproc}ranks NPROC ${nproc}
                               FILTER ShmAllreduce.${name})
   endforeach()
@@ -9,6 +11,8 @@ endforeach()
 foreach(name IN ITEMS EveryProcessGetsTheSameBitsAsGlooWouldAgreeOn MismatchedSizesAreReportedOnEveryProcess
                      AMismatchedAverageIsReportedOnEveryProcess AProcessThatExitedIsNamedInsteadOfWaitedFor
                      EveryProcessFallsBackToGlooWhenOneTurnsItOff
-                     AnUnknownSettingIsRefusedByName)
+                     AnUnknownSettingIsRefusedByName InDebugModeTheHelpersGoThroughCheckedC10d
+                     AMismatchedReduceScatterIsReportedOnEveryProcess
+                     AnAllGatherMeetingAReduceScatterIsReportedOnEveryProcess)
   accelerate_multirank_test(multirank.ShmAllreduce.${name} NPROC 2 FILTER ShmAllreduce.${name} TIMEOUT 60)
 endforeach()
