@@ -60,9 +60,17 @@ void count_allocation(int64_t bytes) {
   }
 }
 
-/// The peak starts again from the bytes live now.
+std::atomic<int64_t> dropped_peak_bytes{0}; // the largest peak `reset_peak` started again from
+
+/// The peak starts again from the bytes live now (one thread calls it, between allocations of its own).
 void reset_peak() {
-  peak_bytes.store(live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  const int64_t dropped = peak_bytes.exchange(live_bytes.load());
+  dropped_peak_bytes.store(std::max(dropped_peak_bytes.load(), dropped));
+}
+
+/// The peak live bytes since the allocator was installed.
+int64_t peak_bytes_overall() {
+  return std::max(dropped_peak_bytes.load(), peak_bytes.load());
 }
 
 /// Wraps the default CPU allocator: each allocation carries its size in the DataPtr's context, which the
@@ -159,10 +167,27 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-// The figures one process reports, in the order of `kFields`.
-constexpr const char* kFields[] = {"parameters",      "optimizer_state_bytes", "optimizer_state_nbytes",
-                                   "grad_peak_bytes", "grad_after_backward",   "peak_live_bytes",
-                                   "vmhwm_bytes",     "step_median_s"};
+// The figures one process reports: name (in the JSON line), column of the printed table, bytes or seconds.
+struct Field {
+  const char* name;
+  const char* column;
+  bool seconds;
+};
+constexpr Field kFields[] = {
+    {"parameters", "params M", false},
+    {"optimizer_state_bytes", "opt state", false},
+    {"optimizer_state_nbytes", "(nbytes)", false},
+    {"grad_peak_bytes", "grad peak", false},
+    {"grad_peak_backward_bytes", "in backward", false},
+    {"grad_peak_step_bytes", "in step", false},
+    {"grad_held_after_backward", "held after bw", false},
+    {"grad_after_backward", ".grad", false},
+    {"peak_live_bytes", "peak live", false},
+    {"vmhwm_bytes", "VmHWM", false},
+    {"step_median_s", "step ms", true},
+    {"backward_median_s", "backward ms", true},
+    {"optimizer_step_median_s", "opt step ms", true},
+};
 constexpr int kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 
 } // namespace
@@ -231,8 +256,9 @@ int main(int argc, char** argv) {
   const auto input = at::randn({batch, width}, generator);
   const auto target = at::randn({batch, width}, generator);
 
-  int64_t optimizer_state_bytes = 0, grad_peak_bytes = 0, grad_after_backward = 0;
-  std::vector<double> step_seconds;
+  int64_t optimizer_state_bytes = 0, grad_peak_backward = 0, grad_peak_step = 0, grad_held = 0,
+          grad_after_backward = 0;
+  std::vector<double> step_seconds, backward_seconds, optimizer_step_seconds;
   double first_loss = 0, last_loss = 0;
   for (int step = 0; step < warmup + steps; ++step) {
     const auto start = Clock::now();
@@ -240,31 +266,47 @@ int main(int argc, char** argv) {
     auto loss = torch::mse_loss(model->forward(input), target);
     const int64_t before_backward = live_bytes.load();
     reset_peak();
+    const auto backward_start = Clock::now();
     accelerator.backward(loss);
+    const auto backward_end = Clock::now();
+    const int64_t backward_peak = peak_bytes.load() - before_backward;
     grad_after_backward = gradient_nbytes(*model);
     const int64_t before_step = live_bytes.load();
+    // What backward leaves live: the whole gradients, or under ZeRO-2 the shares (tensors the runtime holds
+    // outside `.grad()`), less the activations backward freed.
+    grad_held = before_step - before_backward;
+    reset_peak();
     optimizer.step();
+    const auto step_end = Clock::now();
     if (step == 0) {
       optimizer_state_bytes = live_bytes.load() - before_step;
-    } else {
-      grad_peak_bytes = std::max(grad_peak_bytes, peak_bytes.load() - before_backward);
+    } else { // the first step also makes the optimizer state
+      grad_peak_backward = std::max(grad_peak_backward, backward_peak);
+      grad_peak_step = std::max(grad_peak_step, peak_bytes.load() - before_backward);
     }
     const double value = loss.item<double>();
     loss = torch::Tensor();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const auto end = Clock::now();
     (step == 0 ? first_loss : last_loss) = value;
     if (step >= warmup) {
-      step_seconds.push_back(seconds);
+      step_seconds.push_back(std::chrono::duration<double>(end - start).count());
+      backward_seconds.push_back(std::chrono::duration<double>(backward_end - backward_start).count());
+      optimizer_step_seconds.push_back(std::chrono::duration<double>(step_end - backward_end).count());
     }
   }
   const double figures[kFieldCount] = {static_cast<double>(parameters),
                                        static_cast<double>(optimizer_state_bytes),
                                        static_cast<double>(optimizer_state_nbytes(optimizer.unwrap())),
-                                       static_cast<double>(grad_peak_bytes),
+                                       static_cast<double>(std::max(grad_peak_backward, grad_peak_step)),
+                                       static_cast<double>(grad_peak_backward),
+                                       static_cast<double>(grad_peak_step),
+                                       static_cast<double>(grad_held),
                                        static_cast<double>(grad_after_backward),
-                                       static_cast<double>(peak_bytes.load()),
+                                       static_cast<double>(peak_bytes_overall()),
                                        static_cast<double>(peak_resident_bytes()),
-                                       median(step_seconds)};
+                                       median(step_seconds),
+                                       median(backward_seconds),
+                                       median(optimizer_step_seconds)};
   // The gather's own tensors come after every figure is taken.
   const auto all =
       accelerator.gather(torch::tensor(std::vector<double>(figures, figures + kFieldCount), torch::kFloat64)
@@ -273,28 +315,29 @@ int main(int argc, char** argv) {
     return 0;
   }
   const auto table = all.accessor<double, 2>();
-  const double mb = 1e6;
   std::cout << "strategy " << strategy << ", " << accelerator.num_processes()
             << " processes x 1 intra-op thread; " << layers << " x Linear(" << width << ", " << width << "), "
             << parameters / 1e6 << " M parameters, batch " << batch << ", AdamW; " << warmup << " warm-up + "
-            << steps << " timed steps; loss " << first_loss << " -> " << last_loss << " (rank 0)\n"
-            << std::left << std::setw(6) << "rank" << std::right << std::setw(14) << "opt state MB"
-            << std::setw(14) << "(nbytes) MB" << std::setw(14) << "grad peak MB" << std::setw(14)
-            << ".grad MB" << std::setw(14) << "peak live MB" << std::setw(14) << "VmHWM MB" << std::setw(12)
-            << "step ms" << "\n";
+            << steps << " timed steps; loss " << first_loss << " -> " << last_loss
+            << " (rank 0); bytes in MB (1e6)\n"
+            << std::left << std::setw(5) << "rank" << std::right;
+  for (const auto& field : kFields) {
+    std::cout << std::setw(14) << field.column;
+  }
+  std::cout << "\n";
   std::ostringstream json;
   json << std::setprecision(17) << "{\"strategy\": \"" << strategy
        << "\", \"processes\": " << accelerator.num_processes() << ", \"ranks\": [";
   for (int64_t rank = 0; rank < table.size(0); ++rank) {
-    std::cout << std::left << std::setw(6) << rank << std::right << std::fixed << std::setprecision(1);
-    for (int field = 1; field < kFieldCount - 1; ++field) {
-      std::cout << std::setw(14) << table[rank][field] / mb;
-    }
-    std::cout << std::setw(12) << std::setprecision(2) << table[rank][kFieldCount - 1] * 1e3 << "\n";
+    std::cout << std::left << std::setw(5) << rank << std::right << std::fixed;
     json << (rank ? ", {" : "{");
-    for (int field = 0; field < kFieldCount; ++field) {
-      json << (field ? ", \"" : "\"") << kFields[field] << "\": " << table[rank][field];
+    for (int i = 0; i < kFieldCount; ++i) {
+      const double value = table[rank][i];
+      std::cout << std::setw(14) << std::setprecision(kFields[i].seconds ? 2 : 1)
+                << value * (kFields[i].seconds ? 1e3 : 1e-6);
+      json << (i ? ", \"" : "\"") << kFields[i].name << "\": " << value;
     }
+    std::cout << "\n";
     json << "}";
   }
   json << "]}";

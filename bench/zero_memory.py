@@ -79,9 +79,10 @@ def main() -> int:
         """The largest figure over the processes, median over the repetitions."""
         return statistics.median(max(rank[field] for rank in result["ranks"]) for result in runs[strategy])
 
-    def step(strategy, rep=None):
+    def step(strategy, rep=None, field="step_median_s"):
+        """Rank 0's median, median over the repetitions (or of repetition `rep`)."""
         results = runs[strategy] if rep is None else [runs[strategy][rep]]
-        return statistics.median(result["ranks"][0]["step_median_s"] for result in results)
+        return statistics.median(result["ranks"][0][field] for result in results)
 
     first = runs["ddp"][0]["ranks"][0]
     print(f"{args.procs} processes x 1 intra-op thread, {args.layers} x Linear({args.width}, {args.width}) "
@@ -94,6 +95,9 @@ def main() -> int:
         ("optimizer state per process (1st step's increase)", "optimizer_state_bytes", mb, "ZeRO <= 0.55x"),
         ("optimizer state per process (state tensors' nbytes)", "optimizer_state_nbytes", mb, ""),
         ("gradient peak (backward + step, over live before)", "grad_peak_bytes", mb, "ZeRO-2 <= 0.6x"),
+        ("- its peak during backward", "grad_peak_backward_bytes", mb, ""),
+        ("- its peak during the optimizer step", "grad_peak_step_bytes", mb, ""),
+        ("gradient bytes backward leaves live", "grad_held_after_backward", mb, ""),
         ("whole `.grad` left after backward", "grad_after_backward", mb, ""),
         ("peak live tensor bytes", "peak_live_bytes", mb, ""),
         ("peak resident set (VmHWM)", "vmhwm_bytes", mb, ""),
@@ -109,9 +113,12 @@ def main() -> int:
         values = [worst(s, field) for s in STRATEGIES]
         print(f"| {name} | " + " | ".join(fmt(v) for v in values) +
               f" | {ratio(values[1], values[0])} | {ratio(values[2], values[0])} | {goal} |")
-    steps = [step(s) for s in STRATEGIES]
-    print("| step time (median) | " + " | ".join(f"{v * 1e3:.1f} ms" for v in steps) +
-          f" | {ratio(steps[1], steps[0])} | {ratio(steps[2], steps[0])} | ZeRO-1 <= 1.1x |")
+    for name, field, goal in (("step time (median)", "step_median_s", "ZeRO-1 <= 1.1x"),
+                              ("- backward", "backward_median_s", ""),
+                              ("- optimizer step", "optimizer_step_median_s", "")):
+        times = [step(s, field=field) for s in STRATEGIES]
+        print(f"| {name} | " + " | ".join(f"{v * 1e3:.1f} ms" for v in times) +
+              f" | {ratio(times[1], times[0])} | {ratio(times[2], times[0])} | {goal} |")
     per_rep = {s: [step(s, rep) / step("ddp", rep) for rep in range(args.reps)] for s in ("zero1", "zero2")}
     print("\nStep time over DDP's in each repetition: " + "; ".join(
         f"{NAMES[s]} " + ", ".join(f"{r:.2f}x" for r in per_rep[s]) for s in per_rep))
