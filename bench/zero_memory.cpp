@@ -31,6 +31,8 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -107,6 +109,13 @@ private:
   c10::Allocator* wrapped_;
 };
 
+/// Minor page faults of this process so far (each first touch of a page the kernel maps in).
+int64_t minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
 /// VmHWM of /proc/self/status (the peak resident set), in bytes; -1 where it cannot be read.
 int64_t peak_resident_bytes() {
   std::ifstream status("/proc/self/status");
@@ -167,26 +176,29 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-// The figures one process reports: name (in the JSON line), column of the printed table, bytes or seconds.
+// The figures one process reports: name (in the JSON line), column of the printed table, and how the table
+// prints it (the JSON line has the raw value: bytes, seconds, counts).
+enum class Unit { kMillions, kMegabytes, kMilliseconds, kCount };
 struct Field {
   const char* name;
   const char* column;
-  bool seconds;
+  Unit unit;
 };
 constexpr Field kFields[] = {
-    {"parameters", "params M", false},
-    {"optimizer_state_bytes", "opt state", false},
-    {"optimizer_state_nbytes", "(nbytes)", false},
-    {"grad_peak_bytes", "grad peak", false},
-    {"grad_peak_backward_bytes", "in backward", false},
-    {"grad_peak_step_bytes", "in step", false},
-    {"grad_held_after_backward", "held after bw", false},
-    {"grad_after_backward", ".grad", false},
-    {"peak_live_bytes", "peak live", false},
-    {"vmhwm_bytes", "VmHWM", false},
-    {"step_median_s", "step ms", true},
-    {"backward_median_s", "backward ms", true},
-    {"optimizer_step_median_s", "opt step ms", true},
+    {"parameters", "params M", Unit::kMillions},
+    {"optimizer_state_bytes", "opt state", Unit::kMegabytes},
+    {"optimizer_state_nbytes", "(nbytes)", Unit::kMegabytes},
+    {"grad_peak_bytes", "grad peak", Unit::kMegabytes},
+    {"grad_peak_backward_bytes", "in backward", Unit::kMegabytes},
+    {"grad_peak_step_bytes", "in step", Unit::kMegabytes},
+    {"grad_held_after_backward", "held after bw", Unit::kMegabytes},
+    {"grad_after_backward", ".grad", Unit::kMegabytes},
+    {"peak_live_bytes", "peak live", Unit::kMegabytes},
+    {"vmhwm_bytes", "VmHWM", Unit::kMegabytes},
+    {"step_median_s", "step ms", Unit::kMilliseconds},
+    {"backward_median_s", "backward ms", Unit::kMilliseconds},
+    {"optimizer_step_median_s", "opt step ms", Unit::kMilliseconds},
+    {"minor_faults_per_step", "faults/step", Unit::kCount},
 };
 constexpr int kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 
@@ -258,9 +270,10 @@ int main(int argc, char** argv) {
 
   int64_t optimizer_state_bytes = 0, grad_peak_backward = 0, grad_peak_step = 0, grad_held = 0,
           grad_after_backward = 0;
-  std::vector<double> step_seconds, backward_seconds, optimizer_step_seconds;
+  std::vector<double> step_seconds, backward_seconds, optimizer_step_seconds, faults;
   double first_loss = 0, last_loss = 0;
   for (int step = 0; step < warmup + steps; ++step) {
+    const int64_t faults_before = minor_faults();
     const auto start = Clock::now();
     optimizer.zero_grad();
     auto loss = torch::mse_loss(model->forward(input), target);
@@ -287,11 +300,13 @@ int main(int argc, char** argv) {
     const double value = loss.item<double>();
     loss = torch::Tensor();
     const auto end = Clock::now();
+    const int64_t step_faults = minor_faults() - faults_before;
     (step == 0 ? first_loss : last_loss) = value;
     if (step >= warmup) {
       step_seconds.push_back(std::chrono::duration<double>(end - start).count());
       backward_seconds.push_back(std::chrono::duration<double>(backward_end - backward_start).count());
       optimizer_step_seconds.push_back(std::chrono::duration<double>(step_end - backward_end).count());
+      faults.push_back(static_cast<double>(step_faults));
     }
   }
   const double figures[kFieldCount] = {static_cast<double>(parameters),
@@ -306,7 +321,8 @@ int main(int argc, char** argv) {
                                        static_cast<double>(peak_resident_bytes()),
                                        median(step_seconds),
                                        median(backward_seconds),
-                                       median(optimizer_step_seconds)};
+                                       median(optimizer_step_seconds),
+                                       median(faults)};
   // The gather's own tensors come after every figure is taken.
   const auto all =
       accelerator.gather(torch::tensor(std::vector<double>(figures, figures + kFieldCount), torch::kFloat64)
@@ -333,8 +349,14 @@ int main(int argc, char** argv) {
     json << (rank ? ", {" : "{");
     for (int i = 0; i < kFieldCount; ++i) {
       const double value = table[rank][i];
-      std::cout << std::setw(14) << std::setprecision(kFields[i].seconds ? 2 : 1)
-                << value * (kFields[i].seconds ? 1e3 : 1e-6);
+      const Unit unit = kFields[i].unit;
+      std::cout << std::setw(14)
+                << std::setprecision(unit == Unit::kMilliseconds ? 2
+                                     : unit == Unit::kCount      ? 0
+                                                                 : 1)
+                << value * (unit == Unit::kMilliseconds ? 1e3
+                            : unit == Unit::kCount      ? 1
+                                                        : 1e-6);
       json << (i ? ", \"" : "\"") << kFields[i].name << "\": " << value;
     }
     std::cout << "\n";
