@@ -16,15 +16,19 @@
 //     state (`optimizer.unwrap().state()`: exp_avg and exp_avg_sq, max_exp_avg_sq where defined);
 //   - gradient peak: the highest live bytes during `accelerator.backward` + `optimizer.step()` minus the live
 //     bytes just before backward, the largest over the steps after the first (the first one also allocates
-//     the optimizer state); and the bytes of the whole gradients left after backward (the sum of `nbytes()`
-//     of the defined `.grad()` of the parameters). Under ZeRO-2 that sum is 0: backward reduce-scatters each
-//     gradient into this process's share and drops the whole one. The shares are tensors of the runtime's
-//     own, made by the same CPU allocator, so they are in the live bytes and the peak (the gradient peak of
-//     ZeRO-2 is its shares plus the whole gradients in flight while backward runs), not in the `.grad()` sum;
+//     the optimizer state), and that peak within backward and within the step apart; the live bytes backward
+//     leaves behind (live after it minus live before it); and the bytes of the whole gradients left after
+//     backward (the sum of `nbytes()` of the defined `.grad()` of the parameters). Under ZeRO-2 that sum is
+//     0: backward reduce-scatters each gradient into this process's share and drops the whole one. The shares
+//     are tensors of the runtime's own, made by the same CPU allocator, so they are in the live bytes, in the
+//     peak and in what backward leaves live, not in the `.grad()` sum; the gradient peak of ZeRO-2 is the
+//     shares plus whatever whole gradients and staging buffers are in flight while backward runs;
 //   - the peak live bytes of the whole run, and the peak resident set (VmHWM of /proc/self/status) as the
-//     cross-check (it also counts the library code, the shared-memory segments and Gloo's buffers, which
+//     cross-check (it also counts the library code, the shared-memory segment and Gloo's buffers, which
 //     are not tensors);
-//   - the median time of one whole step (zero_grad, forward, backward, step) over the timed steps.
+//   - the median time of one whole step (zero_grad, forward, backward, step) over the timed steps, and of its
+//     backward and its optimizer step; the median minor page faults and kernel CPU time of one step
+//     (getrusage: freshly allocated large tensors are fresh pages, faulted in on first touch).
 //
 // Rank 0 gathers the figures of every process and prints a table and one `ZERO_MEMORY_RESULT {json}` line.
 #include <accelerate/accelerate.h>
@@ -109,11 +113,12 @@ private:
   c10::Allocator* wrapped_;
 };
 
-/// Minor page faults of this process so far (each first touch of a page the kernel maps in).
-int64_t minor_faults() {
+/// Minor page faults of this process so far (each first touch of a page the kernel maps in), and the CPU
+/// time its threads spent in the kernel, in seconds (where page faults are served).
+std::pair<int64_t, double> faults_and_system_time() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_minflt;
+  return {usage.ru_minflt, usage.ru_stime.tv_sec + usage.ru_stime.tv_usec * 1e-6};
 }
 
 /// VmHWM of /proc/self/status (the peak resident set), in bytes; -1 where it cannot be read.
@@ -199,6 +204,7 @@ constexpr Field kFields[] = {
     {"backward_median_s", "backward ms", Unit::kMilliseconds},
     {"optimizer_step_median_s", "opt step ms", Unit::kMilliseconds},
     {"minor_faults_per_step", "faults/step", Unit::kCount},
+    {"system_cpu_per_step_s", "sys CPU ms", Unit::kMilliseconds},
 };
 constexpr int kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 
@@ -270,10 +276,10 @@ int main(int argc, char** argv) {
 
   int64_t optimizer_state_bytes = 0, grad_peak_backward = 0, grad_peak_step = 0, grad_held = 0,
           grad_after_backward = 0;
-  std::vector<double> step_seconds, backward_seconds, optimizer_step_seconds, faults;
+  std::vector<double> step_seconds, backward_seconds, optimizer_step_seconds, faults, system_seconds;
   double first_loss = 0, last_loss = 0;
   for (int step = 0; step < warmup + steps; ++step) {
-    const int64_t faults_before = minor_faults();
+    const auto [faults_before, system_before] = faults_and_system_time();
     const auto start = Clock::now();
     optimizer.zero_grad();
     auto loss = torch::mse_loss(model->forward(input), target);
@@ -300,13 +306,14 @@ int main(int argc, char** argv) {
     const double value = loss.item<double>();
     loss = torch::Tensor();
     const auto end = Clock::now();
-    const int64_t step_faults = minor_faults() - faults_before;
+    const auto [faults_after, system_after] = faults_and_system_time();
     (step == 0 ? first_loss : last_loss) = value;
     if (step >= warmup) {
       step_seconds.push_back(std::chrono::duration<double>(end - start).count());
       backward_seconds.push_back(std::chrono::duration<double>(backward_end - backward_start).count());
       optimizer_step_seconds.push_back(std::chrono::duration<double>(step_end - backward_end).count());
-      faults.push_back(static_cast<double>(step_faults));
+      faults.push_back(static_cast<double>(faults_after - faults_before));
+      system_seconds.push_back(system_after - system_before);
     }
   }
   const double figures[kFieldCount] = {static_cast<double>(parameters),
@@ -322,7 +329,8 @@ int main(int argc, char** argv) {
                                        median(step_seconds),
                                        median(backward_seconds),
                                        median(optimizer_step_seconds),
-                                       median(faults)};
+                                       median(faults),
+                                       median(system_seconds)};
   // The gather's own tensors come after every figure is taken.
   const auto all =
       accelerator.gather(torch::tensor(std::vector<double>(figures, figures + kFieldCount), torch::kFloat64)

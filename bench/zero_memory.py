@@ -122,6 +122,9 @@ def main() -> int:
     faults = [step(s, field="minor_faults_per_step") for s in STRATEGIES]
     print("| minor page faults per step | " + " | ".join(f"{v:,.0f}" for v in faults) +
           f" | {ratio(faults[1], faults[0])} | {ratio(faults[2], faults[0])} | |")
+    system = [step(s, field="system_cpu_per_step_s") for s in STRATEGIES]
+    print("| kernel (system) CPU time per step | " + " | ".join(f"{v * 1e3:.1f} ms" for v in system) +
+          f" | {ratio(system[1], system[0])} | {ratio(system[2], system[0])} | |")
     per_rep = {s: [step(s, rep) / step("ddp", rep) for rep in range(args.reps)] for s in ("zero1", "zero2")}
     print("\nStep time over DDP's in each repetition: " + "; ".join(
         f"{NAMES[s]} " + ", ".join(f"{r:.2f}x" for r in per_rep[s]) for s in per_rep))
