@@ -3,10 +3,10 @@
 
 Runs bench_zero_memory under `accel launch --cpu --num_processes P` once per strategy and repetition, the order
 of the strategies rotating from one repetition to the next, and prints one Markdown table: each figure per
-strategy (the largest over the processes; memory figures are the same in every repetition, step time is the
-median over the repetitions of rank 0's median step) and its ratio to DDP, with the goals.
+strategy (memory: the largest over the processes, median over the repetitions; times: rank 0's median step,
+median over the repetitions) and its ratio to DDP, with the goals.
 
-    python3 bench/zero_memory.py --bin-dir build/bin --procs 2 --reps 3 --steps 5 --warmup 2
+    python3 bench/zero_memory.py --bin-dir build/bin --procs 2 --reps 5 --steps 5 --warmup 2
 """
 import argparse
 import json
@@ -89,8 +89,8 @@ def main() -> int:
           f"({first['parameters'] / 1e6:.1f} M parameters), batch {args.batch} rows per process, AdamW; "
           f"{args.reps} repetitions (strategies alternated) x ({args.warmup} warm-up + {args.steps} timed steps); "
           f"{elapsed:.0f} s, load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end.\n")
-    print("Memory: the largest over the processes (the same in every repetition). Step time: rank 0's median "
-          "step, median over the repetitions.\n")
+    print("Memory: the largest over the processes, median over the repetitions. Times and counts: rank 0's "
+          "median step, median over the repetitions.\n")
     rows = [
         ("optimizer state per process (1st step's increase)", "optimizer_state_bytes", mb, "ZeRO <= 0.55x"),
         ("optimizer state per process (state tensors' nbytes)", "optimizer_state_nbytes", mb, ""),
@@ -128,6 +128,9 @@ def main() -> int:
     per_rep = {s: [step(s, rep) / step("ddp", rep) for rep in range(args.reps)] for s in ("zero1", "zero2")}
     print("\nStep time over DDP's in each repetition: " + "; ".join(
         f"{NAMES[s]} " + ", ".join(f"{r:.2f}x" for r in per_rep[s]) for s in per_rep))
+    print("VmHWM over the processes and repetitions: " + "; ".join(
+        f"{NAMES[s]} {min(r['vmhwm_bytes'] for x in runs[s] for r in x['ranks']) / 1e6:,.1f}-"
+        f"{max(r['vmhwm_bytes'] for x in runs[s] for r in x['ranks']) / 1e6:,.1f} MB" for s in STRATEGIES))
     print("Optimizer state per process, each process (1st step's increase): " + "; ".join(
         f"{NAMES[s]} " + ", ".join(mb(rank["optimizer_state_bytes"]) for rank in runs[s][0]["ranks"])
         for s in STRATEGIES))
