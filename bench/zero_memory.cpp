@@ -1,0 +1,375 @@
+// Memory and step time of one training job under DDP, ZeRO-1 and ZeRO-2, measured per process.
+//
+//   accel launch --cpu --num_processes 2 build/bin/bench_zero_memory --strategy ddp|zero1|zero2
+//       [--width W] [--layers L] [--batch B] [--steps N] [--warmup K]
+//
+// (bench/zero_memory.py runs the three strategies one after another and prints the ratios to DDP.)
+//
+// An MLP of L Linear(W, W) layers (tanh between them; default 8 x 2900 x 2900, 67.3 M parameters, so AdamW's
+// two fp32 moments are 0.54 GB replicated) trained with the prepared AdamW on a fixed batch of B rows
+// (default 4) against an MSE target, one intra-op thread per process, K warm-up and N timed steps. Every CPU
+// tensor is counted: a counting allocator wrapping libtorch's default CPU allocator is installed before any
+// tensor exists and keeps the live bytes and the peak of the live bytes. Each process measures:
+//
+//   - optimizer state: the live bytes the first `optimizer.step()` leaves behind (live after it minus live
+//     before it), and as the cross-check the sum of `nbytes()` of the tensors in the libtorch optimizer's
+//     state (`optimizer.unwrap().state()`: exp_avg and exp_avg_sq, max_exp_avg_sq where defined);
+//   - gradient peak: the highest live bytes during `accelerator.backward` + `optimizer.step()` minus the live
+//     bytes just before backward, the largest over the steps after the first (the first one also allocates
+//     the optimizer state), and that peak within backward and within the step apart; the live bytes backward
+//     leaves behind (live after it minus live before it); and the bytes of the whole gradients left after
+//     backward (the sum of `nbytes()` of the defined `.grad()` of the parameters). Under ZeRO-2 that sum is
+//     0: backward reduce-scatters each gradient into this process's share and drops the whole one. The shares
+//     are tensors of the runtime's own, made by the same CPU allocator, so they are in the live bytes, in the
+//     peak and in what backward leaves live, not in the `.grad()` sum; the gradient peak of ZeRO-2 is the
+//     shares plus whatever whole gradients and staging buffers are in flight while backward runs;
+//   - the peak live bytes of the whole run, and the peak resident set (VmHWM of /proc/self/status) as the
+//     cross-check (it also counts the library code, the shared-memory segment and Gloo's buffers, which
+//     are not tensors);
+//   - the median time of one whole step (zero_grad, forward, backward, step) over the timed steps, and of its
+//     backward and its optimizer step; the median minor page faults and kernel CPU time of one step
+//     (getrusage: freshly allocated large tensors are fresh pages, faulted in on first touch).
+//
+// Rank 0 gathers the figures of every process and prints a table and one `ZERO_MEMORY_RESULT {json}` line.
+#include <accelerate/accelerate.h>
+
+#include <c10/core/CPUAllocator.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Live bytes of every CPU tensor and their peak; plain atomics, so tensors freed after `main` returns still
+// find them (no destructor runs).
+std::atomic<int64_t> live_bytes{0};
+std::atomic<int64_t> peak_bytes{0};
+
+void count_allocation(int64_t bytes) {
+  const int64_t live = live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = peak_bytes.load(std::memory_order_relaxed);
+  while (live > peak && !peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+std::atomic<int64_t> dropped_peak_bytes{0}; // the largest peak `reset_peak` started again from
+
+/// The peak starts again from the bytes live now (one thread calls it, between allocations of its own).
+void reset_peak() {
+  const int64_t dropped = peak_bytes.exchange(live_bytes.load());
+  dropped_peak_bytes.store(std::max(dropped_peak_bytes.load(), dropped));
+}
+
+/// The peak live bytes since the allocator was installed.
+int64_t peak_bytes_overall() {
+  return std::max(dropped_peak_bytes.load(), peak_bytes.load());
+}
+
+/// Wraps the default CPU allocator: each allocation carries its size in the DataPtr's context, which the
+/// deleter subtracts before handing the memory back to the wrapped allocator's own deleter.
+class CountingAllocator final : public c10::Allocator {
+public:
+  explicit CountingAllocator(c10::Allocator* wrapped) : wrapped_(wrapped) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = wrapped_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    auto* context = new Allocation{std::move(inner), static_cast<int64_t>(n)};
+    count_allocation(context->bytes);
+    return {data, context, &release, device};
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    wrapped_->copy_data(dest, src, count);
+  }
+
+private:
+  struct Allocation {
+    c10::DataPtr inner;
+    int64_t bytes;
+  };
+
+  static void release(void* context) {
+    auto* allocation = static_cast<Allocation*>(context);
+    live_bytes.fetch_sub(allocation->bytes, std::memory_order_relaxed);
+    delete allocation; // the wrapped allocator's deleter frees the memory
+  }
+
+  c10::Allocator* wrapped_;
+};
+
+/// Minor page faults of this process so far (each first touch of a page the kernel maps in), and the CPU
+/// time its threads spent in the kernel, in seconds (where page faults are served).
+std::pair<int64_t, double> faults_and_system_time() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return {usage.ru_minflt, usage.ru_stime.tv_sec + usage.ru_stime.tv_usec * 1e-6};
+}
+
+/// VmHWM of /proc/self/status (the peak resident set), in bytes; -1 where it cannot be read.
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      return std::stoll(line.substr(6)) * 1024; // "VmHWM:   123456 kB"
+    }
+  }
+  return -1;
+}
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl(int64_t width, int layers) {
+    for (int i = 0; i < layers; ++i) {
+      linears.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(width, width)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (size_t i = 0; i < linears.size(); ++i) {
+      x = linears[i]->forward(x);
+      if (i + 1 < linears.size()) {
+        x = torch::tanh(x);
+      }
+    }
+    return x;
+  }
+  std::vector<torch::nn::Linear> linears;
+};
+TORCH_MODULE(Mlp);
+
+int64_t optimizer_state_nbytes(torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  auto add = [&](const torch::Tensor& tensor) { bytes += tensor.defined() ? tensor.nbytes() : 0; };
+  for (const auto& [key, slot] : optimizer.state()) {
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(slot.get())) {
+      add(adamw->exp_avg());
+      add(adamw->exp_avg_sq());
+      add(adamw->max_exp_avg_sq());
+    } else {
+      throw std::runtime_error("bench_zero_memory: an optimizer state entry that is not AdamW's");
+    }
+  }
+  return bytes;
+}
+
+int64_t gradient_nbytes(torch::nn::Module& model) {
+  int64_t bytes = 0;
+  for (const auto& parameter : model.parameters()) {
+    bytes += parameter.grad().defined() ? parameter.grad().nbytes() : 0;
+  }
+  return bytes;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// The figures one process reports: name (in the JSON line), column of the printed table, and how the table
+// prints it (the JSON line has the raw value: bytes, seconds, counts).
+enum class Unit { kMillions, kMegabytes, kMilliseconds, kCount };
+struct Field {
+  const char* name;
+  const char* column;
+  Unit unit;
+};
+constexpr Field kFields[] = {
+    {"parameters", "params M", Unit::kMillions},
+    {"optimizer_state_bytes", "opt state", Unit::kMegabytes},
+    {"optimizer_state_nbytes", "(nbytes)", Unit::kMegabytes},
+    {"grad_peak_bytes", "grad peak", Unit::kMegabytes},
+    {"grad_peak_backward_bytes", "in backward", Unit::kMegabytes},
+    {"grad_peak_step_bytes", "in step", Unit::kMegabytes},
+    {"grad_held_after_backward", "held after bw", Unit::kMegabytes},
+    {"grad_after_backward", ".grad", Unit::kMegabytes},
+    {"peak_live_bytes", "peak live", Unit::kMegabytes},
+    {"vmhwm_bytes", "VmHWM", Unit::kMegabytes},
+    {"step_median_s", "step ms", Unit::kMilliseconds},
+    {"backward_median_s", "backward ms", Unit::kMilliseconds},
+    {"optimizer_step_median_s", "opt step ms", Unit::kMilliseconds},
+    {"minor_faults_per_step", "faults/step", Unit::kCount},
+    {"system_cpu_per_step_s", "sys CPU ms", Unit::kMilliseconds},
+};
+constexpr int kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // Before any tensor: every CPU storage from here on is counted.
+  static CountingAllocator counting(c10::GetDefaultCPUAllocator());
+  c10::SetCPUAllocator(&counting, /*priority=*/std::numeric_limits<uint8_t>::max());
+
+  std::string strategy = "ddp";
+  int64_t width = 2900, batch = 4;
+  int layers = 8, steps = 5, warmup = 2;
+  for (int i = 1; i < argc; ++i) {
+    auto value = [&](const char* name) -> const char* {
+      if (!std::strcmp(argv[i], name) && i + 1 < argc) {
+        return argv[++i];
+      }
+      return nullptr;
+    };
+    if (const char* v = value("--strategy")) {
+      strategy = v;
+    } else if (const char* v = value("--width")) {
+      width = std::stoll(v);
+    } else if (const char* v = value("--layers")) {
+      layers = std::stoi(v);
+    } else if (const char* v = value("--batch")) {
+      batch = std::stoll(v);
+    } else if (const char* v = value("--steps")) {
+      steps = std::stoi(v);
+    } else if (const char* v = value("--warmup")) {
+      warmup = std::stoi(v);
+    } else {
+      std::cerr
+          << "bench_zero_memory: unknown argument '" << argv[i]
+          << "' (use --strategy ddp|zero1|zero2, --width W, --layers L, --batch B, --steps N, --warmup K)\n";
+      return 2;
+    }
+  }
+  if (steps < 1 || warmup < 0 || warmup + steps < 2 || layers < 1 || width < 1 || batch < 1) {
+    std::cerr << "bench_zero_memory: needs --steps >= 1, --warmup >= 0 and at least 2 steps in all\n";
+    return 2;
+  }
+  auto options = accelerate::AcceleratorOptions().cpu(true);
+  if (strategy == "ddp") {
+    options.parallel_strategy("ddp");
+  } else if (strategy == "zero1" || strategy == "zero2") {
+    options.parallel_strategy("zero").zero_stage(strategy == "zero1" ? 1 : 2);
+  } else {
+    std::cerr << "bench_zero_memory: --strategy is ddp, zero1 or zero2, not '" << strategy << "'\n";
+    return 2;
+  }
+  at::set_num_threads(1);
+
+  accelerate::Accelerator accelerator(options);
+  torch::manual_seed(0);
+  Mlp model(width, layers);
+  accelerator.prepare(model);
+  auto optimizer =
+      accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-4)));
+  int64_t parameters = 0;
+  for (const auto& parameter : model->parameters()) {
+    parameters += parameter.numel();
+  }
+  // One fixed batch per process (each its own rows, as a prepared loader would give).
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + accelerator.process_index());
+  const auto input = at::randn({batch, width}, generator);
+  const auto target = at::randn({batch, width}, generator);
+
+  int64_t optimizer_state_bytes = 0, grad_peak_backward = 0, grad_peak_step = 0, grad_held = 0,
+          grad_after_backward = 0;
+  std::vector<double> step_seconds, backward_seconds, optimizer_step_seconds, faults, system_seconds;
+  double first_loss = 0, last_loss = 0;
+  for (int step = 0; step < warmup + steps; ++step) {
+    const auto [faults_before, system_before] = faults_and_system_time();
+    const auto start = Clock::now();
+    optimizer.zero_grad();
+    auto loss = torch::mse_loss(model->forward(input), target);
+    const int64_t before_backward = live_bytes.load();
+    reset_peak();
+    const auto backward_start = Clock::now();
+    accelerator.backward(loss);
+    const auto backward_end = Clock::now();
+    const int64_t backward_peak = peak_bytes.load() - before_backward;
+    grad_after_backward = gradient_nbytes(*model);
+    const int64_t before_step = live_bytes.load();
+    // What backward leaves live: the whole gradients, or under ZeRO-2 the shares (tensors the runtime holds
+    // outside `.grad()`), less the activations backward freed.
+    grad_held = before_step - before_backward;
+    reset_peak();
+    optimizer.step();
+    const auto step_end = Clock::now();
+    if (step == 0) {
+      optimizer_state_bytes = live_bytes.load() - before_step;
+    } else { // the first step also makes the optimizer state
+      grad_peak_backward = std::max(grad_peak_backward, backward_peak);
+      grad_peak_step = std::max(grad_peak_step, peak_bytes.load() - before_backward);
+    }
+    const double value = loss.item<double>();
+    loss = torch::Tensor();
+    const auto end = Clock::now();
+    const auto [faults_after, system_after] = faults_and_system_time();
+    (step == 0 ? first_loss : last_loss) = value;
+    if (step >= warmup) {
+      step_seconds.push_back(std::chrono::duration<double>(end - start).count());
+      backward_seconds.push_back(std::chrono::duration<double>(backward_end - backward_start).count());
+      optimizer_step_seconds.push_back(std::chrono::duration<double>(step_end - backward_end).count());
+      faults.push_back(static_cast<double>(faults_after - faults_before));
+      system_seconds.push_back(system_after - system_before);
+    }
+  }
+  const double figures[kFieldCount] = {static_cast<double>(parameters),
+                                       static_cast<double>(optimizer_state_bytes),
+                                       static_cast<double>(optimizer_state_nbytes(optimizer.unwrap())),
+                                       static_cast<double>(std::max(grad_peak_backward, grad_peak_step)),
+                                       static_cast<double>(grad_peak_backward),
+                                       static_cast<double>(grad_peak_step),
+                                       static_cast<double>(grad_held),
+                                       static_cast<double>(grad_after_backward),
+                                       static_cast<double>(peak_bytes_overall()),
+                                       static_cast<double>(peak_resident_bytes()),
+                                       median(step_seconds),
+                                       median(backward_seconds),
+                                       median(optimizer_step_seconds),
+                                       median(faults),
+                                       median(system_seconds)};
+  // The gather's own tensors come after every figure is taken.
+  const auto all =
+      accelerator.gather(torch::tensor(std::vector<double>(figures, figures + kFieldCount), torch::kFloat64)
+                             .reshape({1, kFieldCount}));
+  if (!accelerator.is_main_process()) {
+    return 0;
+  }
+  const auto table = all.accessor<double, 2>();
+  std::cout << "strategy " << strategy << ", " << accelerator.num_processes()
+            << " processes x 1 intra-op thread; " << layers << " x Linear(" << width << ", " << width << "), "
+            << parameters / 1e6 << " M parameters, batch " << batch << ", AdamW; " << warmup << " warm-up + "
+            << steps << " timed steps; loss " << first_loss << " -> " << last_loss
+            << " (rank 0); bytes in MB (1e6)\n"
+            << std::left << std::setw(5) << "rank" << std::right;
+  for (const auto& field : kFields) {
+    std::cout << std::setw(14) << field.column;
+  }
+  std::cout << "\n";
+  std::ostringstream json;
+  json << std::setprecision(17) << "{\"strategy\": \"" << strategy
+       << "\", \"processes\": " << accelerator.num_processes() << ", \"ranks\": [";
+  for (int64_t rank = 0; rank < table.size(0); ++rank) {
+    std::cout << std::left << std::setw(5) << rank << std::right << std::fixed;
+    json << (rank ? ", {" : "{");
+    for (int i = 0; i < kFieldCount; ++i) {
+      const double value = table[rank][i];
+      const Unit unit = kFields[i].unit;
+      std::cout << std::setw(14)
+                << std::setprecision(unit == Unit::kMilliseconds ? 2
+                                     : unit == Unit::kCount      ? 0
+                                                                 : 1)
+                << value * (unit == Unit::kMilliseconds ? 1e3
+                            : unit == Unit::kCount      ? 1
+                                                        : 1e-6);
+      json << (i ? ", \"" : "\"") << kFields[i].name << "\": " << value;
+    }
+    std::cout << "\n";
+    json << "}";
+  }
+  json << "]}";
+  std::cout << "ZERO_MEMORY_RESULT " << json.str() << std::endl;
+  return 0;
+}
