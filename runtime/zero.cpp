@@ -8,8 +8,9 @@
 // A bucket's parameters are moved into one flat buffer (each parameter becomes a view of it), padded to a
 // multiple of the world size; process r owns the r-th of its `world` equal slices. A parameter's share on
 // process r is its intersection with that slice: at most one contiguous range, stepped as a 1-D view of the
-// parameter's own storage. ATen's fused optimizer kernels are elementwise, so stepping a share updates those
-// elements exactly as stepping the whole parameter would.
+// parameter's own storage. ATen's fused optimizer kernels are elementwise, and parameters and slices start on
+// 64-byte boundaries, so stepping a share updates those elements exactly as stepping the whole parameter
+// would.
 //
 // Transport: the collectives of runtime/process_group.h (through shared memory when every process is on this
 // machine, as DDP's gradient average; c10d's Gloo or NCCL otherwise). The average is the same arithmetic as
@@ -39,12 +40,17 @@ namespace {
 /// A prepared model's trainable parameters, moved into flat per-bucket buffers (see the file comment).
 struct Layout {
   struct Bucket {
-    torch::Tensor flat; // the parameters' values, world * share elements (the tail is padding)
+    torch::Tensor flat; // the parameters' values, world * share elements (alignment gaps, padded tail)
     int64_t share = 0;  // elements of each process's slice
+    int64_t total = 0;  // elements before the padding
     std::vector<size_t> members;
-    // Stage 2, during an armed backward: the gradients that arrived, and how many have not yet.
+    // Stage 2, during an armed backward: the gradients that arrived (in a staging buffer, or the one member's
+    // own gradient when it fills the bucket exactly), and how many have not yet.
     torch::Tensor staging;
     size_t waiting = 0;
+    // Stage 2: this process's slice of the bucket's averaged gradient, kept between steps (the shares'
+    // gradients are views of it).
+    torch::Tensor share_gradient;
   };
   struct Entry {
     torch::Tensor parameter;
@@ -57,6 +63,7 @@ struct Layout {
     torch::Tensor values;     // the share: a 1-D view of the parameter
     torch::Tensor gradient;   // stage 2: the share's accumulated gradient
     bool arrived = false;     // stage 2: its gradient came in the armed backward
+    bool used = true;         // stage 2: some process's armed backward reached it
   };
 
   std::vector<Bucket> buckets;
@@ -67,7 +74,8 @@ struct Layout {
   Layout(const std::vector<torch::Tensor>& parameters, int rank_, int world_, int64_t bucket_bytes)
       : rank(rank_), world(world_) {
     torch::NoGradGuard no_grad;
-    // Whole parameters, newest first, into the open bucket of their device and dtype until it is full.
+    // Whole parameters, newest first, into the open bucket of their device and dtype while it has room (a
+    // parameter larger than a bucket gets one of its own).
     std::map<std::pair<std::string, c10::ScalarType>, size_t> open;
     std::vector<std::vector<torch::Tensor>> members;
     std::vector<int64_t> bytes;
@@ -77,27 +85,40 @@ struct Layout {
         continue;
       }
       const auto key = std::make_pair(it->device().str(), it->scalar_type());
+      const int64_t size = it->numel() * static_cast<int64_t>(it->element_size());
       auto found = open.find(key);
-      if (found == open.end() || bytes[found->second] >= bucket_bytes) {
+      if (found == open.end() || (bytes[found->second] > 0 && bytes[found->second] + size > bucket_bytes)) {
         found = open.insert_or_assign(key, members.size()).first;
         members.emplace_back();
         bytes.push_back(0);
       }
       members[found->second].push_back(*it);
-      bytes[found->second] += it->numel() * static_cast<int64_t>(it->element_size());
+      bytes[found->second] += size;
     }
     for (size_t b = 0; b < members.size(); ++b) {
       Bucket bucket;
+      // Each parameter starts at a 64-byte boundary, as a tensor of its own would (c10's CPU alignment): the
+      // BLAS kernels of forward and backward then take the same paths, and round as they would, as under DDP.
+      const int64_t align = std::max<int64_t>(1, 64 / members[b].front().element_size());
+      std::vector<int64_t> offsets;
       int64_t total = 0;
       for (const auto& parameter : members[b]) {
+        total = (total + align - 1) / align * align;
+        offsets.push_back(total);
         total += parameter.numel();
       }
-      bucket.share = (total + world - 1) / world;
+      bucket.total = total;
+      // Slices start at multiples of that alignment too. ATen's fused optimizer kernels run a vector loop from
+      // the start of each tensor they step (in 64-byte units across threads) and a scalar tail, which round
+      // differently (fused multiply-add): a share whose ends fall on such boundaries of its parameter puts every
+      // element in the same loop as stepping the whole parameter does, so the update is bit-identical.
+      bucket.share = ((total + world - 1) / world + align - 1) / align * align;
       bucket.flat = torch::zeros({bucket.share * world}, members[b].front().options().requires_grad(false));
       const int64_t slice_begin = rank * bucket.share;
       const int64_t slice_end = slice_begin + bucket.share;
-      int64_t offset = 0;
-      for (const auto& parameter : members[b]) {
+      for (size_t m = 0; m < members[b].size(); ++m) {
+        const auto& parameter = members[b][m];
+        const int64_t offset = offsets[m];
         Entry entry;
         entry.parameter = parameter;
         entry.bucket = b;
@@ -118,7 +139,6 @@ struct Layout {
         entry.values = bucket.flat.narrow(0, first, std::max<int64_t>(last - first, 0));
         bucket.members.push_back(entries.size());
         entries.push_back(std::move(entry));
-        offset += parameter.numel();
       }
       buckets.push_back(std::move(bucket));
     }
@@ -164,7 +184,8 @@ class ShardedGradientModel final : public PreparedModel {
 public:
   ShardedGradientModel(torch::nn::Module& model, std::shared_ptr<Layout> layout,
                        const ParallelContext& context)
-      : PreparedModel(model, context.process_group, context.tracker), layout_(std::move(layout)) {
+      : PreparedModel(model, context.process_group, context.tracker), layout_(std::move(layout)),
+        find_unused_parameters_(context.config.find_unused_parameters) {
     // Every process must hold the same model (as under DDP); the message names the mismatch.
     c10d::verify_params_across_processes(process_group(), parameters(), std::nullopt);
     for (size_t i = 0; i < layout_->entries.size(); ++i) {
@@ -195,6 +216,7 @@ public:
     }
     for (auto& entry : layout_->entries) {
       entry.arrived = false;
+      entry.used = !find_unused_parameters_;
     }
     next_ = 0;
     armed_ = true;
@@ -204,11 +226,26 @@ public:
     if (!armed_) {
       return;
     }
-    // Parameters the backward did not reach take part with zero gradients, as under DDP.
-    while (next_ < layout_->buckets.size()) {
-      reduce(next_++);
-    }
     armed_ = false;
+    // The buckets backward did not complete. A parameter whose gradient did not come takes part with zeros;
+    // with find_unused_parameters, one no process used keeps its share's gradient as it was (undefined after
+    // zero_grad, so the optimizer skips it), as DDP leaves such a gradient alone.
+    std::vector<std::pair<size_t, Reduced>> held;
+    while (next_ < layout_->buckets.size()) {
+      const size_t b = next_++;
+      auto reduced = communicate(b);
+      if (find_unused_parameters_) {
+        held.emplace_back(b, std::move(reduced));
+      } else {
+        accumulate(b, reduced);
+      }
+    }
+    if (find_unused_parameters_) {
+      agree_on_used_parameters();
+      for (auto& [b, reduced] : held) {
+        accumulate(b, reduced);
+      }
+    }
   }
 
   void disarm() override {
@@ -225,6 +262,12 @@ public:
       auto discarded = torch::empty({bucket.share}, bucket.flat.options());
       reduce_scatter_average(process_group(), discarded, torch::zeros_like(bucket.flat));
     }
+    if (find_unused_parameters_) {
+      for (auto& entry : layout_->entries) {
+        entry.arrived = false;
+      }
+      agree_on_used_parameters();
+    }
   }
 
   size_t bucket_count() const override { return layout_->buckets.size(); }
@@ -233,57 +276,152 @@ public:
   }
 
 private:
+  /// A bucket's slice of the averaged gradient: in the kept buffer itself (`fresh`: no share of the bucket
+  /// held a gradient), or in a temporary to add to the shares.
+  struct Reduced {
+    torch::Tensor averaged;
+    bool fresh = false;
+  };
+
   void gradient_arrived(size_t index) {
     auto& entry = layout_->entries[index];
     auto& gradient = entry.parameter.mutable_grad();
     if (!armed_ || !gradient.defined() || entry.arrived) {
       return; // a backward outside accelerator.backward: the gradient stays, and the optimizer step refuses
-              // it
     }
     torch::NoGradGuard no_grad;
     auto& bucket = layout_->buckets[entry.bucket];
-    if (!bucket.staging.defined()) {
-      bucket.staging = torch::zeros({bucket.flat.numel()}, bucket.flat.options());
+    if (bucket.members.size() == 1 && bucket.total == bucket.flat.numel() && gradient.is_contiguous() &&
+        gradient.scalar_type() == bucket.flat.scalar_type()) {
+      bucket.staging = gradient.view(-1); // the gradient is the bucket: reduce-scattered without a copy
+    } else {
+      if (!bucket.staging.defined()) {
+        bucket.staging = take_staging(bucket);
+      }
+      bucket.staging.narrow(0, entry.offset, entry.numel).copy_(gradient.reshape(-1));
     }
-    bucket.staging.narrow(0, entry.offset, entry.numel).copy_(gradient.reshape(-1));
     gradient.reset();
     entry.arrived = true;
+    entry.used = true;
     --bucket.waiting;
     while (next_ < layout_->buckets.size() && layout_->buckets[next_].waiting == 0) {
-      reduce(next_++);
+      const size_t b = next_++;
+      auto reduced = communicate(b); // every member came: all used
+      accumulate(b, reduced);
     }
   }
 
-  /// Reduce-scatters bucket `b`'s staged gradients into this process's shares (accumulating).
-  void reduce(size_t b) {
+  /// Reduce-scatters bucket `b`'s staged gradients (zeros for the members whose gradient did not come).
+  Reduced communicate(size_t b) {
     torch::NoGradGuard no_grad;
     auto& bucket = layout_->buckets[b];
     if (observer_) {
       observer_(b);
     }
     if (!bucket.staging.defined()) {
-      bucket.staging = torch::zeros({bucket.flat.numel()}, bucket.flat.options());
+      bucket.staging = take_staging(bucket);
     }
-    auto averaged = torch::empty({bucket.share}, bucket.flat.options());
-    reduce_scatter_average(process_group(), averaged, bucket.staging);
-    bucket.staging.reset();
+    for (size_t member : bucket.members) {
+      if (auto& entry = layout_->entries[member]; !entry.arrived) {
+        bucket.staging.narrow(0, entry.offset, entry.numel).zero_();
+      }
+    }
+    if (!bucket.share_gradient.defined()) {
+      bucket.share_gradient = torch::empty({bucket.share}, bucket.flat.options());
+    }
+    Reduced reduced;
+    reduced.fresh = std::all_of(bucket.members.begin(), bucket.members.end(), [&](size_t member) {
+      const auto& entry = layout_->entries[member];
+      return entry.share_length == 0 || !entry.gradient.defined();
+    });
+    reduced.averaged =
+        reduced.fresh ? bucket.share_gradient : torch::empty({bucket.share}, bucket.flat.options());
+    reduce_scatter_average(process_group(), reduced.averaged, bucket.staging);
+    give_back_staging(bucket);
+    return reduced;
+  }
+
+  /// Adds bucket `b`'s averaged slice to the gradients of the shares of the members used in this backward.
+  void accumulate(size_t b, const Reduced& reduced) {
+    torch::NoGradGuard no_grad;
+    auto& bucket = layout_->buckets[b];
     for (size_t member : bucket.members) {
       auto& entry = layout_->entries[member];
-      if (entry.share_length == 0) {
+      if (entry.share_length == 0 || !entry.used) {
         continue;
       }
-      auto part = averaged.narrow(0, entry.slice_offset, entry.share_length);
-      if (entry.gradient.defined()) {
+      auto part = reduced.averaged.narrow(0, entry.slice_offset, entry.share_length);
+      if (reduced.fresh) {
+        entry.gradient = part;
+      } else if (entry.gradient.defined()) {
         entry.gradient.add_(part);
       } else {
-        entry.gradient = part;
+        entry.gradient = bucket.share_gradient.narrow(0, entry.slice_offset, entry.share_length);
+        entry.gradient.copy_(part);
       }
     }
   }
 
+  /// find_unused_parameters: a parameter counts as used when any process's backward reached it.
+  void agree_on_used_parameters() {
+    const auto& entries = layout_->entries;
+    auto flags = torch::zeros({static_cast<int64_t>(entries.size())}, torch::kInt32);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      flags[static_cast<int64_t>(i)] = entries[i].arrived ? 1 : 0;
+    }
+    const auto device = layout_->buckets.front().flat.device();
+    std::vector<torch::Tensor> reduced{flags.to(device)};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    process_group()->allreduce(reduced, options)->wait();
+    auto used = reduced[0].cpu();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      layout_->entries[i].used = used[static_cast<int64_t>(i)].item<int32_t>() != 0;
+    }
+  }
+
+  /// A staging buffer for `bucket`: a spare one of its size (buckets are alike in size, so at most two are
+  /// kept between uses, as DDP keeps its buckets), else a new one; the gaps between members and the padding
+  /// are zeroed.
+  torch::Tensor take_staging(const Layout::Bucket& bucket) {
+    torch::Tensor staging;
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->numel() == bucket.flat.numel() && it->scalar_type() == bucket.flat.scalar_type() &&
+          it->device() == bucket.flat.device()) {
+        staging = std::move(*it);
+        spare_.erase(it);
+        break;
+      }
+    }
+    if (!staging.defined()) {
+      staging = torch::empty({bucket.flat.numel()}, bucket.flat.options());
+    }
+    int64_t end = 0;
+    for (size_t member : bucket.members) {
+      const auto& entry = layout_->entries[member];
+      if (entry.offset > end) {
+        staging.narrow(0, end, entry.offset - end).zero_();
+      }
+      end = entry.offset + entry.numel;
+    }
+    staging.narrow(0, end, staging.numel() - end).zero_();
+    return staging;
+  }
+
+  void give_back_staging(Layout::Bucket& bucket) {
+    auto staging = std::move(bucket.staging);
+    bucket.staging.reset();
+    const bool own = bucket.members.size() == 1 && bucket.total == bucket.flat.numel();
+    if (!own && staging.device().is_cpu() && spare_.size() < 2) { // a device tensor may still be in use
+      spare_.push_back(std::move(staging));
+    }
+  }
+
   std::shared_ptr<Layout> layout_;
+  bool find_unused_parameters_;
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   std::function<void(size_t)> observer_;
+  std::vector<torch::Tensor> spare_;
   size_t next_ = 0;
   bool armed_ = false;
 };
