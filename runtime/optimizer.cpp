@@ -447,8 +447,10 @@ int64_t parameter_state_step(FusedKind kind, const torch::optim::OptimizerParamS
   return 0;
 }
 
-torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision, const GradientState& gradient_state,
-                                 const std::vector<torch::Tensor>& parameters, double max_norm, double norm_type) {
+torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision,
+                                 const GradientState& gradient_state,
+                                 const std::vector<torch::Tensor>& parameters, double max_norm,
+                                 double norm_type) {
   // The strategy's gradients of these parameters (this process's shares under ZeRO-2, which gradient_norm
   // then measures across processes: every process takes part, whether it holds any or not).
   auto gradients = engine.gradients(parameters);

@@ -100,8 +100,10 @@ int64_t parameter_state_step(FusedKind kind, const torch::optim::OptimizerParamS
 
 /// `Accelerator::clip_grad_norm_` (and `gradient_clipping`'s clip in every step): scales the gradients of
 /// `parameters`, as `engine` holds them, to a total norm of at most `max_norm`; returns the norm before.
-torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision, const GradientState& gradient_state,
-                                 const std::vector<torch::Tensor>& parameters, double max_norm, double norm_type);
+torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision,
+                                 const GradientState& gradient_state,
+                                 const std::vector<torch::Tensor>& parameters, double max_norm,
+                                 double norm_type);
 
 /// Reads `state`'s deferred fp16 skip decision, if any (one host read): on a skip, marks the step skipped and
 /// takes it back from the step counters (`GradientState::optimizer_steps`, Adam's per-parameter step).

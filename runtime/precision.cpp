@@ -297,8 +297,7 @@ std::optional<torch::Tensor> Precision::prepare_gradients_for_clipping(bool sync
   auto inverse = scaler_->inverse_scale();
   for (auto& weak : optimizers_) {
     if (auto optimizer = weak.lock(); optimizer && !optimizer->unscaled_found_inf.defined()) {
-      optimizer->unscaled_found_inf =
-          scaler_->check_and_unscale(optimizer_gradients(*optimizer), inverse);
+      optimizer->unscaled_found_inf = scaler_->check_and_unscale(optimizer_gradients(*optimizer), inverse);
     }
   }
   return std::nullopt;

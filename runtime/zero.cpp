@@ -108,10 +108,11 @@ struct Layout {
         total += parameter.numel();
       }
       bucket.total = total;
-      // Slices start at multiples of that alignment too. ATen's fused optimizer kernels run a vector loop from
-      // the start of each tensor they step (in 64-byte units across threads) and a scalar tail, which round
-      // differently (fused multiply-add): a share whose ends fall on such boundaries of its parameter puts every
-      // element in the same loop as stepping the whole parameter does, so the update is bit-identical.
+      // Slices start at multiples of that alignment too. ATen's fused optimizer kernels run a vector loop
+      // from the start of each tensor they step (in 64-byte units across threads) and a scalar tail, which
+      // round differently (fused multiply-add): a share whose ends fall on such boundaries of its parameter
+      // puts every element in the same loop as stepping the whole parameter does, so the update is
+      // bit-identical.
       bucket.share = ((total + world - 1) / world + align - 1) / align * align;
       bucket.flat = torch::zeros({bucket.share * world}, members[b].front().options().requires_grad(false));
       const int64_t slice_begin = rank * bucket.share;
@@ -183,9 +184,10 @@ private:
 class ShardedGradientModel final : public PreparedModel {
 public:
   ShardedGradientModel(torch::nn::Module& model, std::shared_ptr<Layout> layout,
+                       std::shared_ptr<const std::set<c10::TensorImpl*>> stepped,
                        const ParallelContext& context)
       : PreparedModel(model, context.process_group, context.tracker), layout_(std::move(layout)),
-        find_unused_parameters_(context.config.find_unused_parameters) {
+        stepped_(std::move(stepped)), find_unused_parameters_(context.config.find_unused_parameters) {
     // Every process must hold the same model (as under DDP); the message names the mismatch.
     c10d::verify_params_across_processes(process_group(), parameters(), std::nullopt);
     for (size_t i = 0; i < layout_->entries.size(); ++i) {
@@ -209,6 +211,10 @@ public:
   bool synchronises_every_backward() const override { return true; }
 
   void arm(const torch::Tensor&) override {
+    if (!checked_) {
+      refuse_parameters_no_optimizer_steps();
+      checked_ = true;
+    }
     broadcast_buffers();
     for (auto& bucket : layout_->buckets) {
       bucket.waiting = bucket.members.size();
@@ -362,6 +368,28 @@ private:
     }
   }
 
+  /// The gradients leave `.grad()` for the shares that prepared optimizers step: a parameter no prepared
+  /// optimizer holds would silently never train.
+  void refuse_parameters_no_optimizer_steps() const {
+    for (const auto& item : model().named_parameters()) {
+      const auto* impl = item.value().unsafeGetTensorImpl();
+      const bool sharded =
+          std::any_of(layout_->entries.begin(), layout_->entries.end(),
+                      [&](const auto& entry) { return entry.parameter.unsafeGetTensorImpl() == impl; });
+      if (sharded && stepped_->count(const_cast<c10::TensorImpl*>(impl)) == 0) {
+        throw std::logic_error(
+            "accelerate: backward: under ZeRO stage 2 a prepared model's gradients go to the shares that "
+            "prepared "
+            "optimizers step, but parameter '" +
+            item.key() + "' of model '" + model().name() +
+            "' is in no optimizer given to accelerator.prepare, so it would never train; prepare the "
+            "optimizer "
+            "(auto optimizer = accelerator.prepare(torch::optim::AdamW(...))) before the first backward, or "
+            "freeze the parameter (requires_grad(false)) before preparing the model");
+      }
+    }
+  }
+
   /// find_unused_parameters: a parameter counts as used when any process's backward reached it.
   void agree_on_used_parameters() {
     const auto& entries = layout_->entries;
@@ -418,7 +446,9 @@ private:
   }
 
   std::shared_ptr<Layout> layout_;
+  std::shared_ptr<const std::set<c10::TensorImpl*>> stepped_; // every parameter of a prepared optimizer
   bool find_unused_parameters_;
+  bool checked_ = false;
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   std::function<void(size_t)> observer_;
   std::vector<torch::Tensor> spare_;
@@ -466,7 +496,7 @@ public:
     } else {
       place_and_broadcast(model);
       layout = std::make_shared<Layout>(trainable_parameters(model), rank, world, bucket_bytes);
-      prepared = std::make_shared<ShardedGradientModel>(model, layout, job);
+      prepared = std::make_shared<ShardedGradientModel>(model, layout, stepped_, job);
     }
     for (size_t i = 0; i < layout->entries.size(); ++i) {
       entries_[layout->entries[i].parameter.unsafeGetTensorImpl()] = {layout, i};
@@ -475,6 +505,11 @@ public:
   }
 
   void prepare_optimizer(OptimizerState& optimizer) override {
+    for (const auto& group : optimizer.optimizer->param_groups()) {
+      for (const auto& parameter : group.params()) {
+        stepped_->insert(parameter.unsafeGetTensorImpl());
+      }
+    }
     if (optimizer.fused == FusedKind::None) {
       throw std::invalid_argument(
           "accelerate: prepare: parallel_strategy 'zero' (ZeRO stage " + std::to_string(stage_) +
@@ -639,6 +674,7 @@ private:
 
   std::unique_ptr<ParallelEngine> replicated_;
   int stage_;
+  std::shared_ptr<std::set<c10::TensorImpl*>> stepped_ = std::make_shared<std::set<c10::TensorImpl*>>();
   std::unordered_map<c10::TensorImpl*, std::pair<std::weak_ptr<Layout>, size_t>> entries_;
 };
 

@@ -1,7 +1,7 @@
 // A tiny data-parallel training run for the launcher tests: the same program under accel launch, torchrun,
 // mpirun and Accelerate's launcher must end with bit-identical parameters, which rank 0 prints.
 //
-//   launch_train [--steps N] [--step-sleep MS] [--crash RANK STEP]
+//   launch_train [--steps N] [--step-sleep MS] [--crash RANK STEP] [--prepare-optimizer]
 //
 // Preconditions for bit-identical results (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
 // batches (rank r takes slice r of the global batch), no dropout, one intra-op thread.
@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -40,6 +42,7 @@ struct Options {
   int stepSleepMs = 0;
   int crashRank = -1;
   int crashStep = -1;
+  bool prepareOptimizer = false; // the fused step (what ZeRO needs), printing the parallel strategy
 };
 
 Options parseOptions(int argc, char** argv) {
@@ -50,6 +53,8 @@ Options parseOptions(int argc, char** argv) {
       options.steps = std::atoi(argv[++i]);
     else if (arg == "--step-sleep" && i + 1 < argc)
       options.stepSleepMs = std::atoi(argv[++i]);
+    else if (arg == "--prepare-optimizer")
+      options.prepareOptimizer = true;
     else if (arg == "--crash" && i + 2 < argc) {
       options.crashRank = std::atoi(argv[++i]);
       options.crashStep = std::atoi(argv[++i]);
@@ -95,7 +100,20 @@ int main(int argc, char** argv) {
   auto model = std::make_shared<Mlp>();
   model->to(torch::kFloat64);
   accelerator.prepare(model);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD plain(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  std::optional<accelerate::Optimizer> prepared;
+  if (options.prepareOptimizer) {
+    prepared = accelerator.prepare(
+        torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)));
+    if (rank == 0) {
+      std::istringstream state(accelerator.state());
+      for (std::string line; std::getline(state, line);) {
+        if (line.rfind("parallel_strategy:", 0) == 0 || line.rfind("zero:", 0) == 0) {
+          std::printf("%s\n", line.c_str());
+        }
+      }
+    }
+  }
 
   const int64_t perRank = kGlobalBatch / world;
   for (int step = 0; step < options.steps; ++step) {
@@ -107,9 +125,17 @@ int main(int argc, char** argv) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
     auto x = at::randn({kGlobalBatch, 8}, generator, torch::kFloat64).narrow(0, rank * perRank, perRank);
     auto y = at::randn({kGlobalBatch, 1}, generator, torch::kFloat64).narrow(0, rank * perRank, perRank);
-    optimizer.zero_grad();
+    if (prepared) {
+      prepared->zero_grad();
+    } else {
+      plain.zero_grad();
+    }
     accelerator.backward(torch::mse_loss(model->forward(x), y));
-    optimizer.step();
+    if (prepared) {
+      prepared->step();
+    } else {
+      plain.step();
+    }
     if (options.stepSleepMs > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(options.stepSleepMs));
   }

@@ -303,6 +303,29 @@ def MaxRestartsRecoversFromOneCrash():
     check(re.search(r"rank 1 \(pid \d+\) failed with exit code 3", output) is not None, "accel must name rank 1", output)
 
 
+# ------------------------------------------------------------------------------------------- ZeRO
+
+def AZeroFileTrainsLikeDdp():
+    # The YAML file Python Accelerate reads selects ZeRO-2 through accel launch (the variables it exports); the
+    # 2 ranks end bit-identical to DDP's (SGD with momentum: ZeRO's update is DDP's, element for element).
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "zero2.yaml")
+        with open(path, "w") as file:
+            file.write("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nuse_cpu: true\n"
+                       "num_machines: 1\nnum_processes: 2\nmixed_precision: 'no'\ndeepspeed_config:\n"
+                       "  zero_stage: 2\n  gradient_accumulation_steps: 1\n  offload_optimizer_device: none\n"
+                       "  offload_param_device: none\n  zero3_init_flag: false\n")
+        code, output, _ = run([ACCEL, "launch", "-q", "--config_file", path, "--main_process_port", str(free_port()),
+                               TRAIN, "--steps", "5", "--prepare-optimizer"])
+        check(code == 0 and "zero: stage 2, optimizer state and gradients in 2 shares" in output,
+              "the file must select ZeRO stage 2 in the ranks' runtime", output)
+        zero = params_of(output)
+    ddp = accel_run("--num_processes", "2", "--main_process_port", str(free_port()),
+                    train_args=("--steps", "5", "--prepare-optimizer"))
+    check(zero == ddp, f"ZeRO-2 ended with {zero}, DDP with {ddp}: they must be bit-identical")
+    print(f"ZeRO-2 from the YAML file: {zero}; DDP: {ddp}")
+
+
 # ------------------------------------------------------------------------------------------- the runtime's refusals
 
 def UnsupportedShardingIsRefusedByTheRuntime():

@@ -291,7 +291,10 @@ TEST(Zero, Float32ThreeProcessesWithinOneMillionth) {
   const auto ddp = train(kStrategies[0], run);
   for (const auto& strategy : {kStrategies[1], kStrategies[2]}) {
     const auto zero = train(strategy, run);
-    EXPECT_LE(relative_difference(zero.parameters, ddp.parameters), 1e-6) << strategy.name;
+    const double difference = relative_difference(zero.parameters, ddp.parameters);
+    EXPECT_LE(difference, 1e-6) << strategy.name;
+    std::cout << "[zero] fp32 " << strategy.name << " world " << outer.num_processes()
+              << ": ||dtheta||/||theta|| = " << difference << std::endl;
   }
 }
 
@@ -392,6 +395,22 @@ TEST(Zero, AnOptimizerWithoutAFusedStepIsRefusedByName) {
     const std::string message = error.what();
     EXPECT_NE(message.find("RMSprop"), std::string::npos) << message;
     EXPECT_NE(message.find("SGD, Adam and AdamW"), std::string::npos) << message;
+  }
+}
+
+TEST(Zero, Stage2RefusesAParameterNoPreparedOptimizerSteps) {
+  accelerate::Accelerator accelerator(Strategy{"zero2"}.apply(test_options()));
+  auto model = std::make_shared<Net>(torch::kFloat32);
+  accelerator.prepare(model);
+  torch::optim::SGD unprepared(model->parameters(), 0.1); // its .grad()s would stay empty under ZeRO-2
+  auto [x, y] = batch(0, accelerator.process_index(), accelerator.num_processes(), torch::kFloat32);
+  try {
+    accelerator.backward(torch::mse_loss(model->forward(x, true), y));
+    FAIL() << "a backward whose gradients no prepared optimizer would step was accepted";
+  } catch (const std::logic_error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("is in no optimizer given to accelerator.prepare"), std::string::npos) << message;
+    EXPECT_NE(message.find("parameter 'scale'"), std::string::npos) << message; // the first one named
   }
 }
 

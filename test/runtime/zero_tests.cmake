@@ -2,7 +2,7 @@
 
 foreach(name IN ITEMS BitIdenticalToDdpWithoutAccumulationOrClipping Stage2ReduceScattersBucketsWhileBackwardRuns
                      TheFp16ScalerSkipsTheStepsDdpSkipsWhenOneShareOverflows
-                     AnOptimizerWithoutAFusedStepIsRefusedByName)
+                     AnOptimizerWithoutAFusedStepIsRefusedByName Stage2RefusesAParameterNoPreparedOptimizerSteps)
   accelerate_multirank_test(multirank.Zero.${name} NPROC 2 FILTER Zero.${name})
 endforeach()
 foreach(nproc IN ITEMS 2 3)
@@ -19,6 +19,11 @@ foreach(name IN ITEMS BitIdenticalToDdpWithoutAccumulationOrClipping
   accelerate_multirank_test(multirank.Zero.${name}.gloo NPROC 2 FILTER Zero.${name}
                             ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
 endforeach()
+
+# Debug mode: every collective checked across processes (the collectives then go through c10d) and the
+# replicas' parameters compared, while ZeRO still matches DDP bit for bit.
+accelerate_multirank_test(multirank.Zero.BitIdenticalToDdpWithoutAccumulationOrClipping.debug NPROC 2
+                          FILTER Zero.BitIdenticalToDdpWithoutAccumulationOrClipping ENVIRONMENT ACCELERATE_DEBUG_MODE=1)
 
 # Checkpoints: saved under each strategy on 2 processes (and resumed there), then resumed on 1 and 3.
 set(zero_checkpoints ACCEL_ZERO_CHECKPOINTS=${CMAKE_CURRENT_BINARY_DIR}/zero_checkpoints)
