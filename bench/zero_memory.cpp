@@ -1,7 +1,7 @@
 // Memory and step time of one training job under DDP, ZeRO-1 and ZeRO-2, measured per process.
 //
 //   accel launch --cpu --num_processes 2 build/bin/bench_zero_memory --strategy ddp|zero1|zero2
-//       [--width W] [--layers L] [--batch B] [--steps N] [--warmup K]
+//       [--width W] [--layers L] [--batch B] [--steps N] [--warmup K] [--bucket-cap-mb MB]
 //
 // (bench/zero_memory.py runs the three strategies one after another and prints the ratios to DDP.)
 //
@@ -15,8 +15,9 @@
 //     before it), and as the cross-check the sum of `nbytes()` of the tensors in the libtorch optimizer's
 //     state (`optimizer.unwrap().state()`: exp_avg and exp_avg_sq, max_exp_avg_sq where defined);
 //   - gradient peak: the highest live bytes during `accelerator.backward` + `optimizer.step()` minus the live
-//     bytes just before backward, the largest over the steps after the first (the first one also allocates
-//     the optimizer state), and that peak within backward and within the step apart; the live bytes backward
+//     bytes before the first backward and the optimizer state (so gradient memory a strategy keeps between
+//     steps counts), the largest over the steps after the first (the first one also allocates the optimizer
+//     state), and that peak within backward and within the step apart; the live bytes backward
 //     leaves behind (live after it minus live before it); and the bytes of the whole gradients left after
 //     backward (the sum of `nbytes()` of the defined `.grad()` of the parameters). Under ZeRO-2 that sum is
 //     0: backward reduce-scatters each gradient into this process's share and drops the whole one. The shares
@@ -217,6 +218,7 @@ int main(int argc, char** argv) {
   std::string strategy = "ddp";
   int64_t width = 2900, batch = 4;
   int layers = 8, steps = 5, warmup = 2;
+  double bucket_cap_mb = 0; // 0: the runtime's default
   for (int i = 1; i < argc; ++i) {
     auto value = [&](const char* name) -> const char* {
       if (!std::strcmp(argv[i], name) && i + 1 < argc) {
@@ -236,10 +238,12 @@ int main(int argc, char** argv) {
       steps = std::stoi(v);
     } else if (const char* v = value("--warmup")) {
       warmup = std::stoi(v);
+    } else if (const char* v = value("--bucket-cap-mb")) {
+      bucket_cap_mb = std::stod(v);
     } else {
-      std::cerr
-          << "bench_zero_memory: unknown argument '" << argv[i]
-          << "' (use --strategy ddp|zero1|zero2, --width W, --layers L, --batch B, --steps N, --warmup K)\n";
+      std::cerr << "bench_zero_memory: unknown argument '" << argv[i]
+                << "' (use --strategy ddp|zero1|zero2, --width W, --layers L, --batch B, --steps N, --warmup "
+                   "K, --bucket-cap-mb MB)\n";
       return 2;
     }
   }
@@ -248,6 +252,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto options = accelerate::AcceleratorOptions().cpu(true);
+  if (bucket_cap_mb > 0) {
+    options.bucket_cap_mb(bucket_cap_mb);
+  }
   if (strategy == "ddp") {
     options.parallel_strategy("ddp");
   } else if (strategy == "zero1" || strategy == "zero2") {
@@ -277,6 +284,11 @@ int main(int argc, char** argv) {
           grad_after_backward = 0;
   std::vector<double> step_seconds, backward_seconds, optimizer_step_seconds, faults, system_seconds;
   double first_loss = 0, last_loss = 0;
+  // Live bytes before the first backward: no gradient of any kind exists yet (what a strategy keeps for
+  // gradients between steps, ZeRO-2's share buffers, comes after), only the model, the input and the
+  // forward's activations, as before every later backward. The gradient peaks of later steps are measured
+  // from it plus the optimizer state, so gradient memory held across steps counts too.
+  int64_t first_before_backward = 0;
   for (int step = 0; step < warmup + steps; ++step) {
     const auto [faults_before, system_before] = faults_and_system_time();
     const auto start = Clock::now();
@@ -287,7 +299,10 @@ int main(int argc, char** argv) {
     const auto backward_start = Clock::now();
     accelerator.backward(loss);
     const auto backward_end = Clock::now();
-    const int64_t backward_peak = peak_bytes.load() - before_backward;
+    if (step == 0) {
+      first_before_backward = before_backward;
+    }
+    const int64_t backward_peak = peak_bytes.load() - first_before_backward - optimizer_state_bytes;
     grad_after_backward = gradient_nbytes(*model);
     const int64_t before_step = live_bytes.load();
     // What backward leaves live: the whole gradients, or under ZeRO-2 the shares (tensors the runtime holds
@@ -300,7 +315,8 @@ int main(int argc, char** argv) {
       optimizer_state_bytes = live_bytes.load() - before_step;
     } else { // the first step also makes the optimizer state
       grad_peak_backward = std::max(grad_peak_backward, backward_peak);
-      grad_peak_step = std::max(grad_peak_step, peak_bytes.load() - before_backward);
+      grad_peak_step =
+          std::max(grad_peak_step, peak_bytes.load() - first_before_backward - optimizer_state_bytes);
     }
     const double value = loss.item<double>();
     loss = torch::Tensor();

@@ -27,6 +27,8 @@ def run(args, strategy: str) -> dict:
                "--main_process_port", "0", os.path.join(args.bin_dir, "bench_zero_memory"),
                "--strategy", strategy, "--width", str(args.width), "--layers", str(args.layers),
                "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    if args.bucket_cap_mb:
+        command += ["--bucket-cap-mb", str(args.bucket_cap_mb)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
                                errors="replace", start_new_session=True)
@@ -57,6 +59,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin-dir", default="build/bin", help="where accel and bench_zero_memory are")
     parser.add_argument("--procs", type=int, default=2)
+    parser.add_argument("--bucket-cap-mb", type=float, default=0,
+                        help="bucket_cap_mb (ZeRO-2's gradient buckets, DDP's Reducer); 0: the runtime's default")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--width", type=int, default=2900)
     parser.add_argument("--layers", type=int, default=8)
@@ -85,7 +89,8 @@ def main() -> int:
         return statistics.median(result["ranks"][0][field] for result in results)
 
     first = runs["ddp"][0]["ranks"][0]
-    print(f"{args.procs} processes x 1 intra-op thread, {args.layers} x Linear({args.width}, {args.width}) "
+    print(f"{args.procs} processes x 1 intra-op thread, {args.layers} x Linear({args.width}, {args.width}), "
+          f"bucket_cap_mb {args.bucket_cap_mb or 25} "
           f"({first['parameters'] / 1e6:.1f} M parameters), batch {args.batch} rows per process, AdamW; "
           f"{args.reps} repetitions (strategies alternated) x ({args.warmup} warm-up + {args.steps} timed steps); "
           f"{elapsed:.0f} s, load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end.\n")

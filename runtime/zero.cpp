@@ -408,7 +408,7 @@ private:
     }
   }
 
-  /// A staging buffer for `bucket`: a spare one of its size (buckets are alike in size, so at most two are
+  /// A staging buffer for `bucket`: the spare one if it has its size (buckets are alike in size; one is
   /// kept between uses, as DDP keeps its buckets), else a new one; the gaps between members and the padding
   /// are zeroed.
   torch::Tensor take_staging(const Layout::Bucket& bucket) {
@@ -440,7 +440,7 @@ private:
     auto staging = std::move(bucket.staging);
     bucket.staging.reset();
     const bool own = bucket.members.size() == 1 && bucket.total == bucket.flat.numel();
-    if (!own && staging.device().is_cpu() && spare_.size() < 2) { // a device tensor may still be in use
+    if (!own && staging.device().is_cpu() && spare_.empty()) { // a device tensor may still be in use
       spare_.push_back(std::move(staging));
     }
   }
