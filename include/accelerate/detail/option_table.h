@@ -54,9 +54,9 @@ ACCELERATE_OPTION(int, total_limit, total_limit, 0,
                   "how many automatically named checkpoints to keep, the oldest removed first (0: all; >= 0)")
 ACCELERATE_OPTION(double, bucket_cap_mb, bucket_cap_mb, 25.0,
                   unmapped, unmapped, positive,
-                  "DDP gradient bucket size in MiB (> 0; when set, the first bucket has this size too, as in "
-                  "PyTorch); the Reducer's, so not used when gradients are averaged through shared memory (one "
-                  "machine, CPU: docs/runtime.md)")
+                  "gradient bucket size in MiB (> 0): DDP's Reducer's (when set, the first bucket has this size "
+                  "too, as in PyTorch; not used when gradients are averaged through shared memory: one machine, "
+                  "CPU) and ZeRO-2's reduce-scatter buckets (smaller: a lower gradient peak; docs/runtime.md)")
 ACCELERATE_OPTION(bool, find_unused_parameters, find_unused_parameters, false,
                   unmapped, unmapped, any_value,
                   "tolerate prepared models whose parameters the loss reaches only in part")
