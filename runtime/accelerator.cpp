@@ -275,6 +275,17 @@ std::string Accelerator::state() const {
 }
 
 detail::LoaderContext Accelerator::loader_context() const {
+  if (!state_->config.even_batches && state_->engine->shards_optimizer_state()) {
+    // A process whose batches ran out would join (runtime/backward.h), but under a sharded strategy every
+    // process steps its own share of the parameters at every optimizer step.
+    throw std::invalid_argument(
+        "accelerate::Accelerator::prepare_data_loader: even_batches(false) lets processes run out of batches "
+        "at "
+        "different steps, but under parallel_strategy '" +
+        state_->engine->name() +
+        "' every process steps its share of the parameters at every optimizer step; keep even_batches(true) "
+        "(the default), or use parallel_strategy 'ddp'");
+  }
   detail::LoaderContext context;
   context.device = state_->device;
   context.num_processes = num_processes();

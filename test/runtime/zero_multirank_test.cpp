@@ -414,6 +414,24 @@ TEST(Zero, Stage2RefusesAParameterNoPreparedOptimizerSteps) {
   }
 }
 
+struct Samples : torch::data::datasets::Dataset<Samples> {
+  torch::data::Example<> get(size_t index) override {
+    return {torch::full({7}, static_cast<float>(index)), torch::zeros({1})};
+  }
+  std::optional<size_t> size() const override { return 9; }
+};
+
+TEST(Zero, UnevenBatchesAreRefusedAtPrepareDataLoader) {
+  accelerate::Accelerator accelerator(Strategy{"zero1"}.apply(test_options()).even_batches(false));
+  try {
+    accelerator.prepare_data_loader(Samples().map(torch::data::transforms::Stack<>()),
+                                    torch::data::DataLoaderOptions(2));
+    FAIL() << "even_batches(false) was accepted under ZeRO";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("keep even_batches(true)"), std::string::npos) << error.what();
+  }
+}
+
 // ---- checkpoints across strategies and world sizes -----------------------------------------------------
 
 /// Where the round-trip tests keep their checkpoints (set by test/runtime/zero_tests.cmake).

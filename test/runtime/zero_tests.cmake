@@ -2,7 +2,8 @@
 
 foreach(name IN ITEMS BitIdenticalToDdpWithoutAccumulationOrClipping Stage2ReduceScattersBucketsWhileBackwardRuns
                      TheFp16ScalerSkipsTheStepsDdpSkipsWhenOneShareOverflows
-                     AnOptimizerWithoutAFusedStepIsRefusedByName Stage2RefusesAParameterNoPreparedOptimizerSteps)
+                     AnOptimizerWithoutAFusedStepIsRefusedByName Stage2RefusesAParameterNoPreparedOptimizerSteps
+                     UnevenBatchesAreRefusedAtPrepareDataLoader)
   accelerate_multirank_test(multirank.Zero.${name} NPROC 2 FILTER Zero.${name})
 endforeach()
 foreach(nproc IN ITEMS 2 3)
