@@ -393,18 +393,18 @@ private:
   /// find_unused_parameters: a parameter counts as used when any process's backward reached it.
   void agree_on_used_parameters() {
     const auto& entries = layout_->entries;
-    auto flags = torch::zeros({static_cast<int64_t>(entries.size())}, torch::kInt32);
-    for (size_t i = 0; i < entries.size(); ++i) {
-      flags[static_cast<int64_t>(i)] = entries[i].arrived ? 1 : 0;
-    }
+    std::vector<int32_t> arrived(entries.size());
+    std::transform(entries.begin(), entries.end(), arrived.begin(),
+                   [](const auto& entry) { return entry.arrived ? 1 : 0; });
     const auto device = layout_->buckets.front().flat.device();
-    std::vector<torch::Tensor> reduced{flags.to(device)};
+    std::vector<torch::Tensor> reduced{torch::tensor(arrived, torch::kInt32).to(device)};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::MAX;
     process_group()->allreduce(reduced, options)->wait();
-    auto used = reduced[0].cpu();
+    const auto used = reduced[0].cpu().contiguous();
+    const int32_t* flags = used.data_ptr<int32_t>();
     for (size_t i = 0; i < entries.size(); ++i) {
-      layout_->entries[i].used = used[static_cast<int64_t>(i)].item<int32_t>() != 0;
+      layout_->entries[i].used = flags[i] != 0;
     }
   }
 
