@@ -99,4 +99,17 @@ ACCELERATE_OPTION(double, gradient_clipping, gradient_clipping, 0.0,
                   "ACCELERATE_GRADIENT_CLIPPING", "deepspeed_config.gradient_clipping", not_negative_number,
                   "clip the gradients to this total norm in every optimizer step (0: off; >= 0), as DeepSpeed's "
                   "`gradient_clipping`")
+ACCELERATE_OPTION(std::string, fsdp_sharding_strategy, fsdp_sharding_strategy, "FULL_SHARD",
+                  "FSDP_SHARDING_STRATEGY", "fsdp_config.fsdp_sharding_strategy", any_value,
+                  "under parallel_strategy `\"fsdp\"`: `\"FULL_SHARD\"` (parameters gathered for each unit's "
+                  "forward and again for its backward), `\"SHARD_GRAD_OP\"` (kept from forward to backward) or "
+                  "`\"NO_SHARD\"` (replicated, as ddp)")
+ACCELERATE_OPTION(int, fsdp_version, fsdp_version, 1,
+                  "FSDP_VERSION", "fsdp_config.fsdp_version", any_value,
+                  "FSDP's API version, 1 or 2: the same behaviour here")
+ACCELERATE_OPTION(std::string, fsdp_state_dict_type, fsdp_state_dict_type, "SHARDED_STATE_DICT",
+                  "FSDP_STATE_DICT_TYPE", "fsdp_config.fsdp_state_dict_type", any_value,
+                  "under parallel_strategy `\"fsdp\"`, the models in checkpoints: `\"SHARDED_STATE_DICT\"` (each "
+                  "process writes its shards) or `\"FULL_STATE_DICT\"` (the main process writes whole models, "
+                  "gathered one unit at a time)")
 // clang-format on
