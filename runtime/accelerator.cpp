@@ -372,19 +372,20 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
   // Mid-window (accumulate), only the prepared models the guard does not name synchronise.
   const auto& accumulating = training.accumulating;
   const bool window_ends = gradients.sync_gradients;
-  auto synchronises = [&](detail::PreparedModel* model) {
-    if (model->synchronises_every_backward()) {
-      return true;
-    }
+  auto window_synchronises = [&](detail::PreparedModel* model) {
     return !model->no_sync &&
            (window_ends || (!accumulating.empty() && std::find(accumulating.begin(), accumulating.end(),
                                                                model) == accumulating.end()));
+  };
+  auto synchronises = [&](detail::PreparedModel* model) {
+    return model->synchronises_every_backward() || window_synchronises(model);
   };
   if (state_->process_group &&
       (window_ends || std::any_of(state_->models.begin(), state_->models.end(),
                                   [&](const auto& model) { return synchronises(model.get()); }))) {
     for (auto* model : training.reach.reached_by(loss, state_->config.find_unused_parameters)) {
       if (synchronises(model)) {
+        model->synchronising = window_synchronises(model);
         model->arm(loss);
         training.join->record_armed(model);
         armed.push_back(model);
@@ -480,6 +481,30 @@ Accelerator::NoSyncGuard::NoSyncGuard(NoSyncGuard&& other) noexcept
 Accelerator::NoSyncGuard::~NoSyncGuard() {
   if (accelerator_ != nullptr) {
     accelerator_->end_no_sync(models_);
+  }
+}
+
+Accelerator::UnshardGuard Accelerator::begin_unshard(torch::nn::Module& model) {
+  const auto found = std::find_if(state_->models.begin(), state_->models.end(),
+                                  [&](const auto& prepared) { return &prepared->model() == &model; });
+  if (found == state_->models.end()) {
+    throw std::invalid_argument("accelerate::Accelerator::unshard: model '" + model.name() +
+                                "' was not prepared; unshard a model returned by accelerator.prepare");
+  }
+  return UnshardGuard(state_->engine->gather_full_parameters(model));
+}
+
+Accelerator::UnshardGuard::UnshardGuard(UnshardGuard&& other) noexcept
+    : restore_(std::exchange(other.restore_, nullptr)) {}
+
+Accelerator::UnshardGuard::~UnshardGuard() {
+  if (!restore_) {
+    return;
+  }
+  try {
+    restore_();
+  } catch (const std::exception& error) {
+    TORCH_WARN("accelerate: leaving accelerator.unshard(model) failed: ", error.what());
   }
 }
 

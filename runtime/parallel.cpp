@@ -19,7 +19,8 @@ struct Registry {
 
 Registry& registry() {
   // The strategies the runtime ships: one line each.
-  static Registry instance{{}, {{"ddp", make_ddp_engine}, {"zero", make_zero_engine}}};
+  static Registry instance{
+      {}, {{"ddp", make_ddp_engine}, {"zero", make_zero_engine}, {"fsdp", make_fsdp_engine}}};
   return instance;
 }
 

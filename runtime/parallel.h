@@ -80,6 +80,10 @@ public:
 
   /// Suspends synchronisation (`Accelerator::no_sync`).
   bool no_sync = false;
+  /// Set by `Accelerator::backward` before `arm`: whether this backward ends the model's accumulation window
+  /// (false inside `no_sync` or mid-window). Read by a strategy that arms every backward
+  /// (`synchronises_every_backward`) and keeps the window's gradients until it ends.
+  bool synchronising = true;
 
   /// Test hooks: how many communication buckets the strategy made (0 when it has none), and a callback with
   /// each bucket's index as its all-reduce is launched.
@@ -156,6 +160,10 @@ public:
   virtual void adopt_optimizer_state(OptimizerState& /*optimizer*/) {}
   /// Whether a checkpoint written under the strategy named `strategy` loads under this one.
   virtual bool reads_checkpoints_of(const std::string& strategy) const { return strategy == name(); }
+  /// `Accelerator::unshard(model)`: makes the whole parameters of prepared `model` present (a collective:
+  /// every process calls it) and returns what restores the sharded state, writing each process's slice of the
+  /// whole parameters back into its shards; empty when every process already holds the whole model.
+  virtual std::function<void()> gather_full_parameters(torch::nn::Module& /*model*/) { return {}; }
   /// What the replica check may compare.
   virtual ReplicaExpectation replica_expectation() const { return {}; }
   /// A line for `Accelerator::state()` on what the strategy does in this job (empty: nothing to add).
@@ -201,5 +209,6 @@ struct ParallelEngineRegistration {
 /// The runtime's strategies (one line each in runtime/parallel.cpp's table).
 std::unique_ptr<ParallelEngine> make_ddp_engine(const ParallelContext& context);
 std::unique_ptr<ParallelEngine> make_zero_engine(const ParallelContext& context);
+std::unique_ptr<ParallelEngine> make_fsdp_engine(const ParallelContext& context);
 
 } // namespace accelerate::detail

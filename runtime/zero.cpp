@@ -20,6 +20,7 @@
 
 #include "optimizer_state.h"
 #include "process_group.h"
+#include "sharding.h"
 
 #include <algorithm>
 #include <cmath>
@@ -97,47 +98,27 @@ struct Layout {
     }
     for (size_t b = 0; b < members.size(); ++b) {
       Bucket bucket;
-      // Each parameter starts at a 64-byte boundary, as a tensor of its own would (c10's CPU alignment): the
-      // BLAS kernels of forward and backward then take the same paths, and round as they would, as under DDP.
-      const int64_t align = std::max<int64_t>(1, 64 / members[b].front().element_size());
-      std::vector<int64_t> offsets;
-      int64_t total = 0;
-      for (const auto& parameter : members[b]) {
-        total = (total + align - 1) / align * align;
-        offsets.push_back(total);
-        total += parameter.numel();
-      }
-      bucket.total = total;
-      // Slices start at multiples of that alignment too. ATen's fused optimizer kernels run a vector loop
-      // from the start of each tensor they step (in 64-byte units across threads) and a scalar tail, which
-      // round differently (fused multiply-add): a share whose ends fall on such boundaries of its parameter
-      // puts every element in the same loop as stepping the whole parameter does, so the update is
-      // bit-identical.
-      bucket.share = ((total + world - 1) / world + align - 1) / align * align;
+      const FlatPlan plan = plan_flat(members[b], rank, world);
+      bucket.total = plan.total;
+      bucket.share = plan.share;
       bucket.flat = torch::zeros({bucket.share * world}, members[b].front().options().requires_grad(false));
-      const int64_t slice_begin = rank * bucket.share;
-      const int64_t slice_end = slice_begin + bucket.share;
       for (size_t m = 0; m < members[b].size(); ++m) {
         const auto& parameter = members[b][m];
-        const int64_t offset = offsets[m];
+        const auto& placed = plan.members[m];
         Entry entry;
         entry.parameter = parameter;
         entry.bucket = b;
-        entry.offset = offset;
-        entry.numel = parameter.numel();
-        auto view = bucket.flat.narrow(0, offset, entry.numel);
+        entry.offset = placed.offset;
+        entry.numel = placed.numel;
+        auto view = bucket.flat.narrow(0, placed.offset, entry.numel);
         view.copy_(parameter.detach().reshape(-1));
         // The parameter keeps its identity (the optimizer's and the module's handles) but lives in the
         // bucket.
         parameter.set_data(view.view(parameter.sizes()));
-        const int64_t first = std::max(slice_begin, offset);
-        const int64_t last = std::min(slice_end, offset + entry.numel);
-        if (last > first) {
-          entry.share_begin = first - offset;
-          entry.share_length = last - first;
-          entry.slice_offset = first - slice_begin;
-        }
-        entry.values = bucket.flat.narrow(0, first, std::max<int64_t>(last - first, 0));
+        entry.share_begin = placed.share_begin;
+        entry.share_length = placed.share_length;
+        entry.slice_offset = placed.slice_offset;
+        entry.values = bucket.flat.narrow(0, rank * bucket.share + placed.slice_offset, placed.share_length);
         bucket.members.push_back(entries.size());
         entries.push_back(std::move(entry));
       }
@@ -212,7 +193,7 @@ public:
 
   void arm(const torch::Tensor&) override {
     if (!checked_) {
-      refuse_parameters_no_optimizer_steps();
+      refuse_parameters_no_optimizer_steps(*this, "ZeRO stage 2", *stepped_);
       checked_ = true;
     }
     broadcast_buffers();
@@ -368,28 +349,6 @@ private:
     }
   }
 
-  /// The gradients leave `.grad()` for the shares that prepared optimizers step: a parameter no prepared
-  /// optimizer holds would silently never train.
-  void refuse_parameters_no_optimizer_steps() const {
-    for (const auto& item : model().named_parameters()) {
-      const auto* impl = item.value().unsafeGetTensorImpl();
-      const bool sharded =
-          std::any_of(layout_->entries.begin(), layout_->entries.end(),
-                      [&](const auto& entry) { return entry.parameter.unsafeGetTensorImpl() == impl; });
-      if (sharded && stepped_->count(const_cast<c10::TensorImpl*>(impl)) == 0) {
-        throw std::logic_error(
-            "accelerate: backward: under ZeRO stage 2 a prepared model's gradients go to the shares that "
-            "prepared "
-            "optimizers step, but parameter '" +
-            item.key() + "' of model '" + model().name() +
-            "' is in no optimizer given to accelerator.prepare, so it would never train; prepare the "
-            "optimizer "
-            "(auto optimizer = accelerator.prepare(torch::optim::AdamW(...))) before the first backward, or "
-            "freeze the parameter (requires_grad(false)) before preparing the model");
-      }
-    }
-  }
-
   /// find_unused_parameters: a parameter counts as used when any process's backward reached it.
   void agree_on_used_parameters() {
     const auto& entries = layout_->entries;
@@ -456,10 +415,6 @@ private:
   bool armed_ = false;
 };
 
-std::string optimizer_type(const torch::optim::Optimizer& optimizer) {
-  return c10::demangle(typeid(optimizer).name());
-}
-
 class ZeroEngine final : public ParallelEngine {
 public:
   explicit ZeroEngine(const ParallelContext& context)
@@ -510,13 +465,8 @@ public:
         stepped_->insert(parameter.unsafeGetTensorImpl());
       }
     }
-    if (optimizer.fused == FusedKind::None) {
-      throw std::invalid_argument(
-          "accelerate: prepare: parallel_strategy 'zero' (ZeRO stage " + std::to_string(stage_) +
-          ") steps each process's share of the parameters through ATen's fused kernels, which exist for "
-          "torch::optim::SGD, Adam and AdamW; this optimizer is a " +
-          optimizer_type(*optimizer.optimizer) + ". Use one of those, or parallel_strategy 'ddp'");
-    }
+    refuse_optimizer_without_fused_step(optimizer, "parallel_strategy 'zero' (ZeRO stage " +
+                                                       std::to_string(stage_) + ")");
   }
 
   void after_optimizer_step(OptimizerState& optimizer) override {
@@ -565,19 +515,7 @@ public:
       }
       return ParallelEngine::gradient_norm(gradients, norm_type);
     }
-    // Each process holds different elements: combine every process's partial norm, in float64.
-    const bool infinity = std::isinf(norm_type);
-    auto local = torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(context().device));
-    if (!gradients.empty()) {
-      auto norms = torch::stack(at::_foreach_norm(gradients, norm_type)).to(torch::kFloat64);
-      local = (infinity ? norms.max() : norms.pow(norm_type).sum()).reshape({1});
-    }
-    std::vector<torch::Tensor> reduced{local};
-    c10d::AllreduceOptions options;
-    options.reduceOp = infinity ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-    context().process_group->allreduce(reduced, options)->wait();
-    auto total = reduced[0].reshape({});
-    return infinity ? total : total.pow(1.0 / norm_type);
+    return sharded_gradient_norm(context(), gradients, norm_type);
   }
 
   std::optional<ParameterShare> share(const torch::Tensor& parameter) override {
@@ -614,25 +552,15 @@ public:
   bool shards_optimizer_state() const override { return context().process_group != nullptr; }
 
   void adopt_optimizer_state(OptimizerState& optimizer) override {
-    auto& state = optimizer.optimizer->state();
-    for (const auto& group : optimizer.optimizer->param_groups()) {
-      for (const auto& parameter : group.params()) {
-        auto [layout, index] = find(parameter);
-        auto slot = state.find(parameter.unsafeGetTensorImpl());
-        if (!layout || slot == state.end()) {
-          continue;
-        }
+    keep_optimizer_state_shares(optimizer, [&](const torch::Tensor& parameter) {
+      auto [layout, index] = find(parameter);
+      std::optional<std::pair<int64_t, int64_t>> range;
+      if (layout) {
         const auto& entry = layout->entries[index];
-        if (entry.share_length == 0) {
-          state.erase(slot);
-          continue;
-        }
-        map_state_tensors(optimizer.fused, *slot->second,
-                          [&](const std::string&, const torch::Tensor& whole) {
-                            return whole.reshape(-1).narrow(0, entry.share_begin, entry.share_length).clone();
-                          });
+        range = std::make_pair(entry.share_begin, entry.share_length);
       }
-    }
+      return range;
+    });
   }
 
   bool reads_checkpoints_of(const std::string& strategy) const override {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <accelerate/accelerator.h>
+#include <accelerate/fsdp.h>
 #include <accelerate/nn.h>
 #include <accelerate/options.h>
 #include <accelerate/safetensors.h>

@@ -256,6 +256,28 @@ public:
     return begin_no_sync({&detail::module_of(model)});
   }
 
+  /// RAII guard: while it lives, every process holds the whole parameters of a prepared model, as FSDP's
+  /// `summon_full_params` and Accelerate's `unshard` give them (for EMA copies, logging, evaluation). Under a
+  /// strategy that shards parameters (parallel_strategy "fsdp") it gathers them, a collective that every
+  /// process must enter, and on leaving writes each process's slice of them back into its shard (so changes
+  /// made the same way on every process are kept) and frees what it gathered; otherwise it does nothing.
+  class UnshardGuard {
+  public:
+    UnshardGuard(UnshardGuard&& other) noexcept;
+    UnshardGuard(const UnshardGuard&) = delete;
+    UnshardGuard& operator=(const UnshardGuard&) = delete;
+    UnshardGuard& operator=(UnshardGuard&&) = delete;
+    ~UnshardGuard();
+
+  private:
+    friend class Accelerator;
+    explicit UnshardGuard(std::function<void()> restore) : restore_(std::move(restore)) {}
+    std::function<void()> restore_;
+  };
+  template <typename Model> [[nodiscard]] UnshardGuard unshard(Model& model) {
+    return begin_unshard(detail::module_of(model));
+  }
+
   /// Clips the gradients' total norm to `max_norm` on the device (no host synchronisation) and returns the
   /// total norm before clipping, as a tensor.
   torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& parameters, double max_norm,
@@ -396,6 +418,7 @@ private:
   AccumulateGuard begin_accumulate(std::vector<torch::nn::Module*> models);
   void end_accumulate();
   NoSyncGuard begin_no_sync(std::vector<torch::nn::Module*> models);
+  UnshardGuard begin_unshard(torch::nn::Module& model);
   void end_no_sync(const std::vector<torch::nn::Module*>& models);
   /// [begin, end) of this process's share of `count` items.
   std::pair<int64_t, int64_t> share_of(int64_t count) const;

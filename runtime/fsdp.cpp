@@ -1,0 +1,959 @@
+// The "fsdp" strategy: fully sharded training (FSDP, ZeRO-3) on c10d. Parameters, gradients and optimizer
+// state are all held in 1/N shares; a unit's whole parameters exist only while it computes.
+//
+// Units. At prepare, every module of the model whose type calls `accelerate::fsdp::unit` in its forward
+// (include/accelerate/fsdp.h) is a unit; the root is one too when its type does, and otherwise holds
+// the parameters outside every unit as a *resident* unit, whose whole parameters stay gathered. A unit owns the
+// trainable parameters of its submodules that are not units themselves; a parameter shared by modules of two
+// units (tied weights) belongs to their nearest common unit. Frozen parameters stay whole on every process.
+//
+// Layout. A unit's parameters of one dtype are moved into one flat buffer `full` (each parameter becomes a
+// view of it; runtime/sharding.h's aligned plan), padded to world x share elements. Process r keeps
+// elements [r * share, (r + 1) * share) in `shard`, which its optimizer steps (ParallelEngine::share); the
+// storage of `full` is released while the unit is sharded, so the parameters keep their identity and shape
+// but hold no data, and the tensors autograd saved in forward see the data again when it is gathered back
+// into the same storage before the unit's backward.
+//
+// A step. unit(): all-gather the unit's shards into `full`, run the body, hook its outputs, release `full`
+// (FULL_SHARD; SHARD_GRAD_OP keeps it until the unit's backward). Backward: the first output hook of a
+// released unit gathers it again; each parameter's gradient is staged into a full-size gradient buffer of its
+// unit (its AccumulateGrad post hook) and dropped from `.grad()`; once every parameter of the unit has its
+// gradient the unit is released, and the units' buffers are reduce-scattered, in one order on every process
+// (reverse order of the units, the resident unit last), into each process's share gradients. Inside an
+// accumulation window (or `no_sync`) the staged gradients are summed across micro-steps and reduce-scattered
+// at the window's end: the full gradients are kept meanwhile (the memory cost), and the arithmetic is DDP's.
+#include <accelerate/fsdp.h>
+
+#include "checkpoint/component.h"
+#include "optimizer_state.h"
+#include "parallel.h"
+#include "process_group.h"
+#include "sharding.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <typeindex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <c10/util/Type.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+namespace accelerate::fsdp::detail {
+namespace {
+
+struct UnitTypes {
+  std::mutex mutex;
+  std::set<std::type_index> types;
+};
+
+UnitTypes& unit_types() {
+  static UnitTypes instance;
+  return instance;
+}
+
+std::atomic<UnitHost*> host{nullptr};
+
+} // namespace
+
+bool register_unit_type(const std::type_info& type) {
+  auto& types = unit_types();
+  std::lock_guard<std::mutex> lock(types.mutex);
+  types.types.insert(std::type_index(type));
+  return true;
+}
+
+bool is_unit_type(const std::type_info& type) {
+  auto& types = unit_types();
+  std::lock_guard<std::mutex> lock(types.mutex);
+  return types.types.count(std::type_index(type)) != 0;
+}
+
+UnitHost* active_host() {
+  return host.load(std::memory_order_acquire);
+}
+
+} // namespace accelerate::fsdp::detail
+
+namespace accelerate::detail {
+namespace {
+
+std::string type_name(const std::type_info& type) {
+  return c10::demangle(type.name());
+}
+
+/// Gives `tensor`'s storage `bytes` bytes of fresh memory (contents undefined) unless it has them.
+void allocate_storage(const torch::Tensor& tensor, size_t bytes) {
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() >= bytes) {
+    return;
+  }
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+/// Releases `tensor`'s storage: every view of it keeps its shape and holds no data.
+void release_storage(const torch::Tensor& tensor) {
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() == 0) {
+    return;
+  }
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(0);
+}
+
+struct Sharded;
+
+/// A unit's parameters of one dtype and device.
+struct Group {
+  torch::Tensor full;  // world * share elements; its storage is released while the unit is sharded
+  torch::Tensor shard; // this process's share elements: what its optimizer steps
+  torch::Tensor placeholder; // what the parameters are while the unit is sharded: no elements
+  size_t full_bytes = 0;
+  int64_t share = 0;
+  std::vector<size_t> members;
+  // The unit's gradients, full size, from their arrival until the end of the window's reduce-scatter.
+  torch::Tensor staging;
+  // This process's slice of the averaged gradient, kept between steps (the shares' gradients are views).
+  torch::Tensor share_gradient;
+};
+
+struct Member {
+  torch::Tensor parameter;
+  std::vector<int64_t> sizes; // its shape while gathered
+  std::string name;
+  size_t unit = 0;
+  size_t group = 0;
+  FlatPlan::Member place;
+  torch::Tensor values;   // the share: a 1-D view of `shard`
+  torch::Tensor gradient; // the share's gradient, a view of `share_gradient`
+  bool arrived = false;   // its gradient came in the armed backward
+  bool staged = false;    // `staging` holds gradients of it from this window
+};
+
+struct Unit {
+  Sharded* owner = nullptr;
+  size_t index = 0;
+  torch::nn::Module* module = nullptr;
+  std::string name;
+  bool resident = false; // the root's parameters outside every unit: always gathered
+  std::vector<Group> groups;
+  size_t trainable = 0;
+  bool gathered = false;
+  int depth = 0;       // bodies of this unit running now
+  size_t waiting = 0;  // parameters whose gradient has not come in the armed backward
+  bool complete = false;
+};
+
+/// One prepared model's units.
+struct Sharded {
+  std::vector<Unit> units;
+  std::vector<Member> members;
+  std::vector<size_t> order; // of the reduce-scatters: reverse unit order, the resident unit last
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group;
+  int rank = 0;
+  int world = 1;
+  bool reshard_after_forward = true;
+  std::weak_ptr<Sharded> self;
+
+  void gather(Unit& unit) {
+    if (unit.gathered) {
+      return;
+    }
+    torch::NoGradGuard no_grad;
+    for (auto& group : unit.groups) {
+      allocate_storage(group.full, group.full_bytes);
+      all_gather_into(process_group, group.full, group.shard);
+      for (size_t m : group.members) {
+        auto& member = members[m];
+        member.parameter.set_data(group.full.narrow(0, member.place.offset, member.place.numel).view(member.sizes));
+      }
+    }
+    unit.gathered = true;
+  }
+
+  /// Releases a unit's whole parameters: its parameters hold no elements (shape [0], as FSDP's sharded
+  /// parameters), so code that touches one outside the unit's forward fails on its shape instead of reading
+  /// released memory; the tensors autograd saved in forward keep the storage, whose data comes back with
+  /// the next gather.
+  void reshard(Unit& unit) {
+    if (unit.resident || !unit.gathered) {
+      return;
+    }
+    for (auto& group : unit.groups) {
+      release_storage(group.full);
+      for (size_t m : group.members) {
+        members[m].parameter.set_data(group.placeholder);
+      }
+    }
+    unit.gathered = false;
+  }
+
+  /// Re-gathers a gathered unit after its shards changed (an optimizer step).
+  void refresh(Unit& unit) {
+    torch::NoGradGuard no_grad;
+    for (auto& group : unit.groups) {
+      all_gather_into(process_group, group.full, group.shard);
+    }
+  }
+
+  /// Copies this process's slice of the gathered parameters into its shards (after they were changed whole).
+  void write_back(Unit& unit) {
+    torch::NoGradGuard no_grad;
+    for (auto& group : unit.groups) {
+      group.shard.copy_(group.full.narrow(0, rank * group.share, group.share));
+    }
+  }
+};
+
+/// The pre-backward side of a unit: the first of its outputs whose gradient is computed gathers it again.
+void before_unit_backward(const std::weak_ptr<Sharded>& weak, size_t index) {
+  if (auto sharded = weak.lock()) {
+    sharded->gather(sharded->units[index]);
+  }
+}
+
+/// A prepared model under "fsdp": the gradients' side of a step (see the file comment).
+class FsdpModel final : public PreparedModel {
+public:
+  FsdpModel(torch::nn::Module& model, std::shared_ptr<Sharded> sharded,
+            std::shared_ptr<const std::set<c10::TensorImpl*>> stepped, const ParallelContext& context)
+      : PreparedModel(model, context.process_group, context.tracker), sharded_(std::move(sharded)),
+        stepped_(std::move(stepped)) {
+    for (size_t i = 0; i < sharded_->members.size(); ++i) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(sharded_->members[i].parameter);
+      const auto key = accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            gradient_arrived(i);
+            return outputs;
+          }));
+      hooks_.emplace_back(std::move(accumulator), key);
+    }
+  }
+
+  ~FsdpModel() override {
+    for (auto& [accumulator, key] : hooks_) {
+      accumulator->del_post_hook(key);
+    }
+  }
+
+  const std::shared_ptr<Sharded>& sharded() const { return sharded_; }
+
+  std::string synchronisation() const override { return "reduce_scatter"; }
+  bool synchronises_every_backward() const override { return true; }
+
+  void arm(const torch::Tensor&) override {
+    if (!checked_) {
+      refuse_parameters_no_optimizer_steps(*this, "FSDP", *stepped_);
+      checked_ = true;
+    }
+    broadcast_buffers();
+    for (auto& unit : sharded_->units) {
+      unit.waiting = unit.trainable;
+      unit.complete = unit.trainable == 0;
+    }
+    for (auto& member : sharded_->members) {
+      member.arrived = false;
+    }
+    next_ = 0;
+    reduce_ = synchronising;
+    armed_ = true;
+  }
+
+  void finish_backward() override {
+    if (!armed_) {
+      return;
+    }
+    armed_ = false;
+    // Units whose backward did not run (or not for every parameter): a parameter whose gradient did not
+    // come takes part with zeros, as under DDP.
+    for (auto& unit : sharded_->units) {
+      unit.complete = true;
+      sharded_->reshard(unit);
+    }
+    if (reduce_) {
+      while (next_ < sharded_->order.size()) {
+        reduce(sharded_->order[next_++]);
+      }
+    }
+  }
+
+  void disarm() override {
+    armed_ = false;
+    for (auto& unit : sharded_->units) {
+      for (auto& group : unit.groups) {
+        group.staging.reset();
+      }
+      sharded_->reshard(unit);
+    }
+    for (auto& member : sharded_->members) {
+      member.staged = false;
+    }
+  }
+
+  void shadow_armed_backward() override {
+    throw std::logic_error("accelerate: parallel_strategy 'fsdp' does not take part in Join (uneven inputs): "
+                           "every process computes its share at every step; keep even_batches(true)");
+  }
+
+  size_t bucket_count() const override { return sharded_->units.size(); }
+  void observe_bucket_launches(std::function<void(size_t)> observer) override {
+    observer_ = std::move(observer);
+  }
+
+private:
+  void gradient_arrived(size_t index) {
+    auto& member = sharded_->members[index];
+    auto& gradient = member.parameter.mutable_grad();
+    if (!armed_ || !gradient.defined() || member.arrived) {
+      return; // a backward outside accelerator.backward: the gradient stays, and the optimizer step refuses
+    }
+    torch::NoGradGuard no_grad;
+    auto& unit = sharded_->units[member.unit];
+    auto& group = unit.groups[member.group];
+    if (!group.staging.defined()) {
+      group.staging = torch::zeros({group.full.numel()}, group.full.options());
+    }
+    auto slot = group.staging.narrow(0, member.place.offset, member.place.numel);
+    if (member.staged) {
+      slot.add_(gradient.reshape(-1));
+    } else {
+      slot.copy_(gradient.reshape(-1));
+      member.staged = true;
+    }
+    gradient.reset();
+    member.arrived = true;
+    if (--unit.waiting == 0) {
+      unit.complete = true;
+      sharded_->reshard(unit);
+      while (reduce_ && next_ < sharded_->order.size() && sharded_->units[sharded_->order[next_]].complete) {
+        reduce(sharded_->order[next_++]);
+      }
+    }
+  }
+
+  /// Reduce-scatters unit `u`'s staged gradients (zeros for parameters whose gradient did not come) and adds
+  /// its slice to the shares' gradients.
+  void reduce(size_t u) {
+    torch::NoGradGuard no_grad;
+    auto& unit = sharded_->units[u];
+    if (observer_) {
+      observer_(u);
+    }
+    for (auto& group : unit.groups) {
+      if (!group.staging.defined()) {
+        group.staging = torch::zeros({group.full.numel()}, group.full.options());
+      }
+      if (!group.share_gradient.defined()) {
+        group.share_gradient = torch::empty({group.share}, group.full.options());
+      }
+      const bool fresh = std::all_of(group.members.begin(), group.members.end(), [&](size_t m) {
+        const auto& member = sharded_->members[m];
+        return member.place.share_length == 0 || !member.gradient.defined();
+      });
+      auto averaged = fresh ? group.share_gradient : torch::empty({group.share}, group.full.options());
+      reduce_scatter_average(process_group(), averaged, group.staging);
+      group.staging.reset();
+      for (size_t m : group.members) {
+        auto& member = sharded_->members[m];
+        member.staged = false;
+        if (member.place.share_length == 0) {
+          continue;
+        }
+        auto part = averaged.narrow(0, member.place.slice_offset, member.place.share_length);
+        if (fresh) {
+          member.gradient = part;
+        } else if (member.gradient.defined()) {
+          member.gradient.add_(part);
+        } else {
+          member.gradient = group.share_gradient.narrow(0, member.place.slice_offset, member.place.share_length);
+          member.gradient.copy_(part);
+        }
+      }
+    }
+  }
+
+  std::shared_ptr<Sharded> sharded_;
+  std::shared_ptr<const std::set<c10::TensorImpl*>> stepped_;
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::function<void(size_t)> observer_;
+  size_t next_ = 0;
+  bool armed_ = false;
+  bool reduce_ = false;
+  bool checked_ = false;
+};
+
+/// The units of `model` and the owner of each trainable parameter (see the file comment).
+std::shared_ptr<Sharded> shard_model(torch::nn::Module& model, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                     bool reshard_after_forward) {
+  struct Candidate {
+    torch::nn::Module* module;
+    std::string name;
+    int parent; // the unit above it; -1 for the root
+    int depth;
+  };
+  // Candidate 0 is the root: a unit when its type calls unit(), else the resident unit.
+  std::vector<Candidate> candidates{{&model, model.name(), -1, 0}};
+  const bool root_is_unit = fsdp::detail::is_unit_type(typeid(model));
+  std::map<std::string, int> owner_of_module{{"", 0}};
+  std::vector<std::pair<torch::nn::Module*, int>> modules{{&model, 0}};
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const std::string& name = item.key();
+    const auto dot = name.find_last_of('.');
+    const std::string parent_name = dot == std::string::npos ? "" : name.substr(0, dot);
+    const auto parent = owner_of_module.find(parent_name);
+    const int parent_owner = parent == owner_of_module.end() ? 0 : parent->second;
+    int owner = parent_owner;
+    if (fsdp::detail::is_unit_type(typeid(*item.value()))) {
+      owner = static_cast<int>(candidates.size());
+      candidates.push_back({item.value().get(), name, parent_owner, candidates[parent_owner].depth + 1});
+    }
+    owner_of_module[name] = owner;
+    modules.emplace_back(item.value().get(), owner);
+  }
+  auto common = [&](int a, int b) {
+    while (a != b) {
+      if (candidates[a].depth >= candidates[b].depth) {
+        a = candidates[a].parent;
+      } else {
+        b = candidates[b].parent;
+      }
+    }
+    return a;
+  };
+  // Each trainable parameter, once, with its owning candidate (tied: the nearest common one).
+  std::vector<std::pair<torch::Tensor, std::string>> parameters;
+  std::vector<int> owners;
+  std::unordered_map<c10::TensorImpl*, size_t> seen;
+  for (size_t m = 0; m < modules.size(); ++m) {
+    const auto& [module, owner] = modules[m];
+    for (const auto& item : module->named_parameters(/*recurse=*/false)) {
+      const auto& parameter = item.value();
+      if (!parameter.requires_grad()) {
+        continue;
+      }
+      auto* impl = parameter.unsafeGetTensorImpl();
+      if (auto found = seen.find(impl); found != seen.end()) {
+        owners[found->second] = common(owners[found->second], owner);
+        continue;
+      }
+      seen.emplace(impl, parameters.size());
+      parameters.emplace_back(parameter, item.key());
+      owners.push_back(owner);
+    }
+  }
+  // The full names of the parameters, for messages.
+  std::unordered_map<c10::TensorImpl*, std::string> names;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  }
+
+  auto sharded = std::make_shared<Sharded>();
+  sharded->self = sharded;
+  sharded->process_group = group;
+  sharded->rank = group->getRank();
+  sharded->world = group->getSize();
+  sharded->reshard_after_forward = reshard_after_forward;
+  std::vector<int> unit_of_candidate(candidates.size(), -1);
+  torch::NoGradGuard no_grad;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    // This candidate's parameters, grouped by device and dtype in order of first appearance.
+    std::vector<std::pair<std::string, std::vector<size_t>>> groups;
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      if (owners[p] != static_cast<int>(c)) {
+        continue;
+      }
+      const auto& tensor = parameters[p].first;
+      const std::string key = tensor.device().str() + "/" + std::string(c10::toString(tensor.scalar_type()));
+      auto found = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+      if (found == groups.end()) {
+        groups.emplace_back(key, std::vector<size_t>{});
+        found = std::prev(groups.end());
+      }
+      found->second.push_back(p);
+    }
+    if (groups.empty()) {
+      continue;
+    }
+    unit_of_candidate[c] = static_cast<int>(sharded->units.size());
+    Unit unit;
+    unit.owner = sharded.get();
+    unit.index = sharded->units.size();
+    unit.module = candidates[c].module;
+    unit.name = c == 0 ? "(root) " + model.name() : candidates[c].name;
+    unit.resident = c == 0 && !root_is_unit;
+    for (const auto& [key, indices] : groups) {
+      std::vector<torch::Tensor> tensors;
+      for (size_t p : indices) {
+        tensors.push_back(parameters[p].first);
+      }
+      const FlatPlan plan = plan_flat(tensors, sharded->rank, sharded->world);
+      Group flat;
+      flat.share = plan.share;
+      flat.full = torch::zeros({plan.share * sharded->world}, tensors.front().options().requires_grad(false));
+      flat.full_bytes = static_cast<size_t>(flat.full.numel()) * flat.full.element_size();
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        auto view = flat.full.narrow(0, plan.members[i].offset, plan.members[i].numel);
+        view.copy_(tensors[i].detach().reshape(-1));
+        tensors[i].set_data(view.view(tensors[i].sizes()));
+      }
+      flat.shard = flat.full.narrow(0, sharded->rank * plan.share, plan.share).clone();
+      flat.placeholder = torch::empty({0}, flat.full.options());
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        Member member;
+        member.parameter = tensors[i];
+        member.sizes = tensors[i].sizes().vec();
+        const auto name = names.find(tensors[i].unsafeGetTensorImpl());
+        member.name = name != names.end() ? name->second : parameters[indices[i]].second;
+        member.unit = unit.index;
+        member.group = unit.groups.size();
+        member.place = plan.members[i];
+        member.values = flat.shard.narrow(0, plan.members[i].slice_offset, plan.members[i].share_length);
+        flat.members.push_back(sharded->members.size());
+        sharded->members.push_back(std::move(member));
+      }
+      unit.trainable += tensors.size();
+      unit.groups.push_back(std::move(flat));
+    }
+    unit.gathered = true;
+    sharded->units.push_back(std::move(unit));
+  }
+  for (size_t u = sharded->units.size(); u-- > 0;) {
+    if (!sharded->units[u].resident) {
+      sharded->order.push_back(u);
+    }
+  }
+  for (size_t u = 0; u < sharded->units.size(); ++u) {
+    if (sharded->units[u].resident) {
+      sharded->order.push_back(u);
+    }
+  }
+  return sharded;
+}
+
+class FsdpEngine final : public ParallelEngine, public fsdp::detail::UnitHost {
+public:
+  explicit FsdpEngine(const ParallelContext& context)
+      : ParallelEngine(context), replicated_(make_ddp_engine(context)),
+        sharding_(context.config.fsdp_sharding_strategy) {
+    if (sharding_ != "FULL_SHARD" && sharding_ != "SHARD_GRAD_OP" && sharding_ != "NO_SHARD") {
+      throw std::invalid_argument("accelerate: parallel_strategy 'fsdp' takes fsdp_sharding_strategy FULL_SHARD, "
+                                  "SHARD_GRAD_OP or NO_SHARD, not '" +
+                                  sharding_ + "'");
+    }
+    if (context.config.find_unused_parameters && sharding_ != "NO_SHARD") {
+      throw std::invalid_argument(
+          "accelerate: find_unused_parameters under parallel_strategy 'fsdp' is not available in this version "
+          "of the runtime: a parameter no process reached takes part with a zero gradient. Leave "
+          "find_unused_parameters off (or use parallel_strategy 'ddp' or 'zero')");
+    }
+    if (context.process_group && sharding_ != "NO_SHARD") {
+      // From now on a unit's forward is this engine's (the previous one's again when this one goes).
+      previous_host_ = fsdp::detail::host.exchange(this);
+    }
+  }
+
+  ~FsdpEngine() override {
+    fsdp::detail::UnitHost* self = this;
+    fsdp::detail::host.compare_exchange_strong(self, previous_host_);
+  }
+
+  std::string name() const override { return "fsdp"; }
+
+  std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) override {
+    const auto& job = context();
+    if (!job.process_group || trainable_parameters(model).empty() || sharding_ == "NO_SHARD") {
+      return replicated_->prepare_model(model); // nothing to shard: replicated, as DDP
+    }
+    place_and_broadcast(model);
+    // Every process must hold the same model (as under DDP); the message names the mismatch.
+    c10d::verify_params_across_processes(job.process_group, trainable_parameters(model), std::nullopt);
+    auto sharded = shard_model(model, job.process_group, sharding_ == "FULL_SHARD");
+    auto prepared = std::make_shared<FsdpModel>(model, sharded, stepped_, job);
+    // Released only now that the parameters' gradient accumulators exist: autograd records a leaf's shape
+    // when its accumulator is made, and checks every gradient against it.
+    for (auto& unit : sharded->units) {
+      sharded->reshard(unit); // the resident unit stays gathered
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& unit : sharded->units) {
+      if (!unit.resident) {
+        units_[unit.module] = {sharded, unit.index};
+      }
+    }
+    known_modules_.insert(&model);
+    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+      known_modules_.insert(item.value().get());
+    }
+    for (size_t i = 0; i < sharded->members.size(); ++i) {
+      members_[sharded->members[i].parameter.unsafeGetTensorImpl()] = {sharded, i};
+    }
+    models_.emplace_back(&model, sharded);
+    return prepared;
+  }
+
+  // ---- UnitHost
+  void* enter(torch::nn::Module& module, const std::type_info& type) override {
+    std::shared_ptr<Sharded> sharded;
+    size_t index = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto found = units_.find(&module); found != units_.end()) {
+        sharded = found->second.first.lock();
+        index = found->second.second;
+      }
+      if (!sharded) {
+        if (known_modules_.count(&module) == 0) {
+          throw std::logic_error(
+              "accelerate::fsdp::unit: module '" + module.name() + "' (" + type_name(type) +
+              ") runs as a unit, but it belongs to no model prepared under parallel_strategy 'fsdp': pass the "
+              "model that holds it to accelerator.prepare(...) before its first forward");
+        }
+        if (fsdp::detail::is_unit_type(type)) {
+          return nullptr; // a unit type with no trainable parameters of its own: nothing to gather
+        }
+        throw std::logic_error("accelerate::fsdp::unit: module '" + module.name() + "' is of type " +
+                               type_name(type) +
+                               ", but the unit() call in its forward names another type (its base class): prepare "
+                               "makes units of the types whose own forward calls unit(*this, ...); call it in " +
+                               type_name(type) + "'s forward");
+      }
+    }
+    auto& unit = sharded->units[index];
+    if (unit.depth++ == 0) {
+      try {
+        sharded->gather(unit);
+      } catch (...) {
+        --unit.depth;
+        throw;
+      }
+    }
+    return &unit;
+  }
+
+  void leave(void* handle, const std::vector<torch::Tensor>& outputs) override {
+    auto& unit = *static_cast<Unit*>(handle);
+    auto& sharded = *unit.owner;
+    --unit.depth;
+    bool backward_coming = false;
+    if (torch::GradMode::is_enabled()) {
+      const std::weak_ptr<Sharded> weak = sharded.self;
+      for (const auto& output : outputs) {
+        if (output.defined() && output.requires_grad()) {
+          const size_t index = unit.index;
+          output.register_hook(
+              [weak, index](const torch::Tensor&) { before_unit_backward(weak, index); });
+          backward_coming = true;
+        }
+      }
+    }
+    if (unit.depth == 0 && (!backward_coming || sharded.reshard_after_forward)) {
+      sharded.reshard(unit);
+    }
+  }
+
+  void abandon(void* handle) noexcept override {
+    auto& unit = *static_cast<Unit*>(handle);
+    if (--unit.depth == 0) {
+      unit.owner->reshard(unit);
+    }
+  }
+
+  // ---- The optimizer's side
+  void prepare_optimizer(OptimizerState& optimizer) override {
+    for (const auto& group : optimizer.optimizer->param_groups()) {
+      for (const auto& parameter : group.params()) {
+        stepped_->insert(parameter.unsafeGetTensorImpl());
+      }
+    }
+    refuse_optimizer_without_fused_step(optimizer, "parallel_strategy 'fsdp' (" + sharding_ + ")");
+  }
+
+  void after_optimizer_step(OptimizerState& optimizer) override {
+    // The units that are gathered now (the resident ones, SHARD_GRAD_OP units whose backward did not run,
+    // units inside unshard()) hold the values from before the step: gather them again, in one order.
+    std::set<c10::TensorImpl*> stepped;
+    for (const auto& group : optimizer.optimizer->param_groups()) {
+      for (const auto& parameter : group.params()) {
+        stepped.insert(parameter.unsafeGetTensorImpl());
+      }
+    }
+    for (auto& [module, weak] : models_) {
+      (void)module;
+      auto sharded = weak.lock();
+      if (!sharded) {
+        continue;
+      }
+      for (auto& unit : sharded->units) {
+        if (!unit.gathered) {
+          continue;
+        }
+        const bool touched = std::any_of(unit.groups.begin(), unit.groups.end(), [&](const Group& group) {
+          return std::any_of(group.members.begin(), group.members.end(), [&](size_t m) {
+            return stepped.count(sharded->members[m].parameter.unsafeGetTensorImpl()) != 0;
+          });
+        });
+        if (touched) {
+          sharded->refresh(unit);
+        }
+      }
+    }
+  }
+
+  std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& parameters) override {
+    std::vector<torch::Tensor> gradients;
+    for (const auto& parameter : parameters) {
+      auto [sharded, index] = find(parameter);
+      if (!sharded) {
+        if (parameter.grad().defined()) {
+          gradients.push_back(parameter.grad());
+        }
+      } else if (const auto& member = sharded->members[index];
+                 member.place.share_length > 0 && member.gradient.defined()) {
+        gradients.push_back(member.gradient);
+      }
+    }
+    return gradients;
+  }
+
+  torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) override {
+    if (!context().process_group) {
+      if (gradients.empty()) {
+        return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(context().device));
+      }
+      return ParallelEngine::gradient_norm(gradients, norm_type);
+    }
+    return sharded_gradient_norm(context(), gradients, norm_type);
+  }
+
+  std::optional<ParameterShare> share(const torch::Tensor& parameter) override {
+    auto [sharded, index] = find(parameter);
+    if (!sharded) {
+      return std::nullopt;
+    }
+    const auto& member = sharded->members[index];
+    return ParameterShare{member.values, member.place.share_begin,
+                          member.place.share_length > 0 ? member.gradient : torch::Tensor()};
+  }
+
+  void zero_share_gradient(const torch::Tensor& parameter, bool set_to_none) override {
+    auto [sharded, index] = find(parameter);
+    if (!sharded) {
+      return;
+    }
+    auto& gradient = sharded->members[index].gradient;
+    if (set_to_none) {
+      gradient.reset();
+    } else if (gradient.defined()) {
+      gradient.zero_();
+    }
+  }
+
+  bool shards_optimizer_state() const override {
+    return context().process_group != nullptr && sharding_ != "NO_SHARD";
+  }
+
+  void adopt_optimizer_state(OptimizerState& optimizer) override {
+    keep_optimizer_state_shares(optimizer, [&](const torch::Tensor& parameter) {
+      auto [sharded, index] = find(parameter);
+      std::optional<std::pair<int64_t, int64_t>> range;
+      if (sharded) {
+        const auto& place = sharded->members[index].place;
+        range = std::make_pair(place.share_begin, place.share_length);
+      }
+      return range;
+    });
+  }
+
+  bool reads_checkpoints_of(const std::string& strategy) const override {
+    return strategy == "fsdp" || strategy == "zero" || replicated_->reads_checkpoints_of(strategy);
+  }
+
+  ReplicaExpectation replica_expectation() const override {
+    ReplicaExpectation expectation;
+    const bool sharded = context().process_group != nullptr && sharding_ != "NO_SHARD";
+    expectation.parameters = !sharded;
+    expectation.optimizer_state = !sharded;
+    return expectation;
+  }
+
+  std::string describe() const override {
+    std::ostringstream out;
+    const int world = context().process_group ? context().process_group->getSize() : 1;
+    out << "fsdp: " << sharding_;
+    if (world == 1) {
+      out << ", one process: nothing to shard";
+    } else if (sharding_ == "NO_SHARD") {
+      out << ": replicated, as ddp";
+    } else {
+      size_t units = 0;
+      for (const auto& [module, weak] : models_) {
+        (void)module;
+        if (auto sharded = weak.lock()) {
+          units += sharded->units.size();
+        }
+      }
+      out << ", parameters, gradients and optimizer state in " << world << " shares, " << units << " unit(s)";
+    }
+    return out.str();
+  }
+
+  std::function<void()> gather_full_parameters(torch::nn::Module& model) override {
+    std::shared_ptr<Sharded> sharded;
+    for (auto& [module, weak] : models_) {
+      if (module == &model) {
+        sharded = weak.lock();
+      }
+    }
+    if (!sharded) {
+      return {};
+    }
+    std::vector<size_t> gathered;
+    for (auto& unit : sharded->units) {
+      if (!unit.gathered) {
+        sharded->gather(unit);
+        gathered.push_back(unit.index);
+      }
+    }
+    return [sharded, gathered]() {
+      for (auto& unit : sharded->units) {
+        sharded->write_back(unit);
+      }
+      for (size_t index : gathered) {
+        sharded->reshard(sharded->units[index]);
+      }
+    };
+  }
+
+  std::unique_ptr<CheckpointComponent>
+  model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models) override;
+
+private:
+  std::pair<std::shared_ptr<Sharded>, size_t> find(const torch::Tensor& parameter) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = members_.find(parameter.unsafeGetTensorImpl());
+    if (found == members_.end()) {
+      return {nullptr, 0};
+    }
+    auto sharded = found->second.first.lock();
+    if (!sharded) {
+      members_.erase(found); // its model was released (free_memory)
+      return {nullptr, 0};
+    }
+    return {std::move(sharded), found->second.second};
+  }
+
+  std::unique_ptr<ParallelEngine> replicated_;
+  std::string sharding_;
+  fsdp::detail::UnitHost* previous_host_ = nullptr;
+  std::shared_ptr<std::set<c10::TensorImpl*>> stepped_ = std::make_shared<std::set<c10::TensorImpl*>>();
+  std::mutex mutex_;
+  std::unordered_map<torch::nn::Module*, std::pair<std::weak_ptr<Sharded>, size_t>> units_;
+  std::unordered_set<torch::nn::Module*> known_modules_;
+  std::unordered_map<c10::TensorImpl*, std::pair<std::weak_ptr<Sharded>, size_t>> members_;
+  std::vector<std::pair<torch::nn::Module*, std::weak_ptr<Sharded>>> models_;
+};
+
+/// The models' part of a checkpoint under "fsdp": the replicated component's files (whole models, written by
+/// the main process), read with every unit gathered.
+class FsdpModelCheckpoint final : public CheckpointComponent {
+public:
+  FsdpModelCheckpoint(FsdpEngine& engine, const std::vector<std::shared_ptr<PreparedModel>>& models)
+      : engine_(engine), models_(models), inner_(replicated_model_checkpoint(models)) {}
+
+  std::string name() const override { return inner_->name(); }
+
+  void save(ComponentWriter& writer) override {
+    auto restore = gather_all();
+    try {
+      inner_->save(writer);
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
+  }
+
+  void verify(const ComponentReader& reader) override {
+    auto restore = gather_all(); // the parameters' shapes are checked against the files
+    try {
+      inner_->verify(reader);
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
+  }
+
+  void apply(Rollback& rollback) override {
+    // What to restore if a later component fails: each unit's shards, and the resident units' whole values.
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> previous;
+    for (const auto& prepared : models_) {
+      if (auto* model = dynamic_cast<FsdpModel*>(prepared.get())) {
+        for (auto& unit : model->sharded()->units) {
+          for (auto& group : unit.groups) {
+            previous.emplace_back(group.shard, group.shard.clone());
+            if (unit.resident) {
+              previous.emplace_back(group.full, group.full.clone());
+            }
+          }
+        }
+      }
+    }
+    auto restore = gather_all();
+    Rollback whole; // the replicated component's undo acts on gathered parameters: replaced by `previous`
+    try {
+      inner_->apply(whole);
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore(); // writes the loaded values back into the shards
+    rollback.add([previous]() mutable {
+      torch::NoGradGuard no_grad;
+      for (auto& [tensor, values] : previous) {
+        tensor.copy_(values);
+      }
+    });
+  }
+
+private:
+  std::function<void()> gather_all() {
+    std::vector<std::function<void()>> restores;
+    for (const auto& prepared : models_) {
+      if (auto restore = engine_.gather_full_parameters(prepared->model())) {
+        restores.push_back(std::move(restore));
+      }
+    }
+    return [restores]() {
+      for (auto it = restores.rbegin(); it != restores.rend(); ++it) {
+        (*it)();
+      }
+    };
+  }
+
+  FsdpEngine& engine_;
+  std::vector<std::shared_ptr<PreparedModel>> models_;
+  std::unique_ptr<CheckpointComponent> inner_;
+};
+
+std::unique_ptr<CheckpointComponent>
+FsdpEngine::model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models) {
+  return std::make_unique<FsdpModelCheckpoint>(*this, models);
+}
+
+} // namespace
+
+std::unique_ptr<ParallelEngine> make_fsdp_engine(const ParallelContext& context) {
+  return std::make_unique<FsdpEngine>(context);
+}
+
+} // namespace accelerate::detail

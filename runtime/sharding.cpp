@@ -1,0 +1,119 @@
+// What the sharded strategies share (runtime/sharding.h).
+#include "sharding.h"
+
+#include "optimizer_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <c10/util/Type.h>
+
+namespace accelerate::detail {
+
+FlatPlan plan_flat(const std::vector<torch::Tensor>& parameters, int rank, int world) {
+  FlatPlan plan;
+  if (parameters.empty()) {
+    return plan;
+  }
+  const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(parameters.front().element_size()));
+  for (const auto& parameter : parameters) {
+    plan.total = (plan.total + align - 1) / align * align;
+    FlatPlan::Member member;
+    member.offset = plan.total;
+    member.numel = parameter.numel();
+    plan.members.push_back(member);
+    plan.total += parameter.numel();
+  }
+  plan.share = ((plan.total + world - 1) / world + align - 1) / align * align;
+  const int64_t slice_begin = rank * plan.share;
+  const int64_t slice_end = slice_begin + plan.share;
+  for (auto& member : plan.members) {
+    const int64_t first = std::max(slice_begin, member.offset);
+    const int64_t last = std::min(slice_end, member.offset + member.numel);
+    if (last > first) {
+      member.share_begin = first - member.offset;
+      member.share_length = last - first;
+      member.slice_offset = first - slice_begin;
+    } else {
+      member.share_begin = 0;
+      member.share_length = 0;
+      member.slice_offset = std::clamp<int64_t>(member.offset - slice_begin, 0, plan.share);
+    }
+  }
+  return plan;
+}
+
+torch::Tensor sharded_gradient_norm(const ParallelContext& context, const std::vector<torch::Tensor>& gradients,
+                                    double norm_type) {
+  const bool infinity = std::isinf(norm_type);
+  auto local = torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(context.device));
+  if (!gradients.empty()) {
+    auto norms = torch::stack(at::_foreach_norm(gradients, norm_type)).to(torch::kFloat64);
+    local = (infinity ? norms.max() : norms.pow(norm_type).sum()).reshape({1});
+  }
+  std::vector<torch::Tensor> reduced{local};
+  c10d::AllreduceOptions options;
+  options.reduceOp = infinity ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+  context.process_group->allreduce(reduced, options)->wait();
+  auto total = reduced[0].reshape({});
+  return infinity ? total : total.pow(1.0 / norm_type);
+}
+
+void refuse_optimizer_without_fused_step(const OptimizerState& optimizer, const std::string& what) {
+  if (optimizer.fused != FusedKind::None) {
+    return;
+  }
+  throw std::invalid_argument("accelerate: prepare: " + what +
+                              " steps each process's share of the parameters through ATen's fused kernels, "
+                              "which exist for torch::optim::SGD, Adam and AdamW; this optimizer is a " +
+                              c10::demangle(typeid(*optimizer.optimizer).name()) +
+                              ". Use one of those, or parallel_strategy 'ddp'");
+}
+
+void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std::string& what,
+                                          const std::set<c10::TensorImpl*>& stepped) {
+  std::set<const c10::TensorImpl*> sharded;
+  for (const auto& parameter : model.parameters()) {
+    sharded.insert(parameter.unsafeGetTensorImpl());
+  }
+  for (const auto& item : model.model().named_parameters()) {
+    auto* impl = item.value().unsafeGetTensorImpl();
+    if (sharded.count(impl) != 0 && stepped.count(impl) == 0) {
+      throw std::logic_error(
+          "accelerate: backward: under " + what +
+          " a prepared model's gradients go to the shares that prepared optimizers step, but parameter '" +
+          item.key() + "' of model '" + model.model().name() +
+          "' is in no optimizer given to accelerator.prepare, so it would never train; prepare the optimizer "
+          "(auto optimizer = accelerator.prepare(torch::optim::AdamW(...))) before the first backward, or "
+          "freeze the parameter (requires_grad(false)) before preparing the model");
+    }
+  }
+}
+
+void keep_optimizer_state_shares(
+    OptimizerState& optimizer,
+    const std::function<std::optional<std::pair<int64_t, int64_t>>(const torch::Tensor& parameter)>& range_of) {
+  auto& state = optimizer.optimizer->state();
+  for (const auto& group : optimizer.optimizer->param_groups()) {
+    for (const auto& parameter : group.params()) {
+      auto slot = state.find(parameter.unsafeGetTensorImpl());
+      if (slot == state.end()) {
+        continue;
+      }
+      const auto range = range_of(parameter);
+      if (!range) {
+        continue;
+      }
+      if (range->second == 0) {
+        state.erase(slot);
+        continue;
+      }
+      map_state_tensors(optimizer.fused, *slot->second, [&](const std::string&, const torch::Tensor& whole) {
+        return whole.reshape(-1).narrow(0, range->first, range->second).clone();
+      });
+    }
+  }
+}
+
+} // namespace accelerate::detail

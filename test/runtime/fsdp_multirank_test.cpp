@@ -1,0 +1,372 @@
+// Multi-rank tests of the "fsdp" strategy (runtime/fsdp.cpp), run by test/harness/run_ranks.py as N ranks:
+// a 4-block model whose blocks are units written by hand (accelerate::fsdp::unit), trained under FULL_SHARD
+// and SHARD_GRAD_OP against DDP on the same per-process data, with accumulation, clipping, tied embeddings, a
+// frozen block, a unit called twice in one forward and fp16; what `unshard` gives; what a sharded parameter
+// holds outside its unit; and the bad input the issue names.
+//
+// Preconditions: one intra-op thread, models without dropout or BatchNorm.
+#include <accelerate/accelerate.h>
+
+#include "../../runtime/parallel.h"
+#include "../../runtime/state.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+#include <string>
+
+namespace {
+
+accelerate::AcceleratorOptions test_options() {
+  return accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(30));
+}
+
+constexpr int64_t kVocab = 13;
+constexpr int64_t kWidth = 10;
+constexpr int64_t kHidden = 17; // odd sizes: no world size here divides a unit's elements
+constexpr int64_t kGlobalBatch = 6;
+constexpr int64_t kSequence = 5;
+
+/// A residual block: one unit.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(kWidth, kHidden));
+    fc2 = register_module("fc2", torch::nn::Linear(kHidden, kWidth));
+    scale = register_parameter("scale", torch::full({kWidth}, 0.5));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return accelerate::fsdp::unit(*this, [&] { return x + fc2(torch::tanh(fc1(x))) * scale; });
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::Tensor scale;
+};
+TORCH_MODULE(Block);
+
+/// What the model varies.
+struct Shape {
+  bool tied = false;         // the output layer is the embedding (a parameter of the root)
+  bool frozen_block = false; // block 1 does not train
+  bool reuse = false;        // block 2 runs twice in each forward
+};
+
+/// Embedding, 4 blocks (units), a head (or the embedding again): the root holds the embedding and the head.
+struct Model : torch::nn::Module {
+  Model(const Shape& shape_, torch::Dtype dtype) : shape(shape_) {
+    embed = register_module("embed", torch::nn::Embedding(kVocab, kWidth));
+    for (int i = 0; i < 4; ++i) {
+      blocks.push_back(register_module("block" + std::to_string(i), Block()));
+    }
+    if (!shape.tied) {
+      head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(kWidth, kVocab).bias(false)));
+    }
+    if (shape.frozen_block) {
+      for (auto& parameter : blocks[1]->parameters()) {
+        parameter.set_requires_grad(false);
+      }
+    }
+    to(dtype);
+  }
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    auto h = embed(tokens);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      h = blocks[i](h);
+      if (shape.reuse && i == 2) {
+        h = blocks[i](h);
+      }
+    }
+    return shape.tied ? torch::matmul(h, embed->weight.t()) : head(h);
+  }
+  Shape shape;
+  torch::nn::Embedding embed{nullptr};
+  std::vector<Block> blocks;
+  torch::nn::Linear head{nullptr};
+};
+
+struct Strategy {
+  std::string name; // "ddp", "FULL_SHARD", "SHARD_GRAD_OP"
+  accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
+    if (name == "ddp") {
+      return options.parallel_strategy("ddp");
+    }
+    return options.parallel_strategy("fsdp").fsdp_sharding_strategy(name);
+  }
+};
+const Strategy kDdp{"ddp"};
+const std::vector<Strategy> kSharded = {{"FULL_SHARD"}, {"SHARD_GRAD_OP"}};
+
+struct RunSettings {
+  Shape shape;
+  torch::Dtype dtype = torch::kFloat64;
+  int accumulation = 1;
+  int micro_steps = 10;
+  double clip = 0;
+  bool no_sync_first = false; // the first micro-step of each window runs inside no_sync (accumulation > 1)
+};
+
+/// This process's rows of micro-step `step`'s global batch (the same global data at any world size).
+std::pair<torch::Tensor, torch::Tensor> batch(int step, int rank, int world) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(500 + step);
+  auto tokens = at::randint(kVocab, {kGlobalBatch, kSequence}, generator, torch::kInt64);
+  auto targets = at::randint(kVocab, {kGlobalBatch, kSequence}, generator, torch::kInt64);
+  const int64_t rows = kGlobalBatch / world;
+  return {tokens.narrow(0, rank * rows, rows), targets.narrow(0, rank * rows, rows)};
+}
+
+torch::Tensor flat(const torch::nn::Module& model) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& parameter : model.parameters()) {
+    parts.push_back(parameter.detach().reshape(-1).to(torch::kFloat64));
+  }
+  return torch::cat(parts);
+}
+
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).norm() / b.norm()).item<double>();
+}
+
+struct Outcome {
+  torch::Tensor parameters; // read inside unshard()
+  int64_t state_elements = 0;
+  int64_t trainable = 0;
+  int clipped_steps = 0;
+  std::vector<double> losses;
+};
+
+Outcome train(const Strategy& strategy, const RunSettings& run) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(strategy.apply(test_options()).gradient_accumulation_steps(run.accumulation));
+  const int world = accelerator.num_processes();
+  const int rank = accelerator.process_index();
+  torch::manual_seed(7 + rank); // prepare makes every process's model process 0's
+  auto model = std::make_shared<Model>(run.shape, run.dtype);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
+  auto gradient_state = accelerator.gradient_state();
+  Outcome outcome;
+  for (int micro = 0; micro < run.micro_steps; ++micro) {
+    gradient_state->end_of_dataloader = micro == run.micro_steps - 1;
+    auto guard = accelerator.accumulate(model);
+    optimizer.zero_grad();
+    auto [tokens, targets] = batch(micro, rank, world);
+    auto loss = torch::cross_entropy_loss(model->forward(tokens).reshape({-1, kVocab}), targets.reshape(-1));
+    outcome.losses.push_back(loss.item<double>());
+    if (run.no_sync_first && micro % run.accumulation == 0 && !accelerator.sync_gradients()) {
+      auto no_sync = accelerator.no_sync(model);
+      accelerator.backward(loss);
+    } else {
+      accelerator.backward(loss);
+    }
+    if (accelerator.sync_gradients() && run.clip > 0) {
+      auto norm = accelerator.clip_grad_norm_(model->parameters(), run.clip);
+      outcome.clipped_steps += norm.item<double>() > run.clip ? 1 : 0;
+    }
+    optimizer.step();
+  }
+  gradient_state->end_of_dataloader = false;
+  {
+    auto whole = accelerator.unshard(model);
+    outcome.parameters = flat(*model);
+  }
+  for (const auto& parameter : model->parameters()) {
+    outcome.trainable += parameter.requires_grad() ? parameter.numel() : 0;
+  }
+  for (const auto& [key, slot] : optimizer.unwrap().state()) {
+    outcome.state_elements += static_cast<torch::optim::AdamWParamState&>(*slot).exp_avg().numel();
+  }
+  accelerator.wait_for_everyone();
+  return outcome;
+}
+
+int64_t sum_over_processes(accelerate::Accelerator& accelerator, int64_t count) {
+  return accelerator.gather(torch::tensor({count}, torch::kInt64)).sum().item<int64_t>();
+}
+
+/// The issue's bound for float64: every element within rtol 1e-6, atol 1e-12 of DDP's.
+void expect_near_ddp(const Outcome& sharded, const Outcome& ddp, const std::string& label) {
+  EXPECT_TRUE(torch::allclose(sharded.parameters, ddp.parameters, 1e-6, 1e-12))
+      << label << ": ‖Δθ‖/‖θ‖ = " << relative_difference(sharded.parameters, ddp.parameters);
+  EXPECT_EQ(sharded.clipped_steps, ddp.clipped_steps) << label;
+  std::printf("[fsdp] %s: ‖Δθ‖/‖θ‖ = %.3g, max |Δθ| = %.3g\n", label.c_str(),
+              relative_difference(sharded.parameters, ddp.parameters),
+              (sharded.parameters - ddp.parameters).abs().max().item<double>());
+}
+
+// ---- FSDP against DDP ----------------------------------------------------------------------------------
+
+/// 10 AdamW steps in float64, each sharding strategy against DDP, for each model shape; every element of the
+/// optimizer state held by exactly one process.
+TEST(Fsdp, MatchesDdpAfterTenAdamWSteps) {
+  accelerate::Accelerator outer(test_options());
+  for (const Shape shape : {Shape{}, Shape{true, false, false}, Shape{false, true, false}, Shape{false, false, true},
+                            Shape{true, true, true}}) {
+    RunSettings run;
+    run.shape = shape;
+    const auto ddp = train(kDdp, run);
+    for (const auto& strategy : kSharded) {
+      const std::string label = strategy.name + " tied=" + std::to_string(shape.tied) +
+                                " frozen=" + std::to_string(shape.frozen_block) +
+                                " reuse=" + std::to_string(shape.reuse);
+      const auto fsdp = train(strategy, run);
+      expect_near_ddp(fsdp, ddp, label);
+      EXPECT_EQ(fsdp.losses, ddp.losses) << label; // the same forward arithmetic on the same values
+      EXPECT_EQ(sum_over_processes(outer, fsdp.state_elements), ddp.trainable) << label;
+      EXPECT_LT(fsdp.state_elements, ddp.trainable) << label << ": this process holds all the state";
+    }
+  }
+}
+
+/// Accumulation (3 micro-steps, a short last window, the first micro-step of each window inside no_sync) and
+/// clipping that triggers, with tied embeddings, a frozen block and a reused unit.
+TEST(Fsdp, MatchesDdpWithAccumulationNoSyncAndClipping) {
+  accelerate::Accelerator outer(test_options());
+  RunSettings run;
+  run.shape = Shape{true, true, true};
+  run.accumulation = 3;
+  run.micro_steps = 10;
+  run.clip = 0.5;
+  run.no_sync_first = true;
+  const auto ddp = train(kDdp, run);
+  EXPECT_GT(ddp.clipped_steps, 0) << "the clip bound never triggers: the test would not test clipping";
+  for (const auto& strategy : kSharded) {
+    expect_near_ddp(train(strategy, run), ddp, strategy.name + " accumulation, no_sync, clipping");
+  }
+}
+
+/// In float32, norm-wise within 1e-6 of DDP.
+TEST(Fsdp, Float32NormWiseWithinOneMillionth) {
+  accelerate::Accelerator outer(test_options());
+  RunSettings run;
+  run.dtype = torch::kFloat32;
+  run.shape = Shape{true, false, false};
+  run.accumulation = 2;
+  run.clip = 0.5;
+  const auto ddp = train(kDdp, run);
+  for (const auto& strategy : kSharded) {
+    const auto fsdp = train(strategy, run);
+    const double difference = relative_difference(fsdp.parameters, ddp.parameters);
+    EXPECT_LT(difference, 1e-6) << strategy.name;
+    std::printf("[fsdp] float32 %s: ‖Δθ‖/‖θ‖ = %.3g\n", strategy.name.c_str(), difference);
+  }
+}
+
+/// fp16: the scaler skips the steps DDP skips when one process's share overflows.
+TEST(Fsdp, TheFp16ScalerSkipsTheStepsDdpSkips) {
+  accelerate::Accelerator outer(test_options());
+  auto run_fp16 = [&](const Strategy& strategy) {
+    at::set_num_threads(1);
+    accelerate::Accelerator accelerator(strategy.apply(test_options()).mixed_precision("fp16"));
+    const int world = accelerator.num_processes();
+    const int rank = accelerator.process_index();
+    torch::manual_seed(11);
+    auto model = std::make_shared<Model>(Shape{true, false, false}, torch::kFloat32);
+    accelerator.prepare(model);
+    auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2));
+    auto& engine = *accelerate::detail::internal_state(accelerator).engine;
+    std::vector<int> skipped;
+    for (int step = 0; step < 8; ++step) {
+      optimizer.zero_grad();
+      auto [tokens, targets] = batch(step, rank, world);
+      accelerator.backward(
+          torch::cross_entropy_loss(model->forward(tokens).reshape({-1, kVocab}), targets.reshape(-1)));
+      if (rank == world - 1 && (step == 2 || step == 5)) {
+        torch::NoGradGuard no_grad;
+        for (const auto& parameter : model->parameters()) {
+          auto share = engine.share(parameter);
+          auto gradient = share ? share->gradient : parameter.grad();
+          if (gradient.defined() && gradient.numel() > 0) {
+            gradient.view(-1)[0].fill_(std::numeric_limits<float>::infinity());
+            break;
+          }
+        }
+      }
+      optimizer.step();
+      if (optimizer.step_was_skipped()) {
+        skipped.push_back(step);
+      }
+    }
+    auto whole = accelerator.unshard(model);
+    return std::make_pair(flat(*model), skipped);
+  };
+  const auto [ddp, ddp_skipped] = run_fp16(kDdp);
+  EXPECT_EQ(ddp_skipped, (std::vector<int>{2, 5}));
+  for (const auto& strategy : kSharded) {
+    const auto [fsdp, fsdp_skipped] = run_fp16(strategy);
+    EXPECT_EQ(fsdp_skipped, ddp_skipped) << strategy.name;
+    EXPECT_LT(relative_difference(fsdp, ddp), 1e-6) << strategy.name;
+  }
+}
+
+// ---- What user code sees -------------------------------------------------------------------------------
+
+/// Outside its forward a unit's parameter keeps its shape and holds no data, and touching it throws;
+/// inside unshard() it holds the whole values, the same on every process; evaluation under NoGradGuard
+/// gathers without a backward side and leaves nothing gathered.
+TEST(Fsdp, UnitParametersHoldNoDataOutsideTheirForward) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(kSharded[0].apply(test_options()));
+  torch::manual_seed(1);
+  auto model = std::make_shared<Model>(Shape{}, torch::kFloat64);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-2));
+  const auto& weight = model->blocks[0]->fc1->weight;
+  auto x = torch::ones({2, kWidth}, torch::kFloat64);
+  EXPECT_EQ(weight.numel(), 0);
+  EXPECT_THROW(torch::nn::functional::linear(x, weight), c10::Error);
+  EXPECT_EQ(model->embed->weight.sizes(), (std::vector<int64_t>{kVocab, kWidth}))
+      << "the root's parameters stay gathered";
+  {
+    auto whole = accelerator.unshard(model);
+    EXPECT_EQ(weight.sizes(), (std::vector<int64_t>{kHidden, kWidth}));
+    auto gathered = accelerator.gather(weight.detach().reshape({1, -1}));
+    EXPECT_TRUE(torch::equal(gathered[0], gathered[1]));
+    EXPECT_NO_THROW(torch::nn::functional::linear(x, weight));
+  }
+  EXPECT_EQ(weight.numel(), 0);
+  {
+    torch::NoGradGuard no_grad;
+    auto [tokens, targets] = batch(0, accelerator.process_index(), accelerator.num_processes());
+    auto logits = model->forward(tokens);
+    EXPECT_FALSE(logits.requires_grad());
+  }
+  EXPECT_EQ(weight.numel(), 0);
+  EXPECT_NE(accelerator.state().find("fsdp: FULL_SHARD"), std::string::npos) << accelerator.state();
+}
+
+// ---- Bad input -----------------------------------------------------------------------------------------
+
+TEST(Fsdp, AUnitOutsideEveryPreparedModelIsRefused) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(kSharded[0].apply(test_options()));
+  auto model = std::make_shared<Model>(Shape{}, torch::kFloat32);
+  auto tokens = torch::zeros({2, 3}, torch::kInt64);
+  try {
+    model->forward(tokens); // before prepare
+    FAIL() << "a unit's forward before prepare ran";
+  } catch (const std::logic_error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("belongs to no model prepared under parallel_strategy 'fsdp'"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("accelerator.prepare"), std::string::npos) << message;
+  }
+  accelerator.prepare(model);
+  Block stray; // a unit no prepared model holds
+  EXPECT_THROW(stray(torch::zeros({2, kWidth})), std::logic_error);
+  EXPECT_NO_THROW(model->forward(tokens));
+}
+
+TEST(Fsdp, AnOptimizerWithoutAFusedStepIsRefusedByName) {
+  accelerate::Accelerator accelerator(kSharded[0].apply(test_options()));
+  auto model = std::make_shared<Model>(Shape{}, torch::kFloat32);
+  accelerator.prepare(model);
+  try {
+    accelerator.prepare(torch::optim::RMSprop(model->parameters(), 1e-3));
+    FAIL() << "RMSprop was accepted under FSDP";
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("RMSprop"), std::string::npos) << message;
+    EXPECT_NE(message.find("fsdp"), std::string::npos) << message;
+  }
+}
+
+} // namespace
