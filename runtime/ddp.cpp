@@ -236,7 +236,7 @@ public:
   /// "ddp" and "zero" checkpoints hold whole models, and optimizer state either whole or in per-process
   /// shares, both of which the optimizers' component reads into either strategy at any world size.
   bool reads_checkpoints_of(const std::string& strategy) const override {
-    return strategy == "ddp" || strategy == "zero";
+    return strategy == "ddp" || strategy == "zero" || strategy == "fsdp"; // the same files, read whole
   }
 
   std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) override {

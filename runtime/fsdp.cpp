@@ -3,9 +3,10 @@
 //
 // Units. At prepare, every module of the model whose type calls `accelerate::fsdp::unit` in its forward
 // (include/accelerate/fsdp.h) is a unit; the root is one too when its type does, and otherwise holds
-// the parameters outside every unit as a *resident* unit, whose whole parameters stay gathered. A unit owns the
-// trainable parameters of its submodules that are not units themselves; a parameter shared by modules of two
-// units (tied weights) belongs to their nearest common unit. Frozen parameters stay whole on every process.
+// the parameters outside every unit as a *resident* unit, whose whole parameters stay gathered. A unit owns
+// the trainable parameters of its submodules that are not units themselves; a parameter shared by modules of
+// two units (tied weights) belongs to their nearest common unit. Frozen parameters stay whole on every
+// process.
 //
 // Layout. A unit's parameters of one dtype are moved into one flat buffer `full` (each parameter becomes a
 // view of it; runtime/sharding.h's aligned plan), padded to world x share elements. Process r keeps
@@ -114,8 +115,8 @@ struct Sharded;
 
 /// A unit's parameters of one dtype and device.
 struct Group {
-  torch::Tensor full;  // world * share elements; its storage is released while the unit is sharded
-  torch::Tensor shard; // this process's share elements: what its optimizer steps
+  torch::Tensor full;        // world * share elements; its storage is released while the unit is sharded
+  torch::Tensor shard;       // this process's share elements: what its optimizer steps
   torch::Tensor placeholder; // what the parameters are while the unit is sharded: no elements
   size_t full_bytes = 0;
   int64_t share = 0;
@@ -148,8 +149,8 @@ struct Unit {
   std::vector<Group> groups;
   size_t trainable = 0;
   bool gathered = false;
-  int depth = 0;       // bodies of this unit running now
-  size_t waiting = 0;  // parameters whose gradient has not come in the armed backward
+  int depth = 0;      // bodies of this unit running now
+  size_t waiting = 0; // parameters whose gradient has not come in the armed backward
   bool complete = false;
 };
 
@@ -174,7 +175,8 @@ struct Sharded {
       all_gather_into(process_group, group.full, group.shard);
       for (size_t m : group.members) {
         auto& member = members[m];
-        member.parameter.set_data(group.full.narrow(0, member.place.offset, member.place.numel).view(member.sizes));
+        member.parameter.set_data(
+            group.full.narrow(0, member.place.offset, member.place.numel).view(member.sizes));
       }
     }
     unit.gathered = true;
@@ -374,7 +376,8 @@ private:
         } else if (member.gradient.defined()) {
           member.gradient.add_(part);
         } else {
-          member.gradient = group.share_gradient.narrow(0, member.place.slice_offset, member.place.share_length);
+          member.gradient =
+              group.share_gradient.narrow(0, member.place.slice_offset, member.place.share_length);
           member.gradient.copy_(part);
         }
       }
@@ -392,7 +395,8 @@ private:
 };
 
 /// The units of `model` and the owner of each trainable parameter (see the file comment).
-std::shared_ptr<Sharded> shard_model(torch::nn::Module& model, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
+                                     const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                      bool reshard_after_forward) {
   struct Candidate {
     torch::nn::Module* module;
@@ -545,13 +549,15 @@ public:
       : ParallelEngine(context), replicated_(make_ddp_engine(context)),
         sharding_(context.config.fsdp_sharding_strategy) {
     if (sharding_ != "FULL_SHARD" && sharding_ != "SHARD_GRAD_OP" && sharding_ != "NO_SHARD") {
-      throw std::invalid_argument("accelerate: parallel_strategy 'fsdp' takes fsdp_sharding_strategy FULL_SHARD, "
-                                  "SHARD_GRAD_OP or NO_SHARD, not '" +
-                                  sharding_ + "'");
+      throw std::invalid_argument(
+          "accelerate: parallel_strategy 'fsdp' takes fsdp_sharding_strategy FULL_SHARD, "
+          "SHARD_GRAD_OP or NO_SHARD, not '" +
+          sharding_ + "'");
     }
     if (context.config.find_unused_parameters && sharding_ != "NO_SHARD") {
       throw std::invalid_argument(
-          "accelerate: find_unused_parameters under parallel_strategy 'fsdp' is not available in this version "
+          "accelerate: find_unused_parameters under parallel_strategy 'fsdp' is not available in this "
+          "version "
           "of the runtime: a parameter no process reached takes part with a zero gradient. Leave "
           "find_unused_parameters off (or use parallel_strategy 'ddp' or 'zero')");
     }
@@ -612,19 +618,20 @@ public:
       }
       if (!sharded) {
         if (known_modules_.count(&module) == 0) {
-          throw std::logic_error(
-              "accelerate::fsdp::unit: module '" + module.name() + "' (" + type_name(type) +
-              ") runs as a unit, but it belongs to no model prepared under parallel_strategy 'fsdp': pass the "
-              "model that holds it to accelerator.prepare(...) before its first forward");
+          throw std::logic_error("accelerate::fsdp::unit: module '" + module.name() + "' (" +
+                                 type_name(type) +
+                                 ") runs as a unit, but it belongs to no model prepared under "
+                                 "parallel_strategy 'fsdp': pass the "
+                                 "model that holds it to accelerator.prepare(...) before its first forward");
         }
         if (fsdp::detail::is_unit_type(type)) {
           return nullptr; // a unit type with no trainable parameters of its own: nothing to gather
         }
-        throw std::logic_error("accelerate::fsdp::unit: module '" + module.name() + "' is of type " +
-                               type_name(type) +
-                               ", but the unit() call in its forward names another type (its base class): prepare "
-                               "makes units of the types whose own forward calls unit(*this, ...); call it in " +
-                               type_name(type) + "'s forward");
+        throw std::logic_error(
+            "accelerate::fsdp::unit: module '" + module.name() + "' is of type " + type_name(type) +
+            ", but the unit() call in its forward names another type (its base class): prepare "
+            "makes units of the types whose own forward calls unit(*this, ...); call it in " +
+            type_name(type) + "'s forward");
       }
     }
     auto& unit = sharded->units[index];
@@ -649,8 +656,7 @@ public:
       for (const auto& output : outputs) {
         if (output.defined() && output.requires_grad()) {
           const size_t index = unit.index;
-          output.register_hook(
-              [weak, index](const torch::Tensor&) { before_unit_backward(weak, index); });
+          output.register_hook([weak, index](const torch::Tensor&) { before_unit_backward(weak, index); });
           backward_coming = true;
         }
       }
@@ -744,6 +750,11 @@ public:
                           member.place.share_length > 0 ? member.gradient : torch::Tensor()};
   }
 
+  std::vector<int64_t> whole_sizes(const torch::Tensor& parameter) override {
+    auto [sharded, index] = find(parameter);
+    return sharded ? sharded->members[index].sizes : parameter.sizes().vec();
+  }
+
   void zero_share_gradient(const torch::Tensor& parameter, bool set_to_none) override {
     auto [sharded, index] = find(parameter);
     if (!sharded) {
@@ -774,7 +785,7 @@ public:
   }
 
   bool reads_checkpoints_of(const std::string& strategy) const override {
-    return strategy == "fsdp" || strategy == "zero" || replicated_->reads_checkpoints_of(strategy);
+    return replicated_->reads_checkpoints_of(strategy);
   }
 
   ReplicaExpectation replica_expectation() const override {
@@ -872,14 +883,60 @@ public:
   std::string name() const override { return inner_->name(); }
 
   void save(ComponentWriter& writer) override {
-    auto restore = gather_all();
-    try {
-      inner_->save(writer);
-    } catch (...) {
-      restore();
-      throw;
+    if (engine_.context().config.fsdp_state_dict_type == "SHARDED_STATE_DICT") {
+      // Each process writes its shards; nothing is gathered.
+      save_model_pieces(writer, models_, [&](size_t i) {
+        std::vector<ModelPiece> pieces;
+        auto* model = dynamic_cast<FsdpModel*>(models_[i].get());
+        if (model == nullptr) {
+          return pieces; // replicated (NO_SHARD, nothing trainable): the main process writes it whole
+        }
+        const auto& sharded = *model->sharded();
+        std::unordered_map<const c10::TensorImpl*, const Member*> members;
+        for (const auto& member : sharded.members) {
+          members.emplace(member.parameter.unsafeGetTensorImpl(), &member);
+        }
+        for (const auto& item : model->model().named_parameters(/*recurse=*/true)) {
+          if (auto found = members.find(item.value().unsafeGetTensorImpl()); found != members.end()) {
+            pieces.push_back({item.key(), found->second->values, found->second->place.share_begin});
+          }
+        }
+        return pieces;
+      });
+      return;
     }
-    restore();
+    // FULL_STATE_DICT: the main process writes whole models, each gathered one unit at a time.
+    save_whole_models(writer, models_.size(), [&](size_t i) {
+      auto& module = models_[i]->model();
+      auto tensors = module_tensors(module);
+      auto* model = dynamic_cast<FsdpModel*>(models_[i].get());
+      if (model == nullptr) {
+        return tensors;
+      }
+      auto& sharded = *model->sharded();
+      std::unordered_map<const c10::TensorImpl*, std::vector<std::string>> names;
+      for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+        names[item.value().unsafeGetTensorImpl()].push_back(item.key());
+      }
+      for (auto& unit : sharded.units) {
+        const bool was_gathered = unit.gathered;
+        sharded.gather(unit);
+        for (const auto& group : unit.groups) {
+          for (size_t m : group.members) {
+            const auto& parameter = sharded.members[m].parameter;
+            for (const auto& name : names[parameter.unsafeGetTensorImpl()]) {
+              tensors[name] = writer.main() ? parameter.detach().to(torch::kCPU, /*non_blocking=*/false,
+                                                                    /*copy=*/true)
+                                            : torch::Tensor();
+            }
+          }
+        }
+        if (!was_gathered) {
+          sharded.reshard(unit);
+        }
+      }
+      return tensors;
+    });
   }
 
   void verify(const ComponentReader& reader) override {

@@ -150,6 +150,9 @@ public:
   /// This process's part of `parameter` for its optimizer step, or nullopt when the optimizer steps it whole
   /// (every parameter of a replicated strategy; a sharded one's parameters outside the models it prepared).
   virtual std::optional<ParameterShare> share(const torch::Tensor& /*parameter*/) { return std::nullopt; }
+  /// The shape of `parameter` as the model defines it: a strategy whose parameters hold none of their
+  /// elements outside forward (fsdp) gives the whole shape, which checkpoints of optimizer state are made of.
+  virtual std::vector<int64_t> whole_sizes(const torch::Tensor& parameter) { return parameter.sizes().vec(); }
   /// `zero_grad` on `parameter`: a strategy that keeps its share's gradient apart from `.grad()` zeroes it
   /// (or drops it with `set_to_none`).
   virtual void zero_share_gradient(const torch::Tensor& /*parameter*/, bool /*set_to_none*/) {}

@@ -44,8 +44,8 @@ FlatPlan plan_flat(const std::vector<torch::Tensor>& parameters, int rank, int w
   return plan;
 }
 
-torch::Tensor sharded_gradient_norm(const ParallelContext& context, const std::vector<torch::Tensor>& gradients,
-                                    double norm_type) {
+torch::Tensor sharded_gradient_norm(const ParallelContext& context,
+                                    const std::vector<torch::Tensor>& gradients, double norm_type) {
   const bool infinity = std::isinf(norm_type);
   auto local = torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(context.device));
   if (!gradients.empty()) {
@@ -93,7 +93,8 @@ void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std:
 
 void keep_optimizer_state_shares(
     OptimizerState& optimizer,
-    const std::function<std::optional<std::pair<int64_t, int64_t>>(const torch::Tensor& parameter)>& range_of) {
+    const std::function<std::optional<std::pair<int64_t, int64_t>>(const torch::Tensor& parameter)>&
+        range_of) {
   auto& state = optimizer.optimizer->state();
   for (const auto& group : optimizer.optimizer->param_groups()) {
     for (const auto& parameter : group.params()) {

@@ -23,10 +23,10 @@ struct OptimizerState;
 ///
 /// Each parameter starts at a 64-byte boundary, as a tensor of its own would (c10's CPU alignment), so the
 /// BLAS kernels of forward and backward take the same paths, and round, as on a separate tensor. Slices start
-/// on such boundaries too: ATen's fused optimizer kernels run a vector loop from the start of each tensor they
-/// step (in 64-byte units across threads) and a scalar tail, which round differently (fused multiply-add); a
-/// share whose ends fall on such boundaries of its parameter puts every element in the same loop as stepping
-/// the whole parameter, so stepping shares is bit-identical to stepping whole parameters.
+/// on such boundaries too: ATen's fused optimizer kernels run a vector loop from the start of each tensor
+/// they step (in 64-byte units across threads) and a scalar tail, which round differently (fused
+/// multiply-add); a share whose ends fall on such boundaries of its parameter puts every element in the same
+/// loop as stepping the whole parameter, so stepping shares is bit-identical to stepping whole parameters.
 struct FlatPlan {
   struct Member {
     int64_t offset = 0;       // of the parameter's first element in the buffer
@@ -45,8 +45,8 @@ FlatPlan plan_flat(const std::vector<torch::Tensor>& parameters, int rank, int w
 
 /// The norm of the gradients of the whole model when each process holds different elements of it
 /// (`gradients`: this process's shares): every process's partial norm combined in float64 across the group.
-torch::Tensor sharded_gradient_norm(const ParallelContext& context, const std::vector<torch::Tensor>& gradients,
-                                    double norm_type);
+torch::Tensor sharded_gradient_norm(const ParallelContext& context,
+                                    const std::vector<torch::Tensor>& gradients, double norm_type);
 
 /// At prepare(optimizer) under a sharded strategy (`what`, e.g. "parallel_strategy 'zero' (ZeRO stage 2)"):
 /// shares are stepped through ATen's fused kernels, so an optimizer without one is refused by name.
@@ -62,6 +62,7 @@ void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std:
 /// is dropped); parameters it returns nullopt for keep their whole state.
 void keep_optimizer_state_shares(
     OptimizerState& optimizer,
-    const std::function<std::optional<std::pair<int64_t, int64_t>>(const torch::Tensor& parameter)>& range_of);
+    const std::function<std::optional<std::pair<int64_t, int64_t>>(const torch::Tensor& parameter)>&
+        range_of);
 
 } // namespace accelerate::detail

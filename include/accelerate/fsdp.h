@@ -61,8 +61,8 @@ template <typename... T> void collect(const std::tuple<T...>& tuple, std::vector
 
 template <typename T, typename = void> struct Collectable : std::false_type {};
 template <typename T>
-struct Collectable<T, std::void_t<decltype(collect(std::declval<const T&>(),
-                                                   std::declval<std::vector<torch::Tensor>&>()))>>
+struct Collectable<
+    T, std::void_t<decltype(collect(std::declval<const T&>(), std::declval<std::vector<torch::Tensor>&>()))>>
     : std::true_type {};
 
 } // namespace detail
@@ -86,9 +86,10 @@ template <typename Module, typename Body> decltype(auto) unit(Module& module, Bo
                 "accelerate::fsdp::unit(module, body): module is the torch::nn::Module whose forward this is "
                 "(pass *this)");
   using Result = std::invoke_result_t<Body&>;
-  static_assert(detail::Collectable<std::decay_t<Result>>::value,
-                "accelerate::fsdp::unit: the body must return torch::Tensor, std::vector<torch::Tensor>, or a "
-                "std::tuple / std::pair of them (the unit's backward is attached to its outputs)");
+  static_assert(
+      detail::Collectable<std::decay_t<Result>>::value,
+      "accelerate::fsdp::unit: the body must return torch::Tensor, std::vector<torch::Tensor>, or a "
+      "std::tuple / std::pair of them (the unit's backward is attached to its outputs)");
   // Instantiates the registration of Module (see UnitType).
   static_cast<void>(&detail::UnitType<Module>::registered);
   detail::UnitHost* host = detail::active_host();

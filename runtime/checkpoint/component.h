@@ -125,6 +125,26 @@ std::unique_ptr<CheckpointComponent> gradient_state_component(AcceleratorState& 
 /// (`ParallelEngine::model_checkpoint`'s default; a strategy chooses its own).
 std::unique_ptr<CheckpointComponent>
 replicated_model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models);
+/// Every process calls it; the main process writes `tensors_of(i)` (every tensor of prepared model i, whole,
+/// by name) to `model.safetensors`, `model_1.safetensors`, ... and records them: the replicated component's
+/// form, for a strategy that gathers each model's tensors in its own way (on every process: `tensors_of` may
+/// run collectives).
+void save_whole_models(ComponentWriter& writer, size_t count,
+                       const std::function<std::map<std::string, torch::Tensor>(size_t)>& tensors_of);
+/// One process's part of a parameter under a sharded strategy: elements [offset, offset + numel) of the
+/// flattened parameter `name` (as the unwrapped module names it).
+struct ModelPiece {
+  std::string name;
+  torch::Tensor values;
+  int64_t offset = 0;
+};
+/// A sharded strategy's SHARDED_STATE_DICT: every process writes its pieces of prepared model i
+/// (`pieces_of(i)`: each parameter the strategy shards, empty values where the process holds none of it) to
+/// `model_shards_<rank>.safetensors` (`model_1_shards_<rank>...`), the main process adding the model's other
+/// tensors whole; the models' entry lists the files. `replicated_model_checkpoint`'s component reads it
+/// (assembling whole tensors, at any world size).
+void save_model_pieces(ComponentWriter& writer, const std::vector<std::shared_ptr<PreparedModel>>& models,
+                       const std::function<std::vector<ModelPiece>(size_t)>& pieces_of);
 std::unique_ptr<CheckpointComponent> optimizer_component(AcceleratorState& state);
 std::unique_ptr<CheckpointComponent> scheduler_component(AcceleratorState& state);
 std::unique_ptr<CheckpointComponent> data_position_component(AcceleratorState& state);

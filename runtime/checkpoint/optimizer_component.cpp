@@ -81,7 +81,7 @@ struct WholeState {
 /// Adds the shares in `bytes` (the file `name`) to `whole`, checking them against the optimizer's
 /// parameters.
 void add_shares(const std::string& directory, const std::string& name, const std::string& bytes,
-                const std::vector<torch::Tensor>& parameters, std::map<int64_t, WholeState>& whole) {
+                const std::vector<int64_t>& numels, std::map<int64_t, WholeState>& whole) {
   auto damaged = [&](const std::string& problem) {
     throw std::invalid_argument("accelerate: load_state: the optimizer shares in '" +
                                 join_path(directory, name) + "' " + problem +
@@ -99,11 +99,11 @@ void add_shares(const std::string& directory, const std::string& name, const std
     const int64_t index = rows[row][0];
     const int64_t offset = rows[row][1];
     const int64_t length = rows[row][2];
-    if (index < 0 || index >= static_cast<int64_t>(parameters.size())) {
+    if (index < 0 || index >= static_cast<int64_t>(numels.size())) {
       damaged("name parameter " + std::to_string(index) + ", but the optimizer has " +
-              std::to_string(parameters.size()));
+              std::to_string(numels.size()));
     }
-    const int64_t numel = parameters[index].numel();
+    const int64_t numel = numels[index];
     if (offset < 0 || length < 0 || offset + length > numel) {
       damaged("hold elements " + std::to_string(offset) + ".." + std::to_string(offset + length) +
               " of parameter " + std::to_string(index) + ", which has " + std::to_string(numel));
@@ -190,19 +190,23 @@ public:
       }
       // Every process's shares, made whole: each parameter with state must be covered exactly once.
       const auto& prepared = *state_.optimizers[i];
-      const auto parameters = parameters_of(*prepared.optimizer);
+      // The whole parameters' sizes (under fsdp a parameter holds none of its elements outside forward).
+      std::vector<int64_t> numels;
+      for (const auto& parameter : parameters_of(*prepared.optimizer)) {
+        const auto sizes = state_.engine->whole_sizes(parameter);
+        numels.push_back(c10::multiply_integers(sizes));
+      }
       auto& whole = wholes_.back().emplace();
       for (const auto& file : reader.field_of(optimizers[i], "shares")) {
         const auto name = file.get<std::string>();
-        add_shares(reader.directory(), name, reader.file(name), parameters, whole);
+        add_shares(reader.directory(), name, reader.file(name), numels, whole);
       }
       for (const auto& [index, state] : whole) {
-        if (state.covered != parameters[index].numel()) {
+        if (state.covered != numels[index]) {
           throw std::invalid_argument(
               "accelerate: load_state: the optimizer shares in '" + reader.directory() + "' hold " +
               std::to_string(state.covered) + " elements of the state of parameter " + std::to_string(index) +
-              " of optimizer " + std::to_string(i) + ", which has " +
-              std::to_string(parameters[index].numel()) +
+              " of optimizer " + std::to_string(i) + ", which has " + std::to_string(numels[index]) +
               ": the shares do not add up (a process's file is from another checkpoint); load another "
               "checkpoint");
         }
@@ -234,7 +238,8 @@ public:
           const auto& parameter = parameters[index];
           std::map<std::string, torch::Tensor> tensors;
           for (const auto& [name, tensor] : whole.tensors) {
-            tensors[name] = tensor.to(parameter.options().requires_grad(false)).view(parameter.sizes());
+            tensors[name] = tensor.to(parameter.options().requires_grad(false))
+                                .view(state_.engine->whole_sizes(parameter));
           }
           prepared.optimizer->state()[parameter.unsafeGetTensorImpl()] =
               make_parameter_state(prepared.fused, tensors, whole.step);

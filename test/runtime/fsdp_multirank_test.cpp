@@ -7,13 +7,18 @@
 // Preconditions: one intra-op thread, models without dropout or BatchNorm.
 #include <accelerate/accelerate.h>
 
+#include "../../runtime/durable_file.h"
 #include "../../runtime/parallel.h"
 #include "../../runtime/state.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace {
@@ -135,13 +140,15 @@ struct Outcome {
 
 Outcome train(const Strategy& strategy, const RunSettings& run) {
   at::set_num_threads(1);
-  accelerate::Accelerator accelerator(strategy.apply(test_options()).gradient_accumulation_steps(run.accumulation));
+  accelerate::Accelerator accelerator(
+      strategy.apply(test_options()).gradient_accumulation_steps(run.accumulation));
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
   torch::manual_seed(7 + rank); // prepare makes every process's model process 0's
   auto model = std::make_shared<Model>(run.shape, run.dtype);
   accelerator.prepare(model);
-  auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
+  auto optimizer = accelerator.prepare(
+      torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
   auto gradient_state = accelerator.gradient_state();
   Outcome outcome;
   for (int micro = 0; micro < run.micro_steps; ++micro) {
@@ -198,8 +205,8 @@ void expect_near_ddp(const Outcome& sharded, const Outcome& ddp, const std::stri
 /// optimizer state held by exactly one process.
 TEST(Fsdp, MatchesDdpAfterTenAdamWSteps) {
   accelerate::Accelerator outer(test_options());
-  for (const Shape shape : {Shape{}, Shape{true, false, false}, Shape{false, true, false}, Shape{false, false, true},
-                            Shape{true, true, true}}) {
+  for (const Shape shape : {Shape{}, Shape{true, false, false}, Shape{false, true, false},
+                            Shape{false, false, true}, Shape{true, true, true}}) {
     RunSettings run;
     run.shape = shape;
     const auto ddp = train(kDdp, run);
@@ -367,6 +374,157 @@ TEST(Fsdp, AnOptimizerWithoutAFusedStepIsRefusedByName) {
     EXPECT_NE(message.find("RMSprop"), std::string::npos) << message;
     EXPECT_NE(message.find("fsdp"), std::string::npos) << message;
   }
+}
+
+// ---- Checkpoints across strategies and world sizes -----------------------------------------------------
+
+std::string checkpoints() {
+  const char* directory = std::getenv("ACCEL_FSDP_CHECKPOINTS");
+  return directory != nullptr ? directory : "fsdp_checkpoints";
+}
+
+/// A strategy and the form its checkpoints take.
+struct Saving {
+  std::string
+      name; // "ddp", "sharded" (FULL_SHARD, SHARDED_STATE_DICT), "full" (SHARD_GRAD_OP, FULL_STATE_DICT)
+  accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
+    if (name == "ddp") {
+      return options.parallel_strategy("ddp");
+    }
+    return options.parallel_strategy("fsdp")
+        .fsdp_sharding_strategy(name == "sharded" ? "FULL_SHARD" : "SHARD_GRAD_OP")
+        .fsdp_state_dict_type(name == "sharded" ? "SHARDED_STATE_DICT" : "FULL_STATE_DICT");
+  }
+};
+const std::vector<Saving> kSavings = {{"ddp"}, {"sharded"}, {"full"}};
+
+struct Trainer {
+  Trainer(const Saving& saving, int seed) : accelerator(saving.apply(test_options())) {
+    at::set_num_threads(1);
+    torch::manual_seed(seed);
+    model = std::make_shared<Model>(Shape{true, true, false}, torch::kFloat64);
+    accelerator.prepare(model);
+    optimizer.emplace(accelerator.prepare(
+        torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1))));
+  }
+  void steps(int first, int last) {
+    for (int step = first; step < last; ++step) {
+      optimizer->zero_grad();
+      auto [tokens, targets] = batch(step, accelerator.process_index(), accelerator.num_processes());
+      accelerator.backward(
+          torch::cross_entropy_loss(model->forward(tokens).reshape({-1, kVocab}), targets.reshape(-1)));
+      optimizer->step();
+    }
+  }
+  torch::Tensor parameters() {
+    auto whole = accelerator.unshard(model);
+    return flat(*model);
+  }
+  accelerate::Accelerator accelerator;
+  std::shared_ptr<Model> model;
+  std::optional<accelerate::Optimizer> optimizer;
+};
+
+std::string checkpoint_of(const std::string& saving) {
+  return accelerate::detail::join_path(checkpoints(), saving);
+}
+std::string final_parameters_of(const std::string& saving) {
+  return accelerate::detail::join_path(checkpoints(), saving + ".final.pt");
+}
+
+/// Loads each saved checkpoint under each strategy at this world size, trains 5 more steps and compares with
+/// the uninterrupted 2-process run that saved it: bit-identical when strategy and world size are both kept,
+/// else within 1e-10 norm-wise (float64: the sums differ only in order).
+void resume_everywhere(int saved_world) {
+  for (const auto& saved : kSavings) {
+    torch::Tensor expected;
+    torch::load(expected, final_parameters_of(saved.name));
+    for (const auto& saving : kSavings) {
+      Trainer trainer(saving, /*seed=*/99); // other weights: the checkpoint must replace them
+      trainer.accelerator.load_state(checkpoint_of(saved.name));
+      trainer.steps(5, 10);
+      const auto actual = trainer.parameters();
+      const double difference = relative_difference(actual, expected);
+      if (saving.name == saved.name && trainer.accelerator.num_processes() == saved_world) {
+        EXPECT_TRUE(torch::equal(actual, expected))
+            << "saved and resumed under " << saved.name << ": " << difference;
+      } else {
+        EXPECT_LE(difference, 1e-10) << "saved under " << saved.name << " on " << saved_world
+                                     << " processes, resumed under " << saving.name << " on "
+                                     << trainer.accelerator.num_processes();
+      }
+      std::cout << "[fsdp] saved " << saved.name << " resumed " << saving.name << " on "
+                << trainer.accelerator.num_processes() << ": ||dtheta||/||theta|| = " << difference
+                << std::endl;
+    }
+  }
+}
+
+TEST(FsdpCheckpoints, SavedOnTwoProcesses) {
+  accelerate::Accelerator outer(test_options());
+  ASSERT_EQ(outer.num_processes(), 2);
+  if (outer.is_main_process()) {
+    accelerate::detail::remove_tree(checkpoints());
+    accelerate::detail::make_directories(checkpoints());
+  }
+  outer.wait_for_everyone();
+  for (const auto& saving : kSavings) {
+    Trainer trainer(saving, /*seed=*/5);
+    trainer.steps(0, 5);
+    trainer.accelerator.save_state(checkpoint_of(saving.name));
+    trainer.steps(5, 10);
+    const auto parameters = trainer.parameters();
+    if (trainer.accelerator.is_main_process()) {
+      torch::save(parameters, final_parameters_of(saving.name));
+    }
+    trainer.accelerator.wait_for_everyone();
+  }
+  // SHARDED_STATE_DICT: one file of model pieces per process; FULL_STATE_DICT and DDP: one whole model.
+  for (const auto& [saving, sharded] : {std::pair{"ddp", false}, {"sharded", true}, {"full", false}}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(accelerate::detail::path_exists(accelerate::detail::join_path(
+                    checkpoint_of(saving), "model_shards_" + std::to_string(rank) + ".safetensors")),
+                sharded)
+          << saving;
+    }
+    EXPECT_EQ(accelerate::detail::path_exists(
+                  accelerate::detail::join_path(checkpoint_of(saving), "model.safetensors")),
+              !sharded)
+        << saving;
+  }
+  resume_everywhere(2);
+}
+
+TEST(FsdpCheckpoints, LoadedOnOneProcess) {
+  accelerate::Accelerator outer(test_options());
+  resume_everywhere(2);
+  // Bad input: a process's file of model pieces missing. The program keeps what it had.
+  const std::string broken = accelerate::detail::join_path(checkpoints(), "broken");
+  accelerate::detail::remove_tree(broken);
+  accelerate::detail::make_directories(broken);
+  for (const auto& name : accelerate::detail::list_directory(checkpoint_of("sharded"))) {
+    const auto bytes =
+        accelerate::detail::read_whole_file(accelerate::detail::join_path(checkpoint_of("sharded"), name));
+    accelerate::detail::write_file_durably(accelerate::detail::join_path(broken, name), bytes);
+  }
+  std::remove(accelerate::detail::join_path(broken, "model_shards_1.safetensors").c_str());
+  Trainer trainer(Saving{"sharded"}, /*seed=*/99);
+  const auto before = trainer.parameters();
+  try {
+    trainer.accelerator.load_state(broken);
+    FAIL() << "a checkpoint missing a process's model file was loaded";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("model_shards_1.safetensors"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_TRUE(torch::equal(trainer.parameters(), before)) << "a failed load changed the model";
+  accelerate::detail::remove_tree(broken);
+}
+
+TEST(FsdpCheckpoints, LoadedOnThreeProcesses) {
+  accelerate::Accelerator outer(test_options());
+  ASSERT_EQ(outer.num_processes(), 3);
+  resume_everywhere(2);
 }
 
 } // namespace

@@ -13,3 +13,16 @@ endforeach()
 # Over c10d's Gloo instead of shared memory.
 accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping.gloo NPROC 2
                           FILTER Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
+
+# Checkpoints: saved under DDP and FSDP (sharded and full state dicts) on 2 processes and resumed there, then
+# resumed on 1 and 3.
+set(fsdp_checkpoints ACCEL_FSDP_CHECKPOINTS=${CMAKE_CURRENT_BINARY_DIR}/fsdp_checkpoints)
+accelerate_multirank_test(multirank.FsdpCheckpoints.SavedOnTwoProcesses NPROC 2
+                          FILTER FsdpCheckpoints.SavedOnTwoProcesses ENVIRONMENT ${fsdp_checkpoints})
+accelerate_multirank_test(multirank.FsdpCheckpoints.LoadedOnOneProcess NPROC 1
+                          FILTER FsdpCheckpoints.LoadedOnOneProcess ENVIRONMENT ${fsdp_checkpoints})
+accelerate_multirank_test(multirank.FsdpCheckpoints.LoadedOnThreeProcesses NPROC 3
+                          FILTER FsdpCheckpoints.LoadedOnThreeProcesses ENVIRONMENT ${fsdp_checkpoints})
+set_tests_properties(multirank.FsdpCheckpoints.SavedOnTwoProcesses PROPERTIES FIXTURES_SETUP fsdp_checkpoints)
+set_tests_properties(multirank.FsdpCheckpoints.LoadedOnOneProcess multirank.FsdpCheckpoints.LoadedOnThreeProcesses
+                     PROPERTIES FIXTURES_REQUIRED fsdp_checkpoints)
