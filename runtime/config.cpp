@@ -154,16 +154,89 @@ void not_negative_number(const std::string& key, double value, const std::string
 }
 
 void one_of_zero_stages(const std::string& key, int value, const std::string& where) {
-  if (value == 3) {
-    refuse(key, text_of(value), where,
-           "asks for ZeRO stage 3 (parameters sharded too), which needs the fully sharded strategy that this "
-           "version does not have yet; use zero_stage 1 or 2");
-  }
   if (value < 0 || value > 3) {
-    refuse(
-        key, text_of(value), where,
-        "is not a ZeRO stage; use 0 (off), 1 (optimizer state sharded) or 2 (optimizer state and gradients "
-        "sharded)");
+    refuse(key, text_of(value), where,
+           "is not a ZeRO stage; use 0 (off), 1 (optimizer state sharded), 2 (optimizer state and gradients "
+           "sharded) or 3 (parameters too: the fsdp strategy)");
+  }
+}
+
+std::string upper_case(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::toupper(c); });
+  return text;
+}
+
+/// Accelerate's sharding strategies (accelerate/utils/constants.py, FSDP_SHARDING_STRATEGY), in the order of
+/// their numbers 1 to 5 (torch's ShardingStrategy). This runtime runs the first three.
+const std::vector<std::string> kShardingStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
+                                                      "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
+
+/// A sharding strategy as Accelerate reads it: a name in any case (torch's `_HYBRID_SHARD_ZERO2` too) or its
+/// number; the upper-case name, or nullopt.
+std::optional<std::string> sharding_strategy_name(const std::string& text) {
+  const std::string upper = upper_case(text);
+  if (upper == "_HYBRID_SHARD_ZERO2") {
+    return kShardingStrategies[4];
+  }
+  if (std::find(kShardingStrategies.begin(), kShardingStrategies.end(), upper) != kShardingStrategies.end()) {
+    return upper;
+  }
+  if (upper.size() == 1 && upper[0] >= '1' && upper[0] <= '5') {
+    return kShardingStrategies[static_cast<std::size_t>(upper[0] - '1')];
+  }
+  return std::nullopt;
+}
+
+const char* const kShardingChoices =
+    "use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD (Accelerate's names, in any case, or its numbers 1, 2, 3)";
+
+const char* const kHybridRefusal =
+    "asks for hybrid sharding (sharded within each machine, replicated across machines), which comes in a "
+    "later version of the fsdp strategy; use FULL_SHARD or SHARD_GRAD_OP for now";
+
+void one_of_sharding_strategies(const std::string& key, const std::string& value, const std::string& where) {
+  const auto name = sharding_strategy_name(value);
+  if (!name) {
+    refuse(key, value, where, std::string("is not a sharding strategy; ") + kShardingChoices);
+  }
+  if (name->rfind("HYBRID", 0) == 0) {
+    refuse(key, value, where, kHybridRefusal);
+  }
+}
+
+void one_of_fsdp_versions(const std::string& key, int value, const std::string& where) {
+  if (value != 1 && value != 2) {
+    refuse(key, text_of(value), where, "is not an FSDP version; use 1 or 2 (the same behaviour here)");
+  }
+}
+
+/// A state dict type as Accelerate reads it: a name in any case or torch's number (1 FULL, 2 LOCAL, 3
+/// SHARDED); the upper-case name, or nullopt.
+std::optional<std::string> state_dict_type_name(const std::string& text) {
+  static const std::vector<std::string> kTypes = {"FULL_STATE_DICT", "LOCAL_STATE_DICT",
+                                                  "SHARDED_STATE_DICT"};
+  const std::string upper = upper_case(text);
+  if (std::find(kTypes.begin(), kTypes.end(), upper) != kTypes.end()) {
+    return upper;
+  }
+  if (upper.size() == 1 && upper[0] >= '1' && upper[0] <= '3') {
+    return kTypes[static_cast<std::size_t>(upper[0] - '1')];
+  }
+  return std::nullopt;
+}
+
+void one_of_state_dict_types(const std::string& key, const std::string& value, const std::string& where) {
+  const auto name = state_dict_type_name(value);
+  if (!name) {
+    refuse(key, value, where,
+           "is not a state dict type; use SHARDED_STATE_DICT (each process writes its shards) or "
+           "FULL_STATE_DICT (the main process writes whole models)");
+  }
+  if (*name == "LOCAL_STATE_DICT") {
+    refuse(key, value, where,
+           "is FSDP1's per-process flat shards, which neither FSDP2 nor this runtime writes; use "
+           "SHARDED_STATE_DICT (each process writes its shards) or FULL_STATE_DICT (the main process writes "
+           "whole models)");
   }
 }
 
@@ -187,15 +260,6 @@ void positive(const std::string& key, std::chrono::milliseconds value, const std
 
 // ------------------------------------------------------------------------------------------- sharding
 
-/// What to tell a user who asked for FSDP; `what` names the setting, `where` its source.
-[[noreturn]] void refuse_fsdp(const std::string& what, const std::string& where) {
-  throw std::invalid_argument(
-      "accelerate: " + what + " (from " + where +
-      ") asks for FSDP (fully sharded training), which accelerate-cpp does not support yet. Use data "
-      "parallelism or ZeRO instead: distributed_type: MULTI_GPU (or MULTI_CPU, or DEEPSPEED with "
-      "deepspeed_config.zero_stage 1 or 2), without an fsdp_config section, and ACCELERATE_USE_FSDP unset");
-}
-
 /// DeepSpeed settings this runtime does not implement: each is refused when set to anything but its default
 /// (Hugging Face's default: "none" for a path or device, false for a flag). `yaml_key` is the key inside
 /// deepspeed_config, `variable` the ACCELERATE_* variable Hugging Face's launcher exports for it.
@@ -213,7 +277,8 @@ const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings()
        "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps in the deepspeed_config "
        "section (or their ACCELERATE_* variables) instead"},
       {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none",
-       "asks to offload parameters, which needs ZeRO stage 3 (not in this version); use none"},
+       "asks to offload parameters, which comes with offload in a later version of the fsdp strategy (which "
+       "runs ZeRO stage 3); use none for now"},
       {"offload_optimizer_nvme_path", nullptr, "none",
        "is for NVMe offload, which this runtime does not have; remove it (offload_optimizer_device takes "
        "none or "
@@ -221,12 +286,116 @@ const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings()
       {"offload_param_nvme_path", nullptr, "none",
        "is for NVMe offload, which this runtime does not have; remove it"},
       {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", "false",
-       "is for ZeRO stage 3 (not in this version); use false"},
+       "is for ZeRO stage 3's partitioned construction (deepspeed.zero.Init), which this runtime does not "
+       "do: "
+       "every process builds the whole model and prepare() shards it; use false"},
       {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false",
-       "is for ZeRO stage 3 (not in this version); use false"},
+       "is for ZeRO stage 3's 16-bit whole-model file, which this runtime does not write; use false "
+       "(fsdp_state_dict_type FULL_STATE_DICT puts whole models in checkpoints)"},
   };
   return kSettings;
 }
+
+/// Where the fsdp strategy's units come from, for the refusals of automatic wrapping.
+#define ACCELERATE_FSDP_UNITS                                                                                \
+  "mark the units in code: the fsdp strategy's units are the modules whose forward calls "                   \
+  "accelerate::fsdp::unit(*this, ...)"
+
+/// Accelerate's FSDP settings other than the table's fsdp_* options (FullyShardedDataParallelPlugin's, read
+/// from fsdp_config keys and the FSDP_* variables Hugging Face's launcher exports), checked when the strategy
+/// is "fsdp": each value must be of its kind; one of `accepted` is taken (it asks for nothing this runtime
+/// lacks, or has no effect here); any other is refused with `problem`.
+struct FsdpSetting {
+  enum class Kind { Flag, WholeNumber, Choice, Text };
+  const char* key;      ///< inside fsdp_config
+  const char* variable; ///< nullptr: Hugging Face has no variable for it
+  Kind kind;
+  std::vector<std::string> choices;  ///< Kind::Choice: the values (upper case; matched in any case)
+  std::vector<std::string> accepted; ///< canonical values taken; empty for Kind::Text: none is
+  const char* problem;
+};
+
+const std::vector<FsdpSetting>& fsdp_settings() {
+  using Kind = FsdpSetting::Kind;
+  static const std::vector<FsdpSetting> kSettings = {
+      {"fsdp_auto_wrap_policy",
+       "FSDP_AUTO_WRAP_POLICY",
+       Kind::Choice,
+       {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"},
+       {"NO_WRAP"},
+       "asks FSDP to choose its units, which comes with automatic wrapping in a later version; use NO_WRAP "
+       "for now and " ACCELERATE_FSDP_UNITS},
+      {"fsdp_transformer_layer_cls_to_wrap",
+       "FSDP_TRANSFORMER_CLS_TO_WRAP",
+       Kind::Text,
+       {},
+       {},
+       "names the module classes of automatic wrapping (TRANSFORMER_BASED_WRAP), which comes in a later "
+       "version; remove it for now and " ACCELERATE_FSDP_UNITS},
+      {"fsdp_min_num_params",
+       "FSDP_MIN_NUM_PARAMS",
+       Kind::WholeNumber,
+       {},
+       {"100000000", "0"},
+       "is the threshold of automatic wrapping (SIZE_BASED_WRAP), which comes in a later version; remove it "
+       "for now (Accelerate's default 100000000 is accepted) and " ACCELERATE_FSDP_UNITS},
+      {"fsdp_activation_checkpointing",
+       "FSDP_ACTIVATION_CHECKPOINTING",
+       Kind::Flag,
+       {},
+       {"false"},
+       "asks to recompute activations in backward, which comes with activation checkpointing in a later "
+       "version; use false for now"},
+      {"fsdp_activation_checkpointing_offload",
+       "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
+       Kind::Flag,
+       {},
+       {"false"},
+       "asks to offload checkpointed activations to the CPU, which comes with activation checkpointing in a "
+       "later version; use false for now"},
+      {"fsdp_offload_params",
+       "FSDP_OFFLOAD_PARAMS",
+       Kind::Flag,
+       {},
+       {"false"},
+       "asks to offload parameters and gradients to the CPU, which comes with offload in a later version of "
+       "the fsdp strategy; use false for now"},
+      {"fsdp_ignored_modules",
+       "FSDP_IGNORED_MODULES",
+       Kind::Text,
+       {},
+       {},
+       "names modules FSDP should leave unsharded, which this version of the fsdp strategy does not have; "
+       "remove it"},
+      // No effect here: parameters are always broadcast from process 0 when a model is prepared (what
+      // sync_module_states and cpu_ram_efficient_loading ask for); prefetching and use_orig_params are
+      // PyTorch FSDP's tuning, which the fsdp strategy does not take.
+      {"fsdp_cpu_ram_efficient_loading",
+       "FSDP_CPU_RAM_EFFICIENT_LOADING",
+       Kind::Flag,
+       {},
+       {"true", "false"},
+       nullptr},
+      {"fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", Kind::Flag, {}, {"true", "false"}, nullptr},
+      {"fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", Kind::Flag, {}, {"true", "false"}, nullptr},
+      {"fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", Kind::Flag, {}, {"true", "false"}, nullptr},
+      {"fsdp_backward_prefetch",
+       "FSDP_BACKWARD_PREFETCH",
+       Kind::Choice,
+       {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"},
+       {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"},
+       nullptr},
+      {"fsdp_backward_prefetch_policy",
+       nullptr,
+       Kind::Choice,
+       {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"},
+       {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"},
+       nullptr},
+  };
+  return kSettings;
+}
+
+#undef ACCELERATE_FSDP_UNITS
 
 /// Whether `text` is `default_text` as Hugging Face would read it (a flag as a boolean, else case-blind).
 bool is_default_text(const std::string& text, const std::string& default_text) {
@@ -243,24 +412,68 @@ bool is_default_text(const std::string& text, const std::string& default_text) {
 /// Settings read from one source, as text, by the source's name for them (variable or YAML key).
 using Settings = std::map<std::string, std::string>;
 
-Settings read_environment() {
+/// The environment variable and YAML key of fsdp_reshard_after_forward, whose text may be a boolean (FSDP2's
+/// spelling) or a sharding strategy (FSDP1's: Accelerate's questionnaire writes the strategy under this key,
+/// and its launcher exports it lower-cased).
+constexpr const char* kReshardVariable = "FSDP_RESHARD_AFTER_FORWARD";
+constexpr const char* kReshardKey = "fsdp_config.fsdp_reshard_after_forward";
+
+/// Whether `text` is a boolean to Parser<bool>.
+bool is_boolean_text(const std::string& text) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower == "1" || lower == "true" || lower == "yes" || lower == "0" || lower == "false" ||
+         lower == "no";
+}
+
+/// Reads fsdp_reshard_after_forward's text in `settings` under `name`: a boolean stays; a sharding strategy
+/// (FSDP1's spelling) becomes the boolean Accelerate's FSDP2 conversion gives it (FULL_SHARD and HYBRID_SHARD
+/// true, the others false), and the strategy goes to `strategy`; anything else is refused.
+void read_reshard_text(Settings& settings, const std::string& name, const std::string& where,
+                       std::optional<std::string>& strategy) {
+  auto it = settings.find(name);
+  if (it == settings.end() || is_boolean_text(it->second)) {
+    return;
+  }
+  const auto named = sharding_strategy_name(it->second);
+  if (!named || (it->second.size() == 1 && std::isdigit(static_cast<unsigned char>(it->second[0])))) {
+    refuse("fsdp_reshard_after_forward", it->second, where,
+           "is neither true nor false (FSDP2's spelling) nor a sharding strategy (FSDP1's: FULL_SHARD, "
+           "SHARD_GRAD_OP or NO_SHARD, in any case)");
+  }
+  if (named->rfind("HYBRID", 0) == 0) {
+    refuse("fsdp_reshard_after_forward", it->second, where, kHybridRefusal);
+  }
+  strategy = *named;
+  it->second = *named == "FULL_SHARD" ? "true" : "false";
+}
+
+struct EnvironmentSettings {
   Settings settings;
-  auto read = [&](const auto& variable) {
+  /// FSDP_RESHARD_AFTER_FORWARD named this sharding strategy (FSDP1's spelling).
+  std::optional<std::string> reshard_strategy;
+};
+
+EnvironmentSettings read_environment() {
+  EnvironmentSettings read;
+  Settings& settings = read.settings;
+  auto add = [&](const auto& variable) {
     if constexpr (!std::is_same_v<std::decay_t<decltype(variable)>, Unmapped>) {
       if (auto value = environment(variable)) {
         settings[variable] = *value;
       }
     }
   };
-#define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) read(ENVIRONMENT);
+#define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) add(ENVIRONMENT);
 #include <accelerate/detail/option_table.h>
 #undef ACCELERATE_OPTION
-  if (auto value = environment("ACCELERATE_USE_FSDP");
-      value && Parser<bool>::parse("ACCELERATE_USE_FSDP", *value, "the environment")) {
-    refuse_fsdp("ACCELERATE_USE_FSDP=" + *value, "the environment");
+  for (const char* variable : {"ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"}) {
+    add(variable);
   }
-  if (auto value = environment("ACCELERATE_USE_DEEPSPEED")) {
-    settings["ACCELERATE_USE_DEEPSPEED"] = *value;
+  for (const auto& setting : fsdp_settings()) {
+    if (setting.variable != nullptr) {
+      add(setting.variable);
+    }
   }
   for (const auto& setting : unsupported_deepspeed_settings()) {
     if (setting.variable == nullptr) {
@@ -270,7 +483,8 @@ Settings read_environment() {
       refuse(setting.variable, *value, "the environment", setting.problem);
     }
   }
-  return settings;
+  read_reshard_text(settings, kReshardVariable, "the environment", read.reshard_strategy);
+  return read;
 }
 
 #ifdef ACCEL_WITH_YAML
@@ -287,9 +501,15 @@ YAML::Node yaml_at(const YAML::Node& map, const std::string& dotted_key) {
   }
   return yaml_at(child, dotted_key.substr(dot + 1));
 }
+
+/// A mapping that is not empty: older Accelerate versions write empty fsdp_config and deepspeed_config
+/// sections for every distributed_type, which ask for nothing.
+bool is_filled_section(const YAML::Node& node) {
+  return node && node.IsMap() && node.size() > 0;
+}
 #endif
 
-/// What a config file holds for the table, plus what it says about DeepSpeed.
+/// What a config file holds for the table, plus what it says about DeepSpeed and FSDP.
 struct FileSettings {
   Settings settings;
   /// For a setting read from another key than the table's (gradient_accumulation_steps from
@@ -297,6 +517,10 @@ struct FileSettings {
   std::map<std::string, std::string> read_from;
   /// What asked for DeepSpeed (ZeRO), like "distributed_type: DEEPSPEED"; empty when nothing did.
   std::string deepspeed;
+  /// What asked for FSDP, like "distributed_type: FSDP"; empty when nothing did.
+  std::string fsdp;
+  /// fsdp_config.fsdp_reshard_after_forward named this sharding strategy (FSDP1's spelling).
+  std::optional<std::string> reshard_strategy;
 };
 
 FileSettings read_config_file(const std::string& path) {
@@ -318,18 +542,25 @@ FileSettings read_config_file(const std::string& path) {
   const std::string label = "config file " + path;
   const YAML::Node type = root["distributed_type"];
   const std::string type_text = type && type.IsScalar() ? type.Scalar() : "";
+  // FSDP: asked for by its distributed_type, or by an fsdp_config section that is not empty. Accelerate reads
+  // a key of that section without the fsdp_ prefix (`version: 2`) as the prefixed one; so does this runtime.
+  if (const YAML::Node section = root["fsdp_config"]; is_filled_section(section)) {
+    YAML::Node prefixed(YAML::NodeType::Map);
+    for (const auto& entry : section) {
+      const std::string name = entry.first.IsScalar() ? entry.first.Scalar() : "";
+      prefixed[name.rfind("fsdp_", 0) == 0 ? name : "fsdp_" + name] = entry.second;
+    }
+    root["fsdp_config"] = prefixed;
+  }
   if (type_text == "FSDP") {
-    refuse_fsdp("distributed_type: FSDP", label);
+    file.fsdp = "distributed_type: FSDP";
+  } else if (is_filled_section(root["fsdp_config"])) {
+    file.fsdp = "the fsdp_config section";
   }
-  if (const YAML::Node section = root["fsdp_config"]; section && section.IsMap() && section.size() > 0) {
-    refuse_fsdp("the fsdp_config section", label);
-  }
-  // DeepSpeed (ZeRO): asked for by its distributed_type, or by a deepspeed_config section that is not empty
-  // (older Accelerate versions write an empty one for every type).
-  const YAML::Node deepspeed = root["deepspeed_config"];
+  // DeepSpeed (ZeRO): asked for by its distributed_type, or by a deepspeed_config section that is not empty.
   if (type_text == "DEEPSPEED") {
     file.deepspeed = "distributed_type: DEEPSPEED";
-  } else if (deepspeed && deepspeed.IsMap() && deepspeed.size() > 0) {
+  } else if (is_filled_section(root["deepspeed_config"])) {
     file.deepspeed = "the deepspeed_config section";
   }
   for (const auto& setting : unsupported_deepspeed_settings()) {
@@ -348,6 +579,15 @@ FileSettings read_config_file(const std::string& path) {
 #define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) read(YAML_KEY);
 #include <accelerate/detail/option_table.h>
 #undef ACCELERATE_OPTION
+  for (const auto& setting : fsdp_settings()) {
+    // A list (of module classes, say) is refused as its YAML text.
+    const std::string key = std::string("fsdp_config.") + setting.key;
+    if (const YAML::Node value = yaml_at(root, key); value && (value.IsSequence() || value.IsMap())) {
+      file.settings[key] = YAML::Dump(value);
+    } else {
+      read(key);
+    }
+  }
   // Accelerate keeps the accumulation steps of a DeepSpeed run in its section: they count when the
   // top-level key is absent.
   if (const YAML::Node steps = yaml_at(root, "deepspeed_config.gradient_accumulation_steps");
@@ -355,6 +595,7 @@ FileSettings read_config_file(const std::string& path) {
     file.settings["gradient_accumulation_steps"] = steps.Scalar();
     file.read_from["gradient_accumulation_steps"] = "deepspeed_config.gradient_accumulation_steps";
   }
+  read_reshard_text(file.settings, kReshardKey, label, file.reshard_strategy);
 #else
   throw std::invalid_argument("accelerate: ACCELERATE_CONFIG_FILE='" + path +
                               "' is set, but this build of the runtime has no YAML support (yaml-cpp was not "
@@ -375,7 +616,7 @@ template <typename Name> std::optional<std::string> lookup(const Settings& setti
 
 /// Where each source's settings came from, for messages and `state()`.
 struct Sources {
-  Settings environment;
+  EnvironmentSettings environment;
   FileSettings file;
   std::string file_label;
 
@@ -399,7 +640,7 @@ void resolve_option(ResolvedConfig& config, const Sources& sources, const std::s
     field = *option;
     where = "AcceleratorOptions";
     source = "options";
-  } else if (auto text = lookup(sources.environment, variable)) {
+  } else if (auto text = lookup(sources.environment.settings, variable)) {
     if constexpr (!std::is_same_v<Environment, Unmapped>) {
       where = "the environment";
       field = Parser<T>::parse(key, *text, where);
@@ -423,7 +664,7 @@ void resolve_option(ResolvedConfig& config, const Sources& sources, const std::s
   }
 }
 
-// ------------------------------------------------------------------------------------------- ZeRO
+// ------------------------------------------------------------------------------------------- strategies
 
 /// A source as a message names it: "options" is "AcceleratorOptions", "environment" "the environment",
 /// "default" "the default".
@@ -440,62 +681,260 @@ std::string origin(const std::string& source) {
   return source;
 }
 
-/// What turned DeepSpeed on, with where, or "" when nothing did: ACCELERATE_USE_DEEPSPEED decides when set,
-/// else the config file (distributed_type: DEEPSPEED or a deepspeed_config section).
-std::string deepspeed_request(const Sources& sources) {
-  if (auto it = sources.environment.find("ACCELERATE_USE_DEEPSPEED"); it != sources.environment.end()) {
+/// What turned a mode on, with where, or "" when nothing did: the ACCELERATE_USE_* `variable` decides when
+/// set, else what the config file said (`from_file`, like "distributed_type: DEEPSPEED").
+std::string request(const Sources& sources, const std::string& variable, const std::string& from_file) {
+  const Settings& environment = sources.environment.settings;
+  if (auto it = environment.find(variable); it != environment.end()) {
     return Parser<bool>::parse(it->first, it->second, "the environment")
-               ? "ACCELERATE_USE_DEEPSPEED=" + it->second + " in the environment"
+               ? variable + "=" + it->second + " in the environment"
                : "";
   }
-  return sources.file.deepspeed.empty() ? "" : sources.file.deepspeed + " in " + sources.file_label;
+  return from_file.empty() ? "" : from_file + " in " + sources.file_label;
+}
+
+std::string deepspeed_request(const Sources& sources) {
+  return request(sources, "ACCELERATE_USE_DEEPSPEED", sources.file.deepspeed);
+}
+
+/// distributed_type: FSDP or an fsdp_config section in the file, or ACCELERATE_USE_FSDP=true.
+std::string fsdp_request(const Sources& sources) {
+  return request(sources, "ACCELERATE_USE_FSDP", sources.file.fsdp);
 }
 
 /// Accelerate's DeepSpeedPlugin uses ZeRO stage 2 when DeepSpeed is on and no stage is given; so does ZeRO
 /// selected by parallel_strategy "zero" alone.
 constexpr int kDefaultZeroStage = 2;
 
-/// The rules between zero_stage, parallel_strategy and offload_optimizer_device, after each was resolved:
+[[noreturn]] void refuse_conflict(const std::string& first, const std::string& second,
+                                  const std::string& problem) {
+  throw std::invalid_argument("accelerate: " + first + " conflicts with " + second + ": " + problem);
+}
+
+/// "key='value' (from where)" for a resolved option.
+std::string named(const ResolvedConfig& config, const std::string& key, const std::string& value) {
+  auto it = config.sources.find(key);
+  return key + "='" + value + "' (from " + origin(it == config.sources.end() ? "default" : it->second) + ")";
+}
+
+/// Whether a sharding strategy's parameters are resharded after each unit's forward (Accelerate's FSDP2
+/// conversion: FULL_SHARD and HYBRID_SHARD yes, the others no).
+bool reshards_after_forward(const std::string& strategy) {
+  return strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
+}
+
+/// The fsdp strategy's settings, once parallel_strategy is "fsdp": fsdp_sharding_strategy and
+/// fsdp_reshard_after_forward as one sharding strategy (the two must agree where both are set; a value from
+/// the environment that means FULL_SHARD, what Hugging Face's launcher exports for both when neither was
+/// given, gives way to the other; zero_stage 3 means FULL_SHARD), the names upper-case, and Accelerate's
+/// other FSDP settings (fsdp_settings()) from the environment, else the file.
+void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
+  std::string& strategy_source = config.sources["fsdp_sharding_strategy"];
+  std::string& reshard_source = config.sources["fsdp_reshard_after_forward"];
+  const std::string strategy = *sharding_strategy_name(config.fsdp_sharding_strategy);
+  std::optional<std::string>
+      reshard_strategy; // FSDP1's spelling in the source fsdp_reshard_after_forward came from
+  if (reshard_source == "environment") {
+    reshard_strategy = sources.environment.reshard_strategy;
+  } else if (reshard_source != "options" && reshard_source != "default") {
+    reshard_strategy = sources.file.reshard_strategy;
+  }
+  const std::string from_reshard = reshard_strategy                    ? *reshard_strategy
+                                   : config.fsdp_reshard_after_forward ? "FULL_SHARD"
+                                                                       : "SHARD_GRAD_OP";
+  const std::string reshard_text = reshard_strategy                    ? *reshard_strategy
+                                   : config.fsdp_reshard_after_forward ? "true"
+                                                                       : "false";
+  bool strategy_set = strategy_source != "default";
+  bool reshard_set = reshard_source != "default";
+  const bool agree = strategy == from_reshard ||
+                     (strategy == "NO_SHARD" && !reshard_strategy && !config.fsdp_reshard_after_forward);
+  if (strategy_set && reshard_set && !agree) {
+    if (strategy_source == "environment" && strategy == "FULL_SHARD") {
+      strategy_set = false;
+    } else if (reshard_source == "environment" && from_reshard == "FULL_SHARD") {
+      reshard_set = false;
+    } else {
+      refuse_conflict(
+          named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy),
+          named(config, "fsdp_reshard_after_forward", reshard_text),
+          "fsdp_reshard_after_forward true means FULL_SHARD, and false SHARD_GRAD_OP (or NO_SHARD). "
+          "Set one of the two, or make them agree");
+    }
+  }
+  std::string resolved = strategy_set ? strategy : reshard_set ? from_reshard : strategy;
+  const std::string& stage_source = config.sources["zero_stage"];
+  if (config.zero_stage == 3 && resolved != "FULL_SHARD") {
+    const bool by_strategy = strategy_set;
+    refuse_conflict(
+        by_strategy ? named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy)
+                    : named(config, "fsdp_reshard_after_forward", reshard_text),
+        named(config, "zero_stage", "3"),
+        "ZeRO stage 3 is fully sharded (FULL_SHARD). Leave the sharding strategy unset or make it "
+        "FULL_SHARD, or use zero_stage 2 (optimizer state and gradients sharded, as SHARD_GRAD_OP "
+        "does)");
+  }
+  // Derived values name what they came from.
+  if (!strategy_set) {
+    strategy_source = reshard_set
+                          ? "fsdp_reshard_after_forward " + reshard_text + " from " + origin(reshard_source)
+                      : config.zero_stage == 3 ? "zero_stage 3 from " + origin(stage_source)
+                                               : std::string("default");
+  }
+  if (!reshard_set) {
+    config.fsdp_reshard_after_forward = reshards_after_forward(resolved);
+    if (strategy_set || config.zero_stage == 3) {
+      reshard_source = strategy_set
+                           ? "fsdp_sharding_strategy " + resolved + " from " + origin(strategy_source)
+                           : strategy_source;
+    }
+  }
+  config.fsdp_sharding_strategy = resolved;
+
+  for (const FsdpSetting& setting : fsdp_settings()) {
+    std::string key;
+    std::string where;
+    std::optional<std::string> text;
+    if (setting.variable != nullptr) {
+      text = lookup(sources.environment.settings, std::string(setting.variable));
+      key = setting.variable;
+      where = "the environment";
+    }
+    if (!text) {
+      key = std::string("fsdp_config.") + setting.key;
+      text = lookup(sources.file.settings, key);
+      where = sources.file_label;
+    }
+    if (!text || text->empty()) {
+      continue;
+    }
+    std::string value = *text;
+    switch (setting.kind) {
+    case FsdpSetting::Kind::Flag:
+      value = Parser<bool>::parse(key, *text, where) ? "true" : "false";
+      break;
+    case FsdpSetting::Kind::WholeNumber:
+      if (text->empty() || text->find_first_not_of("0123456789") != std::string::npos) {
+        refuse(key, *text, where, "is not a whole number >= 0");
+      }
+      value = std::to_string(std::stoull(*text));
+      break;
+    case FsdpSetting::Kind::Choice: {
+      value = upper_case(*text);
+      if (std::find(setting.choices.begin(), setting.choices.end(), value) == setting.choices.end()) {
+        std::string choices;
+        for (const std::string& choice : setting.choices) {
+          choices += (choices.empty() ? "" : ", ") + choice;
+        }
+        refuse(key, *text, where, "is not one of " + choices);
+      }
+      break;
+    }
+    case FsdpSetting::Kind::Text:
+      break;
+    }
+    if (std::find(setting.accepted.begin(), setting.accepted.end(), value) == setting.accepted.end()) {
+      refuse(key, *text, where, setting.problem);
+    }
+  }
+}
+
+/// The rules between zero_stage, parallel_strategy, Accelerate's FSDP settings and offload_optimizer_device,
+/// after each was resolved:
 /// - DeepSpeed on (distributed_type: DEEPSPEED, a deepspeed_config section, ACCELERATE_USE_DEEPSPEED=true)
 ///   with no zero_stage set anywhere: zero_stage 2;
-/// - zero_stage 1 or 2 with parallel_strategy not set: parallel_strategy "zero";
+/// - with parallel_strategy not set: zero_stage 1 or 2 makes it "zero"; zero_stage 3, or FSDP asked for
+///   (distributed_type: FSDP, an fsdp_config section, ACCELERATE_USE_FSDP=true), makes it "fsdp";
 /// - parallel_strategy "zero" with zero_stage not set: zero_stage 2;
-/// - refused: parallel_strategy "zero" with zero_stage 0 set explicitly, another parallel_strategy set
-///   explicitly with zero_stage 1 or 2, and offload_optimizer_device "cpu" without ZeRO.
+/// - refused: zero_stage 1 or 2 with FSDP asked for; parallel_strategy "zero" with zero_stage 0 set
+///   explicitly, zero_stage 3 or FSDP asked for; "fsdp" with zero_stage 1 or 2; another parallel_strategy
+///   with any of them; offload_optimizer_device "cpu" without ZeRO; an fsdp_* option set in
+///   AcceleratorOptions without the fsdp strategy;
+/// - under "fsdp": resolve_fsdp.
 /// A derived value's source names what it was derived from.
-void resolve_zero(ResolvedConfig& config, const Sources& sources) {
+void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
   std::string& stage_source = config.sources["zero_stage"];
   std::string& strategy_source = config.sources["parallel_strategy"];
   if (stage_source == "default") {
-    if (const std::string request = deepspeed_request(sources); !request.empty()) {
+    if (const std::string asked = deepspeed_request(sources); !asked.empty()) {
       config.zero_stage = kDefaultZeroStage;
-      stage_source = "Accelerate's DeepSpeed default stage, for " + request;
+      stage_source = "Accelerate's DeepSpeed default stage, for " + asked;
     }
   }
+  const std::string fsdp = fsdp_request(sources);
+  const std::string stage = named(config, "zero_stage", std::to_string(config.zero_stage));
+  const std::string strategy = named(config, "parallel_strategy", config.parallel_strategy);
   const bool sharded_stage = config.zero_stage == 1 || config.zero_stage == 2;
+  if (sharded_stage && !fsdp.empty()) {
+    refuse_conflict(
+        stage, fsdp,
+        "a ZeRO stage of 1 or 2 runs the \"zero\" strategy, and FSDP the \"fsdp\" strategy. Ask for "
+        "one: leave out the DeepSpeed settings (or use zero_stage 3, which is fully sharded), or the "
+        "FSDP ones");
+  }
   if (strategy_source == "default") {
     if (sharded_stage) {
       config.parallel_strategy = "zero";
       strategy_source = "zero_stage " + std::to_string(config.zero_stage) + " from " + origin(stage_source);
+    } else if (config.zero_stage == 3) {
+      config.parallel_strategy = "fsdp";
+      strategy_source = "zero_stage 3 from " + origin(stage_source);
+    } else if (!fsdp.empty()) {
+      config.parallel_strategy = "fsdp";
+      strategy_source = fsdp;
     }
   } else if (config.parallel_strategy == "zero") {
     if (config.zero_stage == 0 && stage_source == "default") {
       config.zero_stage = kDefaultZeroStage;
       stage_source = "ZeRO's default stage, for parallel_strategy zero from " + origin(strategy_source);
     } else if (config.zero_stage == 0) {
-      throw std::invalid_argument(
-          "accelerate: parallel_strategy='zero' (from " + origin(strategy_source) +
-          ") conflicts with zero_stage='0' (from " + origin(stage_source) +
-          "), which means no sharding: set zero_stage to 1 or 2 (or leave it unset: ZeRO then uses stage 2), "
-          "or use parallel_strategy ddp");
+      refuse_conflict(strategy, stage,
+                      "which means no sharding: set zero_stage to 1 or 2 (or leave it unset: ZeRO then uses "
+                      "stage 2), or use parallel_strategy ddp");
+    } else if (config.zero_stage == 3) {
+      refuse_conflict(strategy, stage,
+                      "ZeRO stage 3 shards the parameters too, which the \"fsdp\" strategy runs. Leave "
+                      "parallel_strategy unset (zero_stage 3 then selects fsdp) or set it to fsdp, or set "
+                      "zero_stage to 1 or 2");
+    }
+    if (!fsdp.empty()) {
+      refuse_conflict(strategy, fsdp,
+                      "FSDP runs the \"fsdp\" strategy. Leave parallel_strategy unset or set it to fsdp, or "
+                      "leave out the FSDP settings");
+    }
+  } else if (config.parallel_strategy == "fsdp") {
+    if (sharded_stage) {
+      refuse_conflict(
+          strategy, stage,
+          "a ZeRO stage of 1 or 2 runs the \"zero\" strategy. Set zero_stage to 3 (fully sharded, "
+          "as fsdp) or 0, or leave it unset; or set parallel_strategy to zero");
     }
   } else if (sharded_stage) {
-    throw std::invalid_argument(
-        "accelerate: parallel_strategy='" + config.parallel_strategy + "' (from " + origin(strategy_source) +
-        ") conflicts with zero_stage='" + std::to_string(config.zero_stage) + "' (from " +
-        origin(stage_source) +
-        "): a ZeRO stage of 1 or 2 runs the \"zero\" strategy. Leave parallel_strategy unset "
-        "(zero_stage then selects zero) or set it to zero, or set zero_stage to 0 to replicate the model");
+    refuse_conflict(
+        strategy, stage,
+        "a ZeRO stage of 1 or 2 runs the \"zero\" strategy. Leave parallel_strategy unset "
+        "(zero_stage then selects zero) or set it to zero, or set zero_stage to 0 to replicate the "
+        "model");
+  } else if (config.zero_stage == 3) {
+    refuse_conflict(
+        strategy, stage,
+        "ZeRO stage 3 runs the \"fsdp\" strategy. Leave parallel_strategy unset (zero_stage 3 then "
+        "selects fsdp) or set it to fsdp, or set zero_stage to 0 to replicate the model");
+  } else if (!fsdp.empty()) {
+    refuse_conflict(
+        strategy, fsdp,
+        "FSDP runs the \"fsdp\" strategy. Leave parallel_strategy unset or set it to fsdp, or leave "
+        "out the FSDP settings (distributed_type MULTI_GPU or MULTI_CPU without an fsdp_config "
+        "section, ACCELERATE_USE_FSDP unset)");
+  }
+  if (config.offload_optimizer_device != "none" && config.parallel_strategy == "fsdp") {
+    refuse("offload_optimizer_device", config.offload_optimizer_device,
+           origin(config.sources["offload_optimizer_device"]),
+           "asks to keep the optimizer state on the CPU, which comes with offload in a later version of the "
+           "fsdp "
+           "strategy (parallel_strategy is fsdp, from " +
+               origin(strategy_source) +
+               "); use none for now (ZeRO, zero_stage 1 or 2, offloads the optimizer state)");
   }
   if (config.offload_optimizer_device != "none" && config.parallel_strategy != "zero") {
     throw std::invalid_argument(
@@ -505,6 +944,29 @@ void resolve_zero(ResolvedConfig& config, const Sources& sources) {
         origin(strategy_source) +
         "): set zero_stage to 1 or 2 (or distributed_type: DEEPSPEED in the config file), or use none");
   }
+  // The names are upper case whatever the strategy (the engine reads these fields).
+  config.fsdp_state_dict_type = *state_dict_type_name(config.fsdp_state_dict_type);
+  if (config.parallel_strategy == "fsdp") {
+    resolve_fsdp(config, sources);
+    return;
+  }
+  const std::pair<const char*, std::string> fsdp_options[] = {
+      {"fsdp_sharding_strategy", config.fsdp_sharding_strategy},
+      {"fsdp_reshard_after_forward", text_of(config.fsdp_reshard_after_forward)},
+      {"fsdp_version", text_of(config.fsdp_version)},
+      {"fsdp_state_dict_type", config.fsdp_state_dict_type}};
+  for (const auto& [option, value] : fsdp_options) {
+    if (config.sources[option] == "options") {
+      refuse_conflict(
+          named(config, option, value), named(config, "parallel_strategy", config.parallel_strategy),
+          std::string(option) +
+              " applies under the fsdp strategy only (here it would do nothing). Set "
+              "parallel_strategy(\"fsdp\") too (or distributed_type: FSDP in the config file), or "
+              "leave " +
+              option + " unset");
+    }
+  }
+  config.fsdp_sharding_strategy = *sharding_strategy_name(config.fsdp_sharding_strategy);
 }
 
 } // namespace
@@ -524,7 +986,7 @@ ResolvedConfig resolve_config(const AcceleratorOptions& options) {
                        });
 #include <accelerate/detail/option_table.h>
 #undef ACCELERATE_OPTION
-  resolve_zero(config, sources);
+  resolve_strategy(config, sources);
   return config;
 }
 

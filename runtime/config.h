@@ -29,17 +29,27 @@ struct ResolvedConfig {
   std::map<std::string, std::string> sources;
 };
 
-/// Merges, highest first: `options`, the `ACCELERATE_*` environment, the YAML file named by
+/// Merges, highest first: `options`, the `ACCELERATE_*` / `FSDP_*` environment, the YAML file named by
 /// `ACCELERATE_CONFIG_FILE` (never the default config path), defaults. A YAML key with dots names nested
 /// mappings (`deepspeed_config.zero_stage`); `deepspeed_config.gradient_accumulation_steps` counts when the
-/// top-level key is absent. Then selects ZeRO: DeepSpeed asked for (`distributed_type: DEEPSPEED`, a
-/// `deepspeed_config` section, `ACCELERATE_USE_DEEPSPEED=true`) without a stage means zero_stage 2, as in
-/// Accelerate; zero_stage 1 or 2 makes an unset parallel_strategy "zero"; parallel_strategy "zero" without a
-/// stage means stage 2. `sources` names what a derived value came from. Throws `std::invalid_argument` naming
-/// the option, the value, where it came from and what is allowed on a bad setting; on FSDP, which this
-/// version does not provide; on DeepSpeed settings it does not implement (a `deepspeed_config_file`,
-/// parameter or NVMe offload, the stage-3 flags); and on parallel_strategy set to another strategy than
-/// "zero" with zero_stage 1 or 2, "zero" with zero_stage 0 set explicitly, or optimizer offload without ZeRO.
+/// top-level key is absent; a key of `fsdp_config` without the `fsdp_` prefix counts as the prefixed one, as
+/// in Accelerate. Then selects the strategy:
+/// - ZeRO: DeepSpeed asked for (`distributed_type: DEEPSPEED`, a `deepspeed_config` section,
+///   `ACCELERATE_USE_DEEPSPEED=true`) without a stage means zero_stage 2, as in Accelerate; zero_stage 1 or 2
+///   makes an unset parallel_strategy "zero"; parallel_strategy "zero" without a stage means stage 2;
+/// - FSDP: zero_stage 3, or FSDP asked for (`distributed_type: FSDP`, an `fsdp_config` section,
+///   `ACCELERATE_USE_FSDP=true`), makes an unset parallel_strategy "fsdp". Under "fsdp",
+///   `fsdp_sharding_strategy` is one of "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD" (read from it or from
+///   `fsdp_reshard_after_forward`, which must agree with it where both are set; zero_stage 3 means
+///   FULL_SHARD), `fsdp_version` 1 or 2 and `fsdp_state_dict_type` "FULL_STATE_DICT" or "SHARDED_STATE_DICT",
+///   whatever spelling Accelerate accepts was given.
+/// `sources` names what a derived value came from. Throws `std::invalid_argument` naming the option, the
+/// value, where it came from and what is allowed on a bad setting; on DeepSpeed and FSDP settings this
+/// version does not implement (a `deepspeed_config_file`, parameter or NVMe offload, automatic wrapping,
+/// activation checkpointing, hybrid sharding, optimizer offload under fsdp, ...); and on settings that
+/// contradict each other (parallel_strategy set to another strategy than the one zero_stage or FSDP selects,
+/// "zero" with zero_stage 0 set explicitly, ZeRO's stage 1 or 2 with FSDP, optimizer offload without ZeRO,
+/// an fsdp_* option set in `options` without the fsdp strategy).
 ResolvedConfig resolve_config(const AcceleratorOptions& options);
 
 /// `option: value  (source)` lines, one per option in the table's order, for `Accelerator::state()`.

@@ -16,6 +16,17 @@
 
 namespace {
 
+/// The strategy the settings select, and what it refuses: UsageError or a result.
+void resolveStrategy(const accel::LaunchSettings& settings) {
+  try {
+    const std::string strategy = accel::parallelStrategyOf(settings, accel::Environment());
+    accel::refuseUnsupportedTraining(settings, strategy);
+    if (strategy == "fsdp")
+      accel::fsdpShardingOf(settings);
+  } catch (const accel::UsageError&) {
+  }
+}
+
 void fuzzConfig(const std::string& text) {
   accel::ConfigDocument document;
   try {
@@ -26,6 +37,7 @@ void fuzzConfig(const std::string& text) {
   accel::ConfigDocument again = accel::parseConfigText(accel::configYamlText(document), "again.yaml");
   if (!(again.root == document.root))
     std::abort(); // what accel writes must read back as what it read
+  resolveStrategy(accel::resolveLaunchSettings(&document, accel::Environment(), accel::ParsedFlags{}));
 }
 
 std::vector<accel::FlagSpec> launchFlagSpecs() {
@@ -55,7 +67,8 @@ void fuzzFlags(const std::string& text) {
         environment.set(spec.environmentVariable, args.back());
     accel::LaunchSettings settings = accel::resolveLaunchSettings(nullptr, accel::Environment(), flags);
     accel::acceleratorVariables(settings, accel::TrainingMode::Fsdp, nullptr);
-    accel::resolveLaunchSettings(nullptr, environment, flags);
+    resolveStrategy(settings);
+    resolveStrategy(accel::resolveLaunchSettings(nullptr, environment, flags));
   } catch (const accel::UsageError&) {
   }
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Tests for `accel config`, the config file, `accel env`, and what `accel launch` exports for a config:
-config_test.py --accel A --docs DOCS_DIR TestName (one ctest test each, config.<TestName>).
+config_test.py --accel A --docs DOCS_DIR --probe CONFIG_PROBE TestName (one ctest test each, config.<TestName>).
+CONFIG_PROBE is the runtime's option resolution as a program (config_probe.cpp): what the runtime reads from the
+same file, environment and exports.
 
 Run with the torch venv's python: it has PyYAML, and Python Accelerate where PyPI's `accelerate` could be
 installed (tests that need it print why and exit 77, ctest's "skipped", without it).
@@ -23,6 +25,7 @@ PYTHON_YAMLS = os.path.join(HERE, "data", "python")
 SKIP = 77
 ACCEL = ""
 DOCS = ""
+PROBE = ""
 
 try:
     import yaml
@@ -52,6 +55,37 @@ def accel(*args, env=None, stdin=None):
     return done.returncode, done.stdout, done.stderr
 
 
+def run_probe(env, *options):
+    done = subprocess.run([PROBE, *options], capture_output=True, text=True, timeout=60, env=env)
+    return done.returncode, done.stdout, done.stderr
+
+
+def parse_state(text):
+    """{option: (value, source)} from `accelerator.state()`'s option lines."""
+    lines = [re.match(r"(\w+): (.*?)  \((.*)\)$", line) for line in text.splitlines()]
+    return {match.group(1): (match.group(2), match.group(3)) for match in lines if match}
+
+
+def probe(env, *options):
+    """What the runtime resolves for `env` and AcceleratorOptions `options` (NAME=VALUE): {option: (value,
+    source)}; the test fails when the runtime refuses them."""
+    code, out, err = run_probe(env, *options)
+    check(code == 0, f"the runtime must accept {options or ''} with {show_env(env)}", err)
+    return parse_state(out)
+
+
+def probe_refusal(env, *options):
+    """The runtime's refusal of `env` and `options`: its one message; the test fails when it accepts them."""
+    code, out, err = run_probe(env, *options)
+    check(code == 3 and err.startswith("error: accelerate: ") and len(err.splitlines()) == 1,
+          f"the runtime must refuse {options or ''} with {show_env(env)} in one line", f"exit {code}\n{out}{err}")
+    return err[len("error: "):].strip()
+
+
+def show_env(env):
+    return {k: v for k, v in env.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
+
+
 def load_yaml(path):
     check(yaml is not None, "PyYAML is needed (run with the torch venv's python)")
     with open(path) as file:
@@ -68,13 +102,17 @@ ANSWERS = {
     "multi-cpu": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", ENTER),
                   ("checked while running", ENTER), ("How many processes", "4"), ("mixed precision", "bf16")],
     "multi-gpu": [("compute environment", ENTER), ("type of machine", "multi-GPU"), ("How many machines", ENTER),
-                  ("checked while running", "no"), ("use DeepSpeed", ENTER), ("How many GPU(s)", "2"),
-                  ("(by id)", "0,1"), ("mixed precision", "1")],
+                  ("checked while running", "no"), ("use DeepSpeed", ENTER), ("FullyShardedDataParallel", ENTER),
+                  ("How many GPU(s)", "2"), ("(by id)", "0,1"), ("mixed precision", "1")],
     "deepspeed-zero2": [("compute environment", ENTER), ("type of machine", "multi-GPU"),
                         ("How many machines", ENTER), ("checked while running", "no"), ("use DeepSpeed", "yes"),
                         ("ZeRO optimization stage", ENTER), ("offload optimizer states", ENTER),
                         ("gradient accumulation steps", "3"), ("gradient clipping?", "yes"),
                         ("clipping value", ENTER), ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
+    "fsdp": [("compute environment", ENTER), ("type of machine", "multi-GPU"), ("How many machines", ENTER),
+             ("checked while running", "no"), ("use DeepSpeed", ENTER), ("FullyShardedDataParallel", "yes"),
+             ("FSDP version", ENTER), ("resharding after forward", ENTER), ("state dict type", ENTER),
+             ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
     "multi-node": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", "2"),
                    ("rank of this machine", ENTER), ("IP address", "127.0.0.1"), ("What port", ENTER),
                    ("same local network", ENTER), ("checked while running", ENTER),
@@ -171,30 +209,52 @@ def BadAnswersAreAskedAgain():
         check(written["num_processes"] == 3 and written["mixed_precision"] == "fp16", "answers after retries", out)
 
 
-def QuestionnaireDoesNotOfferFsdp():
+def QuestionnaireOffersFsdp():
     with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "multi-gpu.yaml")
-        code, transcript = answer_in_pty(["config", "--config_file", path], ANSWERS["multi-gpu"], environment())
-        check(code == 0, "accel config must exit 0", transcript)
-        check("FSDP is not supported yet" in transcript, "a multi-GPU answer must say FSDP is not supported yet",
-              transcript)
-        for question in ["FullyShardedDataParallel", "FSDP version"]:
-            check(question not in transcript, f"accel config must not ask about {question!r}", transcript)
+        path = os.path.join(directory, "fsdp1.yaml")
+        # Multi-GPU, no DeepSpeed, FSDP: version 1, whose strategy menu leaves out the hybrid ones (typed, it is
+        # asked again) and which Accelerate writes under fsdp_reshard_after_forward; its state dict menu leaves out
+        # LOCAL_STATE_DICT. What the fsdp strategy does not run yet is not asked, and written as off.
+        answers = ["0", "2", "1", "no", "no", "yes", "1", "HYBRID_SHARD", "shard_grad_op", "LOCAL_STATE_DICT", ENTER,
+                   "2", "no"]
+        code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
+        check(code == 0, "accel config must write an FSDP file", out + err)
+        check("units are the modules whose forward calls accelerate::fsdp::unit(*this, ...)" in out,
+              "the questionnaire must say what the units are", out)
+        check(out.count("Please enter a number from 0 to 2, or one of the names.") == 1 and
+              out.count("Please enter a number from 0 to 1, or one of the names.") == 1,
+              "a hybrid strategy and LOCAL_STATE_DICT must be asked again", out)
+        questions = "\n".join(line for line in out.splitlines() if "?" in line)
+        for question in ["wrap", "offload", "activation checkpointing", "prefetch", "RAM efficient"]:
+            check(question not in questions, f"accel config must not ask about {question!r}", out)
         written = load_yaml(path)
-        check(written["distributed_type"] == "MULTI_GPU" and "deepspeed_config" not in written
-              and "fsdp_config" not in written, f"no DeepSpeed asked: a data-parallel file, without sections: {written}")
+        check(written["distributed_type"] == "FSDP" and written["num_processes"] == 2 and "gpu_ids" not in written
+              and written["fsdp_config"] == {"fsdp_version": 1, "fsdp_reshard_after_forward": "SHARD_GRAD_OP",
+                                             "fsdp_state_dict_type": "FULL_STATE_DICT",
+                                             "fsdp_auto_wrap_policy": "NO_WRAP", "fsdp_offload_params": False,
+                                             "fsdp_activation_checkpointing": False},
+              f"an FSDP1 file with Accelerate's keys: {written}")
+        code, out, err = accel("config", "--validate", path)
+        check(code == 0, "the file must pass --validate", err)
+        resolved = probe(environment(ACCELERATE_CONFIG_FILE=path))
+        check(resolved["parallel_strategy"] == ("fsdp", f"distributed_type: FSDP in config file {path}")
+              and resolved["fsdp_sharding_strategy"][0] == "SHARD_GRAD_OP"
+              and resolved["fsdp_state_dict_type"][0] == "FULL_STATE_DICT" and resolved["fsdp_version"][0] == "1",
+              f"the runtime must run the file's FSDP1 settings: {resolved}")
+        # Without FSDP a multi-GPU file has no fsdp_config section (config.RoundTripEveryDocExample: multi-gpu).
+        code, out, err = accel("config", "--config_file", path, stdin="0\n1\n1\nno\n2\nno\n")
+        check(code == 0 and "FullyShardedDataParallel" not in out and "fsdp_config" not in load_yaml(path),
+              "multi-CPU: FSDP is not offered, as in Accelerate", out + err)
 
 
-def QuestionnaireOffersZeroStagesOneAndTwo():
+def QuestionnaireOffersZeroStages():
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "zero.yaml")
-        # One GPU, no CPU-only: DeepSpeed is offered (as Accelerate offers it); stage 3 is refused and asked again;
-        # stage 1 has no offload question (Accelerate asks it for stages 2 and 3).
-        answers = ["0", "0", "no", "yes", "3", "0", "1", "2", "yes", "0.5", "1", "no"]
+        # One GPU, no CPU-only: DeepSpeed is offered (as Accelerate offers it); stage 0 is asked again; stage 1 has
+        # no offload question (Accelerate asks it for stages 2 and 3).
+        answers = ["0", "0", "no", "yes", "0", "1", "2", "yes", "0.5", "1", "no"]
         code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
         check(code == 0, "accel config must write a ZeRO-1 file", out + err)
-        check("ZeRO stage 3 shards the parameters too, which needs the fully sharded strategy that accelerate-cpp "
-              "does not have yet; choose 1 or 2." in out, "stage 3 must be refused with the reason", out)
         check("Please enter a whole number between 1 and 3." in out, "stage 0 must be asked again", out)
         check("offload optimizer states" not in out, "no offload question for stage 1", out)
         written = load_yaml(path)
@@ -204,6 +264,20 @@ def QuestionnaireOffersZeroStagesOneAndTwo():
               f"a ZeRO-1 file with Accelerate's keys: {written}")
         code, out, err = accel("config", "--validate", path)
         check(code == 0, "the file must pass --validate", err)
+        # Stage 3 runs the fsdp strategy: no offload question (offload comes later), Accelerate's stage-3 keys off.
+        answers = ["0", "2", "1", "no", "yes", "3", "1", "no", "2", "bf16"]
+        code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
+        check(code == 0 and "ZeRO stage 3 runs accelerate-cpp's fsdp strategy (FULL_SHARD)" in out
+              and "offload optimizer states" not in out, "accel config must write a ZeRO-3 file", out + err)
+        written = load_yaml(path)
+        check(written["distributed_type"] == "DEEPSPEED" and written["deepspeed_config"] == {
+            "zero_stage": 3, "offload_optimizer_device": "none", "offload_param_device": "none",
+            "zero3_save_16bit_model": False, "zero3_init_flag": False, "gradient_accumulation_steps": 1},
+            f"a ZeRO-3 file with Accelerate's keys: {written}")
+        resolved = probe(environment(ACCELERATE_CONFIG_FILE=path))
+        check(resolved["parallel_strategy"] == ("fsdp", f"zero_stage 3 from config file {path}")
+              and resolved["fsdp_sharding_strategy"] == ("FULL_SHARD", f"zero_stage 3 from config file {path}"),
+              f"the runtime must run ZeRO-3 as fsdp: {resolved}")
         # CPU only: DeepSpeed is not offered, as in Accelerate.
         code, out, err = accel("config", "--config_file", path, stdin="0\n0\nyes\nno\n")
         check(code == 0 and "DeepSpeed" not in out and load_yaml(path)["distributed_type"] == "NO",
@@ -240,27 +314,25 @@ def PythonAccelerateLoadsOurs():
             print(f"{name}: Python Accelerate reads all {len(ours)} keys as written")
 
 
-# Python Accelerate's files that ask for FSDP, which accel refuses (not supported yet), and where.
-SHARDED_YAMLS = {"fsdp.yaml": "3:1: distributed_type FSDP"}
-SHARDED = ("asks for FSDP (fully sharded training), which accelerate-cpp does not support yet. Use data parallelism "
-           "or ZeRO instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for accel launch), or "
-           "DEEPSPEED with deepspeed_config.zero_stage 1 or 2 (--use_deepspeed --zero_stage 2), without an fsdp_config "
-           "section")
-STAGE3 = ("shards the parameters too, which needs the fully sharded strategy that accelerate-cpp does not have yet "
-          "(use zero_stage 1: optimizer state sharded, or 2: optimizer state and gradients sharded)")
+# Python Accelerate's files that ask for what accelerate-cpp does not run yet, and why: its default FSDP answers
+# (automatic wrapping of the `Block` class).
+UNITS = "mark the units in code: the modules whose forward calls accelerate::fsdp::unit(*this, ...)"
+AUTO_WRAP = ("asks FSDP to choose its units, which comes with automatic wrapping in a later version of "
+             f"accelerate-cpp (use NO_WRAP for now and {UNITS})")
+REFUSED_YAMLS = {"fsdp.yaml": f"8:3: fsdp_config.fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP {AUTO_WRAP}"}
 
 
 def PythonAccelerateYamlsAreAccepted():
     files = sorted(f for f in os.listdir(PYTHON_YAMLS) if f.endswith(".yaml"))
-    check(len(files) >= 7, f"expected the Python-written configs in {PYTHON_YAMLS}")
+    check(len(files) >= 10, f"expected the Python-written configs in {PYTHON_YAMLS}")
     for name in files:
         path = os.path.join(PYTHON_YAMLS, name)
         code, out, err = accel("config", "--validate", path)
-        if name in SHARDED_YAMLS:
-            expected = f"accel config: {path}:{SHARDED_YAMLS[name]} {SHARDED}"
+        if name in REFUSED_YAMLS:
+            expected = f"accel config: {path}:{REFUSED_YAMLS[name]}"
             check(code == 2 and err.splitlines() == [expected], f"accel must refuse {name} in one line: {expected!r}",
                   f"exit {code}\n{err}")
-            print(f"{name}: refused (FSDP)")
+            print(f"{name}: refused (automatic wrapping)")
             continue
         check(code == 0, f"accel must accept {name}, written by Python Accelerate", err)
         print(out.strip())
@@ -292,11 +364,15 @@ ACCEL_ONLY = {"ACCELERATE_USE_CPU", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"}
 PYTHON_ONLY_PREFIXES = ("ACCELERATE_DYNAMO_", "ACCELERATE_CPU_AFFINITY")
 
 
+def free_port():
+    with socket.socket() as listener:  # a free port, given explicitly: port 0 is for one machine only
+        listener.bind(("127.0.0.1", 0))
+        return str(listener.getsockname()[1])
+
+
 def accel_exports(config_path):
     """The ACCELERATE_*/FSDP_*/CUDA_VISIBLE_DEVICES variables rank 0 gets from `accel launch` for a config."""
-    with socket.socket() as probe:  # a free port, given explicitly: port 0 is for one machine only
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = free_port()
     code, out, err = accel("launch", "-q", "--config_file", config_path, "--main_process_port", port, "env")
     check(code == 0, f"accel launch env with {config_path} must exit 0", out + err)
     lines = [re.sub(r"^\[rank0\]: ", "", line) for line in out.splitlines()
@@ -307,26 +383,33 @@ def accel_exports(config_path):
 
 def LaunchExportsWhatPythonAccelerateExports():
     need_accelerate()
-    files = sorted(f for f in os.listdir(PYTHON_YAMLS) if f.endswith(".yaml") and f not in SHARDED_YAMLS)
-    check("zero2.yaml" in files, "Python Accelerate's ZeRO-2 file must be among those compared")
+    files = sorted(f for f in os.listdir(PYTHON_YAMLS) if f.endswith(".yaml") and f not in REFUSED_YAMLS)
+    for name in ["zero2.yaml", "zero3.yaml", "fsdp1_no_wrap.yaml", "fsdp2_no_wrap.yaml"]:
+        check(name in files, f"Python Accelerate's {name} must be among those compared")
     compare_exports(files, [os.path.join(PYTHON_YAMLS, name) for name in files])
 
 
-def LaunchExportsWhatPythonAccelerateExportsForOurZeroFile():
-    # The DeepSpeed file accel config writes: Python's launcher computes the same variables from it.
+def LaunchExportsWhatPythonAccelerateExportsForOurFiles():
+    # The DeepSpeed and FSDP files accel config writes: Python's launcher computes the same variables from them.
     need_accelerate()
     with tempfile.TemporaryDirectory() as directory:
-        compare_exports(["deepspeed-zero2"], [write_example("deepspeed-zero2", directory)])
+        names = ["deepspeed-zero2", "fsdp"]
+        compare_exports(names, [write_example(name, directory) for name in names])
 
 
-def compare_exports(files, paths):
+def python_exports(paths):
+    """For each config file, the variables Python Accelerate's launcher exports for it (ORACLE)."""
     oracle = subprocess.run([sys.executable, "-c", ORACLE, *paths], capture_output=True, text=True, timeout=120,
                             env=environment())
     check(oracle.returncode == 0, "Python Accelerate's launcher code failed", oracle.stderr[-2000:])
     answers = [line for line in oracle.stdout.splitlines() if line.startswith("{")]
-    check(len(answers) == len(files), "expected one answer per file from Python Accelerate", oracle.stdout)
-    for name, path, answer in zip(files, paths, answers):
-        theirs = {k: v for k, v in json.loads(answer).items() if not k.startswith(PYTHON_ONLY_PREFIXES)}
+    check(len(answers) == len(paths), "expected one answer per file from Python Accelerate", oracle.stdout)
+    return [json.loads(answer) for answer in answers]
+
+
+def compare_exports(files, paths):
+    for name, path, answer in zip(files, paths, python_exports(paths)):
+        theirs = {k: v for k, v in answer.items() if not k.startswith(PYTHON_ONLY_PREFIXES)}
         ours = accel_exports(path)
         missing = {k: v for k, v in theirs.items() if ours.get(k) != v}
         extra = {k: v for k, v in ours.items() if k not in theirs and k not in ACCEL_ONLY}
@@ -351,32 +434,29 @@ BAD_FILES = [
      "DEEPSPEED, MEGATRON_LM, XLA, MULTI_XPU, MULTI_HPU, MULTI_NPU, MULTI_MLU, MULTI_SDAA, MULTI_MUSA, "
      "MULTI_NEURON (got 'TPU')"),
     ("distributed_type: XLA\n", "f.yaml:1:1: distributed_type XLA is not supported by accelerate-cpp, which runs "
-     "libtorch on CPUs and CUDA GPUs (use one of NO, MULTI_CPU, MULTI_GPU, DEEPSPEED)"),
-    ("distributed_type: FSDP\n", "f.yaml:1:1: distributed_type FSDP " + SHARDED),
-    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
-     "f.yaml:3:3: deepspeed_config.zero_stage 3 " + STAGE3),
+     "libtorch on CPUs and CUDA GPUs (use one of NO, MULTI_CPU, MULTI_GPU, FSDP, DEEPSPEED)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_device: nvme\n",
      "f.yaml:3:3: deepspeed_config.offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe (use none "
      "or cpu)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: cpu\n",
-     "f.yaml:3:3: deepspeed_config.offload_param_device cpu offloads parameters, which needs ZeRO stage 3 (not in "
-     "accelerate-cpp yet; use none)"),
+     "f.yaml:3:3: deepspeed_config.offload_param_device cpu offloads parameters, which comes with offload in a later "
+     "version of accelerate-cpp's fsdp strategy (which runs ZeRO stage 3; use none for now)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds_config.json\n",
      "f.yaml:3:3: deepspeed_config.deepspeed_config_file ds_config.json names a DeepSpeed JSON config, which "
      "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, gradient_clipping and "
      "gradient_accumulation_steps instead)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  zero3_init_flag: true\n",
-     "f.yaml:4:3: deepspeed_config.zero3_init_flag true is for ZeRO stage 3, which accelerate-cpp does not have yet "
-     "(use false)"),
-    ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n", "f.yaml:2:1: the fsdp_config section " + SHARDED),
+     "f.yaml:4:3: deepspeed_config.zero3_init_flag true is for ZeRO stage 3's partitioned construction "
+     "(deepspeed.zero.Init), which accelerate-cpp does not do: every process builds the whole model and prepare() "
+     "shards it (use false)"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_verison: 2\n",
      "f.yaml:3:3: unknown key 'fsdp_verison' in fsdp_config (did you mean 'fsdp_version'?)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
      "f.yaml:3:15: deepspeed_config.zero_stage must be a whole number between 0 and 3 (got '4')"),
     ("distributed_type: MULTI_CPU\nnum_machines: 2\nmachine_rank: 2\n",
      "f.yaml:3:1: machine_rank must be below num_machines 2 (got 2)"),
-    ("num_processes: 2\n", "f.yaml: distributed_type is missing (add one of NO, MULTI_CPU, MULTI_GPU, DEEPSPEED; "
-     "`accel config` writes a complete file)"),
+    ("num_processes: 2\n", "f.yaml: distributed_type is missing (add one of NO, MULTI_CPU, MULTI_GPU, FSDP, "
+     "DEEPSPEED; `accel config` writes a complete file)"),
     ("- a\n- b\n", "f.yaml:1:1: must be a map of keys to values, like `distributed_type: MULTI_CPU` (got a list)"),
     ("distributed_type: NO\nuse_cpu: maybe\n", "f.yaml:2:10: use_cpu must be true or false (got 'maybe')"),
 ]
@@ -397,6 +477,380 @@ def ValidateNamesTheLineAndTheFix():
         code, out, err = accel("launch", "--config_file", path, "true")
         check(code == 2 and len(err.splitlines()) == 1 and err.startswith("accel launch: " + path),
               "accel launch must refuse a bad config in one line", err)
+
+
+# ------------------------------------------------------------------------------------------- FSDP
+
+def expect(resolved, what, **fields):
+    """Checks each field of `resolved` (the runtime's {option: (value, source)}): a value, or (value, source)."""
+    for name, wanted in fields.items():
+        got = resolved.get(name)
+        ok = got == wanted if isinstance(wanted, tuple) else got is not None and got[0] == wanted
+        check(ok, f"{what}: expected {name} {wanted!r}, the runtime resolved {got!r}")
+
+
+def write_file(directory, name, text):
+    path = os.path.join(directory, name)
+    with open(path, "w") as file:
+        file.write(text)
+    return path
+
+
+def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
+    # Every way to ask for FSDP selects the fsdp strategy, each named as the source; the engine reads three
+    # fields, always in their upper-case names.
+    expect(probe(environment(), "parallel_strategy=fsdp"), "parallel_strategy(\"fsdp\")",
+           parallel_strategy=("fsdp", "options"), fsdp_sharding_strategy=("FULL_SHARD", "default"),
+           fsdp_reshard_after_forward=("true", "default"), fsdp_version=("1", "default"),
+           fsdp_state_dict_type=("SHARDED_STATE_DICT", "default"))
+    expect(probe(environment(ACCELERATE_PARALLEL_STRATEGY="fsdp")), "ACCELERATE_PARALLEL_STRATEGY=fsdp",
+           parallel_strategy=("fsdp", "environment"))
+    expect(probe(environment(ACCELERATE_USE_FSDP="true")), "ACCELERATE_USE_FSDP=true",
+           parallel_strategy=("fsdp", "ACCELERATE_USE_FSDP=true in the environment"))
+    expect(probe(environment(), "zero_stage=3"), "zero_stage(3)",
+           parallel_strategy=("fsdp", "zero_stage 3 from AcceleratorOptions"),
+           fsdp_sharding_strategy=("FULL_SHARD", "zero_stage 3 from AcceleratorOptions"))
+    expect(probe(environment(ACCELERATE_DEEPSPEED_ZERO_STAGE="3", ACCELERATE_PARALLEL_STRATEGY="fsdp")),
+           "ZeRO stage 3 with parallel_strategy fsdp", parallel_strategy=("fsdp", "environment"), zero_stage="3")
+    # Accelerate ignores FSDP_* variables without ACCELERATE_USE_FSDP; so does the runtime.
+    expect(probe(environment(FSDP_OFFLOAD_PARAMS="true", FSDP_AUTO_WRAP_POLICY="SIZE_BASED_WRAP")),
+           "FSDP_* without FSDP", parallel_strategy=("ddp", "default"))
+    with tempfile.TemporaryDirectory() as directory:
+        cases = [("distributed_type: FSDP\n", "distributed_type: FSDP"),
+                 ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n", "the fsdp_config section")]
+        for text, what in cases:
+            path = write_file(directory, "fsdp.yaml", text)
+            expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), text,
+                   parallel_strategy=("fsdp", f"{what} in config file {path}"))
+            expect(probe(environment(ACCELERATE_CONFIG_FILE=path, ACCELERATE_USE_FSDP="false")),
+                   "ACCELERATE_USE_FSDP=false overrides the file", parallel_strategy=("ddp", "default"))
+        path = write_file(directory, "empty.yaml", "distributed_type: MULTI_CPU\nfsdp_config: {}\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "an empty fsdp_config asks for nothing",
+               parallel_strategy=("ddp", "default"))
+        path = write_file(directory, "zero3.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "deepspeed_config.zero_stage 3",
+               parallel_strategy=("fsdp", f"zero_stage 3 from config file {path}"),
+               fsdp_sharding_strategy=("FULL_SHARD", f"zero_stage 3 from config file {path}"))
+        # Accelerate's spellings in the file: keys without the fsdp_ prefix, numbers, any case, and FSDP1's strategy
+        # under fsdp_reshard_after_forward (what Accelerate's questionnaire writes for version 1).
+        path = write_file(directory, "spelled.yaml", "distributed_type: FSDP\nfsdp_config:\n  sharding_strategy: 2\n"
+                                                     "  version: 2\n  state_dict_type: full_state_dict\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "unprefixed keys",
+               fsdp_sharding_strategy=("SHARD_GRAD_OP", f"config file {path}"),
+               fsdp_reshard_after_forward=("false", f"fsdp_sharding_strategy SHARD_GRAD_OP from config file {path}"),
+               fsdp_version=("2", f"config file {path}"),
+               fsdp_state_dict_type=("FULL_STATE_DICT", f"config file {path}"))
+        path = write_file(directory, "fsdp1.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                                   "  fsdp_reshard_after_forward: NO_SHARD\n  fsdp_version: 1\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "FSDP1's spelling",
+               fsdp_sharding_strategy=("NO_SHARD", f"fsdp_reshard_after_forward NO_SHARD from config file {path}"),
+               fsdp_reshard_after_forward=("false", f"config file {path}"))
+    # Each spelling Accelerate accepts, from the environment, alongside the other variable as Hugging Face's launcher
+    # exports it when it was not given (FSDP_RESHARD_AFTER_FORWARD=true, FSDP_SHARDING_STRATEGY=FULL_SHARD).
+    for text, name in [("FULL_SHARD", "FULL_SHARD"), ("shard_grad_op", "SHARD_GRAD_OP"), ("No_Shard", "NO_SHARD"),
+                       ("1", "FULL_SHARD"), ("2", "SHARD_GRAD_OP"), ("3", "NO_SHARD")]:
+        expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_SHARDING_STRATEGY=text,
+                                 FSDP_RESHARD_AFTER_FORWARD="true")),
+               f"FSDP_SHARDING_STRATEGY={text}", fsdp_sharding_strategy=name)
+    for text, name in [("false", "SHARD_GRAD_OP"), ("true", "FULL_SHARD"), ("shard_grad_op", "SHARD_GRAD_OP"),
+                       ("no_shard", "NO_SHARD"), ("full_shard", "FULL_SHARD")]:
+        expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_SHARDING_STRATEGY="FULL_SHARD",
+                                 FSDP_RESHARD_AFTER_FORWARD=text)),
+               f"FSDP_RESHARD_AFTER_FORWARD={text}", fsdp_sharding_strategy=name)
+    expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_RESHARD_AFTER_FORWARD="false")), "reshard false",
+           fsdp_sharding_strategy=("SHARD_GRAD_OP", "fsdp_reshard_after_forward false from the environment"))
+    expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_SHARDING_STRATEGY="NO_SHARD",
+                             FSDP_RESHARD_AFTER_FORWARD="false")), "NO_SHARD agrees with false",
+           fsdp_sharding_strategy=("NO_SHARD", "environment"))
+    expect(probe(environment(FSDP_RESHARD_AFTER_FORWARD="true"), "parallel_strategy=fsdp",
+                 "fsdp_sharding_strategy=shard_grad_op"), "an option beats the launcher's default",
+           fsdp_sharding_strategy=("SHARD_GRAD_OP", "options"),
+           fsdp_reshard_after_forward=("false", "fsdp_sharding_strategy SHARD_GRAD_OP from AcceleratorOptions"))
+    expect(probe(environment(), "parallel_strategy=fsdp", "fsdp_reshard_after_forward=false"), "reshard option",
+           fsdp_sharding_strategy=("SHARD_GRAD_OP", "fsdp_reshard_after_forward false from AcceleratorOptions"))
+    for text, name in [("full_state_dict", "FULL_STATE_DICT"), ("SHARDED_STATE_DICT", "SHARDED_STATE_DICT"),
+                       ("1", "FULL_STATE_DICT"), ("3", "SHARDED_STATE_DICT")]:
+        expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_STATE_DICT_TYPE=text)),
+               f"FSDP_STATE_DICT_TYPE={text}", fsdp_state_dict_type=(name, "environment"))
+    expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_VERSION="2")), "FSDP_VERSION=2",
+           fsdp_version=("2", "environment"))
+    # What Hugging Face's launcher exports for settings without effect here, and for the defaults, is accepted.
+    accepted = dict(FSDP_BACKWARD_PREFETCH="backward_post", FSDP_FORWARD_PREFETCH="true", FSDP_USE_ORIG_PARAMS="false",
+                    FSDP_SYNC_MODULE_STATES="false", FSDP_CPU_RAM_EFFICIENT_LOADING="true",
+                    FSDP_MIN_NUM_PARAMS="100000000", FSDP_AUTO_WRAP_POLICY="NO_WRAP", FSDP_OFFLOAD_PARAMS="false",
+                    FSDP_ACTIVATION_CHECKPOINTING="false", FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD="false")
+    expect(probe(environment(ACCELERATE_USE_FSDP="true", **accepted)), "settings without effect",
+           parallel_strategy="fsdp")
+    for value in ["BACKWARD_PRE", "NO_PREFETCH"]:
+        expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_BACKWARD_PREFETCH=value,
+                                 FSDP_CPU_RAM_EFFICIENT_LOADING="false", FSDP_MIN_NUM_PARAMS="0")),
+               f"FSDP_BACKWARD_PREFETCH={value}", parallel_strategy="fsdp")
+
+
+# The runtime's refusals: (environment, AcceleratorOptions, the message). PATH is the config file's path.
+FSDP_ENV = {"ACCELERATE_USE_FSDP": "true"}
+RUNTIME_UNITS = ("mark the units in code: the fsdp strategy's units are the modules whose forward calls "
+                 "accelerate::fsdp::unit(*this, ...)")
+RUNTIME_REFUSALS = [
+    # What comes in a later version, from the environment and from the file.
+    ({**FSDP_ENV, "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"}, [],
+     "FSDP_AUTO_WRAP_POLICY='TRANSFORMER_BASED_WRAP' (from the environment) asks FSDP to choose its units, which "
+     f"comes with automatic wrapping in a later version; use NO_WRAP for now and {RUNTIME_UNITS}"),
+    ({**FSDP_ENV, "FSDP_AUTO_WRAP_POLICY": "size_based_wrap"}, [],
+     "FSDP_AUTO_WRAP_POLICY='size_based_wrap' (from the environment) asks FSDP to choose its units"),
+    ({**FSDP_ENV, "FSDP_TRANSFORMER_CLS_TO_WRAP": "Block"}, [],
+     "FSDP_TRANSFORMER_CLS_TO_WRAP='Block' (from the environment) names the module classes of automatic wrapping "
+     f"(TRANSFORMER_BASED_WRAP), which comes in a later version; remove it for now and {RUNTIME_UNITS}"),
+    ({**FSDP_ENV, "FSDP_MIN_NUM_PARAMS": "1000"}, [],
+     "FSDP_MIN_NUM_PARAMS='1000' (from the environment) is the threshold of automatic wrapping (SIZE_BASED_WRAP), "
+     "which comes in a later version; remove it for now (Accelerate's default 100000000 is accepted) and "
+     f"{RUNTIME_UNITS}"),
+    ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING": "true"}, [],
+     "FSDP_ACTIVATION_CHECKPOINTING='true' (from the environment) asks to recompute activations in backward, which "
+     "comes with activation checkpointing in a later version; use false for now"),
+    ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "true"}, [],
+     "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD='true' (from the environment) asks to offload checkpointed activations "
+     "to the CPU, which comes with activation checkpointing in a later version; use false for now"),
+    ({**FSDP_ENV, "FSDP_OFFLOAD_PARAMS": "true"}, [],
+     "FSDP_OFFLOAD_PARAMS='true' (from the environment) asks to offload parameters and gradients to the CPU, which "
+     "comes with offload in a later version of the fsdp strategy; use false for now"),
+    ({**FSDP_ENV, "FSDP_IGNORED_MODULES": "head"}, [],
+     "FSDP_IGNORED_MODULES='head' (from the environment) names modules FSDP should leave unsharded, which this "
+     "version of the fsdp strategy does not have; remove it"),
+    ({**FSDP_ENV, "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu"}, [],
+     "offload_optimizer_device='cpu' (from the environment) asks to keep the optimizer state on the CPU, which comes "
+     "with offload in a later version of the fsdp strategy (parallel_strategy is fsdp, from ACCELERATE_USE_FSDP=true "
+     "in the environment); use none for now (ZeRO, zero_stage 1 or 2, offloads the optimizer state)"),
+    ({**FSDP_ENV, "FSDP_SHARDING_STRATEGY": "HYBRID_SHARD"}, [],
+     "fsdp_sharding_strategy='HYBRID_SHARD' (from the environment) asks for hybrid sharding (sharded within each "
+     "machine, replicated across machines), which comes in a later version of the fsdp strategy; use FULL_SHARD or "
+     "SHARD_GRAD_OP for now"),
+    ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=5"],
+     "fsdp_sharding_strategy='5' (from AcceleratorOptions) asks for hybrid sharding"),
+    ({**FSDP_ENV, "FSDP_RESHARD_AFTER_FORWARD": "_hybrid_shard_zero2"}, [],
+     "fsdp_reshard_after_forward='_hybrid_shard_zero2' (from the environment) asks for hybrid sharding"),
+    ({**FSDP_ENV, "FSDP_STATE_DICT_TYPE": "LOCAL_STATE_DICT"}, [],
+     "fsdp_state_dict_type='LOCAL_STATE_DICT' (from the environment) is FSDP1's per-process flat shards, which "
+     "neither FSDP2 nor this runtime writes; use SHARDED_STATE_DICT (each process writes its shards) or "
+     "FULL_STATE_DICT (the main process writes whole models)"),
+    ({}, ["parallel_strategy=fsdp", "fsdp_state_dict_type=2"], "fsdp_state_dict_type='2' (from AcceleratorOptions) "
+     "is FSDP1's per-process flat shards"),
+    # Bad values: the key, the value, where it came from and what is accepted.
+    ({**FSDP_ENV, "FSDP_VERSION": "3"}, [],
+     "fsdp_version='3' (from the environment) is not an FSDP version; use 1 or 2 (the same behaviour here)"),
+    ({**FSDP_ENV, "FSDP_VERSION": "two"}, [], "fsdp_version='two' (from the environment) is not a whole number"),
+    ({**FSDP_ENV, "FSDP_SHARDING_STRATEGY": "FULL"}, [],
+     "fsdp_sharding_strategy='FULL' (from the environment) is not a sharding strategy; use FULL_SHARD, SHARD_GRAD_OP "
+     "or NO_SHARD (Accelerate's names, in any case, or its numbers 1, 2, 3)"),
+    ({**FSDP_ENV, "FSDP_STATE_DICT_TYPE": "FULL"}, [],
+     "fsdp_state_dict_type='FULL' (from the environment) is not a state dict type; use SHARDED_STATE_DICT (each "
+     "process writes its shards) or FULL_STATE_DICT (the main process writes whole models)"),
+    ({**FSDP_ENV, "FSDP_RESHARD_AFTER_FORWARD": "maybe"}, [],
+     "fsdp_reshard_after_forward='maybe' (from the environment) is neither true nor false (FSDP2's spelling) nor a "
+     "sharding strategy (FSDP1's: FULL_SHARD, SHARD_GRAD_OP or NO_SHARD, in any case)"),
+    ({**FSDP_ENV, "FSDP_BACKWARD_PREFETCH": "BACKWARD_NEVER"}, [],
+     "FSDP_BACKWARD_PREFETCH='BACKWARD_NEVER' (from the environment) is not one of BACKWARD_PRE, BACKWARD_POST, "
+     "NO_PREFETCH"),
+    ({**FSDP_ENV, "FSDP_OFFLOAD_PARAMS": "maybe"}, [],
+     "FSDP_OFFLOAD_PARAMS='maybe' (from the environment) is not a boolean; use true or false"),
+    ({**FSDP_ENV, "FSDP_MIN_NUM_PARAMS": "-5"}, [], "FSDP_MIN_NUM_PARAMS='-5' (from the environment) is not a whole "
+     "number >= 0"),
+    # Settings that contradict each other: both named, with where each came from.
+    ({**FSDP_ENV, "ACCELERATE_PARALLEL_STRATEGY": "ddp"}, [],
+     "parallel_strategy='ddp' (from the environment) conflicts with ACCELERATE_USE_FSDP=true in the environment: FSDP "
+     "runs the \"fsdp\" strategy. Leave parallel_strategy unset or set it to fsdp, or leave out the FSDP settings "
+     "(distributed_type MULTI_GPU or MULTI_CPU without an fsdp_config section, ACCELERATE_USE_FSDP unset)"),
+    ({**FSDP_ENV, "ACCELERATE_PARALLEL_STRATEGY": "zero"}, [],
+     "parallel_strategy='zero' (from the environment) conflicts with ACCELERATE_USE_FSDP=true in the environment: FSDP "
+     "runs the \"fsdp\" strategy."),
+    ({}, ["parallel_strategy=zero", "zero_stage=3"],
+     "parallel_strategy='zero' (from AcceleratorOptions) conflicts with zero_stage='3' (from AcceleratorOptions): "
+     "ZeRO stage 3 shards the parameters too, which the \"fsdp\" strategy runs. Leave parallel_strategy unset "
+     "(zero_stage 3 then selects fsdp) or set it to fsdp, or set zero_stage to 1 or 2"),
+    ({"ACCELERATE_DEEPSPEED_ZERO_STAGE": "3", "ACCELERATE_PARALLEL_STRATEGY": "ddp"}, [],
+     "parallel_strategy='ddp' (from the environment) conflicts with zero_stage='3' (from the environment): ZeRO stage "
+     "3 runs the \"fsdp\" strategy. Leave parallel_strategy unset (zero_stage 3 then selects fsdp) or set it to "
+     "fsdp, or set zero_stage to 0 to replicate the model"),
+    ({}, ["parallel_strategy=fsdp", "zero_stage=2"],
+     "parallel_strategy='fsdp' (from AcceleratorOptions) conflicts with zero_stage='2' (from AcceleratorOptions): a "
+     "ZeRO stage of 1 or 2 runs the \"zero\" strategy. Set zero_stage to 3 (fully sharded, as fsdp) or 0, or leave "
+     "it unset; or set parallel_strategy to zero"),
+    ({**FSDP_ENV, "ACCELERATE_USE_DEEPSPEED": "true"}, [],
+     "zero_stage='2' (from Accelerate's DeepSpeed default stage, for ACCELERATE_USE_DEEPSPEED=true in the "
+     "environment) conflicts with ACCELERATE_USE_FSDP=true in the environment: a ZeRO stage of 1 or 2 runs the "
+     "\"zero\" strategy, and FSDP the \"fsdp\" strategy. Ask for one: leave out the DeepSpeed settings (or use "
+     "zero_stage 3, which is fully sharded), or the FSDP ones"),
+    ({**FSDP_ENV, "FSDP_SHARDING_STRATEGY": "NO_SHARD", "FSDP_RESHARD_AFTER_FORWARD": "shard_grad_op"}, [],
+     "fsdp_sharding_strategy='NO_SHARD' (from the environment) conflicts with fsdp_reshard_after_forward="
+     "'SHARD_GRAD_OP' (from the environment): fsdp_reshard_after_forward true means FULL_SHARD, and false "
+     "SHARD_GRAD_OP (or NO_SHARD). Set one of the two, or make them agree"),
+    ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=NO_SHARD", "fsdp_reshard_after_forward=true"],
+     "fsdp_sharding_strategy='NO_SHARD' (from AcceleratorOptions) conflicts with fsdp_reshard_after_forward='true' "
+     "(from AcceleratorOptions)"),
+    ({"FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP"}, ["zero_stage=3"],
+     "fsdp_sharding_strategy='SHARD_GRAD_OP' (from the environment) conflicts with zero_stage='3' (from "
+     "AcceleratorOptions): ZeRO stage 3 is fully sharded (FULL_SHARD). Leave the sharding strategy unset or make it "
+     "FULL_SHARD, or use zero_stage 2 (optimizer state and gradients sharded, as SHARD_GRAD_OP does)"),
+    # An fsdp option in code without the fsdp strategy would do nothing.
+    ({}, ["fsdp_version=2"],
+     "fsdp_version='2' (from AcceleratorOptions) conflicts with parallel_strategy='ddp' (from the default): "
+     "fsdp_version applies under the fsdp strategy only (here it would do nothing). Set parallel_strategy(\"fsdp\") "
+     "too (or distributed_type: FSDP in the config file), or leave fsdp_version unset"),
+    ({}, ["parallel_strategy=zero", "fsdp_state_dict_type=FULL_STATE_DICT"],
+     "fsdp_state_dict_type='FULL_STATE_DICT' (from AcceleratorOptions) conflicts with parallel_strategy='zero' (from "
+     "AcceleratorOptions): fsdp_state_dict_type applies under the fsdp strategy only"),
+    ({}, ["fsdp_reshard_after_forward=false"],
+     "fsdp_reshard_after_forward='false' (from AcceleratorOptions) conflicts with parallel_strategy='ddp'"),
+]
+
+
+def RuntimeRefusesWhatFsdpLacksNamingKeyValueAndSource():
+    for overrides, options, expected in RUNTIME_REFUSALS:
+        message = probe_refusal(environment(**overrides), *options)
+        check(message.startswith("accelerate: " + expected), f"expected the message to begin {expected!r}",
+              f"environment {overrides}, options {options}\n{message}")
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_file(directory, "refused.yaml",
+                          "distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n")
+        check(probe_refusal(environment(ACCELERATE_CONFIG_FILE=path)) ==
+              f"accelerate: fsdp_config.fsdp_offload_params='true' (from config file {path}) asks to offload "
+              "parameters and gradients to the CPU, which comes with offload in a later version of the fsdp "
+              "strategy; use false for now", "a file's setting is named by its key and the file")
+        path = write_file(directory, "deepspeed.yaml", "distributed_type: DEEPSPEED\nfsdp_config:\n  fsdp_version: 2\n")
+        check(probe_refusal(environment(ACCELERATE_CONFIG_FILE=path)).startswith(
+            f"accelerate: zero_stage='2' (from Accelerate's DeepSpeed default stage, for distributed_type: DEEPSPEED "
+            f"in config file {path}) conflicts with the fsdp_config section in config file {path}: "),
+            "DeepSpeed's default stage with an fsdp_config section")
+
+
+# Files both accel and the runtime must judge alike: (YAML, accel's refusal after "PATH:" or None, the start of the
+# runtime's refusal after "accelerate: " or None). Their rules are two copies (tools/accel and runtime/config.cpp).
+ALIKE = [
+    ("distributed_type: FSDP\n", None, None),
+    ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n", None, None),
+    ("distributed_type: FSDP\nfsdp_config:\n  sharding_strategy: 3\n  fsdp_reshard_after_forward: false\n"
+     "  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_use_orig_params: false\n  fsdp_sync_module_states: false\n"
+     "  fsdp_forward_prefetch: true\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_min_num_params: 100000000\n",
+     None, None),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: false\n", None, None),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n",
+     "3:3: fsdp_config.fsdp_offload_params true asks to offload parameters and gradients to the CPU, which comes with "
+     "offload in a later version of accelerate-cpp's fsdp strategy (use false for now)",
+     "fsdp_config.fsdp_offload_params='true' (from config file PATH) asks to offload parameters"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n",
+     "3:3: fsdp_config.fsdp_activation_checkpointing true asks to recompute activations in backward, which comes with "
+     "activation checkpointing in a later version of accelerate-cpp (use false for now)",
+     "fsdp_config.fsdp_activation_checkpointing='true' (from config file PATH) asks to recompute activations"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing_offload: true\n",
+     "3:3: fsdp_config.fsdp_activation_checkpointing_offload true asks to offload checkpointed activations to the CPU, "
+     "which comes with activation checkpointing in a later version of accelerate-cpp (use false for now)",
+     "fsdp_config.fsdp_activation_checkpointing_offload='true' (from config file PATH) asks to offload checkpointed"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: size_based_wrap\n",
+     f"3:3: fsdp_config.fsdp_auto_wrap_policy SIZE_BASED_WRAP {AUTO_WRAP}",
+     "fsdp_config.fsdp_auto_wrap_policy='size_based_wrap' (from config file PATH) asks FSDP to choose its units"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: NO_WRAP\n  fsdp_transformer_layer_cls_to_wrap: "
+     "Block\n", "4:3: fsdp_config.fsdp_transformer_layer_cls_to_wrap Block names the module classes of automatic "
+     "wrapping (TRANSFORMER_BASED_WRAP), which comes in a later version of accelerate-cpp (remove it for now and "
+     f"{UNITS})", "fsdp_config.fsdp_transformer_layer_cls_to_wrap='Block' (from config file PATH) names the module"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_min_num_params: 1000\n",
+     "3:3: fsdp_config.fsdp_min_num_params 1000 is the threshold of automatic wrapping (SIZE_BASED_WRAP), which comes "
+     "in a later version of accelerate-cpp (remove it for now, or use Accelerate's default 100000000, and "
+     f"{UNITS})", "fsdp_config.fsdp_min_num_params='1000' (from config file PATH) is the threshold"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_ignored_modules: head\n",
+     "3:3: fsdp_config.fsdp_ignored_modules head names modules FSDP should leave unsharded, which accelerate-cpp's "
+     "fsdp strategy does not have (remove it)",
+     "fsdp_config.fsdp_ignored_modules='head' (from config file PATH) names modules FSDP should leave unsharded"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n",
+     "3:3: fsdp_config.fsdp_sharding_strategy HYBRID_SHARD asks for hybrid sharding (sharded within each machine, "
+     "replicated across machines), which comes in a later version of accelerate-cpp's fsdp strategy (use FULL_SHARD "
+     "or SHARD_GRAD_OP for now)", "fsdp_sharding_strategy='HYBRID_SHARD' (from config file PATH) asks for hybrid"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: HYBRID_SHARD_ZERO2\n",
+     "3:3: fsdp_config.fsdp_reshard_after_forward HYBRID_SHARD_ZERO2 asks for hybrid sharding",
+     "fsdp_reshard_after_forward='HYBRID_SHARD_ZERO2' (from config file PATH) asks for hybrid sharding"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_state_dict_type: LOCAL_STATE_DICT\n",
+     "3:3: fsdp_config.fsdp_state_dict_type LOCAL_STATE_DICT is FSDP1's per-process flat shards, which neither FSDP2 "
+     "nor accelerate-cpp writes (use SHARDED_STATE_DICT: each process writes its shards, or FULL_STATE_DICT: the main "
+     "process writes whole models)", "fsdp_state_dict_type='LOCAL_STATE_DICT' (from config file PATH) is FSDP1's"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n  fsdp_reshard_after_forward: true\n",
+     "3:3: fsdp_config.fsdp_sharding_strategy NO_SHARD conflicts with fsdp_config.fsdp_reshard_after_forward true: "
+     "true means FULL_SHARD, false SHARD_GRAD_OP (or NO_SHARD) (keep one of the two, or make them agree)",
+     "fsdp_sharding_strategy='NO_SHARD' (from config file PATH) conflicts with fsdp_reshard_after_forward='true' "
+     "(from config file PATH)"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nfsdp_config:\n  fsdp_sharding_strategy: 2\n",
+     "5:3: fsdp_config.fsdp_sharding_strategy 2 conflicts with deepspeed_config.zero_stage 3, which is fully sharded "
+     "(leave the sharding strategy unset or make it FULL_SHARD, or use zero_stage 2)",
+     "fsdp_sharding_strategy='2' (from config file PATH) conflicts with zero_stage='3' (from config file PATH)"),
+    ("distributed_type: FSDP\ndeepspeed_config:\n  zero_stage: 2\n",
+     "1:1: distributed_type FSDP conflicts with DeepSpeed's zero_stage 2: ZeRO stage 1 or 2 runs the zero strategy, "
+     "FSDP the fsdp strategy (ask for one: leave out the DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully "
+     "sharded)", "zero_stage='2' (from config file PATH) conflicts with distributed_type: FSDP in config file PATH"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n",
+     "4:3: deepspeed_config.offload_optimizer_device cpu with zero_stage 3 asks to keep the optimizer state on the "
+     "CPU, which comes with offload in a later version of accelerate-cpp's fsdp strategy (use none for now; ZeRO "
+     "stage 1 or 2 offloads the optimizer state)",
+     "offload_optimizer_device='cpu' (from config file PATH) asks to keep the optimizer state on the CPU"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n",
+     "3:17: fsdp_config.fsdp_version must be a whole number between 1 and 2 (got '3')",
+     "fsdp_version='3' (from config file PATH) is not an FSDP version"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL\n",
+     "3:27: fsdp_config.fsdp_sharding_strategy must be one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+     "HYBRID_SHARD_ZERO2, or a number from 1 to 5 (got 'FULL')",
+     "fsdp_sharding_strategy='FULL' (from config file PATH) is not a sharding strategy"),
+]
+
+
+def FsdpFilesAreJudgedAlikeByAccelAndTheRuntime():
+    with tempfile.TemporaryDirectory() as directory:
+        files = [(text, accel_says, runtime_says, write_file(directory, f"case{i}.yaml", text))
+                 for i, (text, accel_says, runtime_says) in enumerate(ALIKE)]
+        files += [(name, REFUSED_YAMLS.get(name), "fsdp_config.fsdp_auto_wrap_policy='TRANSFORMER_BASED_WRAP'"
+                   if name in REFUSED_YAMLS else None, os.path.join(PYTHON_YAMLS, name))
+                  for name in ["fsdp.yaml", "fsdp1_no_wrap.yaml", "fsdp2_no_wrap.yaml", "zero3.yaml"]]
+        for text, accel_says, runtime_says, path in files:
+            code, out, err = accel("config", "--validate", path)
+            code_runtime, resolved, refusal = run_probe(environment(ACCELERATE_CONFIG_FILE=path))
+            if accel_says is None:
+                check(code == 0, f"accel must accept {text!r}", err)
+                check(code_runtime == 0 and parse_state(resolved)["parallel_strategy"][0] == "fsdp",
+                      f"the runtime must run {text!r} as fsdp", resolved + refusal)
+                continue
+            expected = f"accel config: {path}:{accel_says}"
+            check(code == 2 and len(err.splitlines()) == 1 and err.startswith(expected),
+                  f"accel must refuse {text!r} in one line beginning {expected!r}", err)
+            expected = "error: accelerate: " + runtime_says.replace("PATH", path)
+            check(code_runtime == 3 and refusal.startswith(expected),
+                  f"the runtime must refuse {text!r} too, beginning {expected!r}", resolved + refusal)
+        print(f"{len(files)} files judged alike")
+
+
+# The fsdp lines of the runtime's state.
+FSDP_FIELDS = ["parallel_strategy", "fsdp_sharding_strategy", "fsdp_reshard_after_forward", "fsdp_version",
+               "fsdp_state_dict_type"]
+
+
+def RuntimeUnderAccelLaunchReadsWhatPythonsLauncherExports():
+    # The runtime in a rank of `accel launch` resolves each FSDP file as the file says, and as it resolves the
+    # variables Python Accelerate's launcher exports for the same file.
+    with tempfile.TemporaryDirectory() as directory:
+        ours = write_example("fsdp", directory)
+        cases = [(ours, ["fsdp", "FULL_SHARD", "true", "2", "SHARDED_STATE_DICT"]),
+                 (os.path.join(PYTHON_YAMLS, "fsdp1_no_wrap.yaml"),
+                  ["fsdp", "SHARD_GRAD_OP", "false", "1", "FULL_STATE_DICT"]),
+                 (os.path.join(PYTHON_YAMLS, "fsdp2_no_wrap.yaml"),
+                  ["fsdp", "SHARD_GRAD_OP", "false", "2", "FULL_STATE_DICT"]),
+                 (os.path.join(PYTHON_YAMLS, "zero3.yaml"), ["fsdp", "FULL_SHARD", "true", "1", "SHARDED_STATE_DICT"])]
+        for path, values in cases:
+            code, out, err = accel("launch", "-q", "--config_file", path, "--num_processes", "1",
+                                   "--main_process_port", free_port(), PROBE)
+            check(code == 0, f"the runtime under accel launch must accept {path}", out + err)
+            got = [parse_state(out)[name][0] for name in FSDP_FIELDS]
+            check(got == values, f"{path} under accel launch: expected {values}, the runtime resolved {got}", out)
+        need_accelerate()
+        for (path, values), exported in zip(cases, python_exports([path for path, _ in cases])):
+            env = {k: v for k, v in exported.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
+            got = [probe(environment(**env))[name][0] for name in FSDP_FIELDS]
+            check(got == values, f"{path} with Python's exports {env}: expected {values}, the runtime resolved {got}")
+            print(f"{os.path.basename(path)}: {' '.join(values)} under accel launch and Python's launcher")
 
 
 # ------------------------------------------------------------------------------------------- default, env
@@ -443,11 +897,26 @@ def EnvReportsVersionsDevicesAndConfig():
     code, out, err = accel("env", env=environment(ACCELERATE_USE_DEEPSPEED="true"))
     check(code == 0 and "- Parallel strategy: zero (ZeRO stage 2, optimizer offload none)\n" in out,
           "without a file, ACCELERATE_USE_DEEPSPEED=true means ZeRO stage 2", out)
-    # A file asking for FSDP: accel env still reports, and says why launch would refuse it.
+    # FSDP: the sharding strategy, version and state dict type the ranks run, and the FSDP_* variables.
+    config = os.path.join(PYTHON_YAMLS, "fsdp1_no_wrap.yaml")
+    code, out, err = accel("env", "--config_file", config, env=env)
+    check(code == 0 and "- Parallel strategy: fsdp (SHARD_GRAD_OP, fsdp_version 1, FULL_STATE_DICT)\n" in out
+          and "    FSDP_RESHARD_AFTER_FORWARD=shard_grad_op\n" in out and "    ACCELERATE_USE_FSDP=true\n" in out,
+          "accel env must show FSDP's sharding strategy, version and state dict type", out)
+    code, out, err = accel("env", "--config_file", os.path.join(PYTHON_YAMLS, "zero3.yaml"), env=env)
+    check(code == 0 and "- Parallel strategy: fsdp (FULL_SHARD for ZeRO stage 3, fsdp_version 1, SHARDED_STATE_DICT)\n"
+          in out, "ZeRO stage 3 runs the fsdp strategy", out)
+    code, out, err = accel("env", env=environment(ACCELERATE_USE_FSDP="true", FSDP_RESHARD_AFTER_FORWARD="false"))
+    check(code == 0 and "- Parallel strategy: fsdp (SHARD_GRAD_OP, fsdp_version 1, SHARDED_STATE_DICT)\n" in out,
+          "without a file, ACCELERATE_USE_FSDP=true means FSDP", out)
+    # A file asking for what accelerate-cpp does not run: accel env still reports, and says why launch would refuse.
     config = os.path.join(PYTHON_YAMLS, "fsdp.yaml")
     code, out, err = accel("env", "--config_file", config, env=env)
-    check(code == 0 and f"- Config: invalid: {config}:{SHARDED_YAMLS['fsdp.yaml']} {SHARDED}" in out,
-          "accel env must say why the FSDP file is refused", out)
+    check(code == 0 and f"- Config: invalid: {config}:{REFUSED_YAMLS['fsdp.yaml']}" in out,
+          "accel env must say why Python's default FSDP file is refused", out)
+    code, out, err = accel("env", env=environment(ACCELERATE_USE_FSDP="true", FSDP_OFFLOAD_PARAMS="true"))
+    check(code == 0 and "- Parallel strategy: invalid: FSDP_OFFLOAD_PARAMS=true in the environment asks to offload "
+          "parameters" in out, "accel env must say why the environment is refused", out)
 
 
 def OptionTableMatchesApiDoc():
@@ -468,15 +937,16 @@ def main():
     parser.add_argument("--list", action="store_true", help="print the test names, one a line, and exit")
     parser.add_argument("--accel")
     parser.add_argument("--docs")
+    parser.add_argument("--probe")
     parser.add_argument("test", nargs="?", choices=sorted(TESTS))
     args = parser.parse_args()
     if args.list:
         print("\n".join(TESTS))
         return 0
-    if not (args.accel and args.docs and args.test):
-        parser.error("give --accel, --docs and a test name (or --list)")
-    global ACCEL, DOCS
-    ACCEL, DOCS = os.path.abspath(args.accel), os.path.abspath(args.docs)
+    if not (args.accel and args.docs and args.probe and args.test):
+        parser.error("give --accel, --docs, --probe and a test name (or --list)")
+    global ACCEL, DOCS, PROBE
+    ACCEL, DOCS, PROBE = os.path.abspath(args.accel), os.path.abspath(args.docs), os.path.abspath(args.probe)
     try:
         TESTS[args.test]()
     except Skip as reason:

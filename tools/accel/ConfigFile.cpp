@@ -79,18 +79,6 @@ std::string ConfigDocument::where(const std::string& dottedKey) const {
   return path + ": ";
 }
 
-std::string fsdpRefusal(const std::string& what) {
-  return what +
-         " asks for FSDP (fully sharded training), which accelerate-cpp does not support yet. Use data "
-         "parallelism or ZeRO instead: distributed_type: MULTI_GPU (or MULTI_CPU, --multi_gpu or --cpu for "
-         "accel launch), or DEEPSPEED with deepspeed_config.zero_stage 1 or 2 "
-         "(--use_deepspeed --zero_stage 2), without an fsdp_config section";
-}
-
-const char* const kZeroStage3Refusal =
-    "shards the parameters too, which needs the fully sharded strategy that accelerate-cpp does not have yet "
-    "(use zero_stage 1: optimizer state sharded, or 2: optimizer state and gradients sharded)";
-
 const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
   static const std::vector<UnsupportedDeepSpeedKey> kKeys = {
       {"deepspeed_config_file", "none",
@@ -98,21 +86,78 @@ const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
        "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps instead)"},
       {"offload_optimizer_device", "", ""}, // checked below: none and cpu are supported, nvme is not
       {"offload_param_device", "none",
-       "offloads parameters, which needs ZeRO stage 3 (not in accelerate-cpp yet; use none)"},
+       "offloads parameters, which comes with offload in a later version of accelerate-cpp's fsdp strategy "
+       "(which runs ZeRO stage 3; use none for now)"},
       {"offload_optimizer_nvme_path", "none",
        "is for NVMe offload, which accelerate-cpp does not have (remove it; offload_optimizer_device takes "
        "none or cpu)"},
       {"offload_param_nvme_path", "none",
        "is for NVMe offload, which accelerate-cpp does not have (remove it)"},
-      {"zero3_init_flag", "false", "is for ZeRO stage 3, which accelerate-cpp does not have yet (use false)"},
+      {"zero3_init_flag", "false",
+       "is for ZeRO stage 3's partitioned construction (deepspeed.zero.Init), which accelerate-cpp does not "
+       "do: every process builds the whole model and prepare() shards it (use false)"},
       {"zero3_save_16bit_model", "false",
-       "is for ZeRO stage 3, which accelerate-cpp does not have yet (use false)"},
+       "is for ZeRO stage 3's 16-bit whole-model file, which accelerate-cpp does not write (use false; "
+       "fsdp_state_dict_type FULL_STATE_DICT puts whole models in checkpoints)"},
       {"deepspeed_moe_layer_cls_names", "",
        "names Python module classes for DeepSpeed's mixture-of-experts, which accelerate-cpp does not have "
        "(remove it)"},
   };
   return kKeys;
 }
+
+namespace {
+#define ACCEL_FSDP_UNITS                                                                                     \
+  "mark the units in code: the modules whose forward calls accelerate::fsdp::unit(*this, ...)"
+} // namespace
+
+const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
+  static const std::vector<UnsupportedFsdpKey> kKeys = {
+      {"fsdp_auto_wrap_policy",
+       {"NO_WRAP"},
+       "asks FSDP to choose its units, which comes with automatic wrapping in a later version of "
+       "accelerate-cpp (use NO_WRAP for now and " ACCEL_FSDP_UNITS ")"},
+      {"fsdp_transformer_layer_cls_to_wrap",
+       {},
+       "names the module classes of automatic wrapping (TRANSFORMER_BASED_WRAP), which comes in a later "
+       "version of accelerate-cpp (remove it for now and " ACCEL_FSDP_UNITS ")"},
+      {"fsdp_min_num_params",
+       {"100000000", "0"},
+       "is the threshold of automatic wrapping (SIZE_BASED_WRAP), which comes in a later version of "
+       "accelerate-cpp (remove it for now, or use Accelerate's default 100000000, and " ACCEL_FSDP_UNITS ")"},
+      {"fsdp_activation_checkpointing",
+       {"false"},
+       "asks to recompute activations in backward, which comes with activation checkpointing in a later "
+       "version of accelerate-cpp (use false for now)"},
+      {"fsdp_activation_checkpointing_offload",
+       {"false"},
+       "asks to offload checkpointed activations to the CPU, which comes with activation checkpointing in a "
+       "later version of accelerate-cpp (use false for now)"},
+      {"fsdp_offload_params",
+       {"false"},
+       "asks to offload parameters and gradients to the CPU, which comes with offload in a later version of "
+       "accelerate-cpp's fsdp strategy (use false for now)"},
+      {"fsdp_ignored_modules",
+       {},
+       "names modules FSDP should leave unsharded, which accelerate-cpp's fsdp strategy does not have "
+       "(remove "
+       "it)"},
+  };
+  return kKeys;
+}
+
+#undef ACCEL_FSDP_UNITS
+
+const char* const kHybridShardingRefusal =
+    "asks for hybrid sharding (sharded within each machine, replicated across machines), which comes in a "
+    "later version of accelerate-cpp's fsdp strategy (use FULL_SHARD or SHARD_GRAD_OP for now)";
+const char* const kLocalStateDictRefusal =
+    "is FSDP1's per-process flat shards, which neither FSDP2 nor accelerate-cpp writes (use "
+    "SHARDED_STATE_DICT: each process writes its shards, or FULL_STATE_DICT: the main process writes whole "
+    "models)";
+const char* const kFsdpOptimizerOffloadRefusal =
+    "asks to keep the optimizer state on the CPU, which comes with offload in a later version of "
+    "accelerate-cpp's fsdp strategy (use none for now; ZeRO stage 1 or 2 offloads the optimizer state)";
 
 // ------------------------------------------------------------------------------------------- the path
 
@@ -302,7 +347,9 @@ ConfigValue ConfigReader::readValue(const ConfigKey& key, const YAML::Node& valu
   if (!canonical)
     throw ConfigError(where + name + " must be " + problem.mustBe + " (got '" + value.Scalar() + "')");
   bool isString = key.rule.type == ValueType::Text || key.rule.type == ValueType::Choice ||
-                  (key.rule.type == ValueType::BoolOrChoice && !parseBool(*canonical));
+                  (key.rule.type == ValueType::BoolOrChoice && !parseBool(*canonical)) ||
+                  (key.rule.type == ValueType::ChoiceOrNumber &&
+                   !std::isdigit(static_cast<unsigned char>(canonical->front())));
   return ConfigValue::scalar(*canonical, isString);
 }
 
@@ -313,13 +360,11 @@ std::string joined(const std::vector<std::string>& items) {
   return text;
 }
 
-/// The DeepSpeed keys accel cannot run: ZeRO stage 3 and the keys of unsupportedDeepSpeedKeys() with another
-/// value than their default. Stage 0 to 2, offload of the optimizer state to the CPU, the clipping and the
-/// accumulation steps are run; the multi-node launcher keys are accepted (accel starts each machine's ranks).
+/// The DeepSpeed keys accel cannot run: the keys of unsupportedDeepSpeedKeys() with another value than their
+/// default. Stages 0 to 3 (3 runs the fsdp strategy), offload of the optimizer state to the CPU (stages 1 and
+/// 2), the clipping and the accumulation steps are run; the multi-node launcher keys are accepted (accel
+/// starts each machine's ranks).
 void checkDeepSpeedSection(const ConfigDocument& document) {
-  if (document.scalar("deepspeed_config.zero_stage") == std::optional<std::string>("3"))
-    throw ConfigError(document.where("deepspeed_config.zero_stage") + "deepspeed_config.zero_stage 3 " +
-                      kZeroStage3Refusal);
   if (auto device = document.scalar("deepspeed_config.offload_optimizer_device"); device && *device == "nvme")
     throw ConfigError(
         document.where("deepspeed_config.offload_optimizer_device") +
@@ -334,6 +379,74 @@ void checkDeepSpeedSection(const ConfigDocument& document) {
   }
 }
 
+bool isFilledSection(const ConfigDocument& document, const std::string& key) {
+  const ConfigValue* value = document.root.find(key);
+  return value && value->kind == ConfigValue::Kind::Map && !value->entries.empty();
+}
+
+/// What the fsdp strategy cannot run, where the file runs it (distributed_type FSDP, an fsdp_config section
+/// that is not empty, or DeepSpeed's zero_stage 3): the keys of unsupportedFsdpKeys() with a value they do
+/// not accept, hybrid sharding, LOCAL_STATE_DICT, optimizer offload, fsdp_sharding_strategy and
+/// fsdp_reshard_after_forward disagreeing (or not FULL_SHARD under zero_stage 3); and ZeRO stage 1 or 2 asked
+/// for with FSDP. The runtime's rules (runtime/config.cpp) for a file it reads.
+void checkFsdpSettings(const ConfigDocument& document) {
+  const std::string type = document.scalar("distributed_type").value_or("");
+  const bool fsdp = type == "FSDP" || isFilledSection(document, "fsdp_config");
+  const bool deepspeed = type == "DEEPSPEED" || isFilledSection(document, "deepspeed_config");
+  const std::string stage = document.scalar("deepspeed_config.zero_stage").value_or(deepspeed ? "2" : "0");
+  const std::string fsdpKey = type == "FSDP" ? "distributed_type" : "fsdp_config";
+  const std::string fsdpWhat = type == "FSDP" ? "distributed_type FSDP" : "the fsdp_config section";
+  if (fsdp && (stage == "1" || stage == "2"))
+    throw ConfigError(
+        document.where(fsdpKey) + fsdpWhat + " conflicts with DeepSpeed's zero_stage " + stage +
+        (document.scalar("deepspeed_config.zero_stage") ? "" : " (Accelerate's default)") +
+        ": ZeRO stage 1 or 2 runs the zero strategy, FSDP the fsdp strategy (ask for one: leave "
+        "out the DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully sharded)");
+  if (!fsdp && stage != "3")
+    return;
+  for (const UnsupportedFsdpKey& key : unsupportedFsdpKeys()) {
+    const std::string dotted = "fsdp_config." + key.name;
+    auto value = document.scalar(dotted);
+    if (value && !value->empty() &&
+        std::find(key.accepted.begin(), key.accepted.end(), *value) == key.accepted.end())
+      throw ConfigError(document.where(dotted) + dotted + " " + *value + " " + key.problem);
+  }
+  auto strategy = document.scalar("fsdp_config.fsdp_sharding_strategy");
+  auto reshard = document.scalar("fsdp_config.fsdp_reshard_after_forward");
+  if (strategy && !isRunnableShardingStrategy(*fsdpShardingStrategyName(*strategy)))
+    throw ConfigError(document.where("fsdp_config.fsdp_sharding_strategy") +
+                      "fsdp_config.fsdp_sharding_strategy " + *strategy + " " + kHybridShardingRefusal);
+  if (reshard && !isRunnableShardingStrategy(*fsdpReshardStrategy(*reshard)))
+    throw ConfigError(document.where("fsdp_config.fsdp_reshard_after_forward") +
+                      "fsdp_config.fsdp_reshard_after_forward " + *reshard + " " + kHybridShardingRefusal);
+  if (strategy && reshard && !fsdpShardingAgrees(*strategy, *reshard))
+    throw ConfigError(
+        document.where("fsdp_config.fsdp_sharding_strategy") + "fsdp_config.fsdp_sharding_strategy " +
+        *strategy + " conflicts with fsdp_config.fsdp_reshard_after_forward " + *reshard +
+        ": true means FULL_SHARD, false SHARD_GRAD_OP (or NO_SHARD) (keep one of the two, or make "
+        "them agree)");
+  if (auto type = document.scalar("fsdp_config.fsdp_state_dict_type");
+      type && fsdpStateDictTypeName(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
+    throw ConfigError(document.where("fsdp_config.fsdp_state_dict_type") +
+                      "fsdp_config.fsdp_state_dict_type " + *type + " " + kLocalStateDictRefusal);
+  const std::string resolved = strategy  ? *fsdpShardingStrategyName(*strategy)
+                               : reshard ? *fsdpReshardStrategy(*reshard)
+                                         : "FULL_SHARD";
+  if (stage == "3" && resolved != "FULL_SHARD") {
+    const std::string dotted =
+        strategy ? "fsdp_config.fsdp_sharding_strategy" : "fsdp_config.fsdp_reshard_after_forward";
+    throw ConfigError(
+        document.where(dotted) + dotted + " " + *(strategy ? strategy : reshard) +
+        " conflicts with deepspeed_config.zero_stage 3, which is fully sharded (leave the sharding "
+        "strategy unset or make it FULL_SHARD, or use zero_stage 2)");
+  }
+  if (document.scalar("deepspeed_config.offload_optimizer_device") == std::optional<std::string>("cpu"))
+    throw ConfigError(document.where("deepspeed_config.offload_optimizer_device") +
+                      "deepspeed_config.offload_optimizer_device cpu with " +
+                      (stage == "3" ? std::string("zero_stage 3") : fsdpWhat) + " " +
+                      kFsdpOptimizerOffloadRefusal);
+}
+
 /// What accel cannot launch even though Accelerate knows it, and cross-key rules.
 void checkLaunchable(const ConfigDocument& document) {
   if (document.scalar("compute_environment").value_or("LOCAL_MACHINE") != "LOCAL_MACHINE")
@@ -345,12 +458,8 @@ void checkLaunchable(const ConfigDocument& document) {
   if (!type)
     throw ConfigError(document.path + ": distributed_type is missing (add one of " +
                       joined(supportedDistributedTypes()) + "; `accel config` writes a complete file)");
-  if (*type == "FSDP")
-    throw ConfigError(document.where("distributed_type") + fsdpRefusal("distributed_type FSDP"));
-  if (const ConfigValue* value = document.root.find("fsdp_config");
-      value && value->kind == ConfigValue::Kind::Map && !value->entries.empty())
-    throw ConfigError(document.where("fsdp_config") + fsdpRefusal("the fsdp_config section"));
   checkDeepSpeedSection(document);
+  checkFsdpSettings(document);
   const auto& supported = supportedDistributedTypes();
   if (std::find(supported.begin(), supported.end(), *type) == supported.end())
     throw ConfigError(

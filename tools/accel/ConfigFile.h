@@ -58,10 +58,6 @@ public:
   using UsageError::UsageError;
 };
 
-/// The message for a request of FSDP, which accelerate-cpp does not support yet: `what` names the setting
-/// that asked for it; the message says what to use instead.
-std::string fsdpRefusal(const std::string& what);
-
 /// The DeepSpeed settings accel and the runtime do not implement, refused when set to anything but their
 /// default (Hugging Face's: "none" for a path or device, false for a flag, nothing for a list): the key in
 /// deepspeed_config (also the `accel launch` flag), its default, and why it is refused, ready to follow
@@ -73,8 +69,24 @@ struct UnsupportedDeepSpeedKey {
 };
 const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys();
 
-/// Why ZeRO stage 3 is refused, ready to follow "<setting> 3 ".
-extern const char* const kZeroStage3Refusal;
+/// Accelerate's FSDP settings that accelerate-cpp's fsdp strategy does not run yet (automatic wrapping,
+/// activation checkpointing, offload, ignored modules): the key in fsdp_config (also the `accel launch`
+/// flag), the canonical values accepted (they ask for nothing missing; empty: every value is refused), and
+/// why another is refused, ready to follow "<setting> <value> ". Checked where the fsdp strategy runs. The
+/// runtime refuses the same (runtime/config.cpp, fsdp_settings(): the two lists are kept alike by
+/// config.FsdpSettingsAreJudgedAlikeByAccelAndTheRuntime).
+struct UnsupportedFsdpKey {
+  std::string name;
+  std::vector<std::string> accepted;
+  std::string problem;
+};
+const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys();
+
+/// Why a hybrid sharding strategy, LOCAL_STATE_DICT, and optimizer offload under the fsdp strategy are
+/// refused, ready to follow "<setting> <value> ".
+extern const char* const kHybridShardingRefusal;
+extern const char* const kLocalStateDictRefusal;
+extern const char* const kFsdpOptimizerOffloadRefusal;
 
 /// Where `accel config` writes and `accel launch` reads by default, as Accelerate decides it:
 /// $HF_HOME/accelerate/default_config.yaml, else $XDG_CACHE_HOME/huggingface/accelerate/..., else
@@ -84,8 +96,9 @@ std::string defaultConfigPath();
 /// Parses and checks `text` (named `path` in messages). Throws ConfigError for malformed YAML (with line and
 /// column), an unknown key (with a "did you mean"), a value of the wrong kind or out of range (with the
 /// allowed values), or a combination accel cannot run (a SageMaker or TPU config, machine_rank >=
-/// num_machines, FSDP: distributed_type FSDP or an fsdp_config section that is not empty, ZeRO stage 3, or a
-/// DeepSpeed key of unsupportedDeepSpeedKeys() with another value than its default).
+/// num_machines, a DeepSpeed key of unsupportedDeepSpeedKeys() with another value than its default, an FSDP
+/// key of unsupportedFsdpKeys() with a value it does not accept, hybrid sharding, LOCAL_STATE_DICT,
+/// fsdp_sharding_strategy and fsdp_reshard_after_forward disagreeing, ZeRO stage 1 or 2 with FSDP).
 ConfigDocument parseConfigText(const std::string& text, const std::string& path);
 /// Reads `path` and parses it (see parseConfigText); throws ConfigError when it cannot be read.
 ConfigDocument readConfigFile(const std::string& path);

@@ -222,25 +222,18 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
   if (!(answers.distributedType == "MULTI_GPU" || (answers.distributedType == "NO" && !answers.useCpu)))
     return;
   if (!prompter.yesNo(
-          "Do you want to use DeepSpeed (ZeRO: the optimizer state, and at stage 2 the gradients, "
-          "sharded over the GPUs)?",
+          "Do you want to use DeepSpeed (ZeRO: the optimizer state, at stage 2 the gradients too, at stage 3 "
+          "the parameters too, sharded over the GPUs)?",
           false))
     return;
   answers.distributedType = "DEEPSPEED";
   ConfigValue deepspeed = ConfigValue::map();
-  long long stage = 2;
-  while (true) {
-    stage =
-        prompter.wholeNumber("What should be your DeepSpeed's ZeRO optimization stage (1: optimizer state "
-                             "sharded, 2: optimizer state and gradients sharded)?",
-                             2, 1, 3);
-    if (stage != 3)
-      break;
-    prompter.note("ZeRO stage 3 shards the parameters too, which needs the fully sharded strategy that "
-                  "accelerate-cpp does not have yet; choose 1 or 2.");
-  }
+  const long long stage =
+      prompter.wholeNumber("What should be your DeepSpeed's ZeRO optimization stage (1: optimizer state "
+                           "sharded, 2: optimizer state and gradients sharded, 3: parameters too)?",
+                           2, 1, 3);
   deepspeed.set("zero_stage", ConfigValue::number(stage));
-  if (stage >= 2) { // Accelerate asks about offload for stages 2 and 3 only
+  if (stage == 2) { // Accelerate asks about offload for stages 2 and 3 only
     static const std::vector<std::string> kDevices = {"none", "cpu"};
     deepspeed.set(
         "offload_optimizer_device",
@@ -248,6 +241,12 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
             "Where to offload optimizer states (cpu: the optimizer state and step live in CPU memory)?",
             kDevices)]));
     deepspeed.set("offload_param_device", ConfigValue::string("none")); // parameter offload needs stage 3
+  } else if (stage == 3) {
+    prompter.note("ZeRO stage 3 runs accelerate-cpp's fsdp strategy (FULL_SHARD). Offload comes in a later "
+                  "version, so it is not asked.");
+    deepspeed.set("offload_optimizer_device", ConfigValue::string("none"));
+    deepspeed.set("offload_param_device", ConfigValue::string("none"));
+    deepspeed.set("zero3_save_16bit_model", ConfigValue::boolean(false));
   }
   deepspeed.set("gradient_accumulation_steps",
                 ConfigValue::number(prompter.wholeNumber(
@@ -263,6 +262,60 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
     deepspeed.set("deepspeed_multinode_launcher", ConfigValue::string("standard"));
   }
   answers.config.set("deepspeed_config", deepspeed);
+}
+
+/// FSDP, offered where Accelerate offers it (several GPUs, DeepSpeed not chosen): the version, the sharding
+/// strategy (FSDP1's menu, which Accelerate writes as fsdp_reshard_after_forward, or FSDP2's yes/no) and the
+/// state dict type, with Accelerate's keys and spellings. What the fsdp strategy does not run yet (automatic
+/// wrapping, offload, activation checkpointing) is not asked, and written as off; settings without effect
+/// here (prefetching, use_orig_params, sync_module_states, CPU RAM efficient loading) are left out.
+void askFsdp(Prompter& prompter, Answers& answers) {
+  if (answers.distributedType != "MULTI_GPU")
+    return;
+  if (!prompter.yesNo(
+          "Do you want to use FullyShardedDataParallel (FSDP: parameters, gradients and optimizer "
+          "state sharded over the GPUs)?",
+          false))
+    return;
+  answers.distributedType = "FSDP";
+  prompter.note(
+      "accelerate-cpp's FSDP shards the model unit by unit: the units are the modules whose forward "
+      "calls accelerate::fsdp::unit(*this, ...). Automatic wrapping, offload and activation "
+      "checkpointing come in a later version, so they are not asked.");
+  ConfigValue fsdp = ConfigValue::map();
+  const long long version = prompter.wholeNumber("What should be your FSDP version (1 or 2: the same in "
+                                                 "accelerate-cpp)?",
+                                                 2, 1, 2);
+  fsdp.set("fsdp_version", ConfigValue::number(version));
+  if (version == 1) {
+    static const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+    // Accelerate's questionnaire writes FSDP1's strategy under this key too.
+    fsdp.set(
+        "fsdp_reshard_after_forward",
+        ConfigValue::string(kStrategies[prompter.choose(
+            "What should be your sharding strategy (FULL_SHARD: parameters gathered for each unit's "
+            "forward and again for its backward, SHARD_GRAD_OP: kept from forward to backward, NO_SHARD: "
+            "replicated)?",
+            kStrategies)]));
+  } else {
+    fsdp.set(
+        "fsdp_reshard_after_forward",
+        ConfigValue::boolean(prompter.yesNo(
+            "Do you want to enable resharding after forward (yes: FULL_SHARD, no: SHARD_GRAD_OP)?", true)));
+  }
+  fsdp.set("fsdp_auto_wrap_policy", ConfigValue::string("NO_WRAP"));
+  fsdp.set("fsdp_offload_params", ConfigValue::boolean(false));
+  fsdp.set("fsdp_activation_checkpointing", ConfigValue::boolean(false));
+  // Accelerate's menus, without LOCAL_STATE_DICT, and its defaults (FULL for FSDP1, SHARDED for FSDP2).
+  const std::vector<std::string> types =
+      version == 1 ? std::vector<std::string>{"FULL_STATE_DICT", "SHARDED_STATE_DICT"}
+                   : std::vector<std::string>{"SHARDED_STATE_DICT", "FULL_STATE_DICT"};
+  fsdp.set("fsdp_state_dict_type",
+           ConfigValue::string(types[prompter.choose(
+               "What should be your FSDP's state dict type (SHARDED_STATE_DICT: each process writes its "
+               "shards, FULL_STATE_DICT: the main process writes whole models)?",
+               types)]));
+  answers.config.set("fsdp_config", fsdp);
 }
 
 void askMixedPrecision(Prompter& prompter, Answers& answers) {
@@ -307,9 +360,7 @@ ConfigDocument askConfigQuestions(Prompter& prompter) {
   }
   askCpuOnly(prompter, answers);
   askDeepSpeed(prompter, answers);
-  if (answers.distributedType == "MULTI_GPU")
-    prompter.note("Each GPU holds the whole model (data parallelism). FSDP is not supported yet, so this "
-                  "questionnaire does not offer it.");
+  askFsdp(prompter, answers);
   askNumProcesses(prompter, answers);
   askGpuIds(prompter, answers);
   askMixedPrecision(prompter, answers);

@@ -11,7 +11,7 @@ const std::vector<std::string>& accelerateDistributedTypes() {
 }
 
 const std::vector<std::string>& supportedDistributedTypes() {
-  static const std::vector<std::string> kTypes = {"NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED"};
+  static const std::vector<std::string> kTypes = {"NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED"};
   return kTypes;
 }
 
@@ -52,32 +52,53 @@ const std::vector<std::string>& mixedPrecisionModes() {
   return kValues;
 }
 
-namespace {
-
-std::vector<std::string> reshardAfterForwardChoices() {
-  std::vector<std::string> choices = fsdpShardingStrategies();
-  choices.push_back("NO_RESHARD");
-  return choices;
+std::optional<std::string> fsdpShardingStrategyName(const std::string& text) {
+  if (auto name = canonicalValue(ValueRule::choice(fsdpShardingStrategies()), text))
+    return name;
+  if (canonicalValue(ValueRule::choice({"_HYBRID_SHARD_ZERO2"}), text))
+    return fsdpShardingStrategies()[4];
+  if (auto number = canonicalValue(ValueRule::wholeNumber(1, 5), text))
+    return fsdpShardingStrategies()[static_cast<size_t>(std::stoi(*number) - 1)];
+  return std::nullopt;
 }
 
-std::vector<std::string> allStateDictTypes() {
-  return fsdpStateDictTypes(); // FSDP2's two are among FSDP1's three
+std::optional<std::string> fsdpReshardStrategy(const std::string& text) {
+  if (auto value = parseBool(text))
+    return *value ? "FULL_SHARD" : "SHARD_GRAD_OP";
+  return canonicalValue(ValueRule::choice(fsdpShardingStrategies()), text);
 }
 
-} // namespace
+bool fsdpShardingAgrees(const std::string& strategy, const std::string& reshard) {
+  auto meant = fsdpReshardStrategy(reshard);
+  auto named = fsdpShardingStrategyName(strategy);
+  return meant && named && (*meant == *named || (*named == "NO_SHARD" && parseBool(reshard) == false));
+}
+
+bool isRunnableShardingStrategy(const std::string& name) {
+  return name == "FULL_SHARD" || name == "SHARD_GRAD_OP" || name == "NO_SHARD";
+}
+
+std::optional<std::string> fsdpStateDictTypeName(const std::string& text) {
+  if (auto name = canonicalValue(ValueRule::choice(fsdpStateDictTypes()), text))
+    return name;
+  static const char* const kByNumber[] = {"FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"};
+  if (auto number = canonicalValue(ValueRule::wholeNumber(1, 3), text))
+    return std::string(kByNumber[std::stoi(*number) - 1]);
+  return std::nullopt;
+}
 
 const std::vector<ConfigKey>& fsdpConfigKeys() {
   static const std::vector<ConfigKey> kKeys = {
       {"fsdp_version", ValueRule::wholeNumber(1, 2)},
-      {"fsdp_sharding_strategy", ValueRule::choice(fsdpShardingStrategies())},
-      {"fsdp_reshard_after_forward", ValueRule::boolOrChoice(reshardAfterForwardChoices())},
+      {"fsdp_sharding_strategy", ValueRule::choiceOrNumber(fsdpShardingStrategies(), 1, 5)},
+      {"fsdp_reshard_after_forward", ValueRule::boolOrChoice(fsdpShardingStrategies())},
       {"fsdp_offload_params", ValueRule::boolean()},
       {"fsdp_auto_wrap_policy", ValueRule::choice(fsdpAutoWrapPolicies())},
       {"fsdp_transformer_layer_cls_to_wrap", ValueRule::text()},
       {"fsdp_min_num_params", ValueRule::wholeNumber(0, LLONG_MAX)},
       {"fsdp_backward_prefetch", ValueRule::choice(fsdpBackwardPrefetchPolicies())},
       {"fsdp_backward_prefetch_policy", ValueRule::choice(fsdpBackwardPrefetchPolicies())},
-      {"fsdp_state_dict_type", ValueRule::choice(allStateDictTypes())},
+      {"fsdp_state_dict_type", ValueRule::choiceOrNumber(fsdpStateDictTypes(), 1, 3)},
       {"fsdp_forward_prefetch", ValueRule::boolean()},
       {"fsdp_use_orig_params", ValueRule::boolean()},
       {"fsdp_cpu_ram_efficient_loading", ValueRule::boolean()},

@@ -4,6 +4,7 @@
 
 #include "ConfigValues.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,8 @@ const std::vector<ConfigKey>& deepspeedConfigKeys();
 /// `name` in `keys`, or null.
 const ConfigKey* findConfigKey(const std::vector<ConfigKey>& keys, const std::string& name);
 
-/// The distributed_type values Accelerate knows, and those accel can launch (DEEPSPEED runs ZeRO stage 1 or
-/// 2; FSDP is read, and refused: it is not supported yet; see fsdpRefusal in ConfigFile.h).
+/// The distributed_type values Accelerate knows, and those accel can launch (DEEPSPEED runs ZeRO: stage 1 or
+/// 2 the runtime's zero strategy, stage 3 its fsdp strategy; FSDP the fsdp strategy).
 const std::vector<std::string>& accelerateDistributedTypes();
 const std::vector<std::string>& supportedDistributedTypes();
 
@@ -41,5 +42,25 @@ const std::vector<std::string>& fsdpStateDictTypes();  ///< FSDP1
 const std::vector<std::string>& fsdp2StateDictTypes(); ///< FSDP2
 const std::vector<std::string>& offloadDevices();
 const std::vector<std::string>& mixedPrecisionModes();
+
+// The rules of the fsdp_* values both accel and the runtime (runtime/config.cpp, which keeps its own copy:
+// the two are not linked together) read, with Accelerate's spellings.
+
+/// A sharding strategy as Accelerate reads it (FullyShardedDataParallelPlugin): one of
+/// fsdpShardingStrategies() in any case, torch's `_HYBRID_SHARD_ZERO2`, or its number 1 to 5; the
+/// upper-case name of fsdpShardingStrategies(), or nullopt.
+std::optional<std::string> fsdpShardingStrategyName(const std::string& text);
+/// The sharding strategy an fsdp_reshard_after_forward value means: true (FSDP2's spelling) FULL_SHARD,
+/// false SHARD_GRAD_OP, a strategy's name (FSDP1's spelling, which Accelerate's questionnaire writes for
+/// version 1) that strategy; nullopt when it is none of these.
+std::optional<std::string> fsdpReshardStrategy(const std::string& text);
+/// Whether fsdp_sharding_strategy `strategy` and fsdp_reshard_after_forward `reshard` ask for the same: the
+/// strategy `reshard` means, or NO_SHARD with false (nothing is resharded without sharding either).
+bool fsdpShardingAgrees(const std::string& strategy, const std::string& reshard);
+/// The sharding strategies accelerate-cpp's fsdp strategy runs: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD.
+bool isRunnableShardingStrategy(const std::string& name);
+/// A state dict type as Accelerate reads it: one of fsdpStateDictTypes() in any case, or torch's number 1
+/// to 3; the upper-case name, or nullopt.
+std::optional<std::string> fsdpStateDictTypeName(const std::string& text);
 
 } // namespace accel

@@ -71,6 +71,9 @@ std::string ValueRule::describe() const {
     return "one of " + joined(choices);
   case ValueType::BoolOrChoice:
     return "true, false or one of " + joined(choices);
+  case ValueType::ChoiceOrNumber:
+    return "one of " + joined(choices) + ", or a number from " + std::to_string(min) + " to " +
+           std::to_string(max);
   case ValueType::Map:
     return "a map of keys to values";
   case ValueType::Text:
@@ -115,6 +118,11 @@ std::optional<std::string> canonicalValue(const ValueRule& rule, const std::stri
       result = *value ? "true" : "false";
     else
       result = matchChoice(rule.choices, text);
+    break;
+  case ValueType::ChoiceOrNumber:
+    result = matchChoice(rule.choices, text);
+    if (!result)
+      result = canonicalWholeNumber(rule, text);
     break;
   case ValueType::Text:
   case ValueType::Map:

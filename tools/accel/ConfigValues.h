@@ -11,14 +11,15 @@ namespace accel {
 
 /// What a config key or flag accepts.
 enum class ValueType {
-  Bool,         ///< true/false (also yes/no, on/off, 1/0: what PyYAML and Accelerate's str_to_bool accept)
-  WholeNumber,  ///< an integer within [min, max]
-  Number,       ///< a decimal number >= 0, like 1.0
-  Text,         ///< any string
-  Choice,       ///< one of `choices` (matched without regard to case, written as listed)
-  BoolOrChoice, ///< a Bool or one of `choices` (fsdp_reshard_after_forward: true, or FULL_SHARD for FSDP1)
-  Map,          ///< a nested map whose keys are not checked (fp8_config, dynamo_config, ...)
-  Any,          ///< anything: TPU and SageMaker keys that accel reads past
+  Bool,           ///< true/false (also yes/no, on/off, 1/0: what PyYAML and Accelerate's str_to_bool accept)
+  WholeNumber,    ///< an integer within [min, max]
+  Number,         ///< a decimal number >= 0, like 1.0
+  Text,           ///< any string
+  Choice,         ///< one of `choices` (matched without regard to case, written as listed)
+  BoolOrChoice,   ///< a Bool or one of `choices` (fsdp_reshard_after_forward: true, or FULL_SHARD for FSDP1)
+  ChoiceOrNumber, ///< one of `choices`, or a whole number within [min, max] (Accelerate's enum numbers)
+  Map,            ///< a nested map whose keys are not checked (fp8_config, dynamo_config, ...)
+  Any,            ///< anything: TPU and SageMaker keys that accel reads past
 };
 
 struct ValueRule {
@@ -38,6 +39,9 @@ struct ValueRule {
   }
   static ValueRule boolOrChoice(std::vector<std::string> choices) {
     return {ValueType::BoolOrChoice, std::move(choices), LLONG_MIN, LLONG_MAX};
+  }
+  static ValueRule choiceOrNumber(std::vector<std::string> choices, long long min, long long max) {
+    return {ValueType::ChoiceOrNumber, std::move(choices), min, max};
   }
   static ValueRule map() { return {ValueType::Map, {}, LLONG_MIN, LLONG_MAX}; }
   static ValueRule any() { return {ValueType::Any, {}, LLONG_MIN, LLONG_MAX}; }

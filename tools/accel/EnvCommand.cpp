@@ -2,6 +2,7 @@
 #include "EnvCommand.h"
 
 #include "ConfigFile.h"
+#include "ConfigSchema.h"
 #include "Flags.h"
 #include "LaunchSettings.h"
 #include "SystemInfo.h"
@@ -69,15 +70,23 @@ TrainingMode modeOf(const LaunchSettings& settings) {
                                             : TrainingMode::Plain;
 }
 
-/// The strategy the ranks of `accel launch` would run, with the ZeRO stage and offload under ZeRO.
-void printParallelStrategy(const LaunchSettings& settings, TrainingMode mode) {
-  const std::string strategy = parallelStrategyOf(settings, mode, Environment::current());
+/// The strategy the ranks of `accel launch` would run, with the ZeRO stage and offload under ZeRO, and the
+/// sharding strategy, FSDP version and state dict type under FSDP; after refusing what they cannot run.
+void printParallelStrategy(const LaunchSettings& settings) {
+  const std::string strategy = parallelStrategyOf(settings, Environment::current());
+  refuseUnsupportedTraining(settings, strategy);
   std::cout << "- Parallel strategy: " << strategy;
-  const int stage = zeroStageOf(settings, mode);
+  const int stage = zeroStageOf(settings);
   if (strategy == "zero")
     std::cout << " (ZeRO stage " << (stage == 0 ? 2 : stage) << ", optimizer offload "
               << settings.get("offload_optimizer_device").value_or("none") << ")";
-  else if (mode == TrainingMode::DeepSpeed)
+  else if (strategy == "fsdp")
+    std::cout << " (" << fsdpShardingOf(settings) << (stage == 3 ? " for ZeRO stage 3" : "")
+              << ", fsdp_version " << settings.get("fsdp_version").value_or("1") << ", "
+              << fsdpStateDictTypeName(settings.get("fsdp_state_dict_type").value_or("SHARDED_STATE_DICT"))
+                     .value_or("SHARDED_STATE_DICT")
+              << ")";
+  else if (settings.isTrue("use_deepspeed"))
     std::cout << " (DeepSpeed with zero_stage 0: every process holds the whole model)";
   std::cout << "\n";
 }
@@ -103,8 +112,7 @@ void printConfig(const ParsedFlags& flags) {
     std::cout << "- Config file: " << path << " (none there; `accel config` writes one)\n";
     try {
       LaunchSettings settings = resolveLaunchSettings(nullptr, Environment::current(), ParsedFlags{});
-      refuseUnsupportedTraining(settings);
-      printParallelStrategy(settings, modeOf(settings));
+      printParallelStrategy(settings);
     } catch (const UsageError& error) {
       std::cout << "- Parallel strategy: invalid: " << error.what() << "\n";
     }
@@ -121,9 +129,8 @@ void printConfig(const ParsedFlags& flags) {
       start = end == std::string::npos ? text.size() : end + 1;
     }
     LaunchSettings settings = resolveLaunchSettings(&config, Environment::current(), ParsedFlags{});
-    refuseUnsupportedTraining(settings);
     TrainingMode mode = modeOf(settings);
-    printParallelStrategy(settings, mode);
+    printParallelStrategy(settings);
     std::cout << "- Variables accel launch exports (with this environment):\n";
     for (const auto& [name, value] : acceleratorVariables(settings, mode, &config))
       std::cout << "    " << name << "=" << value << "\n";

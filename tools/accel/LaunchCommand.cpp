@@ -2,6 +2,7 @@
 #include "LaunchCommand.h"
 
 #include "ConfigFile.h"
+#include "ConfigValues.h"
 #include "Executable.h"
 #include "Flags.h"
 #include "FreePort.h"
@@ -262,8 +263,8 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
   const Environment environment = Environment::current();
   std::optional<ConfigDocument> config = loadConfig(flags, environment);
   LaunchSettings settings = resolveLaunchSettings(config ? &*config : nullptr, environment, flags);
-  refuseUnsupportedTraining(settings);
-  parallelStrategyOf(settings, trainingMode(settings), environment); // refuses a conflicting strategy
+  // Refuses conflicting settings, and what the strategy cannot run, before any rank starts.
+  refuseUnsupportedTraining(settings, parallelStrategyOf(settings, environment));
   LaunchOptions options;
   options.quiet = flags.has("quiet");
   if (config && !options.quiet)
@@ -287,6 +288,13 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
   checkLogging(flags, options);
   options.exportedVariables =
       acceleratorVariables(settings, trainingMode(settings), config ? &*config : nullptr);
+  // A mode flag beats a mode variable of the environment, which the ranks would inherit: they are told it is
+  // off.
+  for (const auto& [variable, name] : {std::pair<const char*, const char*>{"ACCELERATE_USE_FSDP", "use_fsdp"},
+                                       {"ACCELERATE_USE_DEEPSPEED", "use_deepspeed"}})
+    if (auto value = environment.get(variable);
+        value && parseBool(*value) == std::optional<bool>(true) && !settings.isTrue(name))
+      options.exportedVariables.emplace_back(variable, "false");
 
   if (flags.positionals.empty())
     throw UsageError("no program to run (usage: accel launch [flags] PROGRAM [ARGS...], e.g. "

@@ -28,12 +28,6 @@ SettingSpec deepspeed(const std::string& name, std::string variable, ValueRule r
   return valued(name, "deepspeed_config." + name, std::move(variable), std::move(rule), std::move(help));
 }
 
-std::vector<std::string> reshardChoices() {
-  std::vector<std::string> choices = fsdpShardingStrategies();
-  choices.push_back("NO_RESHARD");
-  return choices;
-}
-
 /// The modes a flag can select; Accelerate allows one at a time.
 const char* const kModeFlags[] = {"cpu", "multi_gpu", "use_fsdp", "use_deepspeed"};
 
@@ -65,55 +59,62 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
       toggle("debug", "debug", "ACCELERATE_DEBUG_MODE", "check collectives for mismatches while running"),
       // FSDP (Accelerate's --fsdp_* flags and fsdp_config keys).
       toggle("use_fsdp", "", "ACCELERATE_USE_FSDP",
-             "FSDP: refused, sharded training is not supported yet (use --multi_gpu)"),
-      fsdp("fsdp_version", "FSDP_VERSION", ValueRule::wholeNumber(1, 2), "1 or 2 (default 1)"),
-      fsdp("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY", ValueRule::choice(fsdpShardingStrategies()),
-           "FSDP1's strategy (default FULL_SHARD)"),
+             "FSDP (distributed_type FSDP): the runtime's \"fsdp\" strategy, with the --fsdp_* settings"),
+      fsdp("fsdp_version", "FSDP_VERSION", ValueRule::wholeNumber(1, 2),
+           "1 or 2 (default 1; the same behaviour in accelerate-cpp)"),
+      fsdp("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY",
+           ValueRule::choiceOrNumber(fsdpShardingStrategies(), 1, 5),
+           "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD, or 1-3 (default FULL_SHARD); the HYBRID ones are refused"),
       fsdp("fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD",
-           ValueRule::boolOrChoice(reshardChoices()),
-           "true/false (FSDP2) or a sharding strategy (FSDP1) (default true)"),
-      fsdp("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", ValueRule::boolean(), "offload parameters to CPU"),
+           ValueRule::boolOrChoice(fsdpShardingStrategies()),
+           "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling; or a sharding strategy, FSDP1's "
+           "(default true)"),
+      fsdp("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", ValueRule::boolean(),
+           "false only: parameter offload comes in a later version"),
       fsdp("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", ValueRule::wholeNumber(0, LLONG_MAX),
-           "SIZE_BASED_WRAP's threshold (default 100000000)"),
+           "SIZE_BASED_WRAP's threshold: Accelerate's default 100000000 only (no automatic wrapping yet)"),
       fsdp("fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", ValueRule::choice(fsdpAutoWrapPolicies()),
-           "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP"),
+           "NO_WRAP only: the units are the modules that call accelerate::fsdp::unit"),
       fsdp("fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", ValueRule::text(),
-           "module classes to wrap, comma-separated"),
+           "refused: no automatic wrapping yet"),
       fsdp("fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH",
-           ValueRule::choice(fsdpBackwardPrefetchPolicies()), "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH"),
-      fsdp("fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE", ValueRule::choice(fsdpStateDictTypes()),
-           "FULL_STATE_DICT, LOCAL_STATE_DICT or SHARDED_STATE_DICT"),
-      fsdp("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", ValueRule::boolean(), "prefetch in forward"),
-      fsdp("fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", ValueRule::boolean(), "keep original parameters"),
+           ValueRule::choice(fsdpBackwardPrefetchPolicies()),
+           "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH: accepted, no effect"),
+      fsdp("fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE",
+           ValueRule::choiceOrNumber(fsdpStateDictTypes(), 1, 3),
+           "SHARDED_STATE_DICT (the runtime's default) or FULL_STATE_DICT; LOCAL_STATE_DICT is refused"),
+      fsdp("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", ValueRule::boolean(), "accepted, no effect"),
+      fsdp("fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", ValueRule::boolean(), "accepted, no effect"),
       fsdp("fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", ValueRule::boolean(),
-           "load weights on rank 0 only (needs fsdp_sync_module_states)"),
+           "accepted, no effect: parameters are always broadcast from rank 0 at prepare"),
       fsdp("fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", ValueRule::boolean(),
-           "broadcast parameters from rank 0"),
+           "accepted, no effect: parameters are always broadcast from rank 0 at prepare"),
       fsdp("fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", ValueRule::boolean(),
-           "recompute activations in backward"),
+           "false only: activation checkpointing comes in a later version"),
       fsdp("fsdp_activation_checkpointing_offload", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
-           ValueRule::boolean(), "offload checkpointed activations to CPU"),
-      fsdp("fsdp_ignored_modules", "FSDP_IGNORED_MODULES", ValueRule::text(), "modules FSDP leaves alone"),
+           ValueRule::boolean(), "false only: activation checkpointing comes in a later version"),
+      fsdp("fsdp_ignored_modules", "FSDP_IGNORED_MODULES", ValueRule::text(), "refused: no ignored modules"),
       // ZeRO (Accelerate's DeepSpeed flags and deepspeed_config keys).
       toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED",
              "ZeRO (distributed_type DEEPSPEED): the runtime's \"zero\" strategy, stage --zero_stage "
              "(default 2)"),
       deepspeed(
           "zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", ValueRule::wholeNumber(0, 3),
-          "ZeRO stage: 0 (replicate), 1 (optimizer state sharded), 2 (and gradients; the default); 3 is "
-          "refused (not supported yet)"),
+          "ZeRO stage: 0 (replicate), 1 (optimizer state sharded), 2 (and gradients; the default), 3 (and "
+          "parameters: the \"fsdp\" strategy, FULL_SHARD)"),
       deepspeed("offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
                 ValueRule::choice(offloadDevices()), "where the optimizer state and step live: none or cpu"),
       deepspeed("offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
-                ValueRule::choice(offloadDevices()), "none only (parameter offload needs stage 3)"),
+                ValueRule::choice(offloadDevices()),
+                "none only (parameter offload comes in a later version)"),
       deepspeed("offload_optimizer_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
       deepspeed("offload_param_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
       deepspeed("gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", ValueRule::number(),
                 "clip the gradients' total norm to this in every optimizer step"),
       deepspeed("zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", ValueRule::boolean(),
-                "false only (stage 3)"),
+                "false only (no partitioned construction)"),
       deepspeed("zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", ValueRule::boolean(),
-                "false only (stage 3)"),
+                "false only (see --fsdp_state_dict_type)"),
       deepspeed("deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", ValueRule::text(),
                 "refused: accelerate-cpp reads no DeepSpeed JSON config"),
       deepspeed("deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
@@ -159,7 +160,10 @@ void applyConfig(LaunchSettings& settings, const ConfigDocument& config) {
   const std::string type = config.scalar("distributed_type").value_or("NO");
   if (type == "MULTI_GPU")
     settings.set("multi_gpu", "true", SettingSource::ConfigFile);
-  if (type == "FSDP")
+  // FSDP, as the runtime reads the file: its distributed_type, or an fsdp_config section that is not empty
+  // (older Accelerate versions write an empty one for every type).
+  const ConfigValue* fsdp = config.root.find("fsdp_config");
+  if (type == "FSDP" || (fsdp && fsdp->kind == ConfigValue::Kind::Map && !fsdp->entries.empty()))
     settings.set("use_fsdp", "true", SettingSource::ConfigFile);
   // DeepSpeed (ZeRO), as the runtime reads the file: its distributed_type, or a deepspeed_config section
   // that is not empty (older Accelerate versions write an empty one for every type).
@@ -248,8 +252,9 @@ std::string describeSetting(const LaunchSettings& settings, const std::string& n
   case SettingSource::Environment:
     return spec->environmentVariable + "=" + *value + " in the environment";
   case SettingSource::ConfigFile:
-    if (spec->configKey.empty()) // the mode toggles: set by distributed_type (or a deepspeed_config section)
+    if (spec->configKey.empty()) // the mode toggles: set by distributed_type (or a section)
       return name == "use_deepspeed" ? "the config file's DeepSpeed settings"
+             : name == "use_fsdp"    ? "the config file's FSDP settings"
                                      : "distributed_type in the config file";
     return spec->configKey + " " + *value + " in the config file";
   case SettingSource::Flag:
@@ -258,56 +263,130 @@ std::string describeSetting(const LaunchSettings& settings, const std::string& n
   return spec->toggle ? "--" + name : "--" + name + " " + *value;
 }
 
-void refuseUnsupportedTraining(const LaunchSettings& settings) {
-  if (settings.isTrue("use_fsdp")) {
-    switch (settings.sourceOf("use_fsdp").value_or(SettingSource::Flag)) {
-    case SettingSource::Environment:
-      throw UsageError(fsdpRefusal("ACCELERATE_USE_FSDP=true in the environment"));
-    case SettingSource::ConfigFile: // a file asking for it is refused when read; kept for completeness
-      throw UsageError(fsdpRefusal("distributed_type FSDP"));
-    case SettingSource::Flag:
-      throw UsageError(fsdpRefusal("--use_fsdp"));
-    }
+namespace {
+
+/// Whether `name` is set to a value that means FULL_SHARD in the environment: what Hugging Face's launcher
+/// exports for fsdp_sharding_strategy and fsdp_reshard_after_forward when neither was given.
+bool isLauncherDefaultSharding(const LaunchSettings& settings, const std::string& name,
+                               const std::string& meaning) {
+  return settings.sourceOf(name) == SettingSource::Environment && meaning == "FULL_SHARD";
+}
+
+} // namespace
+
+std::string fsdpShardingOf(const LaunchSettings& settings) {
+  auto strategy = settings.get("fsdp_sharding_strategy");
+  auto reshard = settings.get("fsdp_reshard_after_forward");
+  std::optional<std::string> fromStrategy, fromReshard;
+  if (strategy)
+    fromStrategy = fsdpShardingStrategyName(*strategy);
+  if (reshard)
+    fromReshard = fsdpReshardStrategy(*reshard);
+  if (fromStrategy && !isRunnableShardingStrategy(*fromStrategy))
+    throw UsageError(describeSetting(settings, "fsdp_sharding_strategy") + " " + kHybridShardingRefusal);
+  if (fromReshard && !isRunnableShardingStrategy(*fromReshard))
+    throw UsageError(describeSetting(settings, "fsdp_reshard_after_forward") + " " + kHybridShardingRefusal);
+  if (fromStrategy && fromReshard && !fsdpShardingAgrees(*strategy, *reshard)) {
+    if (isLauncherDefaultSharding(settings, "fsdp_sharding_strategy", *fromStrategy))
+      fromStrategy.reset();
+    else if (isLauncherDefaultSharding(settings, "fsdp_reshard_after_forward", *fromReshard))
+      fromReshard.reset();
+    else
+      throw UsageError(describeSetting(settings, "fsdp_sharding_strategy") + " conflicts with " +
+                       describeSetting(settings, "fsdp_reshard_after_forward") +
+                       ": true means FULL_SHARD, false SHARD_GRAD_OP (or NO_SHARD) (give one of the two, or "
+                       "make them agree)");
   }
+  const std::string resolved = fromStrategy ? *fromStrategy : fromReshard ? *fromReshard : "FULL_SHARD";
+  if (zeroStageOf(settings) == 3 && resolved != "FULL_SHARD") {
+    const std::string name = fromStrategy ? "fsdp_sharding_strategy" : "fsdp_reshard_after_forward";
+    throw UsageError(describeSetting(settings, name) + " conflicts with " +
+                     describeSetting(settings, "zero_stage") +
+                     ", which is fully sharded (leave the sharding strategy unset or make it FULL_SHARD, or "
+                     "use zero_stage 2)");
+  }
+  return resolved;
+}
+
+void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string& strategy) {
   // A config file's values were checked when it was read (ConfigFile.cpp); these come from the environment
   // or flags.
-  if (settings.get("zero_stage") == std::optional<std::string>("3"))
-    throw UsageError(describeSetting(settings, "zero_stage") + " " + kZeroStage3Refusal);
   if (settings.get("offload_optimizer_device") == std::optional<std::string>("nvme"))
     throw UsageError(describeSetting(settings, "offload_optimizer_device") +
                      ": accelerate-cpp does not offload to NVMe (use none or cpu)");
   for (const UnsupportedDeepSpeedKey& key : unsupportedDeepSpeedKeys())
     if (auto value = settings.get(key.name); value && !key.problem.empty() && *value != key.defaultValue)
       throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
+  // The runtime checks these options' values wherever the strategy (the ranks inherit the environment).
+  if (auto type = settings.get("fsdp_state_dict_type");
+      type && fsdpStateDictTypeName(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
+    throw UsageError(describeSetting(settings, "fsdp_state_dict_type") + " " + kLocalStateDictRefusal);
+  for (const char* name : {"fsdp_sharding_strategy", "fsdp_reshard_after_forward"}) {
+    auto value = settings.get(name);
+    auto meant = value ? (std::string(name) == "fsdp_sharding_strategy" ? fsdpShardingStrategyName(*value)
+                                                                        : fsdpReshardStrategy(*value))
+                       : std::nullopt;
+    if (meant && !isRunnableShardingStrategy(*meant))
+      throw UsageError(describeSetting(settings, name) + " " + kHybridShardingRefusal);
+  }
+  if (strategy != "fsdp")
+    return;
+  for (const UnsupportedFsdpKey& key : unsupportedFsdpKeys())
+    if (auto value = settings.get(key.name);
+        value && !value->empty() &&
+        std::find(key.accepted.begin(), key.accepted.end(), *value) == key.accepted.end())
+      throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
+  fsdpShardingOf(settings);
+  if (settings.get("offload_optimizer_device") == std::optional<std::string>("cpu") &&
+      (settings.isTrue("use_deepspeed") ||
+       settings.sourceOf("offload_optimizer_device") == SettingSource::Environment))
+    throw UsageError(describeSetting(settings, "offload_optimizer_device") + " with the fsdp strategy " +
+                     kFsdpOptimizerOffloadRefusal);
 }
 
-int zeroStageOf(const LaunchSettings& settings, TrainingMode mode) {
+int zeroStageOf(const LaunchSettings& settings) {
   auto stage = settings.get("zero_stage");
-  if (mode == TrainingMode::DeepSpeed)
+  if (settings.isTrue("use_deepspeed"))
     return stage ? std::stoi(*stage) : 2;
   if (stage && settings.sourceOf("zero_stage") == SettingSource::Environment)
     return std::stoi(*stage);
   return 0;
 }
 
-std::string parallelStrategyOf(const LaunchSettings& settings, TrainingMode mode,
-                               const Environment& environment) {
-  const int stage = zeroStageOf(settings, mode);
+std::string parallelStrategyOf(const LaunchSettings& settings, const Environment& environment) {
+  const int stage = zeroStageOf(settings);
+  const bool shardedStage = stage == 1 || stage == 2;
+  const bool fsdp = settings.isTrue("use_fsdp");
   std::string stageOrigin = describeSetting(settings, "zero_stage");
   if (stageOrigin.empty())
     stageOrigin = describeSetting(settings, "use_deepspeed") + " (Accelerate's default zero_stage 2)";
+  const std::string fsdpOrigin = describeSetting(settings, "use_fsdp");
+  if (fsdp && shardedStage)
+    throw UsageError(
+        stageOrigin + " conflicts with " + fsdpOrigin +
+        ": a ZeRO stage of 1 or 2 runs the zero strategy, FSDP the fsdp strategy (ask for one: leave "
+        "out the DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully sharded)");
   auto named = environment.get("ACCELERATE_PARALLEL_STRATEGY");
   if (!named || named->empty())
-    return stage == 1 || stage == 2 ? "zero" : "ddp";
+    return shardedStage ? "zero" : stage == 3 || fsdp ? "fsdp" : "ddp";
   const std::string strategyOrigin = "ACCELERATE_PARALLEL_STRATEGY=" + *named + " in the environment";
-  if (*named != "zero" && (stage == 1 || stage == 2))
+  if (*named != "zero" && shardedStage)
     throw UsageError(
         strategyOrigin + " conflicts with " + stageOrigin +
-        ": a ZeRO stage of 1 or 2 runs the zero strategy (unset the variable, or set zero_stage 0 "
-        "to replicate the model)");
+        ": a ZeRO stage of 1 or 2 runs the zero strategy (unset the variable, or set zero_stage " +
+        (*named == "fsdp" ? "3: fully sharded, as fsdp)" : "0 to replicate the model)"));
   if (*named == "zero" && stage == 0 && settings.get("zero_stage"))
     throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
                      ", which means no sharding (set zero_stage 1 or 2, or unset the variable)");
+  if (*named != "fsdp" && stage == 3)
+    throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
+                     ": ZeRO stage 3 runs the fsdp strategy (unset the variable or set it to fsdp, or use "
+                     "another zero_stage)");
+  if (*named != "fsdp" && fsdp)
+    throw UsageError(
+        strategyOrigin + " conflicts with " + fsdpOrigin +
+        ": FSDP runs the fsdp strategy (unset the variable or set it to fsdp, or leave out the FSDP "
+        "settings)");
   return *named;
 }
 
@@ -396,7 +475,9 @@ acceleratorVariables(const LaunchSettings& settings, TrainingMode mode, const Co
     variables.emplace_back("ACCELERATE_USE_FSDP", "true");
     addSectionVariables(variables, settings, "fsdp_config", fsdpDefaults());
   }
-  if (mode == TrainingMode::DeepSpeed) {
+  // DeepSpeed's variables also with FSDP when both were asked for, which only ZeRO stage 3 allows (the
+  // runtime then reads the stage too).
+  if (mode == TrainingMode::DeepSpeed || (mode == TrainingMode::Fsdp && settings.isTrue("use_deepspeed"))) {
     variables.emplace_back("ACCELERATE_USE_DEEPSPEED", "true");
     variables.emplace_back("ACCELERATE_CONFIG_DS_FIELDS", deepspeedFieldsFromConfig(settings, config));
     addSectionVariables(variables, settings, "deepspeed_config", {});

@@ -57,14 +57,9 @@ enum class TrainingMode { Plain, Fsdp, DeepSpeed };
 LaunchSettings resolveLaunchSettings(const ConfigDocument* config, const Environment& environment,
                                      const ParsedFlags& flags);
 
-/// Throws UsageError for what `settings` ask that accelerate-cpp does not run, naming the flag, variable or
-/// config key: FSDP (--use_fsdp, ACCELERATE_USE_FSDP; fsdpRefusal), ZeRO stage 3, and the DeepSpeed settings
-/// of unsupportedDeepSpeedKeys() (ConfigFile.h) with another value than their default.
-void refuseUnsupportedTraining(const LaunchSettings& settings);
-
-/// The ZeRO stage the ranks run with: under DeepSpeed (`mode`) the stage set, else Accelerate's default 2;
-/// otherwise a stage from the environment (the ranks inherit it), else 0.
-int zeroStageOf(const LaunchSettings& settings, TrainingMode mode);
+/// The ZeRO stage the ranks run with: with DeepSpeed on (use_deepspeed) the stage set, else Accelerate's
+/// default 2; otherwise a stage from the environment (the ranks inherit it), else 0.
+int zeroStageOf(const LaunchSettings& settings);
 
 /// Where a setting came from, for messages: "--zero_stage 2", "ACCELERATE_DEEPSPEED_ZERO_STAGE=2 in the
 /// environment", "deepspeed_config.zero_stage 2 in the config file"; "" when it is not set.
@@ -72,10 +67,26 @@ std::string describeSetting(const LaunchSettings& settings, const std::string& n
 
 /// The parallel strategy the runtime selects for `settings` (runtime/config.cpp's rule): the one named by
 /// ACCELERATE_PARALLEL_STRATEGY in `environment` when set, else "zero" for a ZeRO stage of 1 or 2, else
-/// "ddp". Throws UsageError, naming both, when that variable names another strategy than "zero" with a ZeRO
-/// stage of 1 or 2, or "zero" with DeepSpeed's zero_stage 0 set explicitly.
-std::string parallelStrategyOf(const LaunchSettings& settings, TrainingMode mode,
-                               const Environment& environment);
+/// "fsdp" for ZeRO stage 3 or FSDP (use_fsdp: --use_fsdp, ACCELERATE_USE_FSDP, distributed_type FSDP or an
+/// fsdp_config section), else "ddp". Throws UsageError, naming both, for a ZeRO stage of 1 or 2 with FSDP,
+/// and when that variable names another strategy than the one the stage or FSDP selects, or "zero" with
+/// DeepSpeed's zero_stage 0 set explicitly.
+std::string parallelStrategyOf(const LaunchSettings& settings, const Environment& environment);
+
+/// The sharding strategy the fsdp strategy runs for `settings` (runtime/config.cpp's rule): from
+/// fsdp_sharding_strategy or fsdp_reshard_after_forward (true FULL_SHARD, false SHARD_GRAD_OP, or a
+/// strategy's name), FULL_SHARD when neither is set. Throws UsageError naming them when they disagree (a
+/// value from the environment that means FULL_SHARD, what Hugging Face's launcher exports when neither was
+/// given, gives way to the other), for a hybrid strategy, and for another strategy than FULL_SHARD with ZeRO
+/// stage 3.
+std::string fsdpShardingOf(const LaunchSettings& settings);
+
+/// Throws UsageError for what `settings` ask that accelerate-cpp does not run, naming the flag, variable or
+/// config key: the DeepSpeed settings of unsupportedDeepSpeedKeys() (ConfigFile.h) with another value than
+/// their default, NVMe offload, hybrid sharding, LOCAL_STATE_DICT; and under the fsdp `strategy` (what
+/// parallelStrategyOf gives) the FSDP settings of unsupportedFsdpKeys() with a value they do not accept,
+/// optimizer offload, and fsdpShardingOf's refusals.
+void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string& strategy);
 
 /// The ACCELERATE_* / FSDP_* / CUDA_VISIBLE_DEVICES variables every rank gets for `settings` in `mode`, as
 /// Hugging Face's `accelerate launch` spells them (accelerate/utils/launch.py). `config` (may be null)

@@ -83,13 +83,16 @@ ACCELERATE_OPTION(bool, debug, debug, false,
                   "debug-mode checks of collectives")
 ACCELERATE_OPTION(std::string, parallel_strategy, parallel_strategy, "ddp",
                   "ACCELERATE_PARALLEL_STRATEGY", unmapped, any_value,
-                  "the parallel strategy: `\"ddp\"` (replicate the model on every process) or `\"zero\"` (ZeRO, "
-                  "stage `zero_stage`, 2 when none is set); a `zero_stage` of 1 or 2 set anywhere selects "
-                  "`\"zero\"`, and another strategy set with it is refused")
+                  "the parallel strategy: `\"ddp\"` (replicate the model on every process), `\"zero\"` (ZeRO, "
+                  "stage `zero_stage`, 2 when none is set) or `\"fsdp\"` (fully sharded: parameters, gradients and "
+                  "optimizer state; the `fsdp_*` options); a `zero_stage` of 1 or 2 set anywhere selects "
+                  "`\"zero\"`, and `zero_stage` 3 or Accelerate's FSDP settings (`distributed_type: FSDP`, an "
+                  "`fsdp_config` section, `ACCELERATE_USE_FSDP=true`) select `\"fsdp\"`; another strategy set with "
+                  "them is refused")
 ACCELERATE_OPTION(int, zero_stage, zero_stage, 0,
                   "ACCELERATE_DEEPSPEED_ZERO_STAGE", "deepspeed_config.zero_stage", one_of_zero_stages,
-                  "ZeRO stage: 0 (off: replicate), 1 (optimizer state sharded), 2 (and gradients sharded); 3 is "
-                  "refused until the fully sharded strategy exists")
+                  "ZeRO stage: 0 (off: replicate), 1 (optimizer state sharded), 2 (and gradients sharded), 3 (and "
+                  "parameters: runs `\"fsdp\"` with `FULL_SHARD`)")
 ACCELERATE_OPTION(std::string, offload_optimizer_device, offload_optimizer_device, "none",
                   "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "deepspeed_config.offload_optimizer_device",
                   one_of_offload_devices,
@@ -100,16 +103,22 @@ ACCELERATE_OPTION(double, gradient_clipping, gradient_clipping, 0.0,
                   "clip the gradients to this total norm in every optimizer step (0: off; >= 0), as DeepSpeed's "
                   "`gradient_clipping`")
 ACCELERATE_OPTION(std::string, fsdp_sharding_strategy, fsdp_sharding_strategy, "FULL_SHARD",
-                  "FSDP_SHARDING_STRATEGY", "fsdp_config.fsdp_sharding_strategy", any_value,
+                  "FSDP_SHARDING_STRATEGY", "fsdp_config.fsdp_sharding_strategy", one_of_sharding_strategies,
                   "under parallel_strategy `\"fsdp\"`: `\"FULL_SHARD\"` (parameters gathered for each unit's "
                   "forward and again for its backward), `\"SHARD_GRAD_OP\"` (kept from forward to backward) or "
-                  "`\"NO_SHARD\"` (replicated, as ddp)")
+                  "`\"NO_SHARD\"` (replicated, as ddp); Accelerate's names in any case, or its numbers 1, 2, 3 "
+                  "(resolved to the upper-case name); `HYBRID_SHARD` and `HYBRID_SHARD_ZERO2` are refused")
+ACCELERATE_OPTION(bool, fsdp_reshard_after_forward, fsdp_reshard_after_forward, true,
+                  "FSDP_RESHARD_AFTER_FORWARD", "fsdp_config.fsdp_reshard_after_forward", any_value,
+                  "FSDP2's spelling of the sharding strategy: true is `FULL_SHARD`, false `SHARD_GRAD_OP`; from the "
+                  "environment or the file it may also name a strategy (FSDP1's spelling); set together with "
+                  "`fsdp_sharding_strategy`, the two must agree")
 ACCELERATE_OPTION(int, fsdp_version, fsdp_version, 1,
-                  "FSDP_VERSION", "fsdp_config.fsdp_version", any_value,
+                  "FSDP_VERSION", "fsdp_config.fsdp_version", one_of_fsdp_versions,
                   "FSDP's API version, 1 or 2: the same behaviour here")
 ACCELERATE_OPTION(std::string, fsdp_state_dict_type, fsdp_state_dict_type, "SHARDED_STATE_DICT",
-                  "FSDP_STATE_DICT_TYPE", "fsdp_config.fsdp_state_dict_type", any_value,
+                  "FSDP_STATE_DICT_TYPE", "fsdp_config.fsdp_state_dict_type", one_of_state_dict_types,
                   "under parallel_strategy `\"fsdp\"`, the models in checkpoints: `\"SHARDED_STATE_DICT\"` (each "
                   "process writes its shards) or `\"FULL_STATE_DICT\"` (the main process writes whole models, "
-                  "gathered one unit at a time)")
+                  "gathered one unit at a time); any case (resolved to upper case); `LOCAL_STATE_DICT` is refused")
 // clang-format on

@@ -4,10 +4,11 @@ config.PythonAccelerateYamlsAreAccepted). Run with a Python that has `accelerate
 
     ~/.cache/accelerate-cpp/venv-torch-2.11.0/bin/python test/config/data/python/make_python_yamls.py
 
-Each file except zero2.yaml is written by Accelerate's own `accelerate config` questionnaire, answered in a
-pseudo-terminal with the keys listed below (its menus take a digit and Enter), or by `accelerate config default`.
-zero2.yaml is written by Accelerate's ClusterConfig.to_yaml_file (the serializer `accelerate config` uses)
-because the questionnaire's DeepSpeed branch insists on the deepspeed package being installed.
+Each file except zero2.yaml and zero3.yaml is written by Accelerate's own `accelerate config` questionnaire,
+answered in a pseudo-terminal with the keys listed below (its menus take a digit and Enter), or by `accelerate
+config default`. zero2.yaml and zero3.yaml are written by Accelerate's ClusterConfig.to_yaml_file (the serializer
+`accelerate config` uses) because the questionnaire's DeepSpeed branch insists on the deepspeed package being
+installed.
 """
 import os
 import pty
@@ -42,6 +43,23 @@ SCENARIOS = {
              ("layer class names", "Block" + ENTER), ("state dict type", ENTER), ("RAM efficient", ENTER),
              ("activation checkpointing", ENTER), ("parallelism config", ENTER),
              ("How many GPU(s)", "2" + ENTER), ("mixed precision", "2" + ENTER)],
+    # FSDP files accelerate-cpp runs: no automatic wrapping, offload or activation checkpointing.
+    "fsdp1_no_wrap": [("compute environment", ENTER), ("type of machine", "4" + ENTER),
+                      ("different machines", ENTER), ("checked while running", ENTER), ("torch dynamo", ENTER),
+                      ("DeepSpeed?", ENTER), ("FullyShardedDataParallel?", "yes" + ENTER),
+                      ("FSDP version", "0" + ENTER), ("sharding strategy", "1" + ENTER),
+                      ("offload parameters", ENTER), ("auto wrap policy", "2" + ENTER),
+                      ("backward prefetch", "1" + ENTER), ("state dict type", ENTER), ("forward prefetch", ENTER),
+                      ("use_orig_params", ENTER), ("RAM efficient", "no" + ENTER), ("broadcast module", ENTER),
+                      ("activation checkpointing", ENTER), ("How many GPU(s)", "2" + ENTER),
+                      ("mixed precision", ENTER)],
+    "fsdp2_no_wrap": [("compute environment", ENTER), ("type of machine", "4" + ENTER),
+                      ("different machines", ENTER), ("checked while running", ENTER), ("torch dynamo", ENTER),
+                      ("DeepSpeed?", ENTER), ("FullyShardedDataParallel?", "yes" + ENTER), ("FSDP version", ENTER),
+                      ("resharding", "no" + ENTER), ("offload parameters", ENTER), ("auto wrap policy", "2" + ENTER),
+                      ("state dict type", "1" + ENTER), ("RAM efficient", ENTER),
+                      ("activation checkpointing", ENTER), ("parallelism config", ENTER),
+                      ("How many GPU(s)", "2" + ENTER), ("mixed precision", "2" + ENTER)],
 }
 
 
@@ -91,8 +109,15 @@ def main():
                                                 "offload_optimizer_device": "cpu", "offload_param_device": "none",
                                                 "zero3_init_flag": False, "zero_stage": 2}
                   ).to_yaml_file(os.path.join(HERE, "zero2.yaml"))
+    # What the questionnaire writes for ZeRO stage 3 without offload (accelerate-cpp runs it as fsdp).
+    ClusterConfig(compute_environment="LOCAL_MACHINE", distributed_type="DEEPSPEED", mixed_precision="bf16",
+                  use_cpu=False, debug=False, num_processes=2, downcast_bf16="no", same_network=True,
+                  tpu_env=[], deepspeed_config={"gradient_accumulation_steps": 1, "offload_optimizer_device": "none",
+                                                "offload_param_device": "none", "zero3_init_flag": False,
+                                                "zero3_save_16bit_model": False, "zero_stage": 3}
+                  ).to_yaml_file(os.path.join(HERE, "zero3.yaml"))
     import accelerate
-    print(f"wrote {len(SCENARIOS) + 2} files with accelerate {accelerate.__version__}")
+    print(f"wrote {len(SCENARIOS) + 3} files with accelerate {accelerate.__version__}")
 
 
 if __name__ == "__main__":
