@@ -888,9 +888,10 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
       config.zero_stage = kDefaultZeroStage;
       stage_source = "ZeRO's default stage, for parallel_strategy zero from " + origin(strategy_source);
     } else if (config.zero_stage == 0) {
-      refuse_conflict(strategy, stage,
-                      "which means no sharding: set zero_stage to 1 or 2 (or leave it unset: ZeRO then uses "
-                      "stage 2), or use parallel_strategy ddp");
+      throw std::invalid_argument(
+          "accelerate: " + strategy + " conflicts with " + stage +
+          ", which means no sharding: set zero_stage to 1 or 2 (or leave it unset: ZeRO "
+          "then uses stage 2), or use parallel_strategy ddp");
     } else if (config.zero_stage == 3) {
       refuse_conflict(strategy, stage,
                       "ZeRO stage 3 shards the parameters too, which the \"fsdp\" strategy runs. Leave "

@@ -97,7 +97,7 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
       // ZeRO (Accelerate's DeepSpeed flags and deepspeed_config keys).
       toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED",
              "ZeRO (distributed_type DEEPSPEED): the runtime's \"zero\" strategy, stage --zero_stage "
-             "(default 2)"),
+             "(default 2); stage 3 runs its \"fsdp\" strategy"),
       deepspeed(
           "zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", ValueRule::wholeNumber(0, 3),
           "ZeRO stage: 0 (replicate), 1 (optimizer state sharded), 2 (and gradients; the default), 3 (and "
