@@ -1,15 +1,20 @@
-// Memory and step time of one training job under DDP, ZeRO-1 and ZeRO-2, measured per process.
+// Memory and step time of one training job under DDP, ZeRO-1, ZeRO-2 and FSDP (FULL_SHARD, SHARD_GRAD_OP),
+// measured per process.
 //
-//   accel launch --cpu --num_processes 2 build/bin/bench_zero_memory --strategy ddp|zero1|zero2
+//   accel launch --cpu --num_processes 2 build/bin/bench_zero_memory
+//       --strategy ddp|zero1|zero2|full_shard|shard_grad_op
 //       [--width W] [--layers L] [--batch B] [--steps N] [--warmup K] [--bucket-cap-mb MB]
 //
-// (bench/zero_memory.py runs the three strategies one after another and prints the ratios to DDP.)
+// (bench/zero_memory.py runs several strategies alternated and prints the ratios to DDP.)
 //
 // An MLP of L Linear(W, W) layers (tanh between them; default 8 x 2900 x 2900, 67.3 M parameters, so AdamW's
 // two fp32 moments are 0.54 GB replicated) trained with the prepared AdamW on a fixed batch of B rows
-// (default 4) against an MSE target, one intra-op thread per process, K warm-up and N timed steps. Every CPU
-// tensor is counted: a counting allocator wrapping libtorch's default CPU allocator is installed before any
-// tensor exists and keeps the live bytes and the peak of the live bytes. Each process measures:
+// (default 4) against an MSE target, one intra-op thread per process, K warm-up and N timed steps. Each
+// layer (its Linear and the tanh after it) is a module whose forward is an `accelerate::fsdp::unit`: under
+// "fsdp" each layer is a unit (the root holds no parameters of its own), under the other strategies the
+// call is a plain call. Every CPU tensor is counted: a counting allocator wrapping libtorch's default CPU
+// allocator is installed before any tensor exists and keeps the live bytes and the peak of the live bytes.
+// Each process measures:
 //
 //   - optimizer state: the live bytes the first `optimizer.step()` leaves behind (live after it minus live
 //     before it), and as the cross-check the sum of `nbytes()` of the tensors in the libtorch optimizer's
@@ -27,6 +32,15 @@
 //   - the peak live bytes of the whole run, and the peak resident set (VmHWM of /proc/self/status) as the
 //     cross-check (it also counts the library code, the shared-memory segment and Gloo's buffers, which
 //     are not tensors);
+//   - by phase, over the *baseline* (the live bytes once the Accelerator, the batch and the target exist,
+//     just before the model is built; VmRSS there for the resident figures): the peak of setup (building
+//     the model, preparing it and the optimizer: the whole model exists on every process until prepare
+//     shards it), the peak of the steps (every step, the first included: the training peak, which holds
+//     parameters or their shares, gradients, optimizer state and the activations of the batch), the live
+//     bytes after the last step (what is held between steps), and what forward leaves live (the
+//     activations; under SHARD_GRAD_OP also the units it keeps gathered until their backward); VmHWM at the
+//     end of setup, and VmHWM of the steps alone (reset after setup by writing 5 to /proc/self/clear_refs);
+//   - the largest unit's parameter bytes (one layer's weight and bias, as built), for the FSDP bound;
 //   - the median time of one whole step (zero_grad, forward, backward, step) over the timed steps, and of its
 //     backward and its optimizer step; the median minor page faults and kernel CPU time of one step
 //     (getrusage: freshly allocated large tensors are fresh pages, faulted in on first touch).
@@ -41,6 +55,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
@@ -121,34 +136,52 @@ std::pair<int64_t, double> faults_and_system_time() {
   return {usage.ru_minflt, usage.ru_stime.tv_sec + usage.ru_stime.tv_usec * 1e-6};
 }
 
-/// VmHWM of /proc/self/status (the peak resident set), in bytes; -1 where it cannot be read.
-int64_t peak_resident_bytes() {
+/// A line of /proc/self/status ("VmHWM", the peak resident set; "VmRSS", the resident set now), in bytes;
+/// -1 where it cannot be read.
+int64_t status_bytes(const std::string& key) {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
-      return std::stoll(line.substr(6)) * 1024; // "VmHWM:   123456 kB"
+    if (line.rfind(key + ":", 0) == 0) {
+      return std::stoll(line.substr(key.size() + 1)) * 1024; // "VmHWM:   123456 kB"
     }
   }
   return -1;
 }
 
+/// Starts VmHWM again from the resident set now (Linux 4.0 and later).
+void reset_peak_resident() {
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+/// One layer: Linear(W, W) and tanh (none after the last), an FSDP unit under "fsdp".
+struct LayerImpl : torch::nn::Module {
+  LayerImpl(int64_t width, bool activation)
+      : fc(register_module("fc", torch::nn::Linear(width, width))), activation(activation) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return accelerate::fsdp::unit(*this, [&] {
+      auto y = fc->forward(x);
+      return activation ? torch::tanh(y) : y;
+    });
+  }
+  torch::nn::Linear fc;
+  bool activation;
+};
+TORCH_MODULE(Layer);
+
 struct MlpImpl : torch::nn::Module {
   MlpImpl(int64_t width, int layers) {
     for (int i = 0; i < layers; ++i) {
-      linears.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(width, width)));
+      this->layers.push_back(register_module("layer" + std::to_string(i), Layer(width, i + 1 < layers)));
     }
   }
   torch::Tensor forward(torch::Tensor x) {
-    for (size_t i = 0; i < linears.size(); ++i) {
-      x = linears[i]->forward(x);
-      if (i + 1 < linears.size()) {
-        x = torch::tanh(x);
-      }
+    for (auto& layer : layers) {
+      x = layer->forward(x);
     }
     return x;
   }
-  std::vector<torch::nn::Linear> linears;
+  std::vector<Layer> layers;
 };
 TORCH_MODULE(Mlp);
 
@@ -200,6 +233,14 @@ constexpr Field kFields[] = {
     {"grad_after_backward", ".grad", Unit::kMegabytes},
     {"peak_live_bytes", "peak live", Unit::kMegabytes},
     {"vmhwm_bytes", "VmHWM", Unit::kMegabytes},
+    {"largest_unit_bytes", "largest unit", Unit::kMegabytes},
+    {"setup_peak_bytes", "setup peak", Unit::kMegabytes},
+    {"train_peak_bytes", "train peak", Unit::kMegabytes},
+    {"held_between_steps_bytes", "held", Unit::kMegabytes},
+    {"forward_live_bytes", "fwd leaves", Unit::kMegabytes},
+    {"rss_baseline_bytes", "RSS base", Unit::kMegabytes},
+    {"vmhwm_setup_bytes", "VmHWM setup", Unit::kMegabytes},
+    {"vmhwm_train_bytes", "VmHWM steps", Unit::kMegabytes},
     {"step_median_s", "step ms", Unit::kMilliseconds},
     {"backward_median_s", "backward ms", Unit::kMilliseconds},
     {"optimizer_step_median_s", "opt step ms", Unit::kMilliseconds},
@@ -210,7 +251,22 @@ constexpr int kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 
 } // namespace
 
+int run(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    // An allocation refused under a memory limit lands here: the message's first line (libtorch's go on
+    // with a backtrace), and a failed exit.
+    const std::string message = error.what();
+    std::cerr << "bench_zero_memory: rank " << (std::getenv("RANK") ? std::getenv("RANK") : "?")
+              << " failed: " << message.substr(0, message.find('\n')) << std::endl;
+    return 1;
+  }
+}
+
+int run(int argc, char** argv) {
   // Before any tensor: every CPU storage from here on is counted.
   static CountingAllocator counting(c10::GetDefaultCPUAllocator());
   c10::SetCPUAllocator(&counting, /*priority=*/std::numeric_limits<uint8_t>::max());
@@ -241,9 +297,10 @@ int main(int argc, char** argv) {
     } else if (const char* v = value("--bucket-cap-mb")) {
       bucket_cap_mb = std::stod(v);
     } else {
-      std::cerr << "bench_zero_memory: unknown argument '" << argv[i]
-                << "' (use --strategy ddp|zero1|zero2, --width W, --layers L, --batch B, --steps N, --warmup "
-                   "K, --bucket-cap-mb MB)\n";
+      std::cerr
+          << "bench_zero_memory: unknown argument '" << argv[i]
+          << "' (use --strategy ddp|zero1|zero2|full_shard|shard_grad_op, --width W, --layers L, --batch B, "
+             "--steps N, --warmup K, --bucket-cap-mb MB)\n";
       return 2;
     }
   }
@@ -259,26 +316,45 @@ int main(int argc, char** argv) {
     options.parallel_strategy("ddp");
   } else if (strategy == "zero1" || strategy == "zero2") {
     options.parallel_strategy("zero").zero_stage(strategy == "zero1" ? 1 : 2);
+  } else if (strategy == "full_shard" || strategy == "shard_grad_op") {
+    options.parallel_strategy("fsdp").fsdp_sharding_strategy(strategy == "full_shard" ? "FULL_SHARD"
+                                                                                      : "SHARD_GRAD_OP");
   } else {
-    std::cerr << "bench_zero_memory: --strategy is ddp, zero1 or zero2, not '" << strategy << "'\n";
+    std::cerr << "bench_zero_memory: --strategy is ddp, zero1, zero2, full_shard or shard_grad_op, not '"
+              << strategy << "'\n";
     return 2;
   }
   at::set_num_threads(1);
 
   accelerate::Accelerator accelerator(options);
-  torch::manual_seed(0);
-  Mlp model(width, layers);
-  accelerator.prepare(model);
-  auto optimizer =
-      accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-4)));
-  int64_t parameters = 0;
-  for (const auto& parameter : model->parameters()) {
-    parameters += parameter.numel();
-  }
   // One fixed batch per process (each its own rows, as a prepared loader would give).
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + accelerator.process_index());
   const auto input = at::randn({batch, width}, generator);
   const auto target = at::randn({batch, width}, generator);
+  // The baseline: what the phases below are measured over.
+  const int64_t baseline = live_bytes.load();
+  const int64_t rss_baseline = status_bytes("VmRSS");
+  reset_peak();
+  torch::manual_seed(0);
+  Mlp model(width, layers);
+  // Counted before prepare: under "fsdp" a unit's parameters have no elements outside its forward.
+  int64_t parameters = 0, largest_unit_bytes = 0;
+  for (const auto& layer : model->layers) {
+    int64_t bytes = 0;
+    for (const auto& parameter : layer->parameters()) {
+      parameters += parameter.numel();
+      bytes += parameter.nbytes();
+    }
+    largest_unit_bytes = std::max(largest_unit_bytes, bytes);
+  }
+  accelerator.prepare(model);
+  auto optimizer =
+      accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-4)));
+  const int64_t setup_peak = peak_bytes.load() - baseline;
+  const int64_t vmhwm_setup = status_bytes("VmHWM");
+  reset_peak_resident();
+  reset_peak();
+  int64_t train_peak = 0, forward_live = 0;
 
   int64_t optimizer_state_bytes = 0, grad_peak_backward = 0, grad_peak_step = 0, grad_held = 0,
           grad_after_backward = 0;
@@ -293,8 +369,11 @@ int main(int argc, char** argv) {
     const auto [faults_before, system_before] = faults_and_system_time();
     const auto start = Clock::now();
     optimizer.zero_grad();
+    const int64_t before_forward = live_bytes.load();
     auto loss = torch::mse_loss(model->forward(input), target);
     const int64_t before_backward = live_bytes.load();
+    forward_live = before_backward - before_forward;
+    train_peak = std::max(train_peak, peak_bytes.load() - baseline);
     reset_peak();
     const auto backward_start = Clock::now();
     accelerator.backward(loss);
@@ -308,6 +387,7 @@ int main(int argc, char** argv) {
     // What backward leaves live: the whole gradients, or under ZeRO-2 the shares (tensors the runtime holds
     // outside `.grad()`), less the activations backward freed.
     grad_held = before_step - before_backward;
+    train_peak = std::max(train_peak, peak_bytes.load() - baseline);
     reset_peak();
     optimizer.step();
     const auto step_end = Clock::now();
@@ -331,6 +411,9 @@ int main(int argc, char** argv) {
       system_seconds.push_back(system_after - system_before);
     }
   }
+  train_peak = std::max(train_peak, peak_bytes.load() - baseline);
+  const int64_t held_between_steps = live_bytes.load() - baseline;
+  const int64_t vmhwm_train = status_bytes("VmHWM");
   const double figures[kFieldCount] = {static_cast<double>(parameters),
                                        static_cast<double>(optimizer_state_bytes),
                                        static_cast<double>(optimizer_state_nbytes(optimizer.unwrap())),
@@ -340,7 +423,15 @@ int main(int argc, char** argv) {
                                        static_cast<double>(grad_held),
                                        static_cast<double>(grad_after_backward),
                                        static_cast<double>(peak_bytes_overall()),
-                                       static_cast<double>(peak_resident_bytes()),
+                                       static_cast<double>(std::max(vmhwm_setup, vmhwm_train)),
+                                       static_cast<double>(largest_unit_bytes),
+                                       static_cast<double>(setup_peak),
+                                       static_cast<double>(train_peak),
+                                       static_cast<double>(held_between_steps),
+                                       static_cast<double>(forward_live),
+                                       static_cast<double>(rss_baseline),
+                                       static_cast<double>(vmhwm_setup),
+                                       static_cast<double>(vmhwm_train),
                                        median(step_seconds),
                                        median(backward_seconds),
                                        median(optimizer_step_seconds),
@@ -366,7 +457,8 @@ int main(int argc, char** argv) {
   std::cout << "\n";
   std::ostringstream json;
   json << std::setprecision(17) << "{\"strategy\": \"" << strategy
-       << "\", \"processes\": " << accelerator.num_processes() << ", \"ranks\": [";
+       << "\", \"processes\": " << accelerator.num_processes() << ", \"first_loss\": " << first_loss
+       << ", \"last_loss\": " << last_loss << ", \"ranks\": [";
   for (int64_t rank = 0; rank < table.size(0); ++rank) {
     std::cout << std::left << std::setw(5) << rank << std::right << std::fixed;
     json << (rank ? ", {" : "{");

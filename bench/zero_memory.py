@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Memory and step time per process under DDP, ZeRO-1 and ZeRO-2, side by side in one run.
+"""Memory and step time per process under DDP, ZeRO-1, ZeRO-2 and FSDP, side by side in one run.
 
 Runs bench_zero_memory under `accel launch --cpu --num_processes P` once per strategy and repetition, the order
 of the strategies rotating from one repetition to the next, and prints one Markdown table: each figure per
 strategy (memory: the largest over the processes, median over the repetitions; times: rank 0's median step,
-median over the repetitions) and its ratio to DDP, with the goals.
+median over the repetitions) and its ratio to DDP, with the goals. With an FSDP strategy among them it also
+prints the FSDP memory bound and, for each strategy, whether its training peak is within it.
 
     python3 bench/zero_memory.py --bin-dir build/bin --procs 2 --reps 5 --steps 5 --warmup 2
+    python3 bench/zero_memory.py --strategies ddp,full_shard,shard_grad_op --procs 4 ...
 """
 import argparse
 import json
@@ -18,8 +20,16 @@ import subprocess
 import sys
 import time
 
-STRATEGIES = ("ddp", "zero1", "zero2")
-NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2"}
+NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "full_shard": "FULL_SHARD",
+         "shard_grad_op": "SHARD_GRAD_OP"}
+FSDP = ("full_shard", "shard_grad_op")
+# The goals, by figure: (strategy, text) for the strategies a run has.
+GOALS = {
+    "optimizer_state_bytes": [("zero1", "ZeRO <= 0.55x"), ("zero2", "ZeRO <= 0.55x")],
+    "grad_peak_bytes": [("zero2", "ZeRO-2 <= 0.6x")],
+    "step_median_s": [("zero1", "ZeRO-1 <= 1.1x"), ("full_shard", "FULL_SHARD <= 1.3x"),
+                      ("shard_grad_op", "SHARD_GRAD_OP <= 1.15x")],
+}
 
 
 def run(args, strategy: str) -> dict:
@@ -59,6 +69,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin-dir", default="build/bin", help="where accel and bench_zero_memory are")
     parser.add_argument("--procs", type=int, default=2)
+    parser.add_argument("--strategies", default="ddp,zero1,zero2",
+                        help="comma-separated, ddp first (the reference of the ratios): ddp, zero1, zero2, "
+                             "full_shard, shard_grad_op")
     parser.add_argument("--bucket-cap-mb", type=float, default=0,
                         help="bucket_cap_mb (ZeRO-2's gradient buckets, DDP's Reducer); 0: the runtime's default")
     parser.add_argument("--reps", type=int, default=3)
@@ -72,9 +85,15 @@ def main() -> int:
     args = parser.parse_args()
 
     started, load_start = time.time(), os.getloadavg()
+    STRATEGIES = tuple(args.strategies.split(","))
+    if STRATEGIES[0] != "ddp" or any(s not in NAMES for s in STRATEGIES) or len(set(STRATEGIES)) < len(STRATEGIES):
+        sys.exit(f"zero_memory.py: --strategies is ddp then some of {', '.join(list(NAMES)[1:])}, "
+                 f"not {args.strategies}")
+    OTHERS = STRATEGIES[1:]
     runs = {strategy: [] for strategy in STRATEGIES}
     for rep in range(args.reps):
-        order = STRATEGIES[rep % 3:] + STRATEGIES[:rep % 3]
+        shift = rep % len(STRATEGIES)
+        order = STRATEGIES[shift:] + STRATEGIES[:shift]
         for strategy in order:
             runs[strategy].append(run(args, strategy))
     elapsed, load_end = time.time() - started, os.getloadavg()
@@ -106,31 +125,38 @@ def main() -> int:
         ("whole `.grad` left after backward", "grad_after_backward", mb, ""),
         ("peak live tensor bytes", "peak_live_bytes", mb, ""),
         ("peak resident set (VmHWM)", "vmhwm_bytes", mb, ""),
+        ("setup peak (build + prepare, over the baseline)", "setup_peak_bytes", mb, ""),
+        ("training peak (the steps, over the baseline)", "train_peak_bytes", mb, ""),
+        ("held between steps (over the baseline)", "held_between_steps_bytes", mb, ""),
+        ("what forward leaves live", "forward_live_bytes", mb, ""),
+        ("resident set at the baseline (VmRSS)", "rss_baseline_bytes", mb, ""),
+        ("peak resident set of setup (VmHWM)", "vmhwm_setup_bytes", mb, ""),
+        ("peak resident set of the steps (VmHWM reset after setup)", "vmhwm_train_bytes", mb, ""),
     ]
-    header = ["figure", *(NAMES[s] for s in STRATEGIES), "ZeRO-1 / DDP", "ZeRO-2 / DDP", "goal"]
+    header = ["figure", *(NAMES[s] for s in STRATEGIES), *(f"{NAMES[s]} / DDP" for s in OTHERS), "goal"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
 
     def ratio(a, b):
         return f"{a / b:.2f}x" if b else "—"
 
-    for name, field, fmt, goal in rows:
-        values = [worst(s, field) for s in STRATEGIES]
-        print(f"| {name} | " + " | ".join(fmt(v) for v in values) +
-              f" | {ratio(values[1], values[0])} | {ratio(values[2], values[0])} | {goal} |")
-    for name, field, goal in (("step time (median)", "step_median_s", "ZeRO-1 <= 1.1x"),
-                              ("- backward", "backward_median_s", ""),
-                              ("- optimizer step", "optimizer_step_median_s", "")):
-        times = [step(s, field=field) for s in STRATEGIES]
-        print(f"| {name} | " + " | ".join(f"{v * 1e3:.1f} ms" for v in times) +
-              f" | {ratio(times[1], times[0])} | {ratio(times[2], times[0])} | {goal} |")
-    faults = [step(s, field="minor_faults_per_step") for s in STRATEGIES]
-    print("| minor page faults per step | " + " | ".join(f"{v:,.0f}" for v in faults) +
-          f" | {ratio(faults[1], faults[0])} | {ratio(faults[2], faults[0])} | |")
-    system = [step(s, field="system_cpu_per_step_s") for s in STRATEGIES]
-    print("| kernel (system) CPU time per step | " + " | ".join(f"{v * 1e3:.1f} ms" for v in system) +
-          f" | {ratio(system[1], system[0])} | {ratio(system[2], system[0])} | |")
-    per_rep = {s: [step(s, rep) / step("ddp", rep) for rep in range(args.reps)] for s in ("zero1", "zero2")}
+    def goal(field):
+        return ", ".join(dict.fromkeys(text for s, text in GOALS.get(field, []) if s in STRATEGIES))
+
+    def row(name, values, fmt, field=""):
+        print(f"| {name} | " + " | ".join(fmt(v) for v in values) + " | " +
+              " | ".join(ratio(v, values[0]) for v in values[1:]) + f" | {goal(field)} |")
+
+    for name, field, fmt, _ in rows:
+        row(name, [worst(s, field) for s in STRATEGIES], fmt, field)
+    for name, field in (("step time (median)", "step_median_s"), ("- backward", "backward_median_s"),
+                        ("- optimizer step", "optimizer_step_median_s")):
+        row(name, [step(s, field=field) for s in STRATEGIES], lambda v: f"{v * 1e3:.1f} ms", field)
+    row("minor page faults per step", [step(s, field="minor_faults_per_step") for s in STRATEGIES],
+        lambda v: f"{v:,.0f}")
+    row("kernel (system) CPU time per step", [step(s, field="system_cpu_per_step_s") for s in STRATEGIES],
+        lambda v: f"{v * 1e3:.1f} ms")
+    per_rep = {s: [step(s, rep) / step("ddp", rep) for rep in range(args.reps)] for s in OTHERS}
     print("\nStep time over DDP's in each repetition: " + "; ".join(
         f"{NAMES[s]} " + ", ".join(f"{r:.2f}x" for r in per_rep[s]) for s in per_rep))
     print("VmHWM over the processes and repetitions: " + "; ".join(
@@ -139,6 +165,28 @@ def main() -> int:
     print("Optimizer state per process, each process (1st step's increase): " + "; ".join(
         f"{NAMES[s]} " + ", ".join(mb(rank["optimizer_state_bytes"]) for rank in runs[s][0]["ranks"])
         for s in STRATEGIES))
+    print("Loss (rank 0, first step -> last step, 1st repetition): " + "; ".join(
+        f"{NAMES[s]} {runs[s][0]['first_loss']:.6f} -> {runs[s][0]['last_loss']:.6f}" for s in STRATEGIES))
+    if any(s in FSDP for s in STRATEGIES):
+        # The FSDP goal: a process's parameters, gradients and AdamW state (fp32: 4 + 4 + 8 bytes a parameter)
+        # within 1/N of their replicated total plus the largest unit's whole parameters, plus 10%.
+        parameters = first["parameters"]
+        replicated = 16 * parameters
+        unit = first["largest_unit_bytes"]
+        bound = 1.1 * (replicated / args.procs + unit)
+        activations = worst("ddp", "forward_live_bytes")
+        print(f"\nFSDP bound: 1.1 x (replicated {mb(replicated)} (16 bytes x {parameters / 1e6:.2f} M parameters) "
+              f"/ {args.procs} + largest unit {mb(unit)}) = {mb(bound)}. Activations (what DDP's forward leaves "
+              f"live): {mb(activations)}.")
+        for s in STRATEGIES:
+            peak = worst(s, "train_peak_bytes")
+            setup = worst(s, "setup_peak_bytes")
+            resident = statistics.median(max(r["vmhwm_train_bytes"] - r["rss_baseline_bytes"] for r in x["ranks"])
+                                         for x in runs[s])
+            print(f"- {NAMES[s]}: training peak {mb(peak)} = {peak / bound:.2f} of the bound "
+                  f"({'met' if peak <= bound else 'not met'}; without the activations {mb(peak - activations)}), "
+                  f"resident increase over the baseline during the steps {mb(resident)}; "
+                  f"setup peak {mb(setup)} = {setup / bound:.2f} of the bound")
     return 0
 
 
