@@ -91,24 +91,85 @@ std::string type_name(const std::type_info& type) {
   return c10::demangle(type.name());
 }
 
-/// Gives `tensor`'s storage `bytes` bytes of fresh memory (contents undefined) unless it has them.
-void allocate_storage(const torch::Tensor& tensor, size_t bytes) {
+/// CPU memory released by units, kept for the next gather or staging buffer of the same size. A large block
+/// given back to glibc is unmapped, and the next one is a fresh mapping whose every page faults on first
+/// touch: per step that was four times the parameters in page faults (docs/benchmarks.md). At most two blocks
+/// of a size are kept (the gathered unit and the staging buffer in flight), so memory between steps grows by
+/// at most that much. CUDA memory goes back to its caching allocator, which already reuses blocks.
+class SparePool {
+public:
+  /// A block of `bytes` for `device`: a kept one, or a fresh one from `allocator`.
+  at::DataPtr take(size_t bytes, const c10::Device& device, c10::Allocator* allocator) {
+    if (device.is_cpu()) {
+      for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+        if (it->first == bytes) {
+          auto block = std::move(it->second);
+          blocks_.erase(it);
+          return block;
+        }
+      }
+    }
+    return allocator->allocate(bytes);
+  }
+  /// Keeps `block` (of `bytes`) if there is room, else frees it.
+  void give(at::DataPtr block, size_t bytes) {
+    if (!block || block.device().type() != c10::DeviceType::CPU) {
+      return;
+    }
+    const auto same =
+        std::count_if(blocks_.begin(), blocks_.end(), [&](const auto& kept) { return kept.first == bytes; });
+    if (same < 2) {
+      blocks_.emplace_back(bytes, std::move(block));
+    }
+  }
+
+private:
+  std::vector<std::pair<size_t, at::DataPtr>> blocks_;
+};
+
+/// Gives `tensor`'s storage `bytes` bytes (contents undefined) unless it has them.
+void allocate_storage(const torch::Tensor& tensor, size_t bytes, SparePool& pool) {
   auto* storage = tensor.storage().unsafeGetStorageImpl();
   if (storage->nbytes() >= bytes) {
     return;
   }
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_data_ptr_noswap(pool.take(bytes, tensor.device(), storage->allocator()));
   storage->set_nbytes(bytes);
 }
 
-/// Releases `tensor`'s storage: every view of it keeps its shape and holds no data.
-void release_storage(const torch::Tensor& tensor) {
+/// Releases `tensor`'s storage into `pool`: every view of it keeps its shape and holds no data.
+void release_storage(const torch::Tensor& tensor, SparePool& pool) {
   auto* storage = tensor.storage().unsafeGetStorageImpl();
-  if (storage->nbytes() == 0) {
+  const size_t bytes = storage->nbytes();
+  if (bytes == 0) {
     return;
   }
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+  pool.give(storage->set_data_ptr(at::DataPtr(nullptr, tensor.device())), bytes);
   storage->set_nbytes(0);
+}
+
+/// A zero-filled 1-D tensor like `like`, of its numel, on memory from `pool`.
+torch::Tensor zeros_from(SparePool& pool, const torch::Tensor& like) {
+  const size_t bytes = static_cast<size_t>(like.numel()) * like.element_size();
+  auto* allocator = like.storage().unsafeGetStorageImpl()->allocator();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, pool.take(bytes, like.device(), allocator),
+                       allocator, /*resizable=*/true);
+  auto tensor = torch::empty({0}, like.options()).set_(storage, 0, {like.numel()}, {1});
+  return tensor.zero_();
+}
+
+/// Gives the memory of `tensor` (made by zeros_from) back to `pool`.
+void give_back(SparePool& pool, torch::Tensor& tensor) {
+  if (!tensor.defined()) {
+    return;
+  }
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  if (tensor.use_count() == 1 && tensor.storage().use_count() == 1) {
+    const size_t bytes = storage->nbytes();
+    pool.give(storage->set_data_ptr(at::DataPtr(nullptr, tensor.device())), bytes);
+    storage->set_nbytes(0);
+  }
+  tensor.reset();
 }
 
 struct Sharded;
@@ -164,6 +225,7 @@ struct Sharded {
   int world = 1;
   bool reshard_after_forward = true;
   std::weak_ptr<Sharded> self;
+  SparePool pool;
 
   void gather(Unit& unit) {
     if (unit.gathered) {
@@ -171,7 +233,7 @@ struct Sharded {
     }
     torch::NoGradGuard no_grad;
     for (auto& group : unit.groups) {
-      allocate_storage(group.full, group.full_bytes);
+      allocate_storage(group.full, group.full_bytes, pool);
       all_gather_into(process_group, group.full, group.shard);
       for (size_t m : group.members) {
         auto& member = members[m];
@@ -191,7 +253,7 @@ struct Sharded {
       return;
     }
     for (auto& group : unit.groups) {
-      release_storage(group.full);
+      release_storage(group.full, pool);
       for (size_t m : group.members) {
         members[m].parameter.set_data(group.placeholder);
       }
@@ -292,7 +354,7 @@ public:
     armed_ = false;
     for (auto& unit : sharded_->units) {
       for (auto& group : unit.groups) {
-        group.staging.reset();
+        give_back(sharded_->pool, group.staging);
       }
       sharded_->reshard(unit);
     }
@@ -322,7 +384,7 @@ private:
     auto& unit = sharded_->units[member.unit];
     auto& group = unit.groups[member.group];
     if (!group.staging.defined()) {
-      group.staging = torch::zeros({group.full.numel()}, group.full.options());
+      group.staging = zeros_from(sharded_->pool, group.full);
     }
     auto slot = group.staging.narrow(0, member.place.offset, member.place.numel);
     if (member.staged) {
@@ -352,7 +414,7 @@ private:
     }
     for (auto& group : unit.groups) {
       if (!group.staging.defined()) {
-        group.staging = torch::zeros({group.full.numel()}, group.full.options());
+        group.staging = zeros_from(sharded_->pool, group.full);
       }
       if (!group.share_gradient.defined()) {
         group.share_gradient = torch::empty({group.share}, group.full.options());
@@ -363,7 +425,7 @@ private:
       });
       auto averaged = fresh ? group.share_gradient : torch::empty({group.share}, group.full.options());
       reduce_scatter_average(process_group(), averaged, group.staging);
-      group.staging.reset();
+      give_back(sharded_->pool, group.staging);
       for (size_t m : group.members) {
         auto& member = sharded_->members[m];
         member.staged = false;

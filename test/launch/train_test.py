@@ -330,7 +330,8 @@ def AZeroFileTrainsLikeDdp():
 
 def UnsupportedShardingIsRefusedByTheRuntime():
     # Without a launcher (or under torchrun or mpirun) the runtime reads ACCELERATE_CONFIG_FILE itself: Python
-    # Accelerate's FSDP file, a ZeRO stage 3 file, and Python Accelerate's ZeRO-2 file with a conflicting
+    # Accelerate's FSDP file (its automatic wrapping is not built yet), a ZeRO stage 3 file (fully sharded) with
+    # a conflicting ACCELERATE_PARALLEL_STRATEGY, and Python Accelerate's ZeRO-2 file with a conflicting
     # ACCELERATE_PARALLEL_STRATEGY end the program with one message and a non-zero exit code, from the runtime's
     # report of the exception (not the standard library's "terminate called after throwing").
     python_yamls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config", "data", "python")
@@ -341,9 +342,10 @@ def UnsupportedShardingIsRefusedByTheRuntime():
         with open(stage3, "w") as file:
             file.write("distributed_type: DEEPSPEED\nuse_cpu: true\ndeepspeed_config:\n  zero_stage: 3\n")
         cases = [
-            ("fsdp.yaml", fsdp, {}, f"accelerate: distributed_type: FSDP (from config file {fsdp}) asks for FSDP (fully "
-             "sharded training), which accelerate-cpp does not support yet. Use data parallelism or ZeRO instead"),
-            ("zero3.yaml", stage3, {}, f"accelerate: zero_stage='3' (from config file {stage3}) asks for ZeRO stage 3"),
+            ("fsdp.yaml", fsdp, {}, "asks FSDP to choose its units, which comes with automatic wrapping in a later "
+             "version"),
+            ("zero3.yaml with ACCELERATE_PARALLEL_STRATEGY=zero", stage3, {"ACCELERATE_PARALLEL_STRATEGY": "zero"},
+             "parallel_strategy='zero' (from the environment)"),
             ("zero2.yaml with ACCELERATE_PARALLEL_STRATEGY=ddp", zero2, {"ACCELERATE_PARALLEL_STRATEGY": "ddp"},
              f"accelerate: parallel_strategy='ddp' (from the environment) conflicts with zero_stage='2' (from config "
              f"file {zero2})"),

@@ -252,8 +252,8 @@ TEST(Config, BadValuesNameTheKeyAndTheChoices) {
               std::string::npos);
   }
   {
-    LauncherVariables variables({{"ACCELERATE_USE_FSDP", "true"}});
-    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("asks for FSDP"), std::string::npos);
+    LauncherVariables variables({{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "HALF_SHARD"}});
+    EXPECT_NE(error_of([] { accelerate::Accelerator accelerator; }).find("HALF_SHARD"), std::string::npos);
   }
   auto path = testing::TempDir() + "/broken.yaml";
   {
@@ -293,7 +293,7 @@ TEST(Config, StateListsEveryOptionWithItsDefaultAndSource) {
       << unnamed.state();
 }
 
-TEST(Config, FsdpInTheConfigFileIsRefusedWithWhatToUseInstead) {
+TEST(Config, FsdpInTheConfigFileSelectsTheFsdpStrategy) {
   auto path = testing::TempDir() + "/sharded.yaml";
   for (const std::string text : {"distributed_type: FSDP\nuse_cpu: true\n",
                                  "distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n"}) {
@@ -302,17 +302,9 @@ TEST(Config, FsdpInTheConfigFileIsRefusedWithWhatToUseInstead) {
       file << text;
     }
     LauncherVariables variables({{"ACCELERATE_CONFIG_FILE", path}});
-    const std::string message = error_of([] { accelerate::Accelerator accelerator; });
-    EXPECT_NE(
-        message.find("(from config file " + path +
-                     ") asks for FSDP (fully sharded training), which accelerate-cpp does not support yet"),
-        std::string::npos)
-        << text << message;
-    EXPECT_NE(message.find(
-                  "distributed_type: MULTI_GPU (or MULTI_CPU, or DEEPSPEED with deepspeed_config.zero_stage "
-                  "1 or 2)"),
-              std::string::npos)
-        << message;
+    const auto config = accelerate::detail::resolve_config({});
+    EXPECT_EQ(config.parallel_strategy, "fsdp") << text;
+    EXPECT_EQ(config.fsdp_sharding_strategy, "FULL_SHARD") << text;
   }
   {
     std::ofstream file(path);
@@ -423,8 +415,6 @@ TEST(Config, ZeroSettingsThisRuntimeLacksAreRefusedNamingKeyValueAndSource) {
   const std::vector<Case> cases = {
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
        "zero_stage='4' (from config file PATH) is not a ZeRO stage; use 0 (off), 1"},
-      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
-       "zero_stage='3' (from config file PATH) asks for ZeRO stage 3"},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_device: nvme\n",
        "offload_optimizer_device='nvme' (from config file PATH) is not an optimizer offload device this "
        "runtime has; "
