@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::istringstream state(accelerator.state());
       for (std::string line; std::getline(state, line);) {
-        if (line.rfind("parallel_strategy:", 0) == 0 || line.rfind("zero:", 0) == 0) {
+        if (line.rfind("parallel_strategy:", 0) == 0 || line.rfind("zero:", 0) == 0 ||
+            line.rfind("fsdp:", 0) == 0) {
           std::printf("%s\n", line.c_str());
         }
       }

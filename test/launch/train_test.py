@@ -326,6 +326,36 @@ def AZeroFileTrainsLikeDdp():
     print(f"ZeRO-2 from the YAML file: {zero}; DDP: {ddp}")
 
 
+def AnFsdpFileTrainsLikeDdp():
+    # Python Accelerate's FSDP file (version 2, no automatic wrapping) and a DeepSpeed ZeRO-3 file select the fsdp
+    # strategy through accel launch; launch_train's model has no units, so all of it is the root's resident unit
+    # (gradients and optimizer state sharded), and the 2 ranks end bit-identical to DDP's.
+    files = {
+        "fsdp2.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nuse_cpu: true\nnum_machines: 1\n"
+                      "num_processes: 2\nmixed_precision: 'no'\nfsdp_config:\n  fsdp_version: 2\n"
+                      "  fsdp_auto_wrap_policy: NO_WRAP\n  fsdp_reshard_after_forward: true\n"
+                      "  fsdp_state_dict_type: SHARDED_STATE_DICT\n  fsdp_offload_params: false\n"
+                      "  fsdp_cpu_ram_efficient_loading: true\n  fsdp_activation_checkpointing: false\n",
+        "zero3.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nuse_cpu: true\nnum_machines: 1\n"
+                      "num_processes: 2\nmixed_precision: 'no'\ndeepspeed_config:\n  zero_stage: 3\n"
+                      "  offload_optimizer_device: none\n  offload_param_device: none\n  zero3_init_flag: false\n",
+    }
+    ddp = accel_run("--num_processes", "2", "--main_process_port", str(free_port()),
+                    train_args=("--steps", "5", "--prepare-optimizer"))
+    with tempfile.TemporaryDirectory() as directory:
+        for name, text in files.items():
+            path = os.path.join(directory, name)
+            with open(path, "w") as file:
+                file.write(text)
+            code, output, _ = run([ACCEL, "launch", "-q", "--config_file", path, "--main_process_port",
+                                   str(free_port()), TRAIN, "--steps", "5", "--prepare-optimizer"])
+            check(code == 0 and "fsdp: FULL_SHARD, parameters, gradients and optimizer state in 2 shares" in output,
+                  f"{name} must select FSDP FULL_SHARD in the ranks' runtime", output)
+            fsdp = params_of(output)
+            check(fsdp == ddp, f"{name}: FSDP ended with {fsdp}, DDP with {ddp}: they must be bit-identical")
+            print(f"{name}: {fsdp}; DDP: {ddp}")
+
+
 # ------------------------------------------------------------------------------------------- the runtime's refusals
 
 def UnsupportedShardingIsRefusedByTheRuntime():

@@ -26,3 +26,8 @@ accelerate_multirank_test(multirank.FsdpCheckpoints.LoadedOnThreeProcesses NPROC
 set_tests_properties(multirank.FsdpCheckpoints.SavedOnTwoProcesses PROPERTIES FIXTURES_SETUP fsdp_checkpoints)
 set_tests_properties(multirank.FsdpCheckpoints.LoadedOnOneProcess multirank.FsdpCheckpoints.LoadedOnThreeProcesses
                      PROPERTIES FIXTURES_REQUIRED fsdp_checkpoints)
+
+# Debug mode: every collective (the gathers and reduce-scatters included) checked across processes, and the
+# replica check told that parameters and optimizer state are sharded.
+accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping.debug NPROC 2
+                          FILTER Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping ENVIRONMENT ACCELERATE_DEBUG_MODE=1)
