@@ -605,10 +605,10 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
   return sharded;
 }
 
-class FsdpEngine final : public ParallelEngine, public fsdp::detail::UnitHost {
+class FsdpEngine final : public ShardedEngine, public fsdp::detail::UnitHost {
 public:
   explicit FsdpEngine(const ParallelContext& context)
-      : ParallelEngine(context), replicated_(make_ddp_engine(context)),
+      : ShardedEngine(context), replicated_(make_ddp_engine(context)),
         sharding_(context.config.fsdp_sharding_strategy) {
     if (sharding_ != "FULL_SHARD" && sharding_ != "SHARD_GRAD_OP" && sharding_ != "NO_SHARD") {
       throw std::invalid_argument(
@@ -776,74 +776,13 @@ public:
     }
   }
 
-  std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& parameters) override {
-    std::vector<torch::Tensor> gradients;
-    for (const auto& parameter : parameters) {
-      auto [sharded, index] = find(parameter);
-      if (!sharded) {
-        if (parameter.grad().defined()) {
-          gradients.push_back(parameter.grad());
-        }
-      } else if (const auto& member = sharded->members[index];
-                 member.place.share_length > 0 && member.gradient.defined()) {
-        gradients.push_back(member.gradient);
-      }
-    }
-    return gradients;
-  }
-
-  torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) override {
-    if (!context().process_group) {
-      if (gradients.empty()) {
-        return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(context().device));
-      }
-      return ParallelEngine::gradient_norm(gradients, norm_type);
-    }
-    return sharded_gradient_norm(context(), gradients, norm_type);
-  }
-
-  std::optional<ParameterShare> share(const torch::Tensor& parameter) override {
-    auto [sharded, index] = find(parameter);
-    if (!sharded) {
-      return std::nullopt;
-    }
-    const auto& member = sharded->members[index];
-    return ParameterShare{member.values, member.place.share_begin,
-                          member.place.share_length > 0 ? member.gradient : torch::Tensor()};
-  }
-
   std::vector<int64_t> whole_sizes(const torch::Tensor& parameter) override {
     auto [sharded, index] = find(parameter);
     return sharded ? sharded->members[index].sizes : parameter.sizes().vec();
   }
 
-  void zero_share_gradient(const torch::Tensor& parameter, bool set_to_none) override {
-    auto [sharded, index] = find(parameter);
-    if (!sharded) {
-      return;
-    }
-    auto& gradient = sharded->members[index].gradient;
-    if (set_to_none) {
-      gradient.reset();
-    } else if (gradient.defined()) {
-      gradient.zero_();
-    }
-  }
-
   bool shards_optimizer_state() const override {
     return context().process_group != nullptr && sharding_ != "NO_SHARD";
-  }
-
-  void adopt_optimizer_state(OptimizerState& optimizer) override {
-    keep_optimizer_state_shares(optimizer, [&](const torch::Tensor& parameter) {
-      auto [sharded, index] = find(parameter);
-      std::optional<std::pair<int64_t, int64_t>> range;
-      if (sharded) {
-        const auto& place = sharded->members[index].place;
-        range = std::make_pair(place.share_begin, place.share_length);
-      }
-      return range;
-    });
   }
 
   bool reads_checkpoints_of(const std::string& strategy) const override {
@@ -908,6 +847,17 @@ public:
 
   std::unique_ptr<CheckpointComponent>
   model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models) override;
+
+protected:
+  std::optional<Held> held(const torch::Tensor& parameter) override {
+    auto [sharded, index] = find(parameter);
+    if (!sharded) {
+      return std::nullopt;
+    }
+    auto& member = sharded->members[index];
+    return Held{member.values, &member.gradient, member.place.share_begin, member.place.share_length,
+                sharded};
+  }
 
 private:
   std::pair<std::shared_ptr<Sharded>, size_t> find(const torch::Tensor& parameter) {

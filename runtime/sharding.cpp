@@ -117,4 +117,70 @@ void keep_optimizer_state_shares(
   }
 }
 
+std::vector<torch::Tensor> ShardedEngine::gradients(const std::vector<torch::Tensor>& parameters) {
+  if (!gradients_in_shares()) {
+    return ParallelEngine::gradients(parameters);
+  }
+  std::vector<torch::Tensor> gradients;
+  for (const auto& parameter : parameters) {
+    if (auto share = held(parameter)) {
+      if (share->length > 0 && share->gradient->defined()) {
+        gradients.push_back(*share->gradient);
+      }
+    } else if (parameter.grad().defined()) {
+      gradients.push_back(parameter.grad());
+    }
+  }
+  return gradients;
+}
+
+torch::Tensor ShardedEngine::gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) {
+  if (!gradients_in_shares() || !context().process_group) {
+    if (gradients.empty()) {
+      return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(context().device));
+    }
+    return ParallelEngine::gradient_norm(gradients, norm_type);
+  }
+  return sharded_gradient_norm(context(), gradients, norm_type);
+}
+
+std::optional<ParameterShare> ShardedEngine::share(const torch::Tensor& parameter) {
+  auto share = held(parameter);
+  if (!share) {
+    return std::nullopt;
+  }
+  ParameterShare result{share->values, share->begin, {}};
+  if (share->length == 0) {
+    return result;
+  }
+  if (gradients_in_shares()) {
+    result.gradient = *share->gradient;
+  } else if (const auto& gradient = parameter.grad(); gradient.defined()) {
+    result.gradient = gradient.reshape(-1).narrow(0, share->begin, share->length);
+  }
+  return result;
+}
+
+void ShardedEngine::zero_share_gradient(const torch::Tensor& parameter, bool set_to_none) {
+  auto share = held(parameter);
+  if (!share || !gradients_in_shares()) {
+    return;
+  }
+  if (set_to_none) {
+    share->gradient->reset();
+  } else if (share->gradient->defined()) {
+    share->gradient->zero_();
+  }
+}
+
+void ShardedEngine::adopt_optimizer_state(OptimizerState& optimizer) {
+  keep_optimizer_state_shares(optimizer, [&](const torch::Tensor& parameter) {
+    std::optional<std::pair<int64_t, int64_t>> range;
+    if (auto share = held(parameter)) {
+      range = std::make_pair(share->begin, share->length);
+    }
+    return range;
+  });
+}
+
 } // namespace accelerate::detail

@@ -65,4 +65,33 @@ void keep_optimizer_state_shares(
     const std::function<std::optional<std::pair<int64_t, int64_t>>(const torch::Tensor& parameter)>&
         range_of);
 
+/// The half of a sharded strategy that faces the optimizer, clipping and checkpoints: this process's share of
+/// each parameter, its gradient, the norm across processes and the adoption of loaded state, all from one
+/// lookup (`held`) each strategy provides over its own layout.
+class ShardedEngine : public ParallelEngine {
+public:
+  using ParallelEngine::ParallelEngine;
+
+  std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& parameters) override;
+  torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) override;
+  std::optional<ParameterShare> share(const torch::Tensor& parameter) override;
+  void zero_share_gradient(const torch::Tensor& parameter, bool set_to_none) override;
+  void adopt_optimizer_state(OptimizerState& optimizer) override;
+
+protected:
+  /// Where the strategy keeps this process's share of a parameter it shards.
+  struct Held {
+    torch::Tensor values;               // the 1-D view the optimizer steps (empty: none of it is here)
+    torch::Tensor* gradient = nullptr;  // its gradient as the strategy keeps it (may be undefined)
+    int64_t begin = 0;                  // the share's first element in the flattened parameter
+    int64_t length = 0;                 // its elements
+    std::shared_ptr<const void> holder; // keeps what `gradient` points into alive
+  };
+  /// This process's share of `parameter`, or nullopt when the strategy does not shard it.
+  virtual std::optional<Held> held(const torch::Tensor& parameter) = 0;
+  /// Whether gradients are kept in the shares (`Held::gradient`); false: in `.grad()`, whole on every
+  /// process, and the shares' gradients are views of them (ZeRO stage 1).
+  virtual bool gradients_in_shares() const { return true; }
+};
+
 } // namespace accelerate::detail

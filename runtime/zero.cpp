@@ -415,10 +415,10 @@ private:
   bool armed_ = false;
 };
 
-class ZeroEngine final : public ParallelEngine {
+class ZeroEngine final : public ShardedEngine {
 public:
   explicit ZeroEngine(const ParallelContext& context)
-      : ParallelEngine(context), replicated_(make_ddp_engine(context)),
+      : ShardedEngine(context), replicated_(make_ddp_engine(context)),
         stage_(context.config.zero_stage == 0 ? 2 : context.config.zero_stage) {
     if (stage_ != 1 && stage_ != 2) {
       throw std::invalid_argument("accelerate: parallel_strategy 'zero' takes zero_stage 1 or 2, not " +
@@ -489,79 +489,7 @@ public:
     }
   }
 
-  std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& parameters) override {
-    if (stage_ == 1) {
-      return ParallelEngine::gradients(parameters);
-    }
-    std::vector<torch::Tensor> gradients;
-    for (const auto& parameter : parameters) {
-      auto [layout, index] = find(parameter);
-      if (!layout) {
-        if (parameter.grad().defined()) {
-          gradients.push_back(parameter.grad());
-        }
-      } else if (const auto& entry = layout->entries[index];
-                 entry.share_length > 0 && entry.gradient.defined()) {
-        gradients.push_back(entry.gradient);
-      }
-    }
-    return gradients;
-  }
-
-  torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) override {
-    if (stage_ == 1 || !context().process_group) {
-      if (gradients.empty()) {
-        return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(context().device));
-      }
-      return ParallelEngine::gradient_norm(gradients, norm_type);
-    }
-    return sharded_gradient_norm(context(), gradients, norm_type);
-  }
-
-  std::optional<ParameterShare> share(const torch::Tensor& parameter) override {
-    auto [layout, index] = find(parameter);
-    if (!layout) {
-      return std::nullopt;
-    }
-    const auto& entry = layout->entries[index];
-    ParameterShare share{entry.values, entry.share_begin, {}};
-    if (entry.share_length == 0) {
-      return share;
-    }
-    if (stage_ == 2) {
-      share.gradient = entry.gradient;
-    } else if (const auto& gradient = parameter.grad(); gradient.defined()) {
-      share.gradient = gradient.reshape(-1).narrow(0, entry.share_begin, entry.share_length);
-    }
-    return share;
-  }
-
-  void zero_share_gradient(const torch::Tensor& parameter, bool set_to_none) override {
-    auto [layout, index] = find(parameter);
-    if (!layout || stage_ == 1) {
-      return;
-    }
-    auto& gradient = layout->entries[index].gradient;
-    if (set_to_none) {
-      gradient.reset();
-    } else if (gradient.defined()) {
-      gradient.zero_();
-    }
-  }
-
   bool shards_optimizer_state() const override { return context().process_group != nullptr; }
-
-  void adopt_optimizer_state(OptimizerState& optimizer) override {
-    keep_optimizer_state_shares(optimizer, [&](const torch::Tensor& parameter) {
-      auto [layout, index] = find(parameter);
-      std::optional<std::pair<int64_t, int64_t>> range;
-      if (layout) {
-        const auto& entry = layout->entries[index];
-        range = std::make_pair(entry.share_begin, entry.share_length);
-      }
-      return range;
-    });
-  }
 
   bool reads_checkpoints_of(const std::string& strategy) const override {
     return replicated_->reads_checkpoints_of(strategy);
@@ -585,6 +513,17 @@ public:
     }
     return out.str();
   }
+
+protected:
+  std::optional<Held> held(const torch::Tensor& parameter) override {
+    auto [layout, index] = find(parameter);
+    if (!layout) {
+      return std::nullopt;
+    }
+    auto& entry = layout->entries[index];
+    return Held{entry.values, &entry.gradient, entry.share_begin, entry.share_length, layout};
+  }
+  bool gradients_in_shares() const override { return stage_ == 2; }
 
 private:
   std::pair<std::shared_ptr<Layout>, size_t> find(const torch::Tensor& parameter) {
