@@ -48,11 +48,27 @@ struct BlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+/// Two blocks and a projection of its own: a unit holding units (its parameters are the projection's).
+struct PairImpl : torch::nn::Module {
+  PairImpl() {
+    first = register_module("first", Block());
+    second = register_module("second", Block());
+    mix = register_module("mix", torch::nn::Linear(kWidth, kWidth));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return accelerate::fsdp::unit(*this, [&] { return second(torch::tanh(mix(first(x)))); });
+  }
+  Block first{nullptr}, second{nullptr};
+  torch::nn::Linear mix{nullptr};
+};
+TORCH_MODULE(Pair);
+
 /// What the model varies.
 struct Shape {
   bool tied = false;         // the output layer is the embedding (a parameter of the root)
   bool frozen_block = false; // block 1 does not train
   bool reuse = false;        // block 2 runs twice in each forward
+  bool nested = false;       // then a unit holding two block units
 };
 
 /// Embedding, 4 blocks (units), a head (or the embedding again): the root holds the embedding and the head.
@@ -61,6 +77,9 @@ struct Model : torch::nn::Module {
     embed = register_module("embed", torch::nn::Embedding(kVocab, kWidth));
     for (int i = 0; i < 4; ++i) {
       blocks.push_back(register_module("block" + std::to_string(i), Block()));
+    }
+    if (shape.nested) {
+      pair = register_module("pair", Pair());
     }
     if (!shape.tied) {
       head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(kWidth, kVocab).bias(false)));
@@ -80,9 +99,13 @@ struct Model : torch::nn::Module {
         h = blocks[i](h);
       }
     }
+    if (shape.nested) {
+      h = pair(h);
+    }
     return shape.tied ? torch::matmul(h, embed->weight.t()) : head(h);
   }
   Shape shape;
+  Pair pair{nullptr};
   torch::nn::Embedding embed{nullptr};
   std::vector<Block> blocks;
   torch::nn::Linear head{nullptr};
@@ -205,15 +228,17 @@ void expect_near_ddp(const Outcome& sharded, const Outcome& ddp, const std::stri
 /// optimizer state held by exactly one process.
 TEST(Fsdp, MatchesDdpAfterTenAdamWSteps) {
   accelerate::Accelerator outer(test_options());
-  for (const Shape shape : {Shape{}, Shape{true, false, false}, Shape{false, true, false},
-                            Shape{false, false, true}, Shape{true, true, true}}) {
+  for (const Shape shape :
+       {Shape{}, Shape{true, false, false, false}, Shape{false, true, false, false},
+        Shape{false, false, true, false}, Shape{false, false, false, true}, Shape{true, true, true, true}}) {
     RunSettings run;
     run.shape = shape;
     const auto ddp = train(kDdp, run);
     for (const auto& strategy : kSharded) {
       const std::string label = strategy.name + " tied=" + std::to_string(shape.tied) +
                                 " frozen=" + std::to_string(shape.frozen_block) +
-                                " reuse=" + std::to_string(shape.reuse);
+                                " reuse=" + std::to_string(shape.reuse) +
+                                " nested=" + std::to_string(shape.nested);
       const auto fsdp = train(strategy, run);
       expect_near_ddp(fsdp, ddp, label);
       EXPECT_EQ(fsdp.losses, ddp.losses) << label; // the same forward arithmetic on the same values
@@ -228,7 +253,7 @@ TEST(Fsdp, MatchesDdpAfterTenAdamWSteps) {
 TEST(Fsdp, MatchesDdpWithAccumulationNoSyncAndClipping) {
   accelerate::Accelerator outer(test_options());
   RunSettings run;
-  run.shape = Shape{true, true, true};
+  run.shape = Shape{true, true, true, true};
   run.accumulation = 3;
   run.micro_steps = 10;
   run.clip = 0.5;
@@ -402,7 +427,7 @@ struct Trainer {
   Trainer(const Saving& saving, int seed) : accelerator(saving.apply(test_options())) {
     at::set_num_threads(1);
     torch::manual_seed(seed);
-    model = std::make_shared<Model>(Shape{true, true, false}, torch::kFloat64);
+    model = std::make_shared<Model>(Shape{true, true, false, true}, torch::kFloat64);
     accelerator.prepare(model);
     optimizer.emplace(accelerator.prepare(
         torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1))));
