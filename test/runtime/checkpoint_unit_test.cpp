@@ -519,13 +519,13 @@ TEST(Checkpoint, ACheckpointOfAnotherParallelStrategyIsRefused) {
   const std::string saved = run.accelerator.save_state(dir / "ckpt");
   const std::string path = join_path(saved, "metadata.json");
   std::string text = accelerate::detail::read_whole_file(path);
-  text.replace(text.find("\"parallel_strategy\": \"ddp\""), 26, "\"parallel_strategy\": \"fsdp\"");
+  text.replace(text.find("\"parallel_strategy\": \"ddp\""), 26, "\"parallel_strategy\": \"pipeline\"");
   accelerate::detail::write_file_durably(path, text);
   run.train(1);
   const auto before = run.snapshot();
   expect_error(
       [&] { run.accelerator.load_state(saved); },
-      {"written with the parallel strategy 'fsdp' on 1 process(es)", "this program trains with 'ddp'"});
+      {"written with the parallel strategy 'pipeline' on 1 process(es)", "this program trains with 'ddp'"});
   expect_same(run.snapshot(), before);
 }
 
