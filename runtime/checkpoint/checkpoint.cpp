@@ -11,6 +11,7 @@
 #include <accelerate/safetensors.h>
 
 #include "../durable_file.h"
+#include "../parallel.h"
 #include "../precision.h"
 #include "../state.h"
 #include "commit.h"
@@ -135,6 +136,15 @@ void Accelerator::load_state(const std::string& directory) {
 void Accelerator::save_model(const torch::nn::Module& model, const std::string& directory) {
   if (!is_main_process()) {
     return;
+  }
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (state_->engine->whole_sizes(item.value()) != item.value().sizes().vec()) {
+      // Under a strategy that shards parameters (fsdp) the main process alone cannot gather them.
+      throw std::logic_error("accelerate: save_model: parameter '" + item.key() +
+                             "' is sharded under parallel_strategy '" + state_->engine->name() +
+                             "' (it holds none of its elements here); call save_model inside "
+                             "`auto whole = accelerator.unshard(model);`, which every process enters");
+    }
   }
   try {
     detail::make_directories(directory);

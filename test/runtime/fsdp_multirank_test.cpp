@@ -379,8 +379,15 @@ TEST(Fsdp, UnitParametersHoldNoDataOutsideTheirForward) {
   EXPECT_THROW(torch::nn::functional::linear(x, weight), c10::Error);
   EXPECT_EQ(model->embed->weight.sizes(), (std::vector<int64_t>{kVocab, kWidth}))
       << "the root's parameters stay gathered";
+  const std::string saved =
+      testing::TempDir() + "/fsdp_save_model_" + std::to_string(accelerator.process_index());
+  if (accelerator.is_main_process()) {
+    EXPECT_THROW(accelerator.save_model(*model, saved), std::logic_error)
+        << "save_model wrote sharded parameters";
+  }
   {
     auto whole = accelerator.unshard(model);
+    EXPECT_NO_THROW(accelerator.save_model(*model, saved));
     EXPECT_EQ(weight.sizes(), (std::vector<int64_t>{kHidden, kWidth}));
     auto gathered = accelerator.gather(weight.detach().reshape({1, -1}));
     EXPECT_TRUE(torch::equal(gathered[0], gathered[1]));
