@@ -191,7 +191,6 @@ struct Group {
 struct Member {
   torch::Tensor parameter;
   std::vector<int64_t> sizes; // its shape while gathered
-  std::string name;
   size_t unit = 0;
   size_t group = 0;
   FlatPlan::Member place;
@@ -205,7 +204,6 @@ struct Unit {
   Sharded* owner = nullptr;
   size_t index = 0;
   torch::nn::Module* module = nullptr;
-  std::string name;
   bool resident = false; // the root's parameters outside every unit: always gathered
   std::vector<Group> groups;
   size_t trainable = 0;
@@ -462,12 +460,11 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
                                      bool reshard_after_forward) {
   struct Candidate {
     torch::nn::Module* module;
-    std::string name;
     int parent; // the unit above it; -1 for the root
     int depth;
   };
   // Candidate 0 is the root: a unit when its type calls unit(), else the resident unit.
-  std::vector<Candidate> candidates{{&model, model.name(), -1, 0}};
+  std::vector<Candidate> candidates{{&model, -1, 0}};
   const bool root_is_unit = fsdp::detail::is_unit_type(typeid(model));
   std::map<std::string, int> owner_of_module{{"", 0}};
   std::vector<std::pair<torch::nn::Module*, int>> modules{{&model, 0}};
@@ -480,7 +477,7 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
     int owner = parent_owner;
     if (fsdp::detail::is_unit_type(typeid(*item.value()))) {
       owner = static_cast<int>(candidates.size());
-      candidates.push_back({item.value().get(), name, parent_owner, candidates[parent_owner].depth + 1});
+      candidates.push_back({item.value().get(), parent_owner, candidates[parent_owner].depth + 1});
     }
     owner_of_module[name] = owner;
     modules.emplace_back(item.value().get(), owner);
@@ -496,7 +493,7 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
     return a;
   };
   // Each trainable parameter, once, with its owning candidate (tied: the nearest common one).
-  std::vector<std::pair<torch::Tensor, std::string>> parameters;
+  std::vector<torch::Tensor> parameters;
   std::vector<int> owners;
   std::unordered_map<c10::TensorImpl*, size_t> seen;
   for (size_t m = 0; m < modules.size(); ++m) {
@@ -512,16 +509,10 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
         continue;
       }
       seen.emplace(impl, parameters.size());
-      parameters.emplace_back(parameter, item.key());
+      parameters.push_back(parameter);
       owners.push_back(owner);
     }
   }
-  // The full names of the parameters, for messages.
-  std::unordered_map<c10::TensorImpl*, std::string> names;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    names.emplace(item.value().unsafeGetTensorImpl(), item.key());
-  }
-
   auto sharded = std::make_shared<Sharded>();
   sharded->self = sharded;
   sharded->process_group = group;
@@ -537,7 +528,7 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
       if (owners[p] != static_cast<int>(c)) {
         continue;
       }
-      const auto& tensor = parameters[p].first;
+      const auto& tensor = parameters[p];
       const std::string key = tensor.device().str() + "/" + std::string(c10::toString(tensor.scalar_type()));
       auto found = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
       if (found == groups.end()) {
@@ -554,12 +545,11 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
     unit.owner = sharded.get();
     unit.index = sharded->units.size();
     unit.module = candidates[c].module;
-    unit.name = c == 0 ? "(root) " + model.name() : candidates[c].name;
     unit.resident = c == 0 && !root_is_unit;
     for (const auto& [key, indices] : groups) {
       std::vector<torch::Tensor> tensors;
       for (size_t p : indices) {
-        tensors.push_back(parameters[p].first);
+        tensors.push_back(parameters[p]);
       }
       const FlatPlan plan = plan_flat(tensors, sharded->rank, sharded->world);
       Group flat;
@@ -577,8 +567,6 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
         Member member;
         member.parameter = tensors[i];
         member.sizes = tensors[i].sizes().vec();
-        const auto name = names.find(tensors[i].unsafeGetTensorImpl());
-        member.name = name != names.end() ? name->second : parameters[indices[i]].second;
         member.unit = unit.index;
         member.group = unit.groups.size();
         member.place = plan.members[i];
