@@ -2,7 +2,7 @@
 // measured per process.
 //
 //   accel launch --cpu --num_processes 2 build/bin/bench_zero_memory
-//       --strategy ddp|zero1|zero2|full_shard|shard_grad_op
+//       --strategy ddp|zero1|zero2|full_shard|shard_grad_op|full_shard_prefetch|shard_grad_op_prefetch
 //       [--width W] [--layers L] [--batch B] [--steps N] [--warmup K] [--bucket-cap-mb MB]
 //
 // (bench/zero_memory.py runs several strategies alternated and prints the ratios to DDP.)
@@ -299,7 +299,8 @@ int run(int argc, char** argv) {
     } else {
       std::cerr
           << "bench_zero_memory: unknown argument '" << argv[i]
-          << "' (use --strategy ddp|zero1|zero2|full_shard|shard_grad_op, --width W, --layers L, --batch B, "
+          << "' (use --strategy ddp|zero1|zero2|full_shard[_prefetch]|shard_grad_op[_prefetch], --width W, "
+             "--layers L, --batch B, "
              "--steps N, --warmup K, --bucket-cap-mb MB)\n";
       return 2;
     }
@@ -316,11 +317,21 @@ int run(int argc, char** argv) {
     options.parallel_strategy("ddp");
   } else if (strategy == "zero1" || strategy == "zero2") {
     options.parallel_strategy("zero").zero_stage(strategy == "zero1" ? 1 : 2);
-  } else if (strategy == "full_shard" || strategy == "shard_grad_op") {
-    options.parallel_strategy("fsdp").fsdp_sharding_strategy(strategy == "full_shard" ? "FULL_SHARD"
-                                                                                      : "SHARD_GRAD_OP");
+  } else if (strategy.rfind("full_shard", 0) == 0 || strategy.rfind("shard_grad_op", 0) == 0) {
+    // Without the suffix no all-gather starts ahead; with it, forward prefetch and BACKWARD_PRE.
+    const bool prefetch = strategy.size() > 9 && strategy.compare(strategy.size() - 9, 9, "_prefetch") == 0;
+    const std::string sharding = strategy.substr(0, strategy.size() - (prefetch ? 9 : 0));
+    if (sharding != "full_shard" && sharding != "shard_grad_op") {
+      std::cerr << "bench_zero_memory: unknown --strategy '" << strategy << "'\n";
+      return 2;
+    }
+    options.parallel_strategy("fsdp")
+        .fsdp_sharding_strategy(sharding == "full_shard" ? "FULL_SHARD" : "SHARD_GRAD_OP")
+        .fsdp_forward_prefetch(prefetch)
+        .fsdp_backward_prefetch(prefetch ? "BACKWARD_PRE" : "NO_PREFETCH");
   } else {
-    std::cerr << "bench_zero_memory: --strategy is ddp, zero1, zero2, full_shard or shard_grad_op, not '"
+    std::cerr << "bench_zero_memory: --strategy is ddp, zero1, zero2, full_shard, shard_grad_op, "
+                 "full_shard_prefetch or shard_grad_op_prefetch, not '"
               << strategy << "'\n";
     return 2;
   }

@@ -21,14 +21,16 @@ import sys
 import time
 
 NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "full_shard": "FULL_SHARD",
-         "shard_grad_op": "SHARD_GRAD_OP"}
-FSDP = ("full_shard", "shard_grad_op")
+         "shard_grad_op": "SHARD_GRAD_OP", "full_shard_prefetch": "FULL_SHARD+prefetch",
+         "shard_grad_op_prefetch": "SHARD_GRAD_OP+prefetch"}
+FSDP = ("full_shard", "shard_grad_op", "full_shard_prefetch", "shard_grad_op_prefetch")
 # The goals, by figure: (strategy, text) for the strategies a run has.
 GOALS = {
     "optimizer_state_bytes": [("zero1", "ZeRO <= 0.55x"), ("zero2", "ZeRO <= 0.55x")],
     "grad_peak_bytes": [("zero2", "ZeRO-2 <= 0.6x")],
     "step_median_s": [("zero1", "ZeRO-1 <= 1.1x"), ("full_shard", "FULL_SHARD <= 1.3x"),
-                      ("shard_grad_op", "SHARD_GRAD_OP <= 1.15x")],
+                      ("shard_grad_op", "SHARD_GRAD_OP <= 1.15x"), ("full_shard_prefetch", "FULL_SHARD <= 1.3x"),
+                      ("shard_grad_op_prefetch", "SHARD_GRAD_OP <= 1.15x")],
 }
 
 
@@ -71,7 +73,8 @@ def main() -> int:
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--strategies", default="ddp,zero1,zero2",
                         help="comma-separated, ddp first (the reference of the ratios): ddp, zero1, zero2, "
-                             "full_shard, shard_grad_op")
+                             "full_shard, shard_grad_op (no prefetch), full_shard_prefetch, "
+                             "shard_grad_op_prefetch (fsdp_forward_prefetch and BACKWARD_PRE)")
     parser.add_argument("--bucket-cap-mb", type=float, default=0,
                         help="bucket_cap_mb (ZeRO-2's gradient buckets, DDP's Reducer); 0: the runtime's default")
     parser.add_argument("--reps", type=int, default=3)
@@ -112,7 +115,8 @@ def main() -> int:
           f"bucket_cap_mb {args.bucket_cap_mb or 25} "
           f"({first['parameters'] / 1e6:.1f} M parameters), batch {args.batch} rows per process, AdamW; "
           f"{args.reps} repetitions (strategies alternated) x ({args.warmup} warm-up + {args.steps} timed steps); "
-          f"{elapsed:.0f} s, load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end.\n")
+          f"{elapsed:.0f} s, load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end; "
+          f"ACCELERATE_SHM_ALLREDUCE={os.environ.get('ACCELERATE_SHM_ALLREDUCE', 'auto')}.\n")
     print("Memory: the largest over the processes, median over the repetitions. Times and counts: rank 0's "
           "median step, median over the repetitions.\n")
     rows = [

@@ -240,6 +240,14 @@ void one_of_state_dict_types(const std::string& key, const std::string& value, c
   }
 }
 
+void one_of_backward_prefetches(const std::string& key, const std::string& value, const std::string& where) {
+  const std::string upper = upper_case(value);
+  if (upper != "BACKWARD_PRE" && upper != "BACKWARD_POST" && upper != "NO_PREFETCH") {
+    refuse(key, value, where,
+           "is not a backward prefetch policy; use BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH");
+  }
+}
+
 void one_of_offload_devices(const std::string& key, const std::string& value, const std::string& where) {
   if (value != "none" && value != "cpu") {
     refuse(key, value, where, "is not an optimizer offload device this runtime has; use none or cpu");
@@ -368,8 +376,8 @@ const std::vector<FsdpSetting>& fsdp_settings() {
        "names modules FSDP should leave unsharded, which this version of the fsdp strategy does not have; "
        "remove it"},
       // No effect here: parameters are always broadcast from process 0 when a model is prepared (what
-      // sync_module_states and cpu_ram_efficient_loading ask for); prefetching and use_orig_params are
-      // PyTorch FSDP's tuning, which the fsdp strategy does not take.
+      // sync_module_states and cpu_ram_efficient_loading ask for); use_orig_params is PyTorch FSDP's tuning,
+      // which the fsdp strategy does not take. Prefetching is the table's fsdp_*_prefetch options.
       {"fsdp_cpu_ram_efficient_loading",
        "FSDP_CPU_RAM_EFFICIENT_LOADING",
        Kind::Flag,
@@ -378,13 +386,7 @@ const std::vector<FsdpSetting>& fsdp_settings() {
        nullptr},
       {"fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", Kind::Flag, {}, {"true", "false"}, nullptr},
       {"fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", Kind::Flag, {}, {"true", "false"}, nullptr},
-      {"fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", Kind::Flag, {}, {"true", "false"}, nullptr},
-      {"fsdp_backward_prefetch",
-       "FSDP_BACKWARD_PREFETCH",
-       Kind::Choice,
-       {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"},
-       {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"},
-       nullptr},
+      // Accelerate's older name for fsdp_backward_prefetch: read in its place when that is not set.
       {"fsdp_backward_prefetch_policy",
        nullptr,
        Kind::Choice,
@@ -837,6 +839,12 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
       refuse(key, *text, where, setting.problem);
     }
   }
+  const std::string older = "fsdp_config.fsdp_backward_prefetch_policy";
+  if (auto text = lookup(sources.file.settings, older);
+      text && !text->empty() && config.sources["fsdp_backward_prefetch"] == "default") {
+    config.fsdp_backward_prefetch = upper_case(*text); // checked with the settings above
+    config.sources["fsdp_backward_prefetch"] = sources.file_source(older);
+  }
 }
 
 /// The rules between zero_stage, parallel_strategy, Accelerate's FSDP settings and offload_optimizer_device,
@@ -947,6 +955,7 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
   }
   // The names are upper case whatever the strategy (the engine reads these fields).
   config.fsdp_state_dict_type = *state_dict_type_name(config.fsdp_state_dict_type);
+  config.fsdp_backward_prefetch = upper_case(config.fsdp_backward_prefetch);
   if (config.parallel_strategy == "fsdp") {
     resolve_fsdp(config, sources);
     return;
@@ -955,7 +964,9 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
       {"fsdp_sharding_strategy", config.fsdp_sharding_strategy},
       {"fsdp_reshard_after_forward", text_of(config.fsdp_reshard_after_forward)},
       {"fsdp_version", text_of(config.fsdp_version)},
-      {"fsdp_state_dict_type", config.fsdp_state_dict_type}};
+      {"fsdp_state_dict_type", config.fsdp_state_dict_type},
+      {"fsdp_forward_prefetch", text_of(config.fsdp_forward_prefetch)},
+      {"fsdp_backward_prefetch", config.fsdp_backward_prefetch}};
   for (const auto& [option, value] : fsdp_options) {
     if (config.sources[option] == "options") {
       refuse_conflict(

@@ -23,6 +23,9 @@
 namespace accelerate::detail {
 namespace {
 
+/// What this thread's collectives are for (CollectivePurpose), or null.
+thread_local const std::string* current_purpose = nullptr;
+
 // ---- Where the call came from ----------------------------------------------------------------------------
 
 /// Libraries whose frames are not the caller's code: libtorch, this runtime, Gloo/NCCL/CUDA, libc, libstdc++.
@@ -213,8 +216,10 @@ private:
 
   /// Publishes this process's fingerprint of collective number `sequence_ + 1` and compares it with every
   /// other process's; throws on every process that sees a difference or a missing process.
-  void check(const std::string& fingerprint) {
+  void check(const std::string& operation) {
     const uint64_t sequence = ++sequence_;
+    const std::string fingerprint =
+        current_purpose == nullptr ? operation : operation + " for the " + *current_purpose;
     const std::string mine = fingerprint + "\n" + caller_location();
     std::vector<std::string> values;
     try {
@@ -411,6 +416,15 @@ int64_t checksum_interval() {
 }
 
 } // namespace
+
+CollectivePurpose::CollectivePurpose(std::string purpose)
+    : purpose_(std::move(purpose)), previous_(current_purpose) {
+  current_purpose = &purpose_;
+}
+
+CollectivePurpose::~CollectivePurpose() {
+  current_purpose = previous_;
+}
 
 std::string caller_location() {
   void* frames[64];

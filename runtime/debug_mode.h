@@ -22,6 +22,21 @@ c10::intrusive_ptr<c10d::Backend> wrap_backend_for_debug_mode(c10::intrusive_ptr
                                                               c10::intrusive_ptr<c10d::Store> store,
                                                               std::chrono::milliseconds timeout);
 
+/// While it lives, says what this thread's collectives are for ("all-gather of fsdp unit 'block2'"): debug
+/// mode compares it with the rest of each fingerprint, so that a process which skipped one of a run of
+/// collectives of the same shapes is named at the first one it skipped. Costs nothing outside debug mode.
+class CollectivePurpose {
+public:
+  explicit CollectivePurpose(std::string purpose);
+  ~CollectivePurpose();
+  CollectivePurpose(const CollectivePurpose&) = delete;
+  CollectivePurpose& operator=(const CollectivePurpose&) = delete;
+
+private:
+  std::string purpose_;
+  const std::string* previous_;
+};
+
 /// Called by `Accelerator::backward` in debug mode: every `ACCELERATE_DEBUG_CHECKSUM_EVERY` optimizer steps
 /// (default 100; 0 turns it off), at the first backward of the step, runs `check_replicas_agree`.
 void debug_mode_before_backward(AcceleratorState& state);

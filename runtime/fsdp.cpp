@@ -23,9 +23,19 @@
 // (reverse order of the units, the resident unit last), into each process's share gradients. Inside an
 // accumulation window (or `no_sync`) the staged gradients are summed across micro-steps and reduce-scattered
 // at the window's end: the full gradients are kept meanwhile (the memory cost), and the arithmetic is DDP's.
+//
+// Prefetch. Each training forward records the order in which units first run. With fsdp_forward_prefetch, a
+// unit's gather starts the all-gather of the unit that ran after it in the previous forward; with
+// fsdp_backward_prefetch BACKWARD_PRE (BACKWARD_POST), the start (end) of a unit's backward starts the
+// all-gather of the unit that ran before it. A started all-gather is waited for where the unit is gathered,
+// and settled (waited for, then released) where it is resharded, at the end of every backward and before
+// every optimizer step, so none is in flight while shards change. Only where the transport overlaps: c10d's
+// Gloo works on its own threads and NCCL on its own stream, but the shared-memory transport gathers with
+// copies made by the calling thread, where starting early would only hold memory sooner.
 #include <accelerate/fsdp.h>
 
 #include "checkpoint/component.h"
+#include "debug_mode.h"
 #include "optimizer_state.h"
 #include "parallel.h"
 #include "process_group.h"
@@ -35,6 +45,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -186,6 +197,8 @@ struct Group {
   torch::Tensor staging;
   // This process's slice of the averaged gradient, kept between steps (the shares' gradients are views).
   torch::Tensor share_gradient;
+  // A started all-gather into `full` (prefetch), until it is waited for.
+  c10::intrusive_ptr<c10d::Work> pending;
 };
 
 struct Member {
@@ -204,12 +217,14 @@ struct Unit {
   Sharded* owner = nullptr;
   size_t index = 0;
   torch::nn::Module* module = nullptr;
+  std::string name;      // its path in the model ("" for the root)
   bool resident = false; // the root's parameters outside every unit: always gathered
   std::vector<Group> groups;
   size_t trainable = 0;
   bool gathered = false;
-  int depth = 0;      // bodies of this unit running now
-  size_t waiting = 0; // parameters whose gradient has not come in the armed backward
+  bool prefetched = false; // its all-gather was started ahead and not waited for yet
+  int depth = 0;           // bodies of this unit running now
+  size_t waiting = 0;      // parameters whose gradient has not come in the armed backward
   bool complete = false;
 };
 
@@ -224,21 +239,109 @@ struct Sharded {
   bool reshard_after_forward = true;
   std::weak_ptr<Sharded> self;
   SparePool pool;
+  // Prefetch (see the file comment): what is asked, whether the transport overlaps, the units in the order of
+  // their first call in the last training forward (`position`: a unit's place in it, or -1), the order being
+  // recorded, and how many all-gathers were started ahead.
+  bool forward_prefetch = false;
+  std::string backward_prefetch = "NO_PREFETCH";
+  bool debug = false; // debug mode: each collective says which unit it is for
+  bool asynchronous = false;
+  std::vector<size_t> forward_order;
+  std::vector<int64_t> position;
+  std::vector<size_t> recording;
+  int64_t prefetches = 0;
+
+  /// Starts the all-gather of unit `u` ahead of its use, where the transport overlaps it.
+  void prefetch(int64_t u) {
+    if (!asynchronous || u < 0 || static_cast<size_t>(u) >= units.size()) {
+      return;
+    }
+    auto& unit = units[static_cast<size_t>(u)];
+    if (unit.gathered || unit.prefetched || unit.resident) {
+      return;
+    }
+    torch::NoGradGuard no_grad;
+    const auto purpose = say(unit, "all-gather (prefetch)");
+    for (auto& group : unit.groups) {
+      allocate_storage(group.full, group.full_bytes, pool);
+      group.pending = start_all_gather_into(process_group, group.full, group.shard);
+    }
+    unit.prefetched = true;
+    ++prefetches;
+  }
+
+  /// The unit that ran `step` places after unit `u` in the last training forward (-1 for none).
+  int64_t neighbour(size_t u, int64_t step) const {
+    if (u >= position.size() || position[u] < 0) {
+      return -1;
+    }
+    const int64_t at = position[u] + step;
+    return at >= 0 && at < static_cast<int64_t>(forward_order.size())
+               ? static_cast<int64_t>(forward_order[at])
+               : -1;
+  }
+
+  /// Notes unit `u`'s first call in a training forward.
+  void record(size_t u) {
+    if (std::find(recording.begin(), recording.end(), u) == recording.end()) {
+      recording.push_back(u);
+    }
+  }
+
+  /// Ends a training forward's recording: its order is what the next forward and this backward prefetch by.
+  void adopt_recorded_order() {
+    if (recording.empty()) {
+      return;
+    }
+    forward_order = std::move(recording);
+    recording.clear();
+    position.assign(units.size(), -1);
+    for (size_t i = 0; i < forward_order.size(); ++i) {
+      position[forward_order[i]] = static_cast<int64_t>(i);
+    }
+  }
+
+  /// Waits for every started all-gather and releases what it gathered (the end of a backward, an optimizer
+  /// step: nothing may be in flight while the shards change).
+  void settle() {
+    for (auto& unit : units) {
+      if (unit.prefetched) {
+        reshard(unit);
+      }
+    }
+  }
+
+  /// In debug mode, names unit `unit` and `what` in the fingerprints of the collectives issued meanwhile.
+  std::optional<CollectivePurpose> say(const Unit& unit, const char* what) const {
+    if (!debug) {
+      return std::nullopt;
+    }
+    return std::optional<CollectivePurpose>(std::in_place, std::string(what) + " of fsdp unit '" +
+                                                               (unit.name.empty() ? "(root)" : unit.name) +
+                                                               "'");
+  }
 
   void gather(Unit& unit) {
     if (unit.gathered) {
       return;
     }
     torch::NoGradGuard no_grad;
+    const auto purpose = say(unit, "all-gather");
     for (auto& group : unit.groups) {
-      allocate_storage(group.full, group.full_bytes, pool);
-      all_gather_into(process_group, group.full, group.shard);
+      if (unit.prefetched) {
+        group.pending->wait();
+        group.pending.reset();
+      } else {
+        allocate_storage(group.full, group.full_bytes, pool);
+        all_gather_into(process_group, group.full, group.shard);
+      }
       for (size_t m : group.members) {
         auto& member = members[m];
         member.parameter.set_data(
             group.full.narrow(0, member.place.offset, member.place.numel).view(member.sizes));
       }
     }
+    unit.prefetched = false;
     unit.gathered = true;
   }
 
@@ -247,21 +350,27 @@ struct Sharded {
   /// released memory; the tensors autograd saved in forward keep the storage, whose data comes back with
   /// the next gather.
   void reshard(Unit& unit) {
-    if (unit.resident || !unit.gathered) {
+    if (unit.resident || !(unit.gathered || unit.prefetched)) {
       return;
     }
     for (auto& group : unit.groups) {
+      if (group.pending) {
+        group.pending->wait(); // the collective writes into `full` until then
+        group.pending.reset();
+      }
       release_storage(group.full, pool);
       for (size_t m : group.members) {
         members[m].parameter.set_data(group.placeholder);
       }
     }
     unit.gathered = false;
+    unit.prefetched = false;
   }
 
   /// Re-gathers a gathered unit after its shards changed (an optimizer step).
   void refresh(Unit& unit) {
     torch::NoGradGuard no_grad;
+    const auto purpose = say(unit, "all-gather after the optimizer step");
     for (auto& group : unit.groups) {
       all_gather_into(process_group, group.full, group.shard);
     }
@@ -277,9 +386,18 @@ struct Sharded {
 };
 
 /// The pre-backward side of a unit: the first of its outputs whose gradient is computed gathers it again.
+/// With BACKWARD_PRE, it also starts the all-gather of the unit whose backward comes next.
 void before_unit_backward(const std::weak_ptr<Sharded>& weak, size_t index) {
   if (auto sharded = weak.lock()) {
-    sharded->gather(sharded->units[index]);
+    auto& unit = sharded->units[index];
+    const bool first = !unit.gathered;
+    sharded->gather(unit);
+    if (first && sharded->backward_prefetch == "BACKWARD_PRE") {
+      const int64_t next = sharded->neighbour(index, -1);
+      if (next >= 0 && !sharded->units[static_cast<size_t>(next)].complete) {
+        sharded->prefetch(next);
+      }
+    }
   }
 }
 
@@ -318,6 +436,7 @@ public:
       checked_ = true;
     }
     broadcast_buffers();
+    sharded_->adopt_recorded_order();
     for (auto& unit : sharded_->units) {
       unit.waiting = unit.trainable;
       unit.complete = unit.trainable == 0;
@@ -339,7 +458,7 @@ public:
     // come takes part with zeros, as under DDP.
     for (auto& unit : sharded_->units) {
       unit.complete = true;
-      sharded_->reshard(unit);
+      sharded_->reshard(unit); // prefetched units included
     }
     if (reduce_) {
       while (next_ < sharded_->order.size()) {
@@ -396,6 +515,12 @@ private:
     if (--unit.waiting == 0) {
       unit.complete = true;
       sharded_->reshard(unit);
+      if (sharded_->backward_prefetch == "BACKWARD_POST") {
+        const int64_t next = sharded_->neighbour(member.unit, -1);
+        if (next >= 0 && !sharded_->units[static_cast<size_t>(next)].complete) {
+          sharded_->prefetch(next);
+        }
+      }
       while (reduce_ && next_ < sharded_->order.size() && sharded_->units[sharded_->order[next_]].complete) {
         reduce(sharded_->order[next_++]);
       }
@@ -410,6 +535,7 @@ private:
     if (observer_) {
       observer_(u);
     }
+    const auto purpose = sharded_->say(unit, "reduce-scatter");
     for (auto& group : unit.groups) {
       if (!group.staging.defined()) {
         group.staging = zeros_from(sharded_->pool, group.full);
@@ -462,9 +588,10 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
     torch::nn::Module* module;
     int parent; // the unit above it; -1 for the root
     int depth;
+    std::string name;
   };
   // Candidate 0 is the root: a unit when its type calls unit(), else the resident unit.
-  std::vector<Candidate> candidates{{&model, -1, 0}};
+  std::vector<Candidate> candidates{{&model, -1, 0, ""}};
   const bool root_is_unit = fsdp::detail::is_unit_type(typeid(model));
   std::map<std::string, int> owner_of_module{{"", 0}};
   std::vector<std::pair<torch::nn::Module*, int>> modules{{&model, 0}};
@@ -477,7 +604,7 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
     int owner = parent_owner;
     if (fsdp::detail::is_unit_type(typeid(*item.value()))) {
       owner = static_cast<int>(candidates.size());
-      candidates.push_back({item.value().get(), parent_owner, candidates[parent_owner].depth + 1});
+      candidates.push_back({item.value().get(), parent_owner, candidates[parent_owner].depth + 1, name});
     }
     owner_of_module[name] = owner;
     modules.emplace_back(item.value().get(), owner);
@@ -545,6 +672,7 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
     unit.owner = sharded.get();
     unit.index = sharded->units.size();
     unit.module = candidates[c].module;
+    unit.name = candidates[c].name;
     unit.resident = c == 0 && !root_is_unit;
     for (const auto& [key, indices] : groups) {
       std::vector<torch::Tensor> tensors;
@@ -633,6 +761,15 @@ public:
     // Every process must hold the same model (as under DDP); the message names the mismatch.
     c10d::verify_params_across_processes(job.process_group, trainable_parameters(model), std::nullopt);
     auto sharded = shard_model(model, job.process_group, sharding_ == "FULL_SHARD");
+    sharded->forward_prefetch = job.config.fsdp_forward_prefetch;
+    sharded->backward_prefetch = job.config.fsdp_backward_prefetch;
+    sharded->debug = job.config.debug;
+    for (const auto& unit : sharded->units) {
+      if (!unit.resident && !unit.groups.empty()) {
+        sharded->asynchronous = gathers_asynchronously(job.process_group, unit.groups.front().shard);
+        break;
+      }
+    }
     auto prepared = std::make_shared<FsdpModel>(model, sharded, stepped_, job);
     // Released only now that the parameters' gradient accumulators exist: autograd records a leaf's shape
     // when its accumulator is made, and checks every gradient against it.
@@ -688,6 +825,12 @@ public:
     if (unit.depth++ == 0) {
       try {
         sharded->gather(unit);
+        if (torch::GradMode::is_enabled()) {
+          sharded->record(index);
+          if (sharded->forward_prefetch) {
+            sharded->prefetch(sharded->neighbour(index, +1));
+          }
+        }
       } catch (...) {
         --unit.depth;
         throw;
@@ -731,6 +874,15 @@ public:
       }
     }
     refuse_optimizer_without_fused_step(optimizer, "parallel_strategy 'fsdp' (" + sharding_ + ")");
+  }
+
+  void before_optimizer_step(OptimizerState&) override {
+    for (auto& [module, weak] : models_) {
+      (void)module;
+      if (auto sharded = weak.lock()) {
+        sharded->settle();
+      }
+    }
   }
 
   void after_optimizer_step(OptimizerState& optimizer) override {
@@ -802,6 +954,23 @@ public:
         }
       }
       out << ", parameters, gradients and optimizer state in " << world << " shares, " << units << " unit(s)";
+      const auto& config = context().config;
+      out << "; prefetch: forward " << (config.fsdp_forward_prefetch ? "on" : "off") << ", backward "
+          << config.fsdp_backward_prefetch;
+      bool asynchronous = false;
+      int64_t prefetches = 0;
+      for (const auto& [module, weak] : models_) {
+        (void)module;
+        if (auto sharded = weak.lock()) {
+          asynchronous = asynchronous || sharded->asynchronous;
+          prefetches += sharded->prefetches;
+        }
+      }
+      if (!models_.empty() && !asynchronous) {
+        out << " (skipped: the shared-memory transport gathers on the calling thread, nothing would overlap)";
+      } else if (!models_.empty()) {
+        out << ", " << prefetches << " all-gather(s) started ahead so far";
+      }
     }
     return out.str();
   }
@@ -831,6 +1000,40 @@ public:
         sharded->reshard(sharded->units[index]);
       }
     };
+  }
+
+  std::map<std::string, torch::Tensor> whole_tensors(torch::nn::Module& module, bool keeps) override {
+    auto tensors = module_tensors(module);
+    std::shared_ptr<Sharded> sharded;
+    for (auto& [prepared, weak] : models_) {
+      if (prepared == &module) {
+        sharded = weak.lock();
+      }
+    }
+    if (!sharded) {
+      return tensors; // replicated
+    }
+    std::unordered_map<const c10::TensorImpl*, std::vector<std::string>> names;
+    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+      names[item.value().unsafeGetTensorImpl()].push_back(item.key());
+    }
+    for (auto& unit : sharded->units) {
+      const bool was_gathered = unit.gathered;
+      sharded->gather(unit);
+      for (const auto& group : unit.groups) {
+        for (size_t m : group.members) {
+          const auto& parameter = sharded->members[m].parameter;
+          for (const auto& name : names[parameter.unsafeGetTensorImpl()]) {
+            tensors[name] = keeps ? parameter.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                                  : torch::Tensor();
+          }
+        }
+      }
+      if (!was_gathered) {
+        sharded->reshard(unit);
+      }
+    }
+    return tensors;
   }
 
   std::unique_ptr<CheckpointComponent>
@@ -906,37 +1109,8 @@ public:
       return;
     }
     // FULL_STATE_DICT: the main process writes whole models, each gathered one unit at a time.
-    save_whole_models(writer, models_.size(), [&](size_t i) {
-      auto& module = models_[i]->model();
-      auto tensors = module_tensors(module);
-      auto* model = dynamic_cast<FsdpModel*>(models_[i].get());
-      if (model == nullptr) {
-        return tensors;
-      }
-      auto& sharded = *model->sharded();
-      std::unordered_map<const c10::TensorImpl*, std::vector<std::string>> names;
-      for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-        names[item.value().unsafeGetTensorImpl()].push_back(item.key());
-      }
-      for (auto& unit : sharded.units) {
-        const bool was_gathered = unit.gathered;
-        sharded.gather(unit);
-        for (const auto& group : unit.groups) {
-          for (size_t m : group.members) {
-            const auto& parameter = sharded.members[m].parameter;
-            for (const auto& name : names[parameter.unsafeGetTensorImpl()]) {
-              tensors[name] = writer.main() ? parameter.detach().to(torch::kCPU, /*non_blocking=*/false,
-                                                                    /*copy=*/true)
-                                            : torch::Tensor();
-            }
-          }
-        }
-        if (!was_gathered) {
-          sharded.reshard(unit);
-        }
-      }
-      return tensors;
-    });
+    save_whole_models(writer, models_.size(),
+                      [&](size_t i) { return engine_.whole_tensors(models_[i]->model(), writer.main()); });
   }
 
   void verify(const ComponentReader& reader) override {

@@ -525,6 +525,7 @@ void Optimizer::step() {
         "loss.backward() ran. Call accelerator.backward(loss) instead, so every process steps on the same "
         "averaged gradients");
   }
+  state.engine->before_optimizer_step(state);
   if (state.clip_norm > 0) {
     // gradient_clipping: every step clips the whole model's gradients to this norm, as DeepSpeed does.
     std::vector<torch::Tensor> parameters;

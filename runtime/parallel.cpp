@@ -100,6 +100,19 @@ ParallelEngine::model_checkpoint(const std::vector<std::shared_ptr<PreparedModel
   return replicated_model_checkpoint(models);
 }
 
+bool ParallelEngine::holds_shares_of(const torch::nn::Module& model) {
+  for (const auto& parameter : model.parameters(/*recurse=*/true)) {
+    if (whole_sizes(parameter) != parameter.sizes().vec()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::map<std::string, torch::Tensor> ParallelEngine::whole_tensors(torch::nn::Module& model, bool /*keeps*/) {
+  return module_tensors(model);
+}
+
 void ParallelEngine::place_and_broadcast(torch::nn::Module& model) const {
   model.to(context_.device);
   if (context_.process_group) {

@@ -137,6 +137,8 @@ public:
   virtual std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) = 0;
   /// At `prepare(optimizer)`: a sharded strategy narrows what this process's optimizer steps to its share.
   virtual void prepare_optimizer(OptimizerState& /*optimizer*/) {}
+  /// Before each optimizer step that runs: a sharded strategy finishes the collectives it started ahead.
+  virtual void before_optimizer_step(OptimizerState& /*optimizer*/) {}
   /// After each optimizer step that ran (taken or skipped by the fp16 scaler on the device): a sharded
   /// strategy gathers the updated shares here.
   virtual void after_optimizer_step(OptimizerState& /*optimizer*/) {}
@@ -167,6 +169,13 @@ public:
   /// every process calls it) and returns what restores the sharded state, writing each process's slice of the
   /// whole parameters back into its shards; empty when every process already holds the whole model.
   virtual std::function<void()> gather_full_parameters(torch::nn::Module& /*model*/) { return {}; }
+  /// Whether some parameter of `model` holds only a share of its elements here (outside `unshard`).
+  bool holds_shares_of(const torch::nn::Module& model);
+  /// Every parameter and buffer of `model`, whole, by name (`module_tensors`' names), to be written out by
+  /// the process that `keeps` them: a strategy that shards parameters gathers them one unit at a time (a
+  /// collective: every process calls it) into CPU copies where `keeps`, undefined tensors elsewhere. By
+  /// default the module's own tensors.
+  virtual std::map<std::string, torch::Tensor> whole_tensors(torch::nn::Module& model, bool keeps);
   /// What the replica check may compare.
   virtual ReplicaExpectation replica_expectation() const { return {}; }
   /// A line for `Accelerator::state()` on what the strategy does in this job (empty: nothing to add).

@@ -161,14 +161,25 @@ void reduce_scatter_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
 
 void all_gather_into(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& output,
                      const at::Tensor& input) {
+  if (auto work = start_all_gather_into(group, output, input)) {
+    work->wait();
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> start_all_gather_into(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                                     const at::Tensor& output, const at::Tensor& input) {
   if (in_shared_memory(*group, input)) {
     all_gather_in_shared_memory(group->getBackend(c10::DeviceType::CPU), output, input);
-    return;
+    return {};
   }
   at::NoGradGuard no_grad;
   at::Tensor whole = output;
   at::Tensor part = c10d_takes_aliasing(input, output, group->getRank()) ? input : input.clone();
-  group->_allgather_base(whole, part)->wait();
+  return group->_allgather_base(whole, part);
+}
+
+bool gathers_asynchronously(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor) {
+  return !in_shared_memory(*group, tensor);
 }
 
 } // namespace accelerate::detail

@@ -44,6 +44,17 @@ void reduce_scatter_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
 void all_gather_into(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& output,
                      const at::Tensor& input);
 
+/// `all_gather_into`, started: returns the c10d work to wait on before `output` is read (c10d's all-gather
+/// runs on Gloo's threads or NCCL's stream meanwhile), or null when the gather is already done (shared
+/// memory: a copy made by the calling thread). `output` must not be touched until the wait; the work keeps
+/// what it reads alive.
+c10::intrusive_ptr<c10d::Work> start_all_gather_into(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                                     const at::Tensor& output, const at::Tensor& input);
+
+/// Whether `start_all_gather_into` of tensors like `tensor` returns before the data has moved, so that work
+/// issued after it overlaps it: false for CPU tensors on the shared-memory transport.
+bool gathers_asynchronously(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor);
+
 /// A Gloo backend bound to the local address that reaches `master_addr` (or to `GLOO_SOCKET_IFNAME`).
 /// Lives in its own translation unit: see runtime/gloo_shim/README.md.
 c10::intrusive_ptr<c10d::Backend> create_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,

@@ -332,7 +332,9 @@ public:
                               [&object](torch::serialize::InputArchive& archive) { object.load(archive); });
   }
   /// Saves a model's weights (main process): `model.safetensors` (readable by Python's safetensors) and a
-  /// libtorch archive `model.pt`, in `directory`.
+  /// libtorch archive `model.pt` (Module::save's layout), in `directory`. Call it on every process: where
+  /// parameters are sharded (parallel_strategy "fsdp", outside `unshard`) it is a collective that gathers
+  /// them onto the main process one unit at a time; elsewhere the other processes return at once.
   void save_model(const torch::nn::Module& model, const std::string& directory);
 
   // ---- Collectives --------------------------------------------------------------------------------------

@@ -133,29 +133,73 @@ void Accelerator::load_state(const std::string& directory) {
   collective.finish();
 }
 
-void Accelerator::save_model(const torch::nn::Module& model, const std::string& directory) {
-  if (!is_main_process()) {
-    return;
+namespace {
+
+/// Module::save's layout (each module's parameters, then its buffers, then an archive per serializable
+/// child), with the values of `tensors` (by the names module_tensors gives).
+void write_module_archive(const torch::nn::Module& module, const std::string& prefix,
+                          const std::map<std::string, torch::Tensor>& tensors,
+                          torch::serialize::OutputArchive& archive) {
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    const auto found = tensors.find(prefix + item.key());
+    archive.write(item.key(), found != tensors.end() ? found->second : item.value());
   }
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    if (state_->engine->whole_sizes(item.value()) != item.value().sizes().vec()) {
-      // Under a strategy that shards parameters (fsdp) the main process alone cannot gather them.
-      throw std::logic_error("accelerate: save_model: parameter '" + item.key() +
-                             "' is sharded under parallel_strategy '" + state_->engine->name() +
-                             "' (it holds none of its elements here); call save_model inside "
-                             "`auto whole = accelerator.unshard(model);`, which every process enters");
+  for (const auto& item : module.named_buffers(/*recurse=*/false)) {
+    const auto found = tensors.find(prefix + item.key());
+    archive.write(item.key(), found != tensors.end() ? found->second : item.value(), /*is_buffer=*/true);
+  }
+  for (const auto& child : module.named_children()) {
+    if (child.value()->is_serializable()) {
+      torch::serialize::OutputArchive child_archive(archive.compilation_unit());
+      write_module_archive(*child.value(), prefix + child.key() + ".", tensors, child_archive);
+      archive.write(child.key(), child_archive);
     }
   }
-  try {
-    detail::make_directories(directory);
-    accelerate::save_safetensors(detail::module_tensors(model),
-                                 detail::join_path(directory, "model.safetensors"), {{"format", "pt"}});
-    torch::serialize::OutputArchive archive;
-    model.save(archive);
-    detail::replace_file_atomically(detail::join_path(directory, "model.pt"), detail::archive_bytes(archive));
-  } catch (const detail::FileError& error) {
-    throw std::runtime_error(std::string("accelerate: save_model: ") + error.what());
+}
+
+void write_model_files(const torch::nn::Module& model, const std::map<std::string, torch::Tensor>& tensors,
+                       const std::string& directory) {
+  detail::make_directories(directory);
+  accelerate::save_safetensors(tensors, detail::join_path(directory, "model.safetensors"),
+                               {{"format", "pt"}});
+  torch::serialize::OutputArchive archive;
+  write_module_archive(model, "", tensors, archive);
+  detail::replace_file_atomically(detail::join_path(directory, "model.pt"), detail::archive_bytes(archive));
+}
+
+} // namespace
+
+void Accelerator::save_model(const torch::nn::Module& model, const std::string& directory) {
+  auto& state = *state_;
+  // Under a strategy that shards parameters (fsdp, outside unshard) every process sends its shares, one unit
+  // at a time, and the main process writes; otherwise the main process writes what it holds.
+  if (!state.engine->holds_shares_of(model)) {
+    if (!is_main_process()) {
+      return;
+    }
+    try {
+      write_model_files(model, detail::module_tensors(model), directory);
+    } catch (const detail::FileError& error) {
+      throw std::runtime_error(std::string("accelerate: save_model: ") + error.what());
+    }
+    return;
   }
+  detail::Collective collective(state, "save_model", directory);
+  try {
+    std::map<std::string, torch::Tensor> tensors;
+    collective.agree("gathering the model", [&] {
+      tensors = state.engine->whole_tensors(const_cast<torch::nn::Module&>(model), collective.main());
+    });
+    collective.agree("writing the model", [&] {
+      if (collective.main()) {
+        write_model_files(model, tensors, directory);
+      }
+    });
+  } catch (...) {
+    collective.finish();
+    throw;
+  }
+  collective.finish();
 }
 
 } // namespace accelerate

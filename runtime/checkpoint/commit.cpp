@@ -207,11 +207,13 @@ void Collective::check_arrival(const std::string& argument) {
           return "accelerate: " + op_ + " is collective: every process must call it, but process" +
                  (absent.missing.size() == 1 ? " " : "es ") + list + " did not within " +
                  std::to_string(timeout.count()) + " ms, while process " + std::to_string(rank_) +
-                 " called it from " + describe_code_location(location) +
-                 ". Each process saves and restores its own random-number state, and the main process writes "
-                 "the shared files, so a call under `if (accelerator.is_main_process())` can never complete: "
-                 "call " +
-                 op_ +
+                 " called it from " + describe_code_location(location) + ". " +
+                 (op_ == "save_model"
+                      ? "Under a strategy that shards parameters every process sends its shares of the model "
+                        "to the main process, which writes the files"
+                      : "Each process saves and restores its own random-number state, and the main process "
+                        "writes the shared files") +
+                 ", so a call under `if (accelerator.is_main_process())` can never complete: call " + op_ +
                  " on every process (it already writes shared files from the main process only). If the " +
                  "call is on every process, the missing one died or is stuck before it";
         },

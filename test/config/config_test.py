@@ -581,10 +581,30 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
                     FSDP_ACTIVATION_CHECKPOINTING="false", FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD="false")
     expect(probe(environment(ACCELERATE_USE_FSDP="true", **accepted)), "settings without effect",
            parallel_strategy="fsdp")
-    for value in ["BACKWARD_PRE", "NO_PREFETCH"]:
-        expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_BACKWARD_PREFETCH=value,
+    # Prefetch: Accelerate's names in any case, from each source; the older key is read when the newer is unset.
+    expect(probe(environment(), "parallel_strategy=fsdp"), "prefetch defaults",
+           fsdp_backward_prefetch=("BACKWARD_PRE", "default"), fsdp_forward_prefetch=("false", "default"))
+    for text, name in [("BACKWARD_PRE", "BACKWARD_PRE"), ("backward_post", "BACKWARD_POST"),
+                       ("No_Prefetch", "NO_PREFETCH")]:
+        expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_BACKWARD_PREFETCH=text,
                                  FSDP_CPU_RAM_EFFICIENT_LOADING="false", FSDP_MIN_NUM_PARAMS="0")),
-               f"FSDP_BACKWARD_PREFETCH={value}", parallel_strategy="fsdp")
+               f"FSDP_BACKWARD_PREFETCH={text}", parallel_strategy="fsdp",
+               fsdp_backward_prefetch=(name, "environment"))
+    expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_FORWARD_PREFETCH="true")), "FSDP_FORWARD_PREFETCH",
+           fsdp_forward_prefetch=("true", "environment"))
+    expect(probe(environment(), "parallel_strategy=fsdp", "fsdp_forward_prefetch=true",
+                 "fsdp_backward_prefetch=backward_post"), "prefetch options",
+           fsdp_forward_prefetch=("true", "options"), fsdp_backward_prefetch=("BACKWARD_POST", "options"))
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_file(directory, "older.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                                    "  fsdp_backward_prefetch_policy: NO_PREFETCH\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "fsdp_backward_prefetch_policy",
+               fsdp_backward_prefetch=("NO_PREFETCH", f"config file {path}"))
+        path = write_file(directory, "both.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                                   "  fsdp_backward_prefetch_policy: NO_PREFETCH\n"
+                                                   "  fsdp_backward_prefetch: backward_post\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "the newer key wins",
+               fsdp_backward_prefetch=("BACKWARD_POST", f"config file {path}"))
 
 
 # The runtime's refusals: (environment, AcceleratorOptions, the message). PATH is the config file's path.
@@ -636,6 +656,9 @@ RUNTIME_REFUSALS = [
     ({}, ["parallel_strategy=fsdp", "fsdp_state_dict_type=2"], "fsdp_state_dict_type='2' (from AcceleratorOptions) "
      "is FSDP1's per-process flat shards"),
     # Bad values: the key, the value, where it came from and what is accepted.
+    ({**FSDP_ENV, "FSDP_BACKWARD_PREFETCH": "sideways"}, [],
+     "fsdp_backward_prefetch='sideways' (from the environment) is not a backward prefetch policy; use BACKWARD_PRE, "
+     "BACKWARD_POST or NO_PREFETCH"),
     ({**FSDP_ENV, "FSDP_VERSION": "3"}, [],
      "fsdp_version='3' (from the environment) is not an FSDP version; use 1 or 2 (the same behaviour here)"),
     ({**FSDP_ENV, "FSDP_VERSION": "two"}, [], "fsdp_version='two' (from the environment) is not a whole number"),
@@ -648,9 +671,8 @@ RUNTIME_REFUSALS = [
     ({**FSDP_ENV, "FSDP_RESHARD_AFTER_FORWARD": "maybe"}, [],
      "fsdp_reshard_after_forward='maybe' (from the environment) is neither true nor false (FSDP2's spelling) nor a "
      "sharding strategy (FSDP1's: FULL_SHARD, SHARD_GRAD_OP or NO_SHARD, in any case)"),
-    ({**FSDP_ENV, "FSDP_BACKWARD_PREFETCH": "BACKWARD_NEVER"}, [],
-     "FSDP_BACKWARD_PREFETCH='BACKWARD_NEVER' (from the environment) is not one of BACKWARD_PRE, BACKWARD_POST, "
-     "NO_PREFETCH"),
+    ({**FSDP_ENV, "FSDP_FORWARD_PREFETCH": "maybe"}, [],
+     "fsdp_forward_prefetch='maybe' (from the environment) is not a boolean; use true or false"),
     ({**FSDP_ENV, "FSDP_OFFLOAD_PARAMS": "maybe"}, [],
      "FSDP_OFFLOAD_PARAMS='maybe' (from the environment) is not a boolean; use true or false"),
     ({**FSDP_ENV, "FSDP_MIN_NUM_PARAMS": "-5"}, [], "FSDP_MIN_NUM_PARAMS='-5' (from the environment) is not a whole "

@@ -10,9 +10,11 @@ foreach(name IN ITEMS Float32NormWiseWithinOneMillionth TheFp16ScalerSkipsTheSte
                      AnOptimizerWithoutAFusedStepIsRefusedByName)
   accelerate_multirank_test(multirank.Fsdp.${name} NPROC 2 FILTER Fsdp.${name})
 endforeach()
-# Over c10d's Gloo instead of shared memory.
+# Over c10d's Gloo instead of shared memory; prefetch only overlaps there.
 accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping.gloo NPROC 2
                           FILTER Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
+accelerate_multirank_test(multirank.Fsdp.PrefetchGathersTheSameParameters.gloo NPROC 2
+                          FILTER Fsdp.PrefetchGathersTheSameParameters ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
 
 # Checkpoints: saved under DDP and FSDP (sharded and full state dicts) on 2 processes and resumed there, then
 # resumed on 1 and 3.
@@ -31,3 +33,5 @@ set_tests_properties(multirank.FsdpCheckpoints.LoadedOnOneProcess multirank.Fsdp
 # replica check told that parameters and optimizer state are sharded.
 accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping.debug NPROC 2
                           FILTER Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping ENVIRONMENT ACCELERATE_DEBUG_MODE=1)
+accelerate_multirank_test(multirank.Fsdp.DebugModeNamesTheProcessThatSkippedAUnit NPROC 2
+                          FILTER Fsdp.DebugModeNamesTheProcessThatSkippedAUnit ENVIRONMENT ACCELERATE_DEBUG_MODE=1)

@@ -268,7 +268,8 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
 /// strategy (FSDP1's menu, which Accelerate writes as fsdp_reshard_after_forward, or FSDP2's yes/no) and the
 /// state dict type, with Accelerate's keys and spellings. What the fsdp strategy does not run yet (automatic
 /// wrapping, offload, activation checkpointing) is not asked, and written as off; settings without effect
-/// here (prefetching, use_orig_params, sync_module_states, CPU RAM efficient loading) are left out.
+/// here (use_orig_params, sync_module_states, CPU RAM efficient loading) and prefetching (the runtime's
+/// defaults: backward BACKWARD_PRE, forward off) are left out.
 void askFsdp(Prompter& prompter, Answers& answers) {
   if (answers.distributedType != "MULTI_GPU")
     return;

@@ -79,11 +79,14 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
            "refused: no automatic wrapping yet"),
       fsdp("fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH",
            ValueRule::choice(fsdpBackwardPrefetchPolicies()),
-           "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH: accepted, no effect"),
+           "BACKWARD_PRE (the runtime's default), BACKWARD_POST or NO_PREFETCH: when the next unit's "
+           "all-gather "
+           "starts in backward"),
       fsdp("fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE",
            ValueRule::choiceOrNumber(fsdpStateDictTypes(), 1, 3),
            "SHARDED_STATE_DICT (the runtime's default) or FULL_STATE_DICT; LOCAL_STATE_DICT is refused"),
-      fsdp("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", ValueRule::boolean(), "accepted, no effect"),
+      fsdp("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", ValueRule::boolean(),
+           "true: a unit's forward starts the next unit's all-gather (default false)"),
       fsdp("fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", ValueRule::boolean(), "accepted, no effect"),
       fsdp("fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", ValueRule::boolean(),
            "accepted, no effect: parameters are always broadcast from rank 0 at prepare"),

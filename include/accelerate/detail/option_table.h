@@ -121,4 +121,14 @@ ACCELERATE_OPTION(std::string, fsdp_state_dict_type, fsdp_state_dict_type, "SHAR
                   "under parallel_strategy `\"fsdp\"`, the models in checkpoints: `\"SHARDED_STATE_DICT\"` (each "
                   "process writes its shards) or `\"FULL_STATE_DICT\"` (the main process writes whole models, "
                   "gathered one unit at a time); any case (resolved to upper case); `LOCAL_STATE_DICT` is refused")
+ACCELERATE_OPTION(bool, fsdp_forward_prefetch, fsdp_forward_prefetch, false,
+                  "FSDP_FORWARD_PREFETCH", "fsdp_config.fsdp_forward_prefetch", any_value,
+                  "under parallel_strategy `\"fsdp\"`, a unit's forward starts the all-gather of the unit that "
+                  "ran after it in the previous forward; asynchronous over c10d's Gloo (sockets) and NCCL, skipped "
+                  "over the shared-memory transport, where a gather is a copy made by the calling thread")
+ACCELERATE_OPTION(std::string, fsdp_backward_prefetch, fsdp_backward_prefetch, "BACKWARD_PRE",
+                  "FSDP_BACKWARD_PREFETCH", "fsdp_config.fsdp_backward_prefetch", one_of_backward_prefetches,
+                  "under parallel_strategy `\"fsdp\"`, when the next unit's all-gather starts in backward: "
+                  "`\"BACKWARD_PRE\"` (as a unit's backward starts), `\"BACKWARD_POST\"` (once its gradients "
+                  "are in) or `\"NO_PREFETCH\"`; any case; skipped like `fsdp_forward_prefetch`")
 // clang-format on
