@@ -11,5 +11,9 @@ accelerate_multirank_test(multirank.DataLoader.UnevenBatchesTrainWithoutHanging 
                           FILTER DataLoaderMultirank.UnevenBatchesTrainWithoutHanging TIMEOUT 60)
 accelerate_multirank_test(multirank.DataLoader.ProcessesDrawTheSameOrderEachEpoch NPROC 3
                           FILTER DataLoaderMultirank.ProcessesDrawTheSameOrderEachEpoch TIMEOUT 60)
+accelerate_multirank_test(multirank.DataLoader.WorkerThreadsKeepEveryProcessBatchesAndOrder NPROC 2
+                          FILTER DataLoaderMultirank.WorkerThreadsKeepEveryProcessBatchesAndOrder TIMEOUT 60)
+accelerate_multirank_test(multirank.DataLoader.WorkerThreadsKeepUnevenBatchesAndNobodyHangs NPROC 2
+                          FILTER DataLoaderMultirank.WorkerThreadsKeepUnevenBatchesAndNobodyHangs TIMEOUT 60)
 # The collectives' tests are quick: one launch of 3 ranks runs them all.
 accelerate_multirank_test(multirank.Collectives NPROC 3 FILTER CollectivesMultirank.* TIMEOUT 90)
