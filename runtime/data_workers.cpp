@@ -9,6 +9,8 @@
 #include <thread>
 #include <utility>
 
+#include <ATen/Parallel.h>
+
 namespace accelerate::detail {
 
 struct WorkerPool::Shared {
@@ -22,6 +24,9 @@ struct WorkerPool::Shared {
 
   /// One worker: claims the next batch while it lies within the window, reads it, files the outcome.
   void work(size_t worker) {
+    // A new thread's OpenMP team size is the library's default, not at::set_num_threads's: take the latter,
+    // as ATen's own inter-op threads do, so ops inside get() do not oversubscribe the cores.
+    at::init_num_threads();
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
       room.wait(lock,
