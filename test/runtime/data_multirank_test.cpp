@@ -130,8 +130,9 @@ TEST(DataLoaderMultirank, ProcessesDrawTheSameOrderEachEpoch) {
 }
 
 /// This process's batches of two epochs, for every worker count, order and drop_last: each must equal what
-/// reading on the calling thread gives (23 samples in batches of 3: a short final global batch).
-void expect_workers_keep_every_batch(accelerate::Accelerator& accelerator) {
+/// reading on the calling thread gives (23 samples in batches of `batch_size`, 3 unless the global batch is
+/// split: a short final global batch either way).
+void expect_workers_keep_every_batch(accelerate::Accelerator& accelerator, size_t batch_size = 3) {
   const int rank = accelerator.process_index();
   for (bool shuffle : {true, false}) {
     for (bool drop_last : {true, false}) {
@@ -139,7 +140,7 @@ void expect_workers_keep_every_batch(accelerate::Accelerator& accelerator) {
       for (size_t workers : {0, 1, 2}) {
         auto loader = accelerator.prepare_data_loader(
             stacked(23),
-            accelerate::DataLoaderOptions(3).shuffle(shuffle).drop_last(drop_last).workers(workers));
+            accelerate::DataLoaderOptions(batch_size).shuffle(shuffle).drop_last(drop_last).workers(workers));
         std::vector<std::vector<int64_t>> batches;
         for (int epoch = 0; epoch < 2; ++epoch) {
           for (auto& batch : *loader) {
@@ -157,7 +158,7 @@ void expect_workers_keep_every_batch(accelerate::Accelerator& accelerator) {
     }
   }
   // Saved mid-epoch with 2 workers reading ahead, resumed by a new loader: the same next batches.
-  const auto options = accelerate::DataLoaderOptions(3).workers(2);
+  const auto options = accelerate::DataLoaderOptions(batch_size).workers(2);
   auto interrupted = accelerator.prepare_data_loader(stacked(23), options);
   std::vector<std::vector<int64_t>> expected;
   for (auto& batch : *interrupted) {
@@ -187,6 +188,16 @@ TEST(DataLoaderMultirank, WorkerThreadsKeepEveryProcessBatchesAndOrder) {
   accelerate::Accelerator accelerator(test_options().non_blocking(true)); // no effect on the CPU
   ASSERT_GE(accelerator.num_processes(), 2);
   expect_workers_keep_every_batch(accelerator);
+}
+
+TEST(DataLoaderMultirank, WorkerThreadsKeepSplitBatches) {
+  accelerate::Accelerator accelerator(test_options().split_batches(true));
+  ASSERT_EQ(accelerator.num_processes(), 2) << "a global batch of 4 split over 2 processes";
+  expect_workers_keep_every_batch(accelerator, 4);
+  auto loader = accelerator.prepare_data_loader(stacked(23), accelerate::DataLoaderOptions(4).workers(2));
+  for (auto& batch : *loader) {
+    EXPECT_EQ(batch.data.size(0), 2) << "each process takes its half of the global batch of 4";
+  }
 }
 
 TEST(DataLoaderMultirank, WorkerThreadsKeepUnevenBatchesAndNobodyHangs) {
