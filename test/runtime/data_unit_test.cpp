@@ -578,6 +578,7 @@ struct FailingDataset : torch::data::datasets::Dataset<FailingDataset> {
 };
 
 TEST(DataLoaderWorkers, AnExceptionInGetNamesTheSampleAndKeepsTheOriginalMessage) {
+  const size_t threads_before = thread_count();
   for (size_t workers : {0, 2}) {
     accelerate::DataLoader<decltype(FailingDataset().map(torch::data::transforms::Stack<>()))> loader(
         FailingDataset().map(torch::data::transforms::Stack<>()),
@@ -604,6 +605,8 @@ TEST(DataLoaderWorkers, AnExceptionInGetNamesTheSampleAndKeepsTheOriginalMessage
         std::string::npos)
         << workers << " workers: " << message;
     EXPECT_EQ(loader.state().batches_consumed, 4u) << "the batch that failed is not counted as consumed";
+    EXPECT_EQ(thread_count_settling_at(threads_before), threads_before)
+        << "the failed pass left threads behind";
   }
 }
 
