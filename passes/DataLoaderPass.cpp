@@ -85,8 +85,8 @@ bool movableBatch(clang::QualType Type, const clang::ASTContext& Context, std::s
   const auto* Specialization = llvm::dyn_cast_or_null<clang::ClassTemplateSpecializationDecl>(Record);
   bool Container = Name == "torch::data::Example" ||
                    (Record && Record->isInStdNamespace() &&
-                    llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{"vector", "tuple", "pair", "optional",
-                                                                       "map", "unordered_map"},
+                    llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{"vector", "array", "tuple", "pair",
+                                                                       "optional", "map", "unordered_map"},
                                        Record->getName()));
   if (!Specialization || !Container) {
     Unsupported = spelled(Type, Context);
@@ -163,8 +163,8 @@ StatementMatcher trainingLoaderDeclaration(clang::ast_matchers::internal::Matche
       .bind(StatementId);
 }
 
-/// The options argument of prepare_data_loader: as written, or for a sequential loader wrapped to keep the
-/// order.
+/// The options argument of prepare_data_loader: as written (worker threads included), or for a sequential
+/// loader wrapped to keep the order.
 Stencil loaderArguments() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Call = Result.Nodes.getNodeAs<clang::CallExpr>(CallId);
@@ -174,14 +174,8 @@ Stencil loaderArguments() {
     const clang::SourceManager& SM = *Result.SourceManager;
     const clang::LangOptions& LangOpts = Result.Context->getLangOpts();
     const auto* Options = Result.Nodes.getNodeAs<clang::Expr>(OptionsId);
-    // Worker threads: the prepared loader loads in the training thread (the runtime refuses workers).
-    auto Workers = cxxMemberCallExpr(callee(cxxMethodDecl(hasName("workers"))));
-    bool SetsWorkers =
-        Options && !match(traverse(clang::TK_AsIs, expr(anyOf(Workers, hasDescendant(Workers)))), *Options,
-                          *Result.Context)
-                        .empty();
-    bool Sequential = samplerOrder(*Call) == Order::Sequential;
-    if (!Sequential && !SetsWorkers)
+    // Worker threads set in the options are kept: the prepared loader reads ahead on as many threads.
+    if (samplerOrder(*Call) != Order::Sequential)
       return clang::Lexer::getSourceText(*Arguments, SM, LangOpts).str();
     std::string Dataset =
         clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Call->getArg(0)->getSourceRange()),
@@ -192,8 +186,7 @@ Stencil loaderArguments() {
                       clang::CharSourceRange::getTokenRange(Options->getSourceRange()), SM, LangOpts)
                       .str()
                 : "";
-    return Dataset + ", accelerate::DataLoaderOptions(" + Wrapped + ")" +
-           (Sequential ? ".shuffle(false)" : "") + (SetsWorkers ? ".workers(0)" : "");
+    return Dataset + ", accelerate::DataLoaderOptions(" + Wrapped + ").shuffle(false)";
   });
 }
 
@@ -247,8 +240,8 @@ PassRule dataLoaderPass() {
               "batch size is per process), on accelerator.device(), in an order drawn from the seed and "
               "the epoch that every process shares; `*",
               name(LoaderId),
-              "` iterates as before (it loads in the training thread: worker threads set in "
-              "its options are turned off with .workers(0))")),
+              "` iterates as before (worker threads set in its options read batches ahead, in the same "
+              "order)")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, preparedLoaderDeclaration()),
                noopEdit(node(StatementId)),
                cat("data loader '", name(LoaderId),

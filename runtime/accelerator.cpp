@@ -292,6 +292,7 @@ detail::LoaderContext Accelerator::loader_context() const {
   context.process_index = process_index();
   context.even_batches = state_->config.even_batches;
   context.split_batches = state_->config.split_batches;
+  context.non_blocking = state_->config.non_blocking;
   context.seed = state_->data_seed;
   context.gradient_state = state_->gradient_state;
   context.joiner = state_->training->join;

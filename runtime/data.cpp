@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
 
 namespace accelerate::detail {
 namespace {
@@ -130,6 +134,14 @@ std::vector<size_t> ShardPlan::positions(size_t k) const {
   return result;
 }
 
+std::vector<size_t> PassSchedule::samples(size_t k) const {
+  std::vector<size_t> indices = plan->positions(k);
+  for (auto& position : indices) {
+    position = (*order)[position];
+  }
+  return indices;
+}
+
 // ---- LoaderCore ------------------------------------------------------------------------------------------
 
 namespace {
@@ -145,12 +157,27 @@ size_t require_size(std::optional<size_t> size) {
   return *size;
 }
 
-const DataLoaderOptions& require_supported(const DataLoaderOptions& options) {
-  if (options.workers() != 0) {
+/// Refuses options no loader can use; says once what is allowed but probably not meant.
+const DataLoaderOptions& require_usable(const DataLoaderOptions& options, const LoaderContext& context) {
+  if (options.prefetch_factor() == 0) {
     throw std::invalid_argument(
-        "accelerate::prepare_data_loader: DataLoaderOptions.workers = " + std::to_string(options.workers()) +
-        " is not supported; a prepared loader reads batches on the calling thread. Set workers(0), and do "
-        "expensive decoding once up front or inside get_batch");
+        "accelerate::prepare_data_loader: DataLoaderOptions.prefetch_factor must be >= 1 (got 0): it is how "
+        "many batches each worker thread reads ahead; keep the default (2), or set workers(0) to read "
+        "batches on the calling thread");
+  }
+  const unsigned hardware = std::thread::hardware_concurrency();
+  if (hardware > 0 && options.workers() > hardware) {
+    TORCH_WARN("accelerate::prepare_data_loader: DataLoaderOptions.workers = ", options.workers(),
+               " is more than the ", hardware,
+               " hardware threads of this machine; the workers will share them (allowed, but rarely faster "
+               "than workers(",
+               hardware, "))");
+  }
+  if (options.pin_memory() && !context.device.is_cuda()) {
+    TORCH_WARN("accelerate::prepare_data_loader: DataLoaderOptions.pin_memory(true) does nothing when "
+               "training on ",
+               context.device.str(),
+               ": pinned memory only speeds up copies to a CUDA device; batches are read as without it");
   }
   return options;
 }
@@ -158,8 +185,8 @@ const DataLoaderOptions& require_supported(const DataLoaderOptions& options) {
 } // namespace
 
 LoaderCore::LoaderCore(std::optional<size_t> dataset_size, DataLoaderOptions options, LoaderContext context)
-    : options_(require_supported(options)), context_(std::move(context)),
-      plan_(require_size(dataset_size), options_, context_) {
+    : options_(require_usable(options, context)), context_(std::move(context)),
+      plan_(std::make_shared<const ShardPlan>(require_size(dataset_size), options_, context_)) {
   position_.seed = context_.seed;
 }
 
@@ -181,7 +208,7 @@ LoaderCore::~LoaderCore() {
 
 DataLoaderState LoaderCore::state() const {
   DataLoaderState state = position_;
-  state.global_batch_size = plan_.global_batch_size();
+  state.global_batch_size = plan_->global_batch_size();
   return state;
 }
 
@@ -193,13 +220,13 @@ void LoaderCore::set_state(const DataLoaderState& state) {
                            std::to_string(position_.batches_consumed) +
                            "); restore the state before iterating");
   }
-  const uint64_t global = plan_.global_batch_size();
+  const uint64_t global = plan_->global_batch_size();
   uint64_t batches = state.batches_consumed;
   if (state.global_batch_size != 0 && state.global_batch_size != global) {
     // Saved with another global batch size (another number of processes): resume at the same sample.
     const uint64_t samples = state.batches_consumed * state.global_batch_size;
-    if (samples >= plan_.dataset_size()) {
-      batches = plan_.global_batches();
+    if (samples >= plan_->dataset_size()) {
+      batches = plan_->global_batches();
     } else if (samples % global == 0) {
       batches = samples / global;
     } else {
@@ -212,10 +239,10 @@ void LoaderCore::set_state(const DataLoaderState& state) {
           std::to_string(samples) + ", or keep it at " + std::to_string(state.global_batch_size));
     }
   }
-  if (batches > plan_.global_batches()) {
+  if (batches > plan_->global_batches()) {
     throw std::invalid_argument(
         "accelerate::DataLoader::set_state: batches_consumed = " + std::to_string(batches) + " exceeds the " +
-        std::to_string(plan_.global_batches()) +
+        std::to_string(plan_->global_batches()) +
         " global batches of an epoch; the state was saved with another dataset size or global batch size");
   }
   position_ = state;
@@ -262,16 +289,25 @@ void LoaderCore::begin_pass() {
     position_.batches_consumed = 0;
   }
   resume_pending_ = false;
+  auto schedule = std::make_shared<PassSchedule>();
+  schedule->seed = position_.seed;
+  schedule->epoch = position_.epoch;
+  schedule->first = position_.batches_consumed;
+  schedule->end = std::max(plan_->batches_for_process(), schedule->first);
+  schedule->plan = plan_;
+  schedule->order = order();
+  schedule_ = std::move(schedule);
   in_pass_ = true;
   if (context_.gradient_state) {
     saved_ = *context_.gradient_state;
   }
 }
 
-const std::vector<size_t>& LoaderCore::order() {
+std::shared_ptr<const std::vector<size_t>> LoaderCore::order() {
   const std::pair<uint64_t, uint64_t> key{position_.seed, position_.epoch};
   if (!order_key_ || *order_key_ != key) {
-    order_ = epoch_order(plan_.dataset_size(), position_.seed, position_.epoch, options_.shuffle());
+    order_ = std::make_shared<const std::vector<size_t>>(
+        epoch_order(plan_->dataset_size(), position_.seed, position_.epoch, options_.shuffle()));
     order_key_ = key;
   }
   return order_;
@@ -283,20 +319,27 @@ void LoaderCore::publish(size_t batch_index) {
   }
   auto& state = *context_.gradient_state;
   const auto remaining =
-      static_cast<int64_t>(plan_.batches_for_process()) - static_cast<int64_t>(batch_index) - 1;
+      static_cast<int64_t>(plan_->batches_for_process()) - static_cast<int64_t>(batch_index) - 1;
   state.in_dataloader = true;
   state.end_of_dataloader = remaining == 0;
   state.batches_remaining = remaining;
-  state.remainder = plan_.remainder();
+  state.remainder = plan_->remainder();
 }
 
-std::optional<std::vector<size_t>> LoaderCore::next_batch() {
+std::optional<size_t> LoaderCore::upcoming_batch() const {
+  if (!in_pass_ || position_.batches_consumed >= plan_->batches_for_process()) {
+    return std::nullopt;
+  }
+  return static_cast<size_t>(position_.batches_consumed);
+}
+
+std::optional<size_t> LoaderCore::next_batch() {
   if (!in_pass_) {
     return std::nullopt;
   }
   const bool uneven = context_.joiner && !context_.even_batches && context_.num_processes > 1;
   const size_t index = position_.batches_consumed;
-  if (index >= plan_.batches_for_process()) {
+  if (index >= plan_->batches_for_process()) {
     position_.epoch += 1;
     position_.batches_consumed = 0;
     end_pass();
@@ -311,14 +354,9 @@ std::optional<std::vector<size_t>> LoaderCore::next_batch() {
   if (uneven) {
     context_.joiner->processes_with_batches(true);
   }
-  const auto& epoch_order = order();
-  std::vector<size_t> indices = plan_.positions(index);
-  for (auto& position : indices) {
-    position = epoch_order[position];
-  }
   position_.batches_consumed = index + 1;
   publish(index);
-  return indices;
+  return index;
 }
 
 void LoaderCore::end_pass() noexcept {
@@ -326,6 +364,7 @@ void LoaderCore::end_pass() noexcept {
     return;
   }
   in_pass_ = false;
+  schedule_.reset();
   if (context_.gradient_state) {
     auto& state = *context_.gradient_state;
     state.in_dataloader = saved_.in_dataloader;
@@ -334,6 +373,89 @@ void LoaderCore::end_pass() noexcept {
     state.batches_remaining = saved_.batches_remaining;
   }
 }
+
+// ---- Per-sample generators and read errors ---------------------------------------------------------------
+
+namespace {
+
+/// The (seed, epoch) of the pass whose batch this thread is reading, if any.
+struct SampleContext {
+  bool active = false;
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+};
+thread_local SampleContext sample_context;
+
+} // namespace
+
+SampleScope::SampleScope(uint64_t seed, uint64_t epoch)
+    : outer_active_(sample_context.active), outer_seed_(sample_context.seed),
+      outer_epoch_(sample_context.epoch) {
+  sample_context = {true, seed, epoch};
+}
+
+SampleScope::~SampleScope() {
+  sample_context = {outer_active_, outer_seed_, outer_epoch_};
+}
+
+[[noreturn]] void throw_read_error(std::exception_ptr error, const PassSchedule& schedule, size_t batch,
+                                   const std::vector<size_t>& samples, std::optional<size_t> culprit) {
+  std::string where = "accelerate::DataLoader: ";
+  if (culprit) {
+    where += "reading sample " + std::to_string(*culprit) + " (in batch " + std::to_string(batch) +
+             " of epoch " + std::to_string(schedule.epoch) + ") failed: ";
+  } else {
+    where += "reading batch " + std::to_string(batch) + " of epoch " + std::to_string(schedule.epoch) +
+             " (samples";
+    for (size_t i = 0; i < samples.size() && i < 16; ++i) {
+      where += " " + std::to_string(samples[i]);
+    }
+    where += samples.size() > 16 ? " ...)" : ")";
+    where += " failed, though each sample reads alone (collating them failed?): ";
+  }
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& original) {
+    std::throw_with_nested(std::runtime_error(where + original.what_without_backtrace()));
+  } catch (const std::exception& original) {
+    std::throw_with_nested(std::runtime_error(where + original.what()));
+  } catch (...) {
+    std::throw_with_nested(std::runtime_error(where + "an exception that is not a std::exception"));
+  }
+}
+
+[[noreturn]] void throw_uncopyable_dataset(size_t workers) {
+  throw std::invalid_argument(
+      "accelerate::prepare_data_loader: DataLoaderOptions.workers = " + std::to_string(workers) +
+      " needs a copyable dataset (each worker thread reads its own copy, as libtorch's loader does), and "
+      "this one cannot be copied; make it copyable (hold shared state through a std::shared_ptr), or set "
+      "workers(0)");
+}
+
+} // namespace accelerate::detail
+
+namespace accelerate {
+
+at::Generator sample_generator(uint64_t seed, uint64_t epoch, size_t index) {
+  using detail::mix;
+  return at::make_generator<at::CPUGeneratorImpl>(mix(mix(mix(seed) ^ epoch) ^ mix(index + 1)));
+}
+
+at::Generator sample_generator(size_t index) {
+  const auto& context = detail::sample_context;
+  if (!context.active) {
+    throw std::logic_error(
+        "accelerate::sample_generator(" + std::to_string(index) +
+        "): called outside a prepared loader's reading of a batch, so there is no seed and epoch to draw "
+        "from; call it inside your dataset's get() while a prepared loader reads it, or pass them: "
+        "accelerate::sample_generator(seed, epoch, index)");
+  }
+  return sample_generator(context.seed, context.epoch, index);
+}
+
+} // namespace accelerate
+
+namespace accelerate::detail {
 
 // ---- IterablePassState -----------------------------------------------------------------------------------
 

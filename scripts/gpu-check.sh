@@ -8,8 +8,8 @@
 #
 # OUT_DIR receives, in this order: environment.txt, configure.log, build.log, then one file per stage
 # (fixtures.txt, side-by-side.txt/.md/.json/.png, checks.txt, cuda-graph.txt, gpt-small-losses.txt, gpt-86m.txt,
-# fp8-linear.txt), and summary.txt, one line per step, appended as each finishes. --quick keeps fixtures within
-# 1 minute, side-by-side within 4 and the other stages within 6 (the build is timed separately); --only
+# fp8-linear.txt, data-loader.txt), and summary.txt, one line per step, appended as each finishes. --quick keeps
+# fixtures within 1 minute, side-by-side within 4 and the other stages within 6 (the build is timed separately); --only
 # side-by-side runs just that stage. Without a GPU: the build, then fixtures and side-by-side smoke runs on the CPU.
 # Exit status: 0 all passed, 1 a check failed, 2 bad usage or the build failed, 3 no CUDA device.
 set -uo pipefail
@@ -92,13 +92,13 @@ grep -E "accelerate-cpp: (Torch|NCCL|CUDA kernels)" "$OUT/configure.log" | sed '
 FIXTURE_PROGRAMS=(trains_like_original trainer_main unmovable_batch)
 FIXTURE_TARGETS=()
 for name in "${FIXTURE_PROGRAMS[@]}"; do FIXTURE_TARGETS+=("fixture_$name" "fixture_${name}_plain"); done
-if ! cmake --build "$BUILD_DIR" --target bench_precision bench_train_plain bench_train_accel accel \
+if ! cmake --build "$BUILD_DIR" --target bench_precision bench_train_plain bench_train_accel bench_data_loader accel \
   "${FIXTURE_TARGETS[@]}" -j "$JOBS" > "$OUT/build.log" 2>&1; then
   note "build failed after $(($(now) - start)) s: see build.log"
   grep -E "error|Error" "$OUT/build.log" | head -n 20 >&2
   exit 2
 fi
-note "build: $(($(now) - start)) s (configure + runtime + bench_precision + bench_train_{plain,accel} + fixtures, $JOBS jobs)"
+note "build: $(($(now) - start)) s (configure + runtime + bench_precision + bench_train_{plain,accel} + bench_data_loader + fixtures, $JOBS jobs)"
 BENCH="$BUILD_DIR/bin/bench_precision"
 HAVE_ACCELERATE=1
 if ! "$PYTHON" -c 'import accelerate' >/dev/null 2>&1; then
@@ -173,11 +173,11 @@ fi
 # ---- Stages, each written as soon as it ends; --quick fits them in 5 minutes ---------------------------------
 # name, seconds allowed
 STAGES=("fixtures 60" "side-by-side 240" "checks 80" "cuda-graph 45" "gpt-small-losses 45" "gpt-86m 120"
-  "fp8-linear 50")
+  "fp8-linear 50" "data-loader 30")
 [ -n "$QUICK" ] || STAGES=("fixtures 180" "side-by-side 900" "checks 150" "cuda-graph 150" "gpt-small-losses 90"
-  "gpt-86m 300" "fp8-linear 150")
-BUDGET=645
-[ -n "$QUICK" ] || BUDGET=1980
+  "gpt-86m 300" "fp8-linear 150" "data-loader 90")
+BUDGET=675
+[ -n "$QUICK" ] || BUDGET=2070
 # One process per GPU (NCCL refuses two processes on one device), two at most.
 GPUS="$("$PYTHON" -c 'import torch; print(min(2, torch.cuda.device_count()))' 2>/dev/null || echo 1)"
 # The side-by-side benchmark of bench/compare.py: (a) plain C++, (b) the rewritten C++ through the runtime,
@@ -211,6 +211,10 @@ for entry in "${STAGES[@]}"; do
     run_fixtures "$GPUS" "$limit" > "$OUT/$stage.txt" 2>&1
   elif [ "$stage" = side-by-side ]; then
     timeout --kill-after=10 "$limit" "$PYTHON" "$REPO/bench/compare.py" "${SIDE_BY_SIDE[@]}" > "$OUT/$stage.txt" 2>&1
+  elif [ "$stage" = data-loader ]; then
+    # Pinned batches from 2 workers copied with non_blocking equal the CPU's; the rate with pin_memory off and on.
+    timeout --kill-after=10 "$limit" "$BUILD_DIR/bin/bench_data_loader" --cuda --batches 32 --batch-size 64 \
+      --reps "$([ -n "$QUICK" ] && echo 3 || echo 7)" > "$OUT/$stage.txt" 2>&1
   else
     (cd "$REPO" && timeout --kill-after=10 "$limit" "$BENCH" --stage "$stage" $QUICK --data "$REPO/test/data") \
       > "$OUT/$stage.txt" 2>&1

@@ -7,8 +7,10 @@
 #include <accelerate/detail/loader_context.h>
 #include <accelerate/gradient_state.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -20,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/core/Generator.h>
 #include <torch/data/example.h>
 #include <torch/types.h>
 
@@ -28,81 +31,130 @@ namespace accelerate {
 // ---- Moving batches to the device ------------------------------------------------------------------------
 
 /// How `to_device` moves a value of type `T`. Provided for tensors, `torch::data::Example` (with or without a
-/// target), `std::vector`, `std::tuple`, `std::pair`, `std::optional`, `std::map` / `std::unordered_map`
-/// (values moved, keys kept), numbers and strings (left as they are). Specialize it for your own batch types:
+/// target), `std::vector`, `std::array`, `std::tuple`, `std::pair`, `std::optional`, `std::map` /
+/// `std::unordered_map` (values moved, keys kept), numbers and strings (left as they are). Specialize it for
+/// your own batch types; `apply` may take a third argument, `bool non_blocking`, to pass on to its members
+/// (a rule without it copies them blocking):
 ///
 /// ```
 /// struct TokenBatch { torch::Tensor ids, mask; int64_t step; };
 /// template <> struct accelerate::ToDevice<TokenBatch> {
-///   static TokenBatch apply(TokenBatch batch, const torch::Device& device) {
-///     return {accelerate::to_device(batch.ids, device), accelerate::to_device(batch.mask, device),
-///     batch.step};
+///   static TokenBatch apply(TokenBatch batch, const torch::Device& device, bool non_blocking) {
+///     return {accelerate::to_device(batch.ids, device, non_blocking),
+///             accelerate::to_device(batch.mask, device, non_blocking), batch.step};
 ///   }
 /// };
 /// ```
 template <typename T, typename Enable = void> struct ToDevice {
   static_assert(detail::unsupported_type<T>,
                 "accelerate::to_device: no rule moves this batch type to a device; specialize "
-                "accelerate::ToDevice<T> with `static T apply(T value, const torch::Device& device)` "
-                "(see <accelerate/data.h>)");
+                "accelerate::ToDevice<T> with `static T apply(T value, const torch::Device& device, bool "
+                "non_blocking)` (see <accelerate/data.h>)");
 };
 
-/// `value` with every tensor in it on `device` (tensors already there are not copied).
+namespace detail {
+
+/// True when `ToDevice<T>::apply` takes the `non_blocking` flag.
+template <typename T, typename = void> struct takes_non_blocking : std::false_type {};
+template <typename T>
+struct takes_non_blocking<T, std::void_t<decltype(ToDevice<T>::apply(
+                                 std::declval<T>(), std::declval<const torch::Device&>(), true))>>
+    : std::true_type {};
+
+/// Set on a thread while it copies a batch into pinned host memory: the tensor rule then pins instead of
+/// moving, so every batch type `ToDevice` knows (the user's included) is pinned the same way.
+inline thread_local bool pinning_batch = false;
+
+} // namespace detail
+
+/// `value` with every tensor in it on `device` (tensors already there are not copied). `non_blocking`
+/// copies asynchronously where the tensor's memory allows it (pinned host memory to a CUDA device).
 ///
 /// ```
 /// auto batch = accelerate::to_device(std::make_tuple(inputs, labels), accelerator.device());
 /// ```
-template <typename T> std::decay_t<T> to_device(T&& value, const torch::Device& device) {
-  return ToDevice<std::decay_t<T>>::apply(std::forward<T>(value), device);
+template <typename T>
+std::decay_t<T> to_device(T&& value, const torch::Device& device, bool non_blocking = false) {
+  using Value = std::decay_t<T>;
+  if constexpr (detail::takes_non_blocking<Value>::value) {
+    return ToDevice<Value>::apply(std::forward<T>(value), device, non_blocking);
+  } else {
+    return ToDevice<Value>::apply(std::forward<T>(value), device);
+  }
 }
 
 template <> struct ToDevice<torch::Tensor> {
-  static torch::Tensor apply(torch::Tensor tensor, const torch::Device& device) {
-    return tensor.defined() ? tensor.to(device) : tensor;
+  static torch::Tensor apply(torch::Tensor tensor, const torch::Device& device, bool non_blocking = false) {
+    if (!tensor.defined()) {
+      return tensor;
+    }
+    if (detail::pinning_batch) {
+      return tensor.device().is_cpu() && !tensor.is_pinned() ? tensor.pin_memory() : tensor;
+    }
+    return tensor.to(device, non_blocking);
   }
 };
 
 template <typename Data, typename Target> struct ToDevice<torch::data::Example<Data, Target>> {
   static torch::data::Example<Data, Target> apply(torch::data::Example<Data, Target> example,
-                                                  const torch::Device& device) {
-    return {to_device(std::move(example.data), device), to_device(std::move(example.target), device)};
+                                                  const torch::Device& device, bool non_blocking = false) {
+    return {to_device(std::move(example.data), device, non_blocking),
+            to_device(std::move(example.target), device, non_blocking)};
   }
 };
 
 template <typename Data> struct ToDevice<torch::data::Example<Data, torch::data::example::NoTarget>> {
   static torch::data::Example<Data, torch::data::example::NoTarget>
-  apply(torch::data::Example<Data, torch::data::example::NoTarget> example, const torch::Device& device) {
-    return {to_device(std::move(example.data), device)};
+  apply(torch::data::Example<Data, torch::data::example::NoTarget> example, const torch::Device& device,
+        bool non_blocking = false) {
+    return {to_device(std::move(example.data), device, non_blocking)};
   }
 };
 
 template <typename T, typename Allocator> struct ToDevice<std::vector<T, Allocator>> {
-  static std::vector<T, Allocator> apply(std::vector<T, Allocator> values, const torch::Device& device) {
+  static std::vector<T, Allocator> apply(std::vector<T, Allocator> values, const torch::Device& device,
+                                         bool non_blocking = false) {
     for (auto& value : values) {
-      value = to_device(std::move(value), device);
+      value = to_device(std::move(value), device, non_blocking);
+    }
+    return values;
+  }
+};
+
+template <typename T, size_t N> struct ToDevice<std::array<T, N>> {
+  static std::array<T, N> apply(std::array<T, N> values, const torch::Device& device,
+                                bool non_blocking = false) {
+    for (auto& value : values) {
+      value = to_device(std::move(value), device, non_blocking);
     }
     return values;
   }
 };
 
 template <typename... Ts> struct ToDevice<std::tuple<Ts...>> {
-  static std::tuple<Ts...> apply(std::tuple<Ts...> values, const torch::Device& device) {
+  static std::tuple<Ts...> apply(std::tuple<Ts...> values, const torch::Device& device,
+                                 bool non_blocking = false) {
     return std::apply(
-        [&](auto&&... value) { return std::tuple<Ts...>(to_device(std::move(value), device)...); },
+        [&](auto&&... value) {
+          return std::tuple<Ts...>(to_device(std::move(value), device, non_blocking)...);
+        },
         std::move(values));
   }
 };
 
 template <typename First, typename Second> struct ToDevice<std::pair<First, Second>> {
-  static std::pair<First, Second> apply(std::pair<First, Second> values, const torch::Device& device) {
-    return {to_device(std::move(values.first), device), to_device(std::move(values.second), device)};
+  static std::pair<First, Second> apply(std::pair<First, Second> values, const torch::Device& device,
+                                        bool non_blocking = false) {
+    return {to_device(std::move(values.first), device, non_blocking),
+            to_device(std::move(values.second), device, non_blocking)};
   }
 };
 
 template <typename T> struct ToDevice<std::optional<T>> {
-  static std::optional<T> apply(std::optional<T> value, const torch::Device& device) {
+  static std::optional<T> apply(std::optional<T> value, const torch::Device& device,
+                                bool non_blocking = false) {
     if (value) {
-      return to_device(std::move(*value), device);
+      return to_device(std::move(*value), device, non_blocking);
     }
     return value;
   }
@@ -111,9 +163,10 @@ template <typename T> struct ToDevice<std::optional<T>> {
 template <typename Key, typename Value, typename Compare, typename Allocator>
 struct ToDevice<std::map<Key, Value, Compare, Allocator>> {
   static std::map<Key, Value, Compare, Allocator> apply(std::map<Key, Value, Compare, Allocator> values,
-                                                        const torch::Device& device) {
+                                                        const torch::Device& device,
+                                                        bool non_blocking = false) {
     for (auto& entry : values) {
-      entry.second = to_device(std::move(entry.second), device);
+      entry.second = to_device(std::move(entry.second), device, non_blocking);
     }
     return values;
   }
@@ -122,21 +175,53 @@ struct ToDevice<std::map<Key, Value, Compare, Allocator>> {
 template <typename Key, typename Value, typename Hash, typename Equal, typename Allocator>
 struct ToDevice<std::unordered_map<Key, Value, Hash, Equal, Allocator>> {
   using Map = std::unordered_map<Key, Value, Hash, Equal, Allocator>;
-  static Map apply(Map values, const torch::Device& device) {
+  static Map apply(Map values, const torch::Device& device, bool non_blocking = false) {
     for (auto& entry : values) {
-      entry.second = to_device(std::move(entry.second), device);
+      entry.second = to_device(std::move(entry.second), device, non_blocking);
     }
     return values;
   }
 };
 
 template <typename T> struct ToDevice<T, std::enable_if_t<std::is_arithmetic_v<T> || std::is_enum_v<T>>> {
-  static T apply(T value, const torch::Device&) { return value; }
+  static T apply(T value, const torch::Device&, bool = false) { return value; }
 };
 
 template <> struct ToDevice<std::string> {
-  static std::string apply(std::string value, const torch::Device&) { return value; }
+  static std::string apply(std::string value, const torch::Device&, bool = false) { return value; }
 };
+
+namespace detail {
+
+/// `batch` with every CPU tensor in it copied into pinned host memory (see `pinning_batch`).
+template <typename Batch> Batch pin_memory(Batch batch) {
+  struct Scope {
+    Scope() { pinning_batch = true; }
+    ~Scope() { pinning_batch = false; }
+  } scope;
+  return to_device(std::move(batch), torch::Device(torch::kCPU));
+}
+
+} // namespace detail
+
+// ---- Random augmentation that does not depend on the thread ----------------------------------------------
+
+/// A CPU generator for the random augmentation of sample `index`, seeded from the loader's seed, the epoch
+/// and `index` alone, so a dataset's `get` augments a sample the same way whichever worker thread reads it,
+/// for every number of workers and processes, and again after a resume. Call it inside `get(index)` while a
+/// prepared loader reads the batch (elsewhere it throws `std::logic_error`); the generator seed is
+/// `mix(mix(mix(seed) ^ epoch) ^ mix(index + 1))`, with the SplitMix64 `mix` of `detail::epoch_order`.
+///
+/// ```
+/// torch::data::Example<> get(size_t index) override {
+///   auto generator = accelerate::sample_generator(index);
+///   auto image = images_[index] + 0.1 * torch::randn(images_[index].sizes(), generator);
+///   return {image, labels_[index]};
+/// }
+/// ```
+at::Generator sample_generator(size_t index);
+/// The same generator for an explicit seed and epoch, for reading samples outside a prepared loader.
+at::Generator sample_generator(uint64_t seed, uint64_t epoch, size_t index);
 
 // ---- Where a loader stands -------------------------------------------------------------------------------
 
@@ -207,6 +292,20 @@ private:
   bool even_batches_;
 };
 
+/// The batches one pass hands out, fixed when it begins: what worker threads read ahead from. Immutable, so
+/// any thread may read it.
+struct PassSchedule {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  /// This process's batches [first, end) of the epoch, `first` past the ones a resumed state consumed.
+  size_t first = 0;
+  size_t end = 0;
+  std::shared_ptr<const ShardPlan> plan;
+  std::shared_ptr<const std::vector<size_t>> order;
+  /// The dataset indices of this process's batch `k`.
+  std::vector<size_t> samples(size_t k) const;
+};
+
 /// The state a prepared loader shares through a handle: options, plan, position, the pass in progress. The
 /// template `DataLoader` only fetches and moves batches; everything else lives here (runtime/data.cpp).
 class LoaderCore {
@@ -221,7 +320,7 @@ public:
   LoaderCore(const LoaderCore&) = delete;
   LoaderCore& operator=(const LoaderCore&) = delete;
 
-  const ShardPlan& plan() const { return plan_; }
+  const ShardPlan& plan() const { return *plan_; }
   const DataLoaderOptions& options() const { return options_; }
   const LoaderContext& context() const { return context_; }
 
@@ -240,31 +339,112 @@ public:
   /// Starts a pass over the current epoch: from its first batch, or right after `set_state` from the batch
   /// after the ones consumed. Throws `std::logic_error` when a pass is already in progress.
   void begin_pass();
-  /// The dataset indices of this process's next batch, after updating the gradient state and the position
-  /// (and, with uneven batches, `joiner->processes_with_batches(true)`). `std::nullopt` at the end of the
-  /// epoch: the pass ends, the epoch advances, and with uneven batches the process calls
-  /// `joiner->processes_with_batches(false)` then `joiner->join_until_all_exhausted()`, answering the others'
-  /// collectives until every process is exhausted.
-  std::optional<std::vector<size_t>> next_batch();
+  /// The batches the pass in progress hands out (null outside a pass).
+  const std::shared_ptr<const PassSchedule>& schedule() const { return schedule_; }
+  /// The index of the batch `next_batch` hands out next; `std::nullopt` at the end of the epoch or outside a
+  /// pass.
+  std::optional<size_t> upcoming_batch() const;
+  /// Hands out this process's next batch (its samples: `schedule()->samples(index)`): updates the gradient
+  /// state and the position (and, with uneven batches, calls `joiner->processes_with_batches(true)`), and
+  /// returns its index. `std::nullopt` at the end of the epoch: the pass ends, the epoch advances, and with
+  /// uneven batches the process calls `joiner->processes_with_batches(false)` then
+  /// `joiner->join_until_all_exhausted()`, answering the others' collectives until every process is
+  /// exhausted.
+  std::optional<size_t> next_batch();
   /// Ends the pass (idempotent): restores the gradient state as the pass found it. A pass left mid-epoch
   /// keeps its epoch, and the next pass starts that epoch again, as a Python loader does.
   void end_pass() noexcept;
   bool in_pass() const { return in_pass_; }
 
 private:
-  const std::vector<size_t>& order();
+  std::shared_ptr<const std::vector<size_t>> order();
   void publish(size_t batch_index);
 
   DataLoaderOptions options_;
   LoaderContext context_;
-  ShardPlan plan_;
+  std::shared_ptr<const ShardPlan> plan_;
   DataLoaderState position_;
   bool resume_pending_ = false;
   bool in_pass_ = false;
   GradientState saved_;
-  std::vector<size_t> order_;
+  std::shared_ptr<const std::vector<size_t>> order_;
   std::optional<std::pair<uint64_t, uint64_t>> order_key_; // (seed, epoch) order_ was drawn from
+  std::shared_ptr<const PassSchedule> schedule_;
 };
+
+/// Reads a pass's batches ahead on worker threads and hands them out in order. Worker threads claim batches
+/// in order, at most `capacity` past the next one to be taken, and exit when none is left; a batch whose
+/// reading threw is handed out as that exception, and no batch after it is read. Destroying the pool stops
+/// the workers (each finishes the batch it is reading) and joins them.
+class WorkerPool {
+public:
+  /// Reads batch `batch` on worker thread `worker` (0-based); may throw.
+  using Read = std::function<std::shared_ptr<void>(size_t worker, size_t batch)>;
+  /// Starts `workers` threads reading batches [first, end). Throws `std::system_error` when a thread cannot
+  /// start (the ones started are stopped first).
+  WorkerPool(size_t workers, size_t capacity, size_t first, size_t end, Read read);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  /// Batch `batch`, the next in order, once a worker has read it; rethrows what reading it threw.
+  std::shared_ptr<void> take(size_t batch);
+
+private:
+  void stop() noexcept;
+
+  struct Shared;
+  std::shared_ptr<Shared> shared_;
+};
+
+/// While alive, `sample_generator(index)` on this thread draws from `seed` and `epoch`.
+class SampleScope {
+public:
+  SampleScope(uint64_t seed, uint64_t epoch);
+  ~SampleScope();
+  SampleScope(const SampleScope&) = delete;
+  SampleScope& operator=(const SampleScope&) = delete;
+
+private:
+  bool outer_active_;
+  uint64_t outer_seed_;
+  uint64_t outer_epoch_;
+};
+
+/// Throws `std::runtime_error` saying which sample (`culprit`, when one alone fails) or batch of the pass
+/// failed to read and why, with `error` nested (`std::rethrow_if_nested` reaches it).
+[[noreturn]] void throw_read_error(std::exception_ptr error, const PassSchedule& schedule, size_t batch,
+                                   const std::vector<size_t>& samples, std::optional<size_t> culprit);
+
+/// Refuses `workers` for a dataset that cannot be copied: each worker thread reads its own copy.
+[[noreturn]] void throw_uncopyable_dataset(size_t workers);
+
+/// Reads this process's batch `k` of a pass from `dataset`, with the pass's `sample_generator` context, into
+/// pinned memory when `pin`. When reading throws, the batch's samples are read again one at a time to name
+/// the one that fails (so keep `get` free of side effects), and `throw_read_error` reports it.
+template <typename Dataset>
+auto read_batch(Dataset& dataset, const PassSchedule& schedule, size_t k, bool pin) {
+  const std::vector<size_t> samples = schedule.samples(k);
+  SampleScope scope(schedule.seed, schedule.epoch);
+  try {
+    auto batch = dataset.get_batch(samples);
+    return pin ? pin_memory(std::move(batch)) : batch;
+  } catch (...) {
+    std::exception_ptr error = std::current_exception();
+    std::optional<size_t> culprit;
+    if (samples.size() == 1) {
+      culprit = samples.front();
+    }
+    for (size_t i = 0; samples.size() > 1 && i < samples.size() && !culprit; ++i) {
+      try {
+        dataset.get_batch(std::vector<size_t>{samples[i]});
+      } catch (...) {
+        culprit = samples[i];
+        error = std::current_exception();
+      }
+    }
+    throw_read_error(error, schedule, k, samples, culprit);
+  }
+}
 
 template <typename T> struct is_std_optional : std::false_type {};
 template <typename T> struct is_std_optional<std::optional<T>> : std::true_type {};
@@ -298,6 +478,13 @@ template <typename Dataset> std::optional<size_t> dataset_size(const Dataset& da
 /// batch is the last one (`end_of_dataloader`, `batches_remaining`) and how much of a padded final batch is
 /// real (`remainder`, used by `gather_for_metrics`). When every process must stop early, stop them at the
 /// same batch (e.g. with `set_trigger` / `check_trigger`): the processes' collectives must stay matched.
+///
+/// With `workers(N)`, N threads read and collate batches ahead (at most `N × prefetch_factor` waiting), each
+/// from its own copy of the dataset; the loop gets exactly the batches, in exactly the order, that
+/// `workers(0)` gives, and `state()` counts the batches handed to the loop, not the ones read ahead. Random
+/// augmentation in `get` drawn from `accelerate::sample_generator(index)` does not depend on N. An exception
+/// in `get` reaches the loop when its batch is due, naming the sample (`std::runtime_error`, the original
+/// nested); leaving a pass early (`break`) stops and joins the threads.
 ///
 /// ```
 /// auto dataset = torch::data::datasets::MNIST("data").map(torch::data::transforms::Stack<>());
@@ -349,17 +536,52 @@ public:
   private:
     friend class DataLoader;
     struct Pass {
-      explicit Pass(DataLoader* loader) : loader(loader) { loader->core_->begin_pass(); }
-      ~Pass() { loader->core_->end_pass(); }
+      explicit Pass(DataLoader* loader) : loader(loader) {
+        auto& core = *loader->core_;
+        core.begin_pass();
+        schedule = core.schedule();
+        const auto& options = core.options();
+        pin = options.pin_memory() && core.context().device.is_cuda();
+        if (loader->worker_datasets_) {
+          try {
+            pool = std::make_unique<detail::WorkerPool>(
+                options.workers(), options.workers() * options.prefetch_factor(), schedule->first,
+                schedule->end,
+                [datasets = loader->worker_datasets_, schedule = schedule, pin = pin](size_t worker,
+                                                                                      size_t k) {
+                  return std::static_pointer_cast<void>(std::make_shared<BatchType>(
+                      detail::read_batch((*datasets)[worker], *schedule, k, pin)));
+                });
+          } catch (...) {
+            core.end_pass();
+            throw;
+          }
+        }
+      }
+      ~Pass() {
+        pool.reset(); // stops and joins the workers before the pass ends
+        loader->core_->end_pass();
+      }
       Pass(const Pass&) = delete;
       Pass& operator=(const Pass&) = delete;
       void advance() {
         batch.reset();
-        if (auto indices = loader->core_->next_batch()) {
-          batch.emplace(to_device(loader->dataset_.get_batch(*indices), loader->core_->context().device));
+        auto& core = *loader->core_;
+        const std::optional<size_t> k = core.upcoming_batch();
+        if (!k) {
+          core.next_batch(); // ends the pass
+          return;
         }
+        // Read before the batch is handed out: a batch that fails to read is not counted as consumed.
+        BatchType read = pool ? std::move(*std::static_pointer_cast<BatchType>(pool->take(*k)))
+                              : detail::read_batch(loader->dataset_, *schedule, *k, pin);
+        core.next_batch();
+        batch.emplace(to_device(std::move(read), core.context().device, core.context().non_blocking));
       }
       DataLoader* loader;
+      std::shared_ptr<const detail::PassSchedule> schedule;
+      bool pin = false;
+      std::unique_ptr<detail::WorkerPool> pool;
       std::optional<BatchType> batch;
     };
     explicit Iterator(std::shared_ptr<Pass> pass) : pass_(std::move(pass)) {}
@@ -370,7 +592,8 @@ public:
   /// Prefer `Accelerator::prepare_data_loader`, which fills `context` from the accelerator.
   DataLoader(Dataset dataset, DataLoaderOptions options, detail::LoaderContext context)
       : dataset_(std::move(dataset)),
-        core_(detail::LoaderCore::create(detail::dataset_size(dataset_), options, std::move(context))) {}
+        core_(detail::LoaderCore::create(detail::dataset_size(dataset_), options, std::move(context))),
+        worker_datasets_(worker_copies(dataset_, core_->options().workers())) {}
   // Iterators point at their loader: copying one would be a second loader sharing the first one's position.
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -396,14 +619,29 @@ public:
   /// Continues from a checkpoint: the next pass starts after the batches `state` consumed.
   void set_state(const DataLoaderState& state) { core_->set_state(state); }
 
+  /// The dataset the calling thread reads (with workers, each worker reads its own copy, made when the loader
+  /// was built).
   Dataset& dataset() { return dataset_; }
   const DataLoaderOptions& options() const { return core_->options(); }
   /// The shared state behind this loader (for the runtime's checkpointing).
   const std::shared_ptr<detail::LoaderCore>& core() const { return core_; }
 
 private:
+  /// Each worker thread's copy of the dataset; null without workers.
+  static std::shared_ptr<std::vector<Dataset>> worker_copies(const Dataset& dataset, size_t workers) {
+    if (workers == 0) {
+      return nullptr;
+    }
+    if constexpr (std::is_copy_constructible_v<Dataset>) {
+      return std::make_shared<std::vector<Dataset>>(workers, dataset);
+    } else {
+      detail::throw_uncopyable_dataset(workers);
+    }
+  }
+
   Dataset dataset_;
   std::shared_ptr<detail::LoaderCore> core_;
+  std::shared_ptr<std::vector<Dataset>> worker_datasets_;
 };
 
 template <typename Dataset>

@@ -78,11 +78,24 @@ void own_sampler(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
     step(model, optimizer, batch.data);
 }
 
-// Worker threads in the options (libtorch's DCGAN example): the prepared loader loads in the training thread.
+// Worker threads in the options (libtorch's DCGAN example) are kept: the prepared loader reads ahead on them.
 void with_workers(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   auto loader = torch::data::make_data_loader(
       Points().map(torch::data::transforms::Stack<>()), torch::data::DataLoaderOptions().batch_size(64).workers(2));
-  // CHECK: {{^}}  auto loader = accelerator.prepare_data_loader(Points().map(torch::data::transforms::Stack<>()), accelerate::DataLoaderOptions(torch::data::DataLoaderOptions().batch_size(64).workers(2)).workers(0));{{$}}
+  // CHECK: {{^}}  auto loader = accelerator.prepare_data_loader({{$}}
+  // CHECK-NEXT: {{^}}      Points().map(torch::data::transforms::Stack<>()), torch::data::DataLoaderOptions().batch_size(64).workers(2));{{$}}
+  for (auto& batch : *loader) {
+    optimizer.zero_grad();
+    model->forward(batch.data).sum().backward();
+    optimizer.step();
+  }
+}
+
+// Sequential, with worker threads: both kept.
+void sequential_with_workers(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
+  auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      Points().map(torch::data::transforms::Stack<>()), torch::data::DataLoaderOptions(32).workers(2));
+  // CHECK: {{^}}  auto loader = accelerator.prepare_data_loader(Points().map(torch::data::transforms::Stack<>()), accelerate::DataLoaderOptions(torch::data::DataLoaderOptions(32).workers(2)).shuffle(false));{{$}}
   for (auto& batch : *loader) {
     optimizer.zero_grad();
     model->forward(batch.data).sum().backward();

@@ -129,6 +129,83 @@ TEST(DataLoaderMultirank, ProcessesDrawTheSameOrderEachEpoch) {
   EXPECT_EQ(all, iota(12 / global * global)) << "drop_last keeps only full global batches";
 }
 
+/// This process's batches of two epochs, for every worker count, order and drop_last: each must equal what
+/// reading on the calling thread gives (23 samples in batches of `batch_size`, 3 unless the global batch is
+/// split: a short final global batch either way).
+void expect_workers_keep_every_batch(accelerate::Accelerator& accelerator, size_t batch_size = 3) {
+  const int rank = accelerator.process_index();
+  for (bool shuffle : {true, false}) {
+    for (bool drop_last : {true, false}) {
+      std::vector<std::vector<std::vector<int64_t>>> by_workers;
+      for (size_t workers : {0, 1, 2}) {
+        auto loader = accelerator.prepare_data_loader(
+            stacked(23),
+            accelerate::DataLoaderOptions(batch_size).shuffle(shuffle).drop_last(drop_last).workers(workers));
+        std::vector<std::vector<int64_t>> batches;
+        for (int epoch = 0; epoch < 2; ++epoch) {
+          for (auto& batch : *loader) {
+            batches.push_back(values(batch.data));
+          }
+          batches.push_back({-1});
+        }
+        by_workers.push_back(std::move(batches));
+      }
+      ASSERT_GT(by_workers[0].size(), 6u);
+      EXPECT_EQ(by_workers[1], by_workers[0])
+          << "1 worker, process " << rank << ", shuffle " << shuffle << ", drop_last " << drop_last;
+      EXPECT_EQ(by_workers[2], by_workers[0])
+          << "2 workers, process " << rank << ", shuffle " << shuffle << ", drop_last " << drop_last;
+    }
+  }
+  // Saved mid-epoch with 2 workers reading ahead, resumed by a new loader: the same next batches.
+  const auto options = accelerate::DataLoaderOptions(batch_size).workers(2);
+  auto interrupted = accelerator.prepare_data_loader(stacked(23), options);
+  std::vector<std::vector<int64_t>> expected;
+  for (auto& batch : *interrupted) {
+    expected.push_back(values(batch.data));
+  }
+  interrupted->set_epoch(0);
+  int taken = 0;
+  for (auto& batch : *interrupted) {
+    EXPECT_EQ(values(batch.data), expected[static_cast<size_t>(taken)]);
+    if (++taken == 2) {
+      break;
+    }
+  }
+  const auto saved = interrupted->state();
+  EXPECT_EQ(saved.batches_consumed, 2u) << "batches handed to the loop, not the ones read ahead";
+  auto resumed = accelerator.prepare_data_loader(stacked(23), options);
+  resumed->set_state(saved);
+  std::vector<std::vector<int64_t>> rest;
+  for (auto& batch : *resumed) {
+    rest.push_back(values(batch.data));
+  }
+  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(expected.begin() + 2, expected.end()))
+      << "process " << rank;
+}
+
+TEST(DataLoaderMultirank, WorkerThreadsKeepEveryProcessBatchesAndOrder) {
+  accelerate::Accelerator accelerator(test_options().non_blocking(true)); // no effect on the CPU
+  ASSERT_GE(accelerator.num_processes(), 2);
+  expect_workers_keep_every_batch(accelerator);
+}
+
+TEST(DataLoaderMultirank, WorkerThreadsKeepSplitBatches) {
+  accelerate::Accelerator accelerator(test_options().split_batches(true));
+  ASSERT_EQ(accelerator.num_processes(), 2) << "a global batch of 4 split over 2 processes";
+  expect_workers_keep_every_batch(accelerator, 4);
+  auto loader = accelerator.prepare_data_loader(stacked(23), accelerate::DataLoaderOptions(4).workers(2));
+  for (auto& batch : *loader) {
+    EXPECT_EQ(batch.data.size(0), 2) << "each process takes its half of the global batch of 4";
+  }
+}
+
+TEST(DataLoaderMultirank, WorkerThreadsKeepUnevenBatchesAndNobodyHangs) {
+  accelerate::Accelerator accelerator(test_options().even_batches(false));
+  ASSERT_GE(accelerator.num_processes(), 2);
+  expect_workers_keep_every_batch(accelerator);
+}
+
 // ---- The collectives -------------------------------------------------------------------------------------
 /// One accelerator for every collectives test of the process: a second rendezvous on the same port could meet
 /// a process still holding the first one's store.

@@ -11,5 +11,10 @@ accelerate_multirank_test(multirank.DataLoader.UnevenBatchesTrainWithoutHanging 
                           FILTER DataLoaderMultirank.UnevenBatchesTrainWithoutHanging TIMEOUT 60)
 accelerate_multirank_test(multirank.DataLoader.ProcessesDrawTheSameOrderEachEpoch NPROC 3
                           FILTER DataLoaderMultirank.ProcessesDrawTheSameOrderEachEpoch TIMEOUT 60)
+# Worker threads against reading on the calling thread, one Accelerator configuration each.
+foreach(name IN ITEMS EveryProcessBatchesAndOrder SplitBatches UnevenBatchesAndNobodyHangs)
+  accelerate_multirank_test(multirank.DataLoader.WorkerThreadsKeep${name} NPROC 2
+                            FILTER DataLoaderMultirank.WorkerThreadsKeep${name} TIMEOUT 60)
+endforeach()
 # The collectives' tests are quick: one launch of 3 ranks runs them all.
 accelerate_multirank_test(multirank.Collectives NPROC 3 FILTER CollectivesMultirank.* TIMEOUT 90)

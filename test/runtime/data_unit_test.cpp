@@ -6,10 +6,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <dirent.h>
+
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <map>
 #include <numeric>
 #include <set>
+#include <thread>
 
 namespace {
 
@@ -397,15 +402,7 @@ TEST(DataLoader, UnevenBatchesAnnounceEachBatchAndJoinWhenExhausted) {
   EXPECT_TRUE(even_joiner->calls.empty()) << "even batches never need the joiner";
 }
 
-TEST(DataLoader, RefusesWorkerThreadsAndUnsizedDatasets) {
-  try {
-    accelerate::DataLoader<StackedDataset> loader(stacked(7), torch::data::DataLoaderOptions(3).workers(2),
-                                                  context(1, 0));
-    FAIL() << "workers(2) was accepted";
-  } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("workers = 2"), std::string::npos) << error.what();
-  }
-
+TEST(DataLoader, RefusesUnsizedDatasets) {
   struct Unsized : torch::data::datasets::Dataset<Unsized> {
     torch::data::Example<> get(size_t) override { return {}; }
     std::optional<size_t> size() const override { return std::nullopt; }
@@ -423,6 +420,278 @@ TEST(DataLoader, UnstackedExamplesArriveAsAVector) {
     EXPECT_EQ(values(batch[1].target)[0], 2 * values(batch[1].data)[0]);
   }
   EXPECT_EQ(sizes, (std::vector<size_t>{2, 2}));
+}
+
+// ---- Worker threads --------------------------------------------------------------------------------------
+
+/// The threads of this process, from /proc/self/task.
+size_t thread_count() {
+  size_t count = 0;
+  DIR* tasks = opendir("/proc/self/task");
+  if (!tasks) {
+    throw std::runtime_error("cannot list /proc/self/task");
+  }
+  while (const dirent* entry = readdir(tasks)) {
+    count += entry->d_name[0] != '.' ? 1 : 0;
+  }
+  closedir(tasks);
+  return count;
+}
+
+/// The thread count once it is `expected`, or after a second: a joined thread can stay listed for a moment.
+size_t thread_count_settling_at(size_t expected) {
+  size_t count = thread_count();
+  for (int i = 0; i < 100 && count != expected; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    count = thread_count();
+  }
+  return count;
+}
+
+/// Every pass of `epochs` epochs of a loader with `workers` threads, as sample indices per batch.
+std::vector<std::vector<int64_t>> epochs_of(size_t workers, size_t dataset_size, DataLoaderOptions options,
+                                            const LoaderContext& ctx, int epochs = 2) {
+  accelerate::DataLoader<StackedDataset> loader(stacked(dataset_size), options.workers(workers), ctx);
+  std::vector<std::vector<int64_t>> batches;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (auto& batch : one_pass(loader)) {
+      batches.push_back(batch);
+    }
+    batches.push_back({-1}); // epoch boundary
+  }
+  return batches;
+}
+
+TEST(DataLoaderWorkers, EveryWorkerCountYieldsTheSameBatchesInTheSameOrder) {
+  // Every process of 1 and 2 (contexts built by hand), shuffled and sequential, even and uneven, with and
+  // without drop_last, 23 samples in batches of 3 (a short final global batch either way), two epochs.
+  size_t cases = 0;
+  for (int processes : {1, 2}) {
+    for (int rank = 0; rank < processes; ++rank) {
+      for (bool shuffle : {true, false}) {
+        for (bool even : {true, false}) {
+          for (bool drop_last : {true, false}) {
+            auto ctx = context(processes, rank, even, false, /*seed=*/11);
+            auto options = DataLoaderOptions(3).shuffle(shuffle).drop_last(drop_last);
+            const auto inline_batches = epochs_of(0, 23, options, ctx);
+            ASSERT_GE(inline_batches.size(), 8u); // at least 3 batches an epoch, and the epoch marks
+            for (size_t workers : {1, 2}) {
+              EXPECT_EQ(epochs_of(workers, 23, options, ctx), inline_batches)
+                  << workers << " workers, process " << rank << " of " << processes << ", shuffle " << shuffle
+                  << ", even_batches " << even << ", drop_last " << drop_last;
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 48u);
+}
+
+TEST(DataLoaderWorkers, ResumeMidEpochWithWorkersGivesTheSameNextBatches) {
+  const auto options = DataLoaderOptions(4).workers(2);
+  accelerate::DataLoader<StackedDataset> uninterrupted(stacked(30), options, context(1, 0, true, false, 9));
+  uninterrupted.set_epoch(1);
+  const auto expected = one_pass(uninterrupted);
+  ASSERT_EQ(expected.size(), 8u);
+
+  accelerate::DataLoader<StackedDataset> interrupted(stacked(30), options, context(1, 0, true, false, 9));
+  interrupted.set_epoch(1);
+  accelerate::DataLoaderState saved;
+  size_t taken = 0;
+  for (auto& batch : interrupted) {
+    EXPECT_EQ(values(batch.data), expected[taken]);
+    if (++taken == 3) {
+      saved = interrupted.state(); // the workers have read ahead; the state counts what the loop took
+      break;
+    }
+  }
+  EXPECT_EQ(saved, (accelerate::DataLoaderState{1, 3, 9, 4}));
+
+  accelerate::DataLoader<StackedDataset> resumed(stacked(30), options, context(1, 0));
+  resumed.set_state(saved);
+  EXPECT_EQ(one_pass(resumed), std::vector<std::vector<int64_t>>(expected.begin() + 3, expected.end()));
+  EXPECT_EQ(resumed.state(), (accelerate::DataLoaderState{2, 0, 9, 4}));
+}
+
+/// Sample i is (data [i] + noise, target [i]): the noise drawn from the sample's generator, after a pause
+/// that differs between samples so that the workers finish out of order.
+struct AugmentingDataset : torch::data::datasets::Dataset<AugmentingDataset> {
+  torch::data::Example<> get(size_t index) override {
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (index % 3)));
+    auto generator = accelerate::sample_generator(index);
+    auto noise = torch::rand({4}, generator, torch::kFloat64);
+    return {noise + static_cast<double>(index), torch::tensor({static_cast<int64_t>(index)})};
+  }
+  std::optional<size_t> size() const override { return 40; }
+};
+
+TEST(DataLoaderWorkers, AugmentationFromTheSampleGeneratorDoesNotDependOnTheWorkers) {
+  auto augmented = [](size_t workers, uint64_t epoch) {
+    accelerate::DataLoader<decltype(AugmentingDataset().map(torch::data::transforms::Stack<>()))> loader(
+        AugmentingDataset().map(torch::data::transforms::Stack<>()),
+        DataLoaderOptions(5).shuffle(false).workers(workers), context(1, 0, true, false, 3));
+    loader.set_epoch(epoch);
+    std::vector<torch::Tensor> batches;
+    for (auto& batch : loader) {
+      batches.push_back(batch.data.clone());
+    }
+    return batches;
+  };
+  const auto inline_batches = augmented(0, 0);
+  const auto threaded = augmented(2, 0);
+  ASSERT_EQ(inline_batches.size(), 8u);
+  ASSERT_EQ(threaded.size(), inline_batches.size());
+  for (size_t k = 0; k < inline_batches.size(); ++k) {
+    EXPECT_TRUE(threaded[k].equal(inline_batches[k])) << "batch " << k;
+  }
+  EXPECT_FALSE(augmented(0, 1)[0].equal(inline_batches[0]))
+      << "another epoch draws other noise (same samples)";
+
+  // The noise is the one documented: the generator of (seed 3, epoch 0, index).
+  const auto first = inline_batches[0][0];
+  const auto index = static_cast<size_t>(first[0].item<double>());
+  auto expected = torch::rand({4}, accelerate::sample_generator(3, 0, index), torch::kFloat64) +
+                  static_cast<double>(index);
+  EXPECT_TRUE(first.equal(expected));
+  EXPECT_EQ(accelerate::sample_generator(5, 2, 37).current_seed(), 4698094502654902367ULL)
+      << "mix(mix(mix(5) ^ 2) ^ mix(38)), computed from the documented formula";
+  try {
+    accelerate::sample_generator(7);
+    FAIL() << "sample_generator(index) outside a loader returned a generator";
+  } catch (const std::logic_error& error) {
+    EXPECT_NE(std::string(error.what()).find("sample_generator(seed, epoch, index)"), std::string::npos)
+        << error.what();
+  }
+}
+
+/// Sample 37 cannot be read.
+struct FailingDataset : torch::data::datasets::Dataset<FailingDataset> {
+  torch::data::Example<> get(size_t index) override {
+    if (index == 37) {
+      throw std::runtime_error("corrupt record: checksum mismatch");
+    }
+    return {torch::tensor({static_cast<int64_t>(index)}), torch::tensor({0})};
+  }
+  std::optional<size_t> size() const override { return 64; }
+};
+
+TEST(DataLoaderWorkers, AnExceptionInGetNamesTheSampleAndKeepsTheOriginalMessage) {
+  const size_t threads_before = thread_count();
+  for (size_t workers : {0, 2}) {
+    accelerate::DataLoader<decltype(FailingDataset().map(torch::data::transforms::Stack<>()))> loader(
+        FailingDataset().map(torch::data::transforms::Stack<>()),
+        DataLoaderOptions(8).shuffle(false).workers(workers), context(1, 0));
+    size_t delivered = 0;
+    std::string message;
+    try {
+      for (auto& batch : loader) {
+        EXPECT_EQ(values(batch.data)[0], static_cast<int64_t>(8 * delivered));
+        ++delivered;
+      }
+    } catch (const std::runtime_error& error) {
+      message = error.what();
+      try {
+        std::rethrow_if_nested(error);
+        ADD_FAILURE() << "the original exception is not nested";
+      } catch (const std::runtime_error& original) {
+        EXPECT_EQ(std::string(original.what()), "corrupt record: checksum mismatch");
+      }
+    }
+    EXPECT_EQ(delivered, 4u) << "batches 0-3 arrive; batch 4 holds samples 32-39";
+    EXPECT_NE(
+        message.find("reading sample 37 (in batch 4 of epoch 0) failed: corrupt record: checksum mismatch"),
+        std::string::npos)
+        << workers << " workers: " << message;
+    EXPECT_EQ(loader.state().batches_consumed, 4u) << "the batch that failed is not counted as consumed";
+    EXPECT_EQ(thread_count_settling_at(threads_before), threads_before)
+        << "the failed pass left threads behind";
+  }
+}
+
+/// A slow sample: workers are still reading when the loop leaves.
+struct SlowDataset : torch::data::datasets::Dataset<SlowDataset> {
+  torch::data::Example<> get(size_t index) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return {torch::tensor({static_cast<int64_t>(index)}), torch::tensor({0})};
+  }
+  std::optional<size_t> size() const override { return 400; }
+};
+
+TEST(DataLoaderWorkers, DroppingAnIteratorEarlyStopsTheThreads) {
+  accelerate::DataLoader<decltype(SlowDataset().map(torch::data::transforms::Stack<>()))> loader(
+      SlowDataset().map(torch::data::transforms::Stack<>()), DataLoaderOptions(4).workers(2), context(1, 0));
+  const size_t before = thread_count();
+  size_t during = 0;
+  size_t taken = 0;
+  for (auto& batch : loader) {
+    (void)batch;
+    during = thread_count();
+    if (++taken == 3) {
+      break;
+    }
+  }
+  EXPECT_EQ(during, before + 2) << "two worker threads while the pass runs";
+  EXPECT_EQ(thread_count_settling_at(before), before) << "the pass left threads behind";
+  EXPECT_EQ(loader.state().batches_consumed, 3u) << "the batches the loop took, not the ones read ahead";
+  size_t next_pass = 0;
+  for (auto& batch : loader) {
+    (void)batch;
+    ++next_pass;
+  }
+  EXPECT_EQ(next_pass, 100u) << "the next pass reads the whole epoch";
+  EXPECT_EQ(thread_count_settling_at(before), before);
+}
+
+/// Collects the warnings libtorch's TORCH_WARN raises on this thread while alive.
+struct WarningCollector : c10::WarningHandler {
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+};
+
+TEST(DataLoaderWorkers, BadOptionsAreRefusedOrSaidOnce) {
+  try {
+    accelerate::DataLoader<StackedDataset> loader(
+        stacked(8), DataLoaderOptions(2).workers(2).prefetch_factor(0), context(1, 0));
+    FAIL() << "prefetch_factor 0 was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("prefetch_factor must be >= 1 (got 0)"), std::string::npos)
+        << error.what();
+  }
+
+  const size_t many = std::thread::hardware_concurrency() + 1;
+  const auto expected = epochs_of(0, 20, DataLoaderOptions(3), context(1, 0), 1);
+  WarningCollector warnings;
+  {
+    c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+    EXPECT_EQ(epochs_of(many, 20, DataLoaderOptions(3), context(1, 0), 3),
+              epochs_of(0, 20, DataLoaderOptions(3), context(1, 0), 3));
+    EXPECT_EQ(epochs_of(0, 20, DataLoaderOptions(3).pin_memory(true), context(1, 0), 1), expected);
+  }
+  ASSERT_EQ(warnings.messages.size(), 2u) << "once per loader, not per pass or batch";
+  EXPECT_NE(warnings.messages[0].find("workers = " + std::to_string(many) + " is more than the"),
+            std::string::npos)
+      << warnings.messages[0];
+  EXPECT_NE(warnings.messages[1].find("pin_memory(true) does nothing when training on cpu"),
+            std::string::npos)
+      << warnings.messages[1];
+
+  struct Uncopyable : torch::data::datasets::Dataset<Uncopyable> {
+    Uncopyable() = default;
+    Uncopyable(const Uncopyable&) = delete;
+    Uncopyable(Uncopyable&&) = default;
+    torch::data::Example<> get(size_t) override { return {torch::zeros({1}), torch::zeros({1})}; }
+    std::optional<size_t> size() const override { return 4; }
+  };
+  try {
+    accelerate::DataLoader<Uncopyable> loader(Uncopyable(), DataLoaderOptions(2).workers(2), context(1, 0));
+    FAIL() << "workers over an uncopyable dataset were accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("needs a copyable dataset"), std::string::npos) << error.what();
+  }
+  accelerate::DataLoader<Uncopyable> inline_reader(Uncopyable(), DataLoaderOptions(2), context(1, 0));
+  EXPECT_EQ(inline_reader.size(), 2u) << "without workers, no copy is needed";
 }
 
 // ---- to_device -------------------------------------------------------------------------------------------
@@ -453,11 +722,23 @@ struct TokenBatch {
   int64_t step;
 };
 
+/// A batch whose rule takes the non_blocking flag, and records it.
+struct FlaggedBatch {
+  torch::Tensor ids;
+  bool non_blocking = false;
+};
+
 } // namespace
 
 template <> struct accelerate::ToDevice<TokenBatch> {
   static TokenBatch apply(TokenBatch batch, const torch::Device& device) {
     return {accelerate::to_device(batch.ids, device), batch.step};
+  }
+};
+
+template <> struct accelerate::ToDevice<FlaggedBatch> {
+  static FlaggedBatch apply(FlaggedBatch batch, const torch::Device& device, bool non_blocking) {
+    return {accelerate::to_device(batch.ids, device, non_blocking), non_blocking};
   }
 };
 
@@ -467,6 +748,23 @@ TEST(ToDevice, UsesTheUsersSpecialization) {
   auto moved = accelerate::to_device(TokenBatch{torch::ones({2}), 5}, torch::Device(torch::kMeta));
   EXPECT_TRUE(moved.ids.is_meta());
   EXPECT_EQ(moved.step, 5);
+  // A rule without the non_blocking argument is still used when the flag is set.
+  EXPECT_TRUE(accelerate::to_device(TokenBatch{torch::ones({2}), 5}, torch::kMeta, true).ids.is_meta());
+}
+
+TEST(ToDevice, MovesArraysAndPassesNonBlockingDown) {
+  const torch::Device meta(torch::kMeta);
+  std::array<FlaggedBatch, 2> batches{FlaggedBatch{torch::ones({2})}, FlaggedBatch{torch::ones({3})}};
+  auto blocking = accelerate::to_device(batches, meta);
+  auto asynchronous = accelerate::to_device(std::make_tuple(batches, torch::ones({1})), meta, true);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(blocking[i].ids.is_meta());
+    EXPECT_FALSE(blocking[i].non_blocking);
+    EXPECT_TRUE(std::get<0>(asynchronous)[i].ids.is_meta());
+    EXPECT_TRUE(std::get<0>(asynchronous)[i].non_blocking) << "the flag reaches rules nested in containers";
+  }
+  EXPECT_TRUE(std::get<1>(asynchronous).is_meta());
+  EXPECT_FALSE(batches[0].ids.is_meta()) << "the source is left as it was";
 }
 
 // ---- The iterable adapter --------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ struct LoaderContext {
   int process_index = 0;
   bool even_batches = true;
   bool split_batches = false;
+  /// Copy batches to the device asynchronously (`AcceleratorOptions::non_blocking`).
+  bool non_blocking = false;
   uint64_t seed = 0;
   std::shared_ptr<GradientState> gradient_state;
   /// Null with one process.
