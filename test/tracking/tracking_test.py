@@ -12,6 +12,8 @@ Scenarios (each one ctest test, see CMakeLists.txt):
   killed-run                 a 2-process run SIGKILLed mid-way leaves files the readers open up to the last record.
   full-disk                  a file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored) gives one warning; training goes on,
                              and the event file holds whole records only.
+  custom-tracker             a tracker registered by name for every process receives every call on each process, and
+                             the built-in one beside it writes on the main process only.
   bad-input                  an unknown tracker, a project directory that cannot be written, a value that is no
                              number, a log before init_trackers: a clear message each, training goes on.
   project-dir                the default ./runs, and ACCEL_PROJECT_DIR overriding it.
@@ -147,9 +149,9 @@ def check_scalars(accumulator, values, names=("loss", "lr", "step_number")):
 
 # ---------------------------------------------------------------------------------------------- scenarios
 
-def two_process_run(runner, trackers):
+def two_process_run(runner, trackers, flags=()):
     out, err = runner.run_ok(["--log-with", trackers, "--project-dir", "runs", "--project", "twoproc",
-                              "--dataset", "64", "--batch", "4"], nproc=2)
+                              "--dataset", "64", "--batch", "4", *flags], nproc=2)
     values = logged(out)
     check(steps_of(values) == list(range(8)), f"expected steps 0..7 (64 samples, 2 x 4 per step): {steps_of(values)}")
     return os.path.join(runner.work, "runs", "twoproc"), values, out + err
@@ -228,6 +230,27 @@ def jsonl_csv(runner):
         config = {row["name"]: row["value"] for row in csv.DictReader(rows)}
     check(config == {"lr": "0.05", "batch_size": "4", "processes": "2", "optimizer": "SGD"},
           f"config.csv holds {config}")
+
+
+def custom_tracker(runner):
+    run_dir, values, _ = two_process_run(runner, "every_process,jsonl", ["--every-process-tracker"])
+    check(sorted(os.listdir(run_dir)) == ["calls.0.txt", "calls.1.txt", "metrics.jsonl"],
+          f"expected each process's calls and the main process's metrics.jsonl: {os.listdir(run_dir)}")
+    for rank in (0, 1):
+        with open(os.path.join(run_dir, f"calls.{rank}.txt")) as calls:
+            lines = calls.read().splitlines()
+        check(lines[0] == "config lr=0x1.999999999999ap-5 batch_size=0x1p+2 processes=0x1p+1 optimizer=text",
+              f"process {rank}'s tracker got the configuration {lines[0]!r}")
+        check(lines[-1] == "finish", f"process {rank}'s tracker was not finished: {lines[-1]!r}")
+        logs = lines[1:-1]
+        check(len(logs) == 8, f"process {rank}'s tracker got {len(logs)} log calls, not 8:\n{lines}")
+        for step, line in enumerate(logs):
+            fields = dict(field.split("=") for field in line.split()[2:])
+            check(line.split()[:2] == ["log", str(step)], f"process {rank}, call {step}: {line!r}")
+            for name in ("loss", "lr", "step_number"):
+                check(float.fromhex(fields[name]) == values[(step, name)],
+                      f"process {rank}, step {step}: {name}={fields[name]}, the run logged {values[(step, name)]}")
+            check(("note" in fields) == (step % 3 == 0), f"process {rank}, step {step}: {line!r}")
 
 
 def killed_run(runner):
@@ -390,6 +413,7 @@ SCENARIOS = {
     "tensorboard-two-processes": tensorboard_two_processes,
     "tensorboard-http": tensorboard_http,
     "jsonl-csv": jsonl_csv,
+    "custom-tracker": custom_tracker,
     "killed-run": killed_run,
     "full-disk": full_disk,
     "bad-input": bad_input,

@@ -7,8 +7,11 @@
 
 #include <torch/torch.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -29,7 +32,8 @@ struct Args {
   int64_t bar_steps = -1; // >= 0: an accelerate::ProgressBar over this many steps, updated by hand
   bool bad_value = false; // also log a tensor that is not a number
   bool log_before_init = false;
-  bool logger = false; // print through accelerate::get_logger
+  bool logger = false;                // print through accelerate::get_logger
+  bool every_process_tracker = false; // register "every_process", a custom tracker run on every process
 };
 
 std::vector<std::string> split(const std::string& text) {
@@ -79,6 +83,8 @@ Args parse(int argc, char** argv) {
       args.log_before_init = true;
     else if (flag == "--logger")
       args.logger = true;
+    else if (flag == "--every-process-tracker")
+      args.every_process_tracker = true;
     else
       throw std::invalid_argument("tracking_train: unknown flag " + flag);
   }
@@ -106,8 +112,48 @@ std::string hex(double value) {
   return text;
 }
 
+/// A custom tracker that runs on every process: each call becomes a line of `calls.<process>.txt` in the
+/// run's directory (`config name=value ...`, `log <step> name=value ...`, `finish`), numbers in hex.
+class EveryProcessTracker : public accelerate::Tracker {
+public:
+  explicit EveryProcessTracker(const accelerate::TrackerRun& run) {
+    for (size_t slash = run.directory.find('/', 1);; slash = run.directory.find('/', slash + 1)) {
+      ::mkdir(run.directory.substr(0, slash).c_str(), 0755); // mkdir -p; an existing part is fine
+      if (slash == std::string::npos) {
+        break;
+      }
+    }
+    const std::string path = run.directory + "/calls." + std::to_string(run.process_index) + ".txt";
+    file_.open(path);
+    if (!file_) {
+      throw std::runtime_error("cannot write " + path);
+    }
+  }
+  void store_init_configuration(const accelerate::TrackedValues& config) override { line("config", config); }
+  void log(const accelerate::TrackedValues& values, std::optional<int64_t> step) override {
+    line("log " + (step ? std::to_string(*step) : std::string("none")), values);
+  }
+  void finish() override { file_ << "finish\n" << std::flush; }
+
+private:
+  void line(const std::string& head, const accelerate::TrackedValues& values) {
+    file_ << head;
+    for (const auto& value : values) {
+      file_ << " " << value.name << "=" << (value.is_number() ? hex(value.number()) : "text");
+    }
+    file_ << "\n" << std::flush;
+  }
+  std::ofstream file_;
+};
+
 int run(const Args& args) {
   at::set_num_threads(1);
+  if (args.every_process_tracker) {
+    accelerate::register_tracker(
+        "every_process",
+        [](const accelerate::TrackerRun& run) { return std::make_unique<EveryProcessTracker>(run); },
+        /*main_process_only=*/false);
+  }
   auto options = accelerate::AcceleratorOptions()
                      .cpu(true)
                      .init_timeout(std::chrono::seconds(20))
