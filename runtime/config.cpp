@@ -40,6 +40,13 @@ template <typename T> std::string text_of(const T& value) {
 std::string text_of(const std::chrono::milliseconds& value) {
   return std::to_string(value.count()) + " ms";
 }
+std::string text_of(const std::vector<std::string>& values) {
+  std::string text = "[";
+  for (const auto& value : values) {
+    text += (text.size() > 1 ? ", " : "") + value;
+  }
+  return text + "]";
+}
 template <typename T> std::string text_of(const std::optional<T>& value) {
   return value ? text_of(*value) : "unset";
 }

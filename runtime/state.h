@@ -22,6 +22,7 @@ class PreparedModel;
 struct OptimizerState;
 struct SchedulerState;
 struct TrainingState;
+struct TrackingState;
 class Precision;
 
 /// What every Accelerator of a process shares, as Hugging Face's `AcceleratorState` is shared: the launch
@@ -75,6 +76,8 @@ struct AcceleratorState {
   /// once that nothing is captured.
   bool graphed_step_made = false;
   bool warned_cuda_graph_unused = false;
+  /// The started trackers and what `log` reports once (runtime/tracking/tracking.cpp).
+  std::shared_ptr<TrackingState> tracking;
 };
 
 } // namespace accelerate::detail

@@ -42,9 +42,11 @@ python_for_venv() {
 }
 
 # Python packages the tests use beside torch: Hugging Face Accelerate (launcher and config oracle),
-# safetensors (checkpoint oracle), numpy and pyyaml; matplotlib draws the benchmark plots (bench/compare.py).
-EXTRA_PYTHON_PACKAGES=(numpy pyyaml accelerate==1.15.0 safetensors matplotlib)
-EXTRA_PYTHON_DISTRIBUTIONS="numpy pyyaml accelerate safetensors matplotlib"
+# safetensors (checkpoint oracle), numpy and pyyaml; matplotlib draws the benchmark plots (bench/compare.py);
+# tensorboard reads the event files the TensorBoard tracker writes (test/tracking). An existing venv missing one of
+# EXTRA_PYTHON_DISTRIBUTIONS gets the list installed (install_extras).
+EXTRA_PYTHON_PACKAGES=(numpy pyyaml accelerate==1.15.0 safetensors matplotlib tensorboard==2.21.0)
+EXTRA_PYTHON_DISTRIBUTIONS="numpy pyyaml accelerate safetensors matplotlib tensorboard"
 
 install_torch() {
   # Checked through pip's metadata: importing torch takes seconds.

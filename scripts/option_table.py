@@ -97,6 +97,8 @@ def default_text(row):
     if value.startswith('"'):
         literal = string_literal(value)
         return f'`"{literal}"`' if literal else "empty"
+    if re.fullmatch(r"std::vector<.*>\(\)", value):
+        return "none"
     duration = re.fullmatch(r"std::chrono::(minutes|seconds|milliseconds)\((\d+)\)", value)
     if duration:
         return f"{duration.group(2)} {duration.group(1)}"

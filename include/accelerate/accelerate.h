@@ -3,6 +3,9 @@
 
 #include <accelerate/accelerator.h>
 #include <accelerate/fsdp.h>
+#include <accelerate/logging.h>
 #include <accelerate/nn.h>
 #include <accelerate/options.h>
+#include <accelerate/progress.h>
 #include <accelerate/safetensors.h>
+#include <accelerate/tracker.h>

@@ -8,6 +8,7 @@
 #include <accelerate/optimizer.h>
 #include <accelerate/options.h>
 #include <accelerate/scheduler.h>
+#include <accelerate/tracking.h>
 
 #include <functional>
 #include <iostream>
@@ -408,6 +409,37 @@ public:
   /// operands must run on every process: in `accelerator.main_process_stream(std::cout) << "lr " <<
   /// halve_lr(optimizer)`, every process halves its learning rate and only the main process prints.
   std::ostream& main_process_stream(std::ostream& stream);
+
+  // ---- Experiment tracking (docs/tracking.md) -----------------------------------------------------------
+  /// Starts the trackers `AcceleratorOptions().log_with({...})` names, as Accelerate's `init_trackers`: each
+  /// writes under `project_dir/project_name` (`project_dir` from the options or `ACCEL_PROJECT_DIR`, else
+  /// `./runs`) and stores `config`, the run's hyperparameters. Trackers run on the main process only, except
+  /// one registered with `main_process_only` false. Call it on every process, before the loop. A name no
+  /// tracker is registered as, or a tracker that cannot start (a directory it cannot write), is reported with
+  /// the fix and left out: training goes on.
+  ///
+  /// ```
+  /// accelerate::Accelerator accelerator(
+  ///     accelerate::AcceleratorOptions().log_with({"tensorboard"}).project_dir("runs"));
+  /// accelerator.init_trackers("mnist", {{"lr", 3e-4}, {"batch_size", 64}});
+  /// for (...) {
+  ///   ...
+  ///   accelerator.log({{"loss", loss}}, step);   // runs/mnist/events.out.tfevents.*
+  /// }
+  /// accelerator.end_training();
+  /// ```
+  void init_trackers(const std::string& project_name, const LogValues& config = {});
+  /// Hands `values` (numbers, 0-d tensors, texts) at `step` to every started tracker; does nothing on a
+  /// process that runs none. A value that is not a number (a tensor of more than one element) is reported and
+  /// left out, the others are logged; a `log` before `init_trackers` is reported once. A tracker whose write
+  /// fails (a full disk) is reported once and left out from then on: training goes on.
+  void log(const LogValues& values, std::optional<int64_t> step = std::nullopt);
+  /// The tracker `log_with` named `name`, for what only it can do (`dynamic_cast` to its type). On a process
+  /// where it does not run (not the main process, or it failed to start), a tracker that ignores every call.
+  /// Throws std::invalid_argument when `log_with` does not name it.
+  Tracker& get_tracker(const std::string& name);
+  /// Finishes every started tracker (its files flushed and closed), as Accelerate's `end_training`.
+  void end_training();
 
   /// Raises a flag on this process that `check_trigger` sees on every process (e.g. early stopping).
   void set_trigger();

@@ -8,11 +8,13 @@
 // Exit codes: 0 resolved (the lines on stdout), 3 refused (`error: <message>` on stderr), 2 bad arguments.
 #include "config.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -36,6 +38,16 @@ void set_from_text(std::optional<std::uint64_t>& option, const std::string& text
 }
 void set_from_text(std::optional<std::chrono::milliseconds>& option, const std::string& text) {
   option = std::chrono::milliseconds(std::stoll(text));
+}
+
+void set_from_text(std::optional<std::vector<std::string>>& option, const std::string& text) {
+  std::vector<std::string> names;
+  for (size_t start = 0; start <= text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    names.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  option = names;
 }
 
 } // namespace

@@ -47,9 +47,17 @@ ACCELERATE_OPTION(bool, scheduler_steps_per_process, scheduler_steps_per_process
                   unmapped, unmapped, any_value,
                   "step the scheduler `num_processes` times per optimizer step, as Hugging Face Accelerate does")
 ACCELERATE_OPTION(std::string, project_dir, project_dir, "",
-                  unmapped, unmapped, any_value,
+                  "ACCEL_PROJECT_DIR", unmapped, any_value,
                   "where `save_state()` and `load_state()` without a directory write and read "
-                  "(`project_dir/checkpoints/checkpoint_<n>`)")
+                  "(`project_dir/checkpoints/checkpoint_<n>`), and where the trackers of `log_with` write "
+                  "(`project_dir/<project_name>`; `./runs` when unset); `ACCEL_PROJECT_DIR` is our own variable "
+                  "(Accelerate has none)")
+ACCELERATE_OPTION(std::vector<std::string>, log_with, log_with, std::vector<std::string>(),
+                  unmapped, unmapped, any_value,
+                  "the experiment trackers `init_trackers`/`log` write to, by registered name: "
+                  "`\"tensorboard\"`, `\"jsonl\"`, `\"csv\"`, `\"all\"` (every built-in) or a name given to "
+                  "`accelerate::register_tracker` (docs/tracking.md); a name nobody registered is reported by "
+                  "`init_trackers` with the known names, and training goes on")
 ACCELERATE_OPTION(bool, automatic_checkpoint_naming, automatic_checkpoint_naming, true,
                   unmapped, unmapped, any_value,
                   "`save_state()` without a directory names checkpoints `project_dir/checkpoints/checkpoint_<n>`; "
