@@ -126,24 +126,32 @@ inline void remove_tree(const std::string& path);
 /// Renames `from` to `to` (atomic within one filesystem).
 inline void rename_path(const std::string& from, const std::string& to);
 
+/// Writes all of `data` to `fd`, again after a short write or an interruption: 0 when done, else the errno of
+/// the write that failed (ENOSPC for a write that wrote nothing).
+inline int write_all(int fd, std::string_view data) {
+  size_t written = 0;
+  while (written < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return n < 0 ? errno : ENOSPC;
+    }
+    written += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 /// Writes `data` to `path` (created or truncated) and fsyncs it before returning.
 inline void write_file_durably(const std::string& path, std::string_view data) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw file_error("creating", path, errno);
   }
-  size_t written = 0;
-  while (written < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + written, data.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      const int error = errno;
-      ::close(fd);
-      throw file_error("writing " + std::to_string(data.size()) + " bytes to", path, error);
-    }
-    written += static_cast<size_t>(n);
+  if (const int error = write_all(fd, data)) {
+    ::close(fd);
+    throw file_error("writing " + std::to_string(data.size()) + " bytes to", path, error);
   }
   if (::fsync(fd) != 0) {
     const int error = errno;

@@ -1,6 +1,7 @@
 // get_logger: named loggers, their levels (ACCELERATE_LOG_LEVEL) and which process prints.
 #include <accelerate/logging.h>
 
+#include "durable_file.h"
 #include "output_process.h"
 
 #include <unistd.h>
@@ -41,17 +42,7 @@ const char* level_name(LogLevel level) {
 
 /// One line to standard error in one write, so lines of several processes do not interleave.
 void write_line(const std::string& line) {
-  size_t written = 0;
-  while (written < line.size()) {
-    const ssize_t n = ::write(STDERR_FILENO, line.data() + written, line.size() - written);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return;
-    }
-    written += static_cast<size_t>(n);
-  }
+  write_all(STDERR_FILENO, line); // nothing to report a failure to
 }
 
 /// ACCELERATE_LOG_LEVEL, read once; a value that is no level is reported once and INFO used.

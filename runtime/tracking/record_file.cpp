@@ -41,21 +41,11 @@ void RecordFile::write(std::string_view record) {
   if (fd_ < 0) {
     throw FileError("writing to '" + path_ + "' failed: the file is closed (end_training was called)", EBADF);
   }
-  size_t written = 0;
-  while (written < record.size()) {
-    // The first call writes the whole record; another runs only after a short write, to learn why.
-    const ssize_t n = ::write(fd_, record.data() + written, record.size() - written);
-    if (n < 0 && errno == EINTR) {
-      continue;
+  if (const int error = write_all(fd_, record)) {
+    // Cut back a part-written record; should that fail too, readers stop at its bad length or checksum.
+    if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
     }
-    if (n <= 0) {
-      const int error = n < 0 ? errno : ENOSPC;
-      if (written > 0 && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
-        // The torn record stays at the end, where readers stop at its bad length or checksum.
-      }
-      throw file_error("writing a record of " + std::to_string(record.size()) + " bytes to", path_, error);
-    }
-    written += static_cast<size_t>(n);
+    throw file_error("writing a record of " + std::to_string(record.size()) + " bytes to", path_, error);
   }
   size_ += static_cast<long long>(record.size());
 }

@@ -407,6 +407,10 @@ def progress_pipe(runner):
     check(counts == [4 * k for k in range(1, 11)], f"expected a plain line at every tenth: {counts}\n{out}")
     check(re.search(r"epoch 0: 100% 40/40 \[\d\d:\d\d<00:00, [\d.]+it/s, loss=[\d.e-]+\]$", bar_lines[-1]),
           f"the last line lacks the rate, the times or the loss: {bar_lines[-1]}")
+    # A bar over a step count, updated by hand: one process, its output a pipe.
+    out, _ = runner.run_ok(["--bar-steps", "16", "--log-with", "jsonl", "--dataset", "64", "--batch", "4"])
+    counts = [int(count) for count in re.findall(r"^steps: +\d+% (\d+)/16 \[", out, re.M)]
+    check(counts == [2, 4, 5, 7, 8, 10, 12, 13, 15, 16], f"expected a line at every tenth of 16 steps: {counts}\n{out}")
 
 
 SCENARIOS = {

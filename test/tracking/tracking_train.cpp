@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,7 +27,6 @@ struct Args {
   std::string project = "run";
   int64_t dataset = 64;
   int64_t batch = 4; // per process
-  int epochs = 1;
   int step_delay_ms = 0;
   int text_every = 3;     // log a text every k steps (0: never)
   bool progress = false;  // iterate the loader through accelerate::progress_bar
@@ -49,44 +50,29 @@ std::vector<std::string> split(const std::string& text) {
 
 Args parse(int argc, char** argv) {
   Args args;
+  const std::map<std::string, bool*> switches = {{"--progress", &args.progress},
+                                                 {"--bad-value", &args.bad_value},
+                                                 {"--log-before-init", &args.log_before_init},
+                                                 {"--logger", &args.logger},
+                                                 {"--every-process-tracker", &args.every_process_tracker}};
+  const std::map<std::string, std::function<void(const std::string&)>> options = {
+      {"--log-with", [&](const std::string& v) { args.log_with = split(v); }},
+      {"--project-dir", [&](const std::string& v) { args.project_dir = v; }},
+      {"--project", [&](const std::string& v) { args.project = v; }},
+      {"--dataset", [&](const std::string& v) { args.dataset = std::stoll(v); }},
+      {"--batch", [&](const std::string& v) { args.batch = std::stoll(v); }},
+      {"--step-delay-ms", [&](const std::string& v) { args.step_delay_ms = std::stoi(v); }},
+      {"--text-every", [&](const std::string& v) { args.text_every = std::stoi(v); }},
+      {"--bar-steps", [&](const std::string& v) { args.bar_steps = std::stoll(v); }}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        throw std::invalid_argument("tracking_train: " + flag + " needs a value");
-      }
-      return argv[++i];
-    };
-    if (flag == "--log-with")
-      args.log_with = split(value());
-    else if (flag == "--project-dir")
-      args.project_dir = value();
-    else if (flag == "--project")
-      args.project = value();
-    else if (flag == "--dataset")
-      args.dataset = std::stoll(value());
-    else if (flag == "--batch")
-      args.batch = std::stoll(value());
-    else if (flag == "--epochs")
-      args.epochs = std::stoi(value());
-    else if (flag == "--step-delay-ms")
-      args.step_delay_ms = std::stoi(value());
-    else if (flag == "--text-every")
-      args.text_every = std::stoi(value());
-    else if (flag == "--progress")
-      args.progress = true;
-    else if (flag == "--bar-steps")
-      args.bar_steps = std::stoll(value());
-    else if (flag == "--bad-value")
-      args.bad_value = true;
-    else if (flag == "--log-before-init")
-      args.log_before_init = true;
-    else if (flag == "--logger")
-      args.logger = true;
-    else if (flag == "--every-process-tracker")
-      args.every_process_tracker = true;
-    else
-      throw std::invalid_argument("tracking_train: unknown flag " + flag);
+    if (auto found = switches.find(flag); found != switches.end()) {
+      *found->second = true;
+    } else if (auto option = options.find(flag); option != options.end() && i + 1 < argc) {
+      option->second(argv[++i]);
+    } else {
+      throw std::invalid_argument("tracking_train: unknown flag or missing value: " + flag);
+    }
   }
   return args;
 }
@@ -217,15 +203,13 @@ int run(const Args& args) {
       std::this_thread::sleep_for(std::chrono::milliseconds(args.step_delay_ms));
     }
   };
-  for (int epoch = 0; epoch < args.epochs; ++epoch) {
-    if (args.progress) {
-      for (auto& [x, y] : accelerate::progress_bar(*loader, "epoch " + std::to_string(epoch))) {
-        train_step(x, y);
-      }
-    } else {
-      for (auto& [x, y] : *loader) {
-        train_step(x, y);
-      }
+  if (args.progress) {
+    for (auto& [x, y] : accelerate::progress_bar(*loader, "epoch 0")) {
+      train_step(x, y);
+    }
+  } else {
+    for (auto& [x, y] : *loader) {
+      train_step(x, y);
     }
   }
   if (bar) {

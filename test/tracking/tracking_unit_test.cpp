@@ -48,13 +48,18 @@ void register_recorder_once() {
   (void)registered;
 }
 
-TEST(Tracking, ACustomTrackerRegisteredByNameReceivesEveryCall) {
+/// Options that select the recorder, with what it recorded cleared.
+accelerate::AcceleratorOptions recording_options() {
   register_recorder_once();
   recorded = Calls();
-  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions()
-                                          .cpu(true)
-                                          .log_with({"recorder"})
-                                          .project_dir("/tmp/accelerate-unit-runs"));
+  return accelerate::AcceleratorOptions()
+      .cpu(true)
+      .log_with({"recorder"})
+      .project_dir("/tmp/accelerate-unit-runs");
+}
+
+TEST(Tracking, ACustomTrackerRegisteredByNameReceivesEveryCall) {
+  accelerate::Accelerator accelerator(recording_options());
   accelerator.init_trackers("custom", {{"lr", 0.25}, {"layers", 3}, {"optimizer", "AdamW"}});
   const auto loss = torch::tensor(0.1f); // a float32 0-d tensor: read as the double of that float
   for (int64_t step = 0; step < 4; ++step) {
@@ -89,12 +94,7 @@ TEST(Tracking, ACustomTrackerRegisteredByNameReceivesEveryCall) {
 }
 
 TEST(Tracking, GetTrackerReturnsTheStartedTrackerAndRefusesOthers) {
-  register_recorder_once();
-  recorded = Calls();
-  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions()
-                                          .cpu(true)
-                                          .log_with({"recorder"})
-                                          .project_dir("/tmp/accelerate-unit-runs"));
+  accelerate::Accelerator accelerator(recording_options());
   EXPECT_THROW(accelerator.get_tracker("recorder"), std::invalid_argument); // before init_trackers
   accelerator.init_trackers("lookup");
   EXPECT_NE(dynamic_cast<RecordingTracker*>(&accelerator.get_tracker("recorder")), nullptr);
