@@ -281,6 +281,15 @@ struct Sharded {
                : -1;
   }
 
+  /// Backward prefetch: starts the all-gather of the unit that ran before unit `u` (its backward comes next),
+  /// unless that unit's backward already ran.
+  void prefetch_previous(size_t u) {
+    const int64_t previous = neighbour(u, -1);
+    if (previous >= 0 && !units[static_cast<size_t>(previous)].complete) {
+      prefetch(previous);
+    }
+  }
+
   /// Notes unit `u`'s first call in a training forward.
   void record(size_t u) {
     if (std::find(recording.begin(), recording.end(), u) == recording.end()) {
@@ -393,10 +402,7 @@ void before_unit_backward(const std::weak_ptr<Sharded>& weak, size_t index) {
     const bool first = !unit.gathered;
     sharded->gather(unit);
     if (first && sharded->backward_prefetch == "BACKWARD_PRE") {
-      const int64_t next = sharded->neighbour(index, -1);
-      if (next >= 0 && !sharded->units[static_cast<size_t>(next)].complete) {
-        sharded->prefetch(next);
-      }
+      sharded->prefetch_previous(index);
     }
   }
 }
@@ -516,10 +522,7 @@ private:
       unit.complete = true;
       sharded_->reshard(unit);
       if (sharded_->backward_prefetch == "BACKWARD_POST") {
-        const int64_t next = sharded_->neighbour(member.unit, -1);
-        if (next >= 0 && !sharded_->units[static_cast<size_t>(next)].complete) {
-          sharded_->prefetch(next);
-        }
+        sharded_->prefetch_previous(member.unit);
       }
       while (reduce_ && next_ < sharded_->order.size() && sharded_->units[sharded_->order[next_]].complete) {
         reduce(sharded_->order[next_++]);
@@ -976,12 +979,7 @@ public:
   }
 
   std::function<void()> gather_full_parameters(torch::nn::Module& model) override {
-    std::shared_ptr<Sharded> sharded;
-    for (auto& [module, weak] : models_) {
-      if (module == &model) {
-        sharded = weak.lock();
-      }
-    }
+    auto sharded = sharded_of(model);
     if (!sharded) {
       return {};
     }
@@ -1004,12 +1002,7 @@ public:
 
   std::map<std::string, torch::Tensor> whole_tensors(torch::nn::Module& module, bool keeps) override {
     auto tensors = module_tensors(module);
-    std::shared_ptr<Sharded> sharded;
-    for (auto& [prepared, weak] : models_) {
-      if (prepared == &module) {
-        sharded = weak.lock();
-      }
-    }
+    auto sharded = sharded_of(module);
     if (!sharded) {
       return tensors; // replicated
     }
@@ -1051,6 +1044,16 @@ protected:
   }
 
 private:
+  /// The units of prepared `model`, or null (not prepared here, released, or replicated).
+  std::shared_ptr<Sharded> sharded_of(const torch::nn::Module& model) const {
+    for (auto it = models_.rbegin(); it != models_.rend(); ++it) { // the latest prepare of it
+      if (it->first == &model) {
+        return it->second.lock();
+      }
+    }
+    return nullptr;
+  }
+
   std::pair<std::shared_ptr<Sharded>, size_t> find(const torch::Tensor& parameter) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = members_.find(parameter.unsafeGetTensorImpl());
