@@ -10,8 +10,9 @@
 // against its own workers(0). One intra-op thread: the workers are the only parallelism.
 //
 // --cuda (scripts/gpu-check.sh, stage data-loader): on the CUDA device, with AcceleratorOptions::non_blocking
-// and 2 workers, batches collated into pinned memory must arrive equal to the ones read on the CPU (PASS/FAIL
-// lines), and the loop's rate with pin_memory off and on is printed, a small matmul per batch as the compute.
+// and 2 workers, batches collated into pinned memory (copied on the loader's side stream) must arrive equal
+// to the ones read on the CPU (PASS/FAIL lines), and the loop's rate with pin_memory off and on is printed, a
+// small matmul per batch as the compute.
 #include <accelerate/accelerate.h>
 
 #include <torch/torch.h>

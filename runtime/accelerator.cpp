@@ -2,6 +2,7 @@
 #include <accelerate/accelerator.h>
 
 #include "backward.h"
+#include "data_dispatch.h"
 #include "debug_mode.h"
 #include "device.h"
 #include "optimizer_state.h"
@@ -293,6 +294,13 @@ detail::LoaderContext Accelerator::loader_context() const {
   context.even_batches = state_->config.even_batches;
   context.split_batches = state_->config.split_batches;
   context.non_blocking = state_->config.non_blocking;
+  context.dispatch_batches = state_->config.dispatch_batches;
+  if (context.dispatch_batches && state_->process_group) {
+    context.dispatcher = detail::make_batch_dispatcher(state_->process_group, process_index());
+  }
+  if (context.device.is_cuda() && context.non_blocking) {
+    context.copier = detail::make_side_stream_copier(context.device);
+  }
   context.seed = state_->data_seed;
   context.gradient_state = state_->gradient_state;
   context.joiner = state_->training->join;

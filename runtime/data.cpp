@@ -92,7 +92,7 @@ size_t ShardPlan::global_batches() const {
   return drop_last_ ? dataset_size_ / global : (dataset_size_ + global - 1) / global;
 }
 
-size_t ShardPlan::batches_for_process() const {
+size_t ShardPlan::batches_for_process(int process) const {
   const size_t global = global_batch_size();
   const size_t full = dataset_size_ / global;
   const size_t rest = dataset_size_ % global;
@@ -103,7 +103,7 @@ size_t ShardPlan::batches_for_process() const {
     return full + 1;
   }
   // Uneven: only the processes whose slice of the short final batch holds a sample get a batch of it.
-  return full + (rest > static_cast<size_t>(process_index_) * per_process_ ? 1 : 0);
+  return full + (rest > static_cast<size_t>(process) * per_process_ ? 1 : 0);
 }
 
 int64_t ShardPlan::remainder() const {
@@ -112,12 +112,12 @@ int64_t ShardPlan::remainder() const {
   return padded ? static_cast<int64_t>(rest) : -1;
 }
 
-std::vector<size_t> ShardPlan::positions(size_t k) const {
+std::vector<size_t> ShardPlan::positions(size_t k, int process) const {
   if (k >= global_batches()) {
     throw std::out_of_range("accelerate::DataLoader: global batch " + std::to_string(k) + " is past the " +
                             std::to_string(global_batches()) + " batches of an epoch");
   }
-  const size_t begin = k * global_batch_size() + static_cast<size_t>(process_index_) * per_process_;
+  const size_t begin = k * global_batch_size() + static_cast<size_t>(process) * per_process_;
   const size_t end = begin + per_process_;
   const bool pad = remainder() >= 0;
   std::vector<size_t> result;
@@ -135,7 +135,11 @@ std::vector<size_t> ShardPlan::positions(size_t k) const {
 }
 
 std::vector<size_t> PassSchedule::samples(size_t k) const {
-  std::vector<size_t> indices = plan->positions(k);
+  return samples(k, plan->process_index());
+}
+
+std::vector<size_t> PassSchedule::samples(size_t k, int process) const {
+  std::vector<size_t> indices = plan->positions(k, process);
   for (auto& position : indices) {
     position = (*order)[position];
   }
@@ -186,7 +190,9 @@ const DataLoaderOptions& require_usable(const DataLoaderOptions& options, const 
 
 LoaderCore::LoaderCore(std::optional<size_t> dataset_size, DataLoaderOptions options, LoaderContext context)
     : options_(require_usable(options, context)), context_(std::move(context)),
-      plan_(std::make_shared<const ShardPlan>(require_size(dataset_size), options_, context_)) {
+      plan_(std::make_shared<const ShardPlan>(
+          require_size(context_.dispatcher ? context_.dispatcher->dataset_size(dataset_size) : dataset_size),
+          options_, context_)) {
   position_.seed = context_.seed;
 }
 

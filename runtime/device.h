@@ -3,6 +3,10 @@
 
 #include <chrono>
 
+#include <accelerate/detail/loader_context.h>
+
+#include <memory>
+
 #include <c10/core/Device.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -18,5 +22,9 @@ void set_current_cuda_device(c10::DeviceIndex index);
 
 /// Returns the CUDA caching allocator's unused blocks to the driver; nothing without CUDA.
 void empty_device_cache();
+
+/// A side stream on CUDA `device` for prepared loaders' copies (LoaderContext::copier); null in a build
+/// without CUDA support.
+std::shared_ptr<SideStreamCopier> make_side_stream_copier(c10::Device device);
 
 } // namespace accelerate::detail

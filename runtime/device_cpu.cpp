@@ -18,4 +18,8 @@ void set_current_cuda_device(c10::DeviceIndex) {}
 
 void empty_device_cache() {}
 
+std::shared_ptr<SideStreamCopier> make_side_stream_copier(c10::Device) {
+  return nullptr; // batches are copied on the current stream
+}
+
 } // namespace accelerate::detail

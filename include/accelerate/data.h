@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -18,11 +19,13 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <ATen/core/Generator.h>
+#include <c10/util/Type.h>
 #include <torch/data/example.h>
 #include <torch/types.h>
 
@@ -65,6 +68,10 @@ struct takes_non_blocking<T, std::void_t<decltype(ToDevice<T>::apply(
 /// moving, so every batch type `ToDevice` knows (the user's included) is pinned the same way.
 inline thread_local bool pinning_batch = false;
 
+/// Set on a thread while it copies a batch to the device on a side stream: the tensor rule then copies
+/// through it, so every batch type `ToDevice` knows is copied the same way.
+inline thread_local SideStreamCopier* copying_batch = nullptr;
+
 } // namespace detail
 
 /// `value` with every tensor in it on `device` (tensors already there are not copied). `non_blocking`
@@ -90,6 +97,9 @@ template <> struct ToDevice<torch::Tensor> {
     }
     if (detail::pinning_batch) {
       return tensor.device().is_cpu() && !tensor.is_pinned() ? tensor.pin_memory() : tensor;
+    }
+    if (detail::copying_batch != nullptr && tensor.device() != device) {
+      return detail::copying_batch->copy(tensor, device);
     }
     return tensor.to(device, non_blocking);
   }
@@ -202,6 +212,118 @@ template <typename Batch> Batch pin_memory(Batch batch) {
   return to_device(std::move(batch), torch::Device(torch::kCPU));
 }
 
+// ---- Batches sent by the main process (dispatch_batches)
+// ---------------------------------------------------
+
+/// How a batch travels from the main process to another as a list of tensors, and is built again there:
+/// tensors, `Example`s, `std::tuple`, `std::pair`, `std::array` and `std::vector` (its length travels as a
+/// 0-d int64 tensor) of those. Other types (numbers, strings, maps, the user's structs) are not `supported`:
+/// the receiving process could not rebuild them from tensors.
+template <typename T, typename = void> struct DispatchFields {
+  static constexpr bool supported = false;
+};
+
+template <> struct DispatchFields<torch::Tensor> {
+  static constexpr bool supported = true;
+  static void flatten(const torch::Tensor& tensor, std::vector<torch::Tensor>& out) { out.push_back(tensor); }
+  static torch::Tensor rebuild(const std::vector<torch::Tensor>& in, size_t& next);
+};
+
+template <typename Data, typename Target> struct DispatchFields<torch::data::Example<Data, Target>> {
+  static constexpr bool supported = DispatchFields<Data>::supported && DispatchFields<Target>::supported;
+  static void flatten(const torch::data::Example<Data, Target>& example, std::vector<torch::Tensor>& out) {
+    DispatchFields<Data>::flatten(example.data, out);
+    DispatchFields<Target>::flatten(example.target, out);
+  }
+  static torch::data::Example<Data, Target> rebuild(const std::vector<torch::Tensor>& in, size_t& next) {
+    auto data = DispatchFields<Data>::rebuild(in, next);
+    auto target = DispatchFields<Target>::rebuild(in, next);
+    return {std::move(data), std::move(target)};
+  }
+};
+
+template <typename Data> struct DispatchFields<torch::data::Example<Data, torch::data::example::NoTarget>> {
+  using Example = torch::data::Example<Data, torch::data::example::NoTarget>;
+  static constexpr bool supported = DispatchFields<Data>::supported;
+  static void flatten(const Example& example, std::vector<torch::Tensor>& out) {
+    DispatchFields<Data>::flatten(example.data, out);
+  }
+  static Example rebuild(const std::vector<torch::Tensor>& in, size_t& next) {
+    return Example(DispatchFields<Data>::rebuild(in, next));
+  }
+};
+
+template <typename... Ts> struct DispatchFields<std::tuple<Ts...>> {
+  static constexpr bool supported = (DispatchFields<Ts>::supported && ...);
+  static void flatten(const std::tuple<Ts...>& values, std::vector<torch::Tensor>& out) {
+    std::apply(
+        [&](const auto&... value) {
+          (DispatchFields<std::decay_t<decltype(value)>>::flatten(value, out), ...);
+        },
+        values);
+  }
+  static std::tuple<Ts...> rebuild(const std::vector<torch::Tensor>& in, size_t& next) {
+    return std::tuple<Ts...>{DispatchFields<Ts>::rebuild(in, next)...}; // braces: rebuilt in order
+  }
+};
+
+template <typename First, typename Second> struct DispatchFields<std::pair<First, Second>> {
+  static constexpr bool supported = DispatchFields<First>::supported && DispatchFields<Second>::supported;
+  static void flatten(const std::pair<First, Second>& values, std::vector<torch::Tensor>& out) {
+    DispatchFields<First>::flatten(values.first, out);
+    DispatchFields<Second>::flatten(values.second, out);
+  }
+  static std::pair<First, Second> rebuild(const std::vector<torch::Tensor>& in, size_t& next) {
+    auto first = DispatchFields<First>::rebuild(in, next);
+    auto second = DispatchFields<Second>::rebuild(in, next);
+    return {std::move(first), std::move(second)};
+  }
+};
+
+template <typename T, size_t N> struct DispatchFields<std::array<T, N>> {
+  static constexpr bool supported = DispatchFields<T>::supported;
+  static void flatten(const std::array<T, N>& values, std::vector<torch::Tensor>& out) {
+    for (const auto& value : values) {
+      DispatchFields<T>::flatten(value, out);
+    }
+  }
+  static std::array<T, N> rebuild(const std::vector<torch::Tensor>& in, size_t& next) {
+    std::array<T, N> values;
+    for (auto& value : values) {
+      value = DispatchFields<T>::rebuild(in, next);
+    }
+    return values;
+  }
+};
+
+/// The length of a dispatched `std::vector`, read back from its 0-d tensor.
+size_t dispatched_length(const std::vector<torch::Tensor>& in, size_t& next);
+torch::Tensor dispatch_length(size_t length);
+
+template <typename T, typename Allocator> struct DispatchFields<std::vector<T, Allocator>> {
+  static constexpr bool supported = DispatchFields<T>::supported;
+  static void flatten(const std::vector<T, Allocator>& values, std::vector<torch::Tensor>& out) {
+    out.push_back(dispatch_length(values.size()));
+    for (const auto& value : values) {
+      DispatchFields<T>::flatten(value, out);
+    }
+  }
+  static std::vector<T, Allocator> rebuild(const std::vector<torch::Tensor>& in, size_t& next) {
+    const size_t length = dispatched_length(in, next);
+    std::vector<T, Allocator> values;
+    values.reserve(length);
+    for (size_t i = 0; i < length; ++i) {
+      values.push_back(DispatchFields<T>::rebuild(in, next));
+    }
+    return values;
+  }
+};
+
+/// Throws `std::invalid_argument`: `dispatch_batches` cannot send a batch of type `batch_type` (demangled).
+[[noreturn]] void throw_undispatchable_batch(const std::string& batch_type);
+/// The tensors received for a batch that the batch type did not use up: the processes disagree on it.
+void check_dispatched_all(const std::vector<torch::Tensor>& in, size_t next);
+
 } // namespace detail
 
 // ---- Random augmentation that does not depend on the thread ----------------------------------------------
@@ -270,6 +392,8 @@ public:
   ShardPlan(size_t dataset_size, const DataLoaderOptions& options, const LoaderContext& context);
 
   size_t dataset_size() const { return dataset_size_; }
+  /// The process whose batches `positions(k)` and `batches_for_process()` describe.
+  int process_index() const { return process_index_; }
   /// B: samples per process per batch.
   size_t per_process_batch_size() const { return per_process_; }
   /// G = B × processes.
@@ -277,11 +401,15 @@ public:
   /// Global batches per epoch, the final short one included unless `drop_last`.
   size_t global_batches() const;
   /// This process's batches per epoch.
-  size_t batches_for_process() const;
+  size_t batches_for_process() const { return batches_for_process(process_index_); }
+  /// Process `process`'s batches per epoch (`dispatch_batches`: the main process reads them all).
+  size_t batches_for_process(int process) const;
   /// Real samples in the final global batch when `even_batches` padded it; -1 when nothing is padded.
   int64_t remainder() const;
   /// Positions in the epoch's order of this process's part of global batch `k`.
-  std::vector<size_t> positions(size_t k) const;
+  std::vector<size_t> positions(size_t k) const { return positions(k, process_index_); }
+  /// Positions in the epoch's order of process `process`'s part of global batch `k`.
+  std::vector<size_t> positions(size_t k, int process) const;
 
 private:
   size_t dataset_size_;
@@ -304,6 +432,10 @@ struct PassSchedule {
   std::shared_ptr<const std::vector<size_t>> order;
   /// The dataset indices of this process's batch `k`.
   std::vector<size_t> samples(size_t k) const;
+  /// The dataset indices of process `process`'s batch `k` (`dispatch_batches`).
+  std::vector<size_t> samples(size_t k, int process) const;
+  /// Whether process `process` takes a batch `k` (its batches may end earlier with uneven batches).
+  bool has_batch(size_t k, int process) const { return k < plan->batches_for_process(process); }
 };
 
 /// The state a prepared loader shares through a handle: options, plan, position, the pass in progress. The
@@ -422,8 +554,9 @@ private:
 /// pinned memory when `pin`. When reading throws, the batch's samples are read again one at a time to name
 /// the one that fails (so keep `get` free of side effects), and `throw_read_error` reports it.
 template <typename Dataset>
-auto read_batch(Dataset& dataset, const PassSchedule& schedule, size_t k, bool pin) {
-  const std::vector<size_t> samples = schedule.samples(k);
+auto read_batch(Dataset& dataset, const PassSchedule& schedule, size_t k, bool pin,
+                std::optional<int> process = std::nullopt) {
+  const std::vector<size_t> samples = process ? schedule.samples(k, *process) : schedule.samples(k);
   SampleScope scope(schedule.seed, schedule.epoch);
   try {
     auto batch = dataset.get_batch(samples);
@@ -542,13 +675,21 @@ public:
         schedule = core.schedule();
         const auto& options = core.options();
         pin = options.pin_memory() && core.context().device.is_cuda();
-        if (loader->worker_datasets_) {
+        dispatcher = core.context().dispatcher.get();
+        copier = pin && !dispatcher ? core.context().copier.get() : nullptr;
+        const int processes = core.context().num_processes;
+        receives = dispatcher && core.context().process_index != 0;
+        if (loader->worker_datasets_ && !receives) {
           try {
             pool = std::make_unique<detail::WorkerPool>(
                 options.workers(), options.workers() * options.prefetch_factor(), schedule->first,
                 schedule->end,
-                [datasets = loader->worker_datasets_, schedule = schedule, pin = pin](size_t worker,
-                                                                                      size_t k) {
+                [datasets = loader->worker_datasets_, schedule = schedule, pin = pin,
+                 processes = dispatcher ? processes : 0](size_t worker, size_t k) {
+                  if (processes > 0) {
+                    return std::static_pointer_cast<void>(std::make_shared<Round>(
+                        read_round((*datasets)[worker], *schedule, k, pin, processes)));
+                  }
                   return std::static_pointer_cast<void>(std::make_shared<BatchType>(
                       detail::read_batch((*datasets)[worker], *schedule, k, pin)));
                 });
@@ -572,15 +713,106 @@ public:
           core.next_batch(); // ends the pass
           return;
         }
-        // Read before the batch is handed out: a batch that fails to read is not counted as consumed.
-        BatchType read = pool ? std::move(*std::static_pointer_cast<BatchType>(pool->take(*k)))
-                              : detail::read_batch(loader->dataset_, *schedule, *k, pin);
-        core.next_batch();
-        batch.emplace(to_device(std::move(read), core.context().device, core.context().non_blocking));
+        if (ahead_index == k) { // read, and copied on the side stream, while the previous step was queued
+          ahead_index.reset();
+          if (ahead_error) {
+            std::rethrow_exception(std::exchange(ahead_error, nullptr));
+          }
+          copier->wait();
+          core.next_batch();
+          batch = std::move(ahead);
+          ahead.reset();
+        } else {
+          // Read before the batch is handed out: a batch that fails to read is not counted as consumed.
+          BatchType read = dispatcher ? dispatched(*k) : read_own(*k);
+          core.next_batch();
+          batch.emplace(to_device(std::move(read), core.context().device, core.context().non_blocking));
+        }
+        if (copier && *k + 1 < schedule->end) {
+          read_ahead(*k + 1);
+        }
       }
+      BatchType read_own(size_t k) {
+        return pool ? std::move(*std::static_pointer_cast<BatchType>(pool->take(k)))
+                    : detail::read_batch(loader->dataset_, *schedule, k, pin);
+      }
+      /// Reads batch `k` and starts its copy on the side stream; an error is kept until `k` is due.
+      void read_ahead(size_t k) {
+        ahead_index = k;
+        try {
+          BatchType read = read_own(k);
+          struct Scope {
+            explicit Scope(detail::SideStreamCopier* copier) { detail::copying_batch = copier; }
+            ~Scope() { detail::copying_batch = nullptr; }
+          } scope(copier);
+          ahead.emplace(to_device(std::move(read), loader->core_->context().device, true));
+          copier->record();
+        } catch (...) {
+          ahead.reset();
+          ahead_error = std::current_exception();
+        }
+      }
+      /// dispatch_batches: the main process reads batch `k` of every process that has one and sends the
+      /// others theirs; the others receive theirs.
+      BatchType dispatched(size_t k) {
+        if constexpr (detail::DispatchFields<BatchType>::supported) {
+          if (receives) {
+            const std::vector<torch::Tensor> tensors = dispatcher->receive(pin);
+            size_t next = 0;
+            BatchType batch = detail::DispatchFields<BatchType>::rebuild(tensors, next);
+            detail::check_dispatched_all(tensors, next);
+            return batch;
+          }
+          const int processes = loader->core_->context().num_processes;
+          Round round;
+          try {
+            round = pool ? std::move(*std::static_pointer_cast<Round>(pool->take(k)))
+                         : read_round(loader->dataset_, *schedule, k, pin, processes);
+          } catch (const std::exception& error) {
+            dispatcher->send_error(waiting(k, processes), error.what());
+            throw;
+          } catch (...) {
+            dispatcher->send_error(waiting(k, processes),
+                                   "reading the batch threw an exception that is not a "
+                                   "std::exception");
+            throw;
+          }
+          std::vector<std::optional<std::vector<torch::Tensor>>> sent(static_cast<size_t>(processes));
+          for (size_t r = 1; r < round.size(); ++r) {
+            if (round[r]) {
+              sent[r].emplace();
+              detail::DispatchFields<BatchType>::flatten(*round[r], *sent[r]);
+            }
+          }
+          dispatcher->send(sent);
+          return std::move(*round[0]);
+        } else {
+          detail::throw_undispatchable_batch(c10::demangle(typeid(BatchType).name())); // refused when built
+        }
+      }
+      /// The processes other than the main one that take a batch `k`.
+      std::vector<int> waiting(size_t k, int processes) const {
+        std::vector<int> result;
+        for (int r = 1; r < processes; ++r) {
+          if (schedule->has_batch(k, r)) {
+            result.push_back(r);
+          }
+        }
+        return result;
+      }
+
       DataLoader* loader;
       std::shared_ptr<const detail::PassSchedule> schedule;
       bool pin = false;
+      detail::BatchDispatcher* dispatcher = nullptr;
+      /// dispatch_batches on a process other than the main one: batches arrive from the main process.
+      bool receives = false;
+      /// Pinned batches to CUDA with non_blocking (not with dispatch_batches): the next batch is read and its
+      /// copy started on a side stream as soon as the current one is handed out.
+      detail::SideStreamCopier* copier = nullptr;
+      std::optional<size_t> ahead_index;
+      std::optional<BatchType> ahead;
+      std::exception_ptr ahead_error;
       std::unique_ptr<detail::WorkerPool> pool;
       std::optional<BatchType> batch;
     };
@@ -591,8 +823,7 @@ public:
 
   /// Prefer `Accelerator::prepare_data_loader`, which fills `context` from the accelerator.
   DataLoader(Dataset dataset, DataLoaderOptions options, detail::LoaderContext context)
-      : dataset_(std::move(dataset)),
-        core_(detail::LoaderCore::create(detail::dataset_size(dataset_), options, std::move(context))),
+      : dataset_(std::move(dataset)), core_(make_core(dataset_, std::move(options), std::move(context))),
         worker_datasets_(worker_copies(dataset_, core_->options().workers())) {}
   // Iterators point at their loader: copying one would be a second loader sharing the first one's position.
   DataLoader(const DataLoader&) = delete;
@@ -627,6 +858,32 @@ public:
   const std::shared_ptr<detail::LoaderCore>& core() const { return core_; }
 
 private:
+  /// dispatch_batches: batch `k` of each process, read by the main process (empty for a process that takes
+  /// none); only the main process's own batch is pinned.
+  using Round = std::vector<std::optional<BatchType>>;
+  static Round read_round(Dataset& dataset, const detail::PassSchedule& schedule, size_t k, bool pin,
+                          int processes) {
+    Round round(static_cast<size_t>(processes));
+    for (int r = 0; r < processes; ++r) {
+      if (schedule.has_batch(k, r)) {
+        round[static_cast<size_t>(r)].emplace(detail::read_batch(dataset, schedule, k, pin && r == 0, r));
+      }
+    }
+    return round;
+  }
+
+  /// Refuses `dispatch_batches` for a batch type that cannot travel as tensors, on every process alike and
+  /// before any message is sent.
+  static std::shared_ptr<detail::LoaderCore> make_core(const Dataset& dataset, DataLoaderOptions options,
+                                                       detail::LoaderContext context) {
+    if constexpr (!detail::DispatchFields<BatchType>::supported) {
+      if (context.dispatch_batches) {
+        detail::throw_undispatchable_batch(c10::demangle(typeid(BatchType).name()));
+      }
+    }
+    return detail::LoaderCore::create(detail::dataset_size(dataset), std::move(options), std::move(context));
+  }
+
   /// Each worker thread's copy of the dataset; null without workers.
   static std::shared_ptr<std::vector<Dataset>> worker_copies(const Dataset& dataset, size_t workers) {
     if (workers == 0) {

@@ -206,6 +206,225 @@ TEST(DataLoaderMultirank, WorkerThreadsKeepUnevenBatchesAndNobodyHangs) {
   expect_workers_keep_every_batch(accelerator);
 }
 
+// ---- dispatch_batches ------------------------------------------------------------------------------------
+/// Data only the main process can read: `get` throws elsewhere, and the size is unknown elsewhere (the main
+/// process's is used). Sample i is (data [i], target [2i]); sample `failing` throws on the main process too.
+struct MainOnlyDataset : torch::data::datasets::Dataset<MainOnlyDataset> {
+  MainOnlyDataset(size_t size, int rank, std::optional<size_t> failing = std::nullopt)
+      : size_(size), rank_(rank), failing_(failing) {}
+  torch::data::Example<> get(size_t index) override {
+    if (rank_ != 0) {
+      throw std::runtime_error("process " + std::to_string(rank_) + " cannot read the data");
+    }
+    if (failing_ && index == *failing_) {
+      throw std::runtime_error("corrupt record");
+    }
+    const auto i = static_cast<int64_t>(index);
+    return {torch::tensor({i}), torch::tensor({2 * i})};
+  }
+  std::optional<size_t> size() const override {
+    return rank_ == 0 ? std::optional<size_t>(size_) : std::nullopt;
+  }
+  size_t size_;
+  int rank_;
+  std::optional<size_t> failing_;
+};
+
+/// A batch of a tuple holding a vector (its length travels too) and an integer tensor.
+struct TupleDataset
+    : torch::data::datasets::BatchDataset<TupleDataset,
+                                          std::tuple<torch::Tensor, std::vector<torch::Tensor>>> {
+  TupleDataset(size_t size, int rank) : size_(size), rank_(rank) {}
+  std::tuple<torch::Tensor, std::vector<torch::Tensor>> get_batch(c10::ArrayRef<size_t> indices) override {
+    if (rank_ != 0) {
+      throw std::runtime_error("process " + std::to_string(rank_) + " cannot read the data");
+    }
+    std::vector<int64_t> ids(indices.begin(), indices.end());
+    auto index = torch::tensor(ids, torch::kInt64);
+    return {index, {index.to(torch::kFloat64) / 4, index.to(torch::kInt16).reshape({-1, 1})}};
+  }
+  std::optional<size_t> size() const override { return size_; }
+  size_t size_;
+  int rank_;
+};
+
+template <typename Loader> std::vector<std::vector<int64_t>> epochs_of_batches(Loader& loader) {
+  std::vector<std::vector<int64_t>> batches;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (auto& batch : loader) {
+      EXPECT_TRUE(batch.target.equal(2 * batch.data));
+      batches.push_back(values(batch.data));
+    }
+    batches.push_back({-1});
+  }
+  return batches;
+}
+
+/// Under `dispatching` (dispatch_batches), every process gets the batches that reading its own share gives
+/// under `reading` (the same options otherwise), for every order, drop_last and worker count; a resume
+/// mid-epoch continues with the same batch; tuple batches arrive whole.
+void expect_dispatch_matches_reading(accelerate::Accelerator& reading, accelerate::Accelerator& dispatching) {
+  const int rank = dispatching.process_index();
+  for (bool shuffle : {true, false}) {
+    for (bool drop_last : {true, false}) {
+      for (size_t workers : {0, 2}) {
+        const auto options =
+            accelerate::DataLoaderOptions(3).shuffle(shuffle).drop_last(drop_last).workers(workers);
+        auto expected_loader = reading.prepare_data_loader(stacked(23), options);
+        std::vector<std::vector<int64_t>> expected;
+        for (int epoch = 0; epoch < 2; ++epoch) {
+          for (auto& batch : *expected_loader) {
+            expected.push_back(values(batch.data));
+          }
+          expected.push_back({-1});
+        }
+        auto loader = dispatching.prepare_data_loader(
+            MainOnlyDataset(23, rank).map(torch::data::transforms::Stack<>()), options);
+        EXPECT_EQ(loader->size(), expected_loader->size()) << "the main process's dataset size is used";
+        EXPECT_EQ(epochs_of_batches(*loader), expected)
+            << "process " << rank << ", shuffle " << shuffle << ", drop_last " << drop_last << ", workers "
+            << workers;
+      }
+    }
+  }
+  // Saved after 2 batches (2 workers reading ahead on the main process), resumed by a new loader.
+  const auto options = accelerate::DataLoaderOptions(3).workers(2);
+  auto make = [&] {
+    return dispatching.prepare_data_loader(MainOnlyDataset(23, rank).map(torch::data::transforms::Stack<>()),
+                                           options);
+  };
+  auto interrupted = make();
+  std::vector<std::vector<int64_t>> whole;
+  for (auto& batch : *interrupted) {
+    whole.push_back(values(batch.data));
+  }
+  interrupted->set_epoch(0);
+  int taken = 0;
+  for (auto& batch : *interrupted) {
+    EXPECT_EQ(values(batch.data), whole[static_cast<size_t>(taken)]);
+    if (++taken == 2) {
+      break;
+    }
+  }
+  auto resumed = make();
+  resumed->set_state(interrupted->state());
+  std::vector<std::vector<int64_t>> rest;
+  for (auto& batch : *resumed) {
+    rest.push_back(values(batch.data));
+  }
+  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(whole.begin() + 2, whole.end())) << "process " << rank;
+
+  // A tuple of a tensor and a vector of tensors of other dtypes and shapes.
+  auto expected_tuples = reading.prepare_data_loader(TupleDataset(23, 0), accelerate::DataLoaderOptions(3));
+  auto tuples = dispatching.prepare_data_loader(TupleDataset(23, rank), accelerate::DataLoaderOptions(3));
+  std::vector<std::tuple<torch::Tensor, std::vector<torch::Tensor>>> want;
+  for (auto& batch : *expected_tuples) {
+    want.push_back(batch);
+  }
+  size_t k = 0;
+  for (auto& [index, parts] : *tuples) {
+    ASSERT_LT(k, want.size());
+    EXPECT_TRUE(index.equal(std::get<0>(want[k]))) << "batch " << k << " of process " << rank;
+    ASSERT_EQ(parts.size(), 2u);
+    EXPECT_EQ(parts[0].scalar_type(), torch::kFloat64);
+    EXPECT_TRUE(parts[0].equal(std::get<1>(want[k])[0]));
+    EXPECT_EQ(parts[1].scalar_type(), torch::kInt16);
+    EXPECT_TRUE(parts[1].equal(std::get<1>(want[k])[1]));
+    ++k;
+  }
+  EXPECT_EQ(k, want.size());
+}
+
+TEST(DataLoaderMultirank, DispatchBatchesGivesEveryProcessItsOwnBatches) {
+  accelerate::Accelerator reading(test_options());
+  accelerate::Accelerator dispatching(test_options().dispatch_batches(true));
+  ASSERT_GE(dispatching.num_processes(), 2);
+  expect_dispatch_matches_reading(reading, dispatching);
+}
+
+TEST(DataLoaderMultirank, DispatchBatchesKeepsUnevenBatchesAndNobodyHangs) {
+  accelerate::Accelerator reading(test_options().even_batches(false));
+  accelerate::Accelerator dispatching(test_options().even_batches(false).dispatch_batches(true));
+  ASSERT_GE(dispatching.num_processes(), 2);
+  expect_dispatch_matches_reading(reading, dispatching);
+  // Training through the uneven end: the process without a last batch joins the others' all-reduce while
+  // the main process sends nothing to it.
+  torch::manual_seed(0);
+  torch::nn::Linear model(1, 1);
+  dispatching.prepare(model);
+  auto optimizer = dispatching.prepare(torch::optim::SGD(model->parameters(), 0.01));
+  auto loader = dispatching.prepare_data_loader(
+      MainOnlyDataset(7, dispatching.process_index()).map(torch::data::transforms::Stack<>()),
+      torch::data::DataLoaderOptions(3));
+  int64_t steps = 0;
+  for (auto& batch : *loader) {
+    optimizer.zero_grad();
+    dispatching.backward(model->forward(batch.data.to(torch::kFloat32)).sum());
+    optimizer.step();
+    ++steps;
+  }
+  EXPECT_EQ(steps, static_cast<int64_t>(loader->size()));
+  auto weights = torch::cat({model->weight.detach().reshape({-1}), model->bias.detach()});
+  EXPECT_TRUE(weights.clone().equal(dispatching.broadcast(weights, 0)));
+}
+
+TEST(DataLoaderMultirank, DispatchBatchesReportsAFailedReadOnEveryProcess) {
+  accelerate::Accelerator dispatching(test_options().dispatch_batches(true));
+  const int rank = dispatching.process_index();
+  // A batch of a string per sample cannot travel as tensors: refused when built, on every process alike.
+  struct Names : torch::data::datasets::Dataset<Names, std::string> {
+    std::string get(size_t index) override { return std::to_string(index); }
+    std::optional<size_t> size() const override { return 4; }
+  };
+  try {
+    dispatching.prepare_data_loader(Names(), accelerate::DataLoaderOptions(2));
+    ADD_FAILURE() << "a batch of strings was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("dispatch_batches"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("basic_string"), std::string::npos) << error.what();
+  }
+  // Sample 37 (in the batch of process 1 at step 4 of a sequential pass of batches of 4) fails to read on the
+  // main process: every process that waited for that step's batch hears why, nobody hangs.
+  auto loader =
+      dispatching.prepare_data_loader(MainOnlyDataset(48, rank, 37).map(torch::data::transforms::Stack<>()),
+                                      accelerate::DataLoaderOptions(4));
+  size_t batches = 0;
+  try {
+    for (auto& batch : *loader) {
+      (void)batch;
+      ++batches;
+    }
+    ADD_FAILURE() << "the failed read did not reach process " << rank;
+  } catch (const std::runtime_error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("37"), std::string::npos) << message;
+    if (rank != 0) {
+      EXPECT_NE(message.find("the main process could not read"), std::string::npos) << message;
+    }
+  }
+  EXPECT_EQ(batches, 4u) << "the batches before the failing step arrived";
+  EXPECT_EQ(loader->state().batches_consumed, 4u) << "the failed batch is not counted as consumed";
+  // A sparse tensor cannot travel: the main process says why, and the processes waiting for it hear it.
+  struct Sparse : torch::data::datasets::BatchDataset<Sparse, torch::Tensor> {
+    torch::Tensor get_batch(c10::ArrayRef<size_t> indices) override {
+      return torch::eye(static_cast<int64_t>(indices.size())).to_sparse();
+    }
+    std::optional<size_t> size() const override { return 8; }
+  };
+  auto sparse = dispatching.prepare_data_loader(Sparse(), accelerate::DataLoaderOptions(2));
+  try {
+    for (auto& batch : *sparse) {
+      (void)batch;
+    }
+    ADD_FAILURE() << "a sparse batch was dispatched";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("dense"), std::string::npos) << error.what();
+  }
+  // The processes still agree afterwards: a collective goes through.
+  EXPECT_EQ(dispatching.reduce(torch::ones({1})).item<float>(),
+            static_cast<float>(dispatching.num_processes()));
+}
+
 // ---- The collectives -------------------------------------------------------------------------------------
 /// One accelerator for every collectives test of the process: a second rendezvous on the same port could meet
 /// a process still holding the first one's store.

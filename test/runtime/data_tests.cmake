@@ -16,5 +16,10 @@ foreach(name IN ITEMS EveryProcessBatchesAndOrder SplitBatches UnevenBatchesAndN
   accelerate_multirank_test(multirank.DataLoader.WorkerThreadsKeep${name} NPROC 2
                             FILTER DataLoaderMultirank.WorkerThreadsKeep${name} TIMEOUT 60)
 endforeach()
+# dispatch_batches: the main process alone reads, the others receive their batches.
+foreach(name IN ITEMS GivesEveryProcessItsOwnBatches KeepsUnevenBatchesAndNobodyHangs ReportsAFailedReadOnEveryProcess)
+  accelerate_multirank_test(multirank.DataLoader.DispatchBatches${name} NPROC 2
+                            FILTER DataLoaderMultirank.DispatchBatches${name} TIMEOUT 90)
+endforeach()
 # The collectives' tests are quick: one launch of 3 ranks runs them all.
 accelerate_multirank_test(multirank.Collectives NPROC 3 FILTER CollectivesMultirank.* TIMEOUT 90)

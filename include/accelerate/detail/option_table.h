@@ -35,11 +35,15 @@ ACCELERATE_OPTION(bool, split_batches, split_batches, false,
 ACCELERATE_OPTION(bool, even_batches, even_batches, true,
                   unmapped, unmapped, any_value,
                   "pad the last batches with wrapped samples so every process gets as many batches")
+ACCELERATE_OPTION(bool, dispatch_batches, dispatch_batches, false,
+                  unmapped, unmapped, any_value,
+                  "the main process alone reads the prepared loader's batches and sends each process its share "
+                  "(batches of tensors only), for data only one process can read; the others never call `get()`")
 ACCELERATE_OPTION(bool, non_blocking, non_blocking, false,
                   unmapped, unmapped, any_value,
                   "prepared loaders copy batches to the device with `non_blocking`: asynchronous from pinned memory "
-                  "(`DataLoaderOptions::pin_memory`) to a CUDA device, on the current stream as Hugging Face "
-                  "Accelerate does; no effect on the CPU")
+                  "(`DataLoaderOptions::pin_memory`) to a CUDA device, where the next batch's copy then runs on a "
+                  "side stream during the current step; no effect on the CPU")
 ACCELERATE_OPTION(bool, step_scheduler_with_optimizer, step_scheduler_with_optimizer, true,
                   unmapped, unmapped, any_value,
                   "the prepared scheduler steps only when the optimizer really stepped; false: on every call")
