@@ -12,6 +12,7 @@
 #include "passes/Macros.h"
 #include "passes/MainProcessPass.h"
 #include "passes/PreparePass.h"
+#include "passes/TrackingPass.h"
 #include "passes/TrainingCode.h"
 
 #include "clang/AST/ASTContext.h"
@@ -68,7 +69,8 @@ AST_MATCHER(clang::FunctionDecl, isLambdaCallOperator) {
 StatementMatcher usesAccelerator() {
   return stmt(anyOf(rewritableBackwardCall(), preparedDeclaration(), preparedAssignment(),
                     preparedLoaderDeclaration(), deviceSiteUsingAccelerator(), accumulatedLoop(), clipCall(),
-                    mainProcessOutput(), guardedSave(), fileStreamOpenedByEveryProcess()));
+                    mainProcessOutput(), guardedSave(), fileStreamOpenedByEveryProcess(),
+                    trackedTrainingLoop()));
 }
 
 AST_MATCHER_P(clang::FunctionDecl, hasUseOfAccelerator, StatementMatcher, Uses) {
@@ -239,9 +241,11 @@ AST_MATCHER(clang::FunctionDecl, isEntryForOtherFunctions) {
 Stencil declarationText() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Function = Result.Nodes.getNodeAs<clang::FunctionDecl>(FunctionId);
-    return ownsAccelerator(*Function, *Result.Context)
-               ? "accelerate::Accelerator accelerator;"
-               : "auto& accelerator = accelerate::Accelerator::current();";
+    if (!ownsAccelerator(*Function, *Result.Context))
+      return "auto& accelerator = accelerate::Accelerator::current();";
+    std::string Options = trackedAcceleratorOptions();
+    return Options.empty() ? "accelerate::Accelerator accelerator;"
+                           : "accelerate::Accelerator accelerator(" + Options + ");";
   });
 }
 

@@ -106,6 +106,46 @@ llvm::StringRef linePrefix(clang::SourceLocation Loc, const clang::SourceManager
   return Before.drop_front(LineStart);
 }
 
+/// The leading spaces and tabs of `Line`.
+llvm::StringRef indentOf(llvm::StringRef Line) {
+  return Line.take_while([](char C) { return C == ' ' || C == '\t'; });
+}
+
+/// When `S` is the body of an `if`, an `else` or a loop written without braces, the end of the token after
+/// which its opening brace would go (the `)` of the condition, `else`, `do`); an invalid location otherwise.
+clang::SourceLocation braceLocationBefore(const clang::Stmt& S, clang::ASTContext& Context) {
+  clang::DynTypedNodeList Parents = Context.getParents(S);
+  if (Parents.empty())
+    return {};
+  clang::SourceLocation Token;
+  unsigned Length = 1;
+  if (const auto* If = Parents[0].get<clang::IfStmt>()) {
+    if (If->getThen() == &S)
+      Token = If->getRParenLoc();
+    else if (If->getElse() == &S) {
+      Token = If->getElseLoc();
+      Length = 4;
+    }
+  } else if (const auto* For = Parents[0].get<clang::ForStmt>()) {
+    if (For->getBody() == &S)
+      Token = For->getRParenLoc();
+  } else if (const auto* RangeFor = Parents[0].get<clang::CXXForRangeStmt>()) {
+    if (RangeFor->getBody() == &S)
+      Token = RangeFor->getRParenLoc();
+  } else if (const auto* While = Parents[0].get<clang::WhileStmt>()) {
+    if (While->getBody() == &S)
+      Token = While->getRParenLoc();
+  } else if (const auto* Do = Parents[0].get<clang::DoStmt>()) {
+    if (Do->getBody() == &S) {
+      Token = Do->getDoLoc();
+      Length = 2;
+    }
+  }
+  if (Token.isInvalid() || Token.isMacroID())
+    return {};
+  return Token.getLocWithOffset(Length);
+}
+
 AST_MATCHER(clang::Expr, isWholeStatementImpl) {
   clang::ASTContext& Context = Finder->getASTContext();
   clang::DynTypedNodeList Parents = Context.getParents(Node);
@@ -200,6 +240,71 @@ clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
   };
   return clang::transformer::insertBefore(clang::transformer::node(StmtId),
                                           clang::transformer::run(std::move(Text)));
+}
+
+llvm::SmallVector<clang::transformer::Edit, 1>
+editsInsertingAfter(const clang::Stmt& S, llvm::StringRef Statement, clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  clang::CharSourceRange Range = rangeWithSemicolon(S, Context);
+  llvm::StringRef Prefix = linePrefix(Range.getBegin(), SM);
+  std::string Indent = indentOf(Prefix).str();
+  auto Indented = [&](llvm::StringRef Text) {
+    std::string Out;
+    for (char C : Text)
+      Out += C == '\n' ? "\n" + Indent : std::string(1, C);
+    return Out;
+  };
+  auto At = [](clang::SourceLocation Where, std::string Text) {
+    clang::transformer::Edit Edit;
+    Edit.Range = clang::CharSourceRange::getCharRange(Where, Where);
+    Edit.Replacement = std::move(Text);
+    return Edit;
+  };
+  llvm::SmallVector<clang::transformer::Edit, 1> Edits;
+  clang::SourceLocation Brace = braceLocationBefore(S, Context);
+  if (Brace.isValid()) {
+    Edits.push_back(At(Brace, " {"));
+    if (!Prefix.trim().empty()) // `if (c) statement;` on one line stays on one line.
+      Edits.push_back(At(Range.getEnd(), " " + Statement.str() + " }"));
+    else
+      Edits.push_back(At(Range.getEnd(), "\n" + Indent + Indented(Statement) + "\n" +
+                                             indentOf(linePrefix(Brace, SM)).str() + "}"));
+    return Edits;
+  }
+  // After the statement; when a `//` comment ends its line, after the comment.
+  auto [File, EndOffset] = SM.getDecomposedLoc(Range.getEnd());
+  llvm::StringRef Rest =
+      SM.getBufferData(File).drop_front(EndOffset).take_until([](char C) { return C == '\n' || C == '\r'; });
+  llvm::StringRef Trimmed = Rest.ltrim(" \t");
+  if (!Prefix.trim().empty() || (!Trimmed.empty() && !Trimmed.starts_with("//")))
+    Edits.push_back(At(Range.getEnd(), " " + Statement.str()));
+  else
+    Edits.push_back(At(Range.getEnd().getLocWithOffset(Rest.size()), "\n" + Indent + Indented(Statement)));
+  return Edits;
+}
+
+clang::transformer::Edit editInsertingAtBlockStart(const clang::CompoundStmt& Block,
+                                                   llvm::StringRef Statement,
+                                                   const clang::SourceManager& SM) {
+  Placement Place = placeAfterBrace(Block, SM, Statement);
+  clang::transformer::Edit Edit;
+  Edit.Range = clang::CharSourceRange::getCharRange(Place.Where, Place.Where);
+  Edit.Replacement = std::move(Place.Text);
+  return Edit;
+}
+
+clang::transformer::EditGenerator insertAfterStatement(std::string StmtId,
+                                                       clang::transformer::TextGenerator Statement) {
+  return [StmtId, Statement](const MatchFinder::MatchResult& Result)
+             -> llvm::Expected<llvm::SmallVector<clang::transformer::Edit, 1>> {
+    auto S = boundStatement(Result, StmtId);
+    if (!S)
+      return S.takeError();
+    auto Inserted = Statement->eval(Result);
+    if (!Inserted)
+      return Inserted.takeError();
+    return editsInsertingAfter(**S, *Inserted, *Result.Context);
+  };
 }
 
 clang::transformer::ASTEdit removeStatement(std::string StmtId) {

@@ -32,6 +32,25 @@ clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerato
 clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
                                                   clang::transformer::TextGenerator Statement);
 
+/// Inserts `Statement` on its own line right after the statement bound to `StmtId` (after its semicolon and
+/// any `//` comment that ends its line), indented like it. When that statement is the unbraced body of an
+/// `if`, an `else` or a loop, the two go in braces, so that the new one runs under the same condition:
+///
+///   if (step % 10 == 0)                         if (step % 10 == 0) {
+///     std::cout << loss.item<float>() << "\n";  →  std::cout << loss.item<float>() << "\n";
+///                                                  accelerator.log(...);
+///                                                }
+clang::transformer::EditGenerator insertAfterStatement(std::string StmtId,
+                                                       clang::transformer::TextGenerator Statement);
+
+/// The edits insertAfterStatement() makes, for a statement at hand (outside macros).
+llvm::SmallVector<clang::transformer::Edit, 1>
+editsInsertingAfter(const clang::Stmt& S, llvm::StringRef Statement, clang::ASTContext& Context);
+
+/// The edit insertAtBlockStart() makes, for a block at hand (its brace outside macros).
+clang::transformer::Edit editInsertingAtBlockStart(const clang::CompoundStmt& Block,
+                                                   llvm::StringRef Statement, const clang::SourceManager& SM);
+
 /// Removes the statement bound to `StmtId` with its semicolon; when nothing else is on its lines (comments
 /// aside, which then go with it), the lines themselves go, so no blank line is left behind.
 clang::transformer::ASTEdit removeStatement(std::string StmtId);

@@ -557,7 +557,62 @@ std::string sideEffectText(const MatchFinder::MatchResult& Result) {
   return Effect ? sourceText(Effect->getSourceRange(), *Result.Context) : "";
 }
 
+/// A stream manipulator: a function named as an operand (`std::fixed`, `std::endl`) or a call of one of
+/// std's `set...` manipulators (`std::setprecision(8)`, `std::setw(6)`).
+bool isManipulator(const clang::Expr* E) {
+  if (!manipulatorName(E).empty())
+    return true;
+  const auto* Call = llvm::dyn_cast<clang::CallExpr>(E->IgnoreUnlessSpelledInSource()->IgnoreParenImpCasts());
+  const clang::FunctionDecl* Callee = Call ? Call->getDirectCallee() : nullptr;
+  return Callee && Callee->isInStdNamespace() && Callee->getDeclName().isIdentifier() &&
+         Callee->getName().starts_with("set");
+}
+
+/// The value of the string literal `E` is, resolved escapes included; "" for anything else.
+std::string literalText(const clang::Expr* E) {
+  const auto* Literal =
+      llvm::dyn_cast<clang::StringLiteral>(E->IgnoreUnlessSpelledInSource()->IgnoreParenImpCasts());
+  return Literal && Literal->isOrdinary() ? Literal->getString().str() : "";
+}
+
 } // namespace
+
+std::vector<PrintedLoss> printedLosses(const clang::Expr& Statement, clang::ASTContext& Context) {
+  std::vector<PrintedLoss> Printed;
+  std::vector<const clang::Expr*> Operands;
+  std::optional<StreamChain> Chain = streamChain(&Statement);
+  if (Chain) {
+    Stream Kind = streamKind(Chain->Stream);
+    if (Kind != Stream::Cout && Kind != Stream::OtherStandard)
+      return Printed;
+    Operands = Chain->Operands;
+  } else if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(Statement.IgnoreUnlessSpelledInSource());
+             Call && !match(traverse(clang::TK_AsIs, printfCall()), *Call, Context).empty()) {
+    Operands.assign(Call->arg_begin(), Call->arg_end());
+  } else {
+    return Printed;
+  }
+  const clang::FunctionDecl* Function = enclosingFunction(Statement, Context);
+  if (!Function || !Function->hasBody())
+    return Printed;
+  std::vector<const clang::ValueDecl*> Losses = lossesOf(*Function, Context);
+  for (size_t I = 0; I < Operands.size(); ++I)
+    for (const clang::Expr* Read : lossReads(*Operands[I], Losses, Context)) {
+      const clang::ValueDecl* Loss = namedDeclaration(Read);
+      if (!Loss || llvm::any_of(Printed, [&](const PrintedLoss& Seen) { return Seen.Loss == Loss; }))
+        continue;
+      PrintedLoss Found;
+      Found.Loss = Loss;
+      if (Chain) {
+        size_t Before = I;
+        while (Before > 0 && isManipulator(Operands[Before - 1]))
+          --Before;
+        Found.PrintedBefore = Before > 0 ? literalText(Operands[Before - 1]) : "";
+      }
+      Printed.push_back(std::move(Found));
+    }
+  return Printed;
+}
 
 StatementMatcher mainProcessOutput() {
   return stmt(anyOf(printable(), guardable()));

@@ -6,6 +6,10 @@
 
 #include "clang/ASTMatchers/ASTMatchers.h"
 
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace accelerate::passes {
 
 /// In training and evaluation code (see TrainingCode.h), output runs on the main process only:
@@ -25,6 +29,20 @@ PassRule mainProcessPass();
 
 /// Matches the output statements mainProcessPass() rewrites (they use `accelerator`).
 clang::ast_matchers::StatementMatcher mainProcessOutput();
+
+/// A loss an output statement prints: `loss.item<T>()` (in any operand) of a tensor its function runs
+/// backward on, as mainProcessPass() recognises it.
+struct PrintedLoss {
+  const clang::ValueDecl* Loss = nullptr; ///< The loss variable.
+  /// In a `<<` chain, the text of the string literal printed right before the operand that reads the loss
+  /// (stream manipulators such as `std::setprecision(8)` in between skipped), its escapes resolved; "" when
+  /// what comes before is not a string literal. None in a `printf`, whose format holds the label.
+  std::optional<std::string> PrintedBefore;
+};
+
+/// The losses that `Statement`, a `<<` chain on std::cout, std::cerr or std::clog, or a `printf`/`fprintf`
+/// call, prints, in the order printed (each loss variable once). Files a program writes are not printing.
+std::vector<PrintedLoss> printedLosses(const clang::Expr& Statement, clang::ASTContext& Context);
 
 } // namespace accelerate::passes
 

@@ -12,6 +12,7 @@
 #include "passes/LayersPass.h"
 #include "passes/MainProcessPass.h"
 #include "passes/PreparePass.h"
+#include "passes/TrackingPass.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -48,6 +49,11 @@ llvm::ArrayRef<PassInfo> allPasses() {
        "member's type "
        "changes, so code that takes it as a torch::nn::Linear must change too)",
        /*OnByDefault=*/false},
+      {"tracking", trackingPass,
+       "with `--log-with NAME,...`: the accelerator logs to those trackers; `init_trackers` before the "
+       "training loop, `end_training` after it, and each printed loss is also logged (`accelerator.log`) "
+       "under its printed label, as its mean over the processes",
+       /*OnByDefault=*/false},
       {"distributed", distributedPass,
        "notes functions left alone because they already use the runtime or c10d"},
   };
@@ -58,7 +64,8 @@ namespace {
 thread_local const EnabledPasses* CurrentScope = nullptr;
 } // namespace
 
-EnabledPasses::EnabledPasses(llvm::ArrayRef<PassInfo> Passes) : Outer(CurrentScope) {
+EnabledPasses::EnabledPasses(llvm::ArrayRef<PassInfo> Passes, PassSettings Settings)
+    : Outer(CurrentScope), Settings(std::move(Settings)) {
   for (const PassInfo& Pass : Passes)
     Names.push_back(Pass.Name.str());
   CurrentScope = this;
@@ -73,6 +80,11 @@ bool isPassEnabled(llvm::StringRef Name) {
     return llvm::is_contained(CurrentScope->Names, Name);
   return llvm::any_of(allPasses(),
                       [&](const PassInfo& Pass) { return Pass.Name == Name && Pass.OnByDefault; });
+}
+
+const PassSettings& passSettings() {
+  static const PassSettings Defaults;
+  return CurrentScope ? CurrentScope->Settings : Defaults;
 }
 
 } // namespace accelerate::passes

@@ -32,16 +32,32 @@ struct PassInfo {
 /// All passes, in the order they run. Every pass sees the original code; their edits must not overlap.
 llvm::ArrayRef<PassInfo> allPasses();
 
+/// What a rewrite asks of the passes beyond which of them run: the command line's settings
+/// (`accel-rewrite --log-with`, `accelerate_target(... LOG_WITH ...)`). Passes read them through
+/// passSettings(); the defaults change nothing.
+struct PassSettings {
+  /// `--log-with`: the trackers the tracking pass adds to the accelerator's options (`log_with({...})`), by
+  /// the names the runtime's `log_with` takes. Empty: no tracking.
+  std::vector<std::string> LogWith;
+  /// `--project-name`: the project `init_trackers` names (its directory under the project directory). Empty:
+  /// the stem of the file rewritten.
+  std::string ProjectName;
+};
+
 /// True when the pass named `Name` runs in the current rewrite. A pass whose rewrite depends on another's
 /// (the device pass drops a batch's `.to(device)` only when the data-loader pass prepares its loader) asks
 /// this, so that `--disable=` never leaves one half of a pair. Outside an EnabledPasses scope, the passes
 /// that are on by default.
 bool isPassEnabled(llvm::StringRef Name);
 
-/// While alive, isPassEnabled() answers for `Passes` (the runner holds one for each rewrite).
+/// The settings of the current rewrite; outside an EnabledPasses scope, the defaults.
+const PassSettings& passSettings();
+
+/// While alive, isPassEnabled() answers for `Passes` and passSettings() returns `Settings` (the runner holds
+/// one for each rewrite).
 class EnabledPasses {
 public:
-  explicit EnabledPasses(llvm::ArrayRef<PassInfo> Passes);
+  explicit EnabledPasses(llvm::ArrayRef<PassInfo> Passes, PassSettings Settings = {});
   ~EnabledPasses();
   EnabledPasses(const EnabledPasses&) = delete;
   EnabledPasses& operator=(const EnabledPasses&) = delete;
@@ -49,7 +65,9 @@ public:
 private:
   const EnabledPasses* Outer;
   std::vector<std::string> Names;
+  PassSettings Settings;
   friend bool isPassEnabled(llvm::StringRef Name);
+  friend const PassSettings& passSettings();
 };
 
 } // namespace accelerate::passes

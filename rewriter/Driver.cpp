@@ -185,7 +185,8 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
     return fail(llvm::createStringError(EC, "cannot resolve '" + Options.InputFile + "': " + EC.message()),
                 "");
 
-  auto Rewrite = rewriteFile(Database, File, CompileFlags{Options.ResourceDir, {}}, Options.Passes);
+  auto Rewrite =
+      rewriteFile(Database, File, CompileFlags{Options.ResourceDir, {}}, Options.Passes, Options.Settings);
   if (!Rewrite) {
     bool DoesNotCompile = Rewrite.errorIsA<CompileError>();
     return fail(Rewrite.takeError(),

@@ -22,6 +22,7 @@ struct DriverOptions {
   std::string ExportFixes;     ///< `--export-fixes`: the edits as clang-apply-replacements YAML, here.
   std::string DepFile;         ///< `--depfile`: the files the rewrite read, as a Makefile rule, here.
   std::vector<passes::PassInfo> Passes; ///< The passes to run, in registry order.
+  passes::PassSettings Settings;        ///< What the passes are asked beyond that (`--log-with`).
   std::string ResourceDir;              ///< Clang's resource directory, prepended as `-resource-dir=`.
   std::string RuntimeIncludeDir; ///< Holds accelerate/accelerate.h; appended as `-I` to check the rewrite.
 };

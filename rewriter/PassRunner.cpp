@@ -229,8 +229,9 @@ private:
 
 llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
                                         llvm::StringRef File, const CompileFlags& Flags,
-                                        llvm::ArrayRef<passes::PassInfo> Passes) {
-  passes::EnabledPasses Enabled(Passes);
+                                        llvm::ArrayRef<passes::PassInfo> Passes,
+                                        const passes::PassSettings& Settings) {
+  passes::EnabledPasses Enabled(Passes, Settings);
   Collected Out;
   MatchFinder Finder;
   std::vector<std::unique_ptr<PassCallback>> Callbacks;

@@ -39,12 +39,14 @@ struct FileRewrite {
   std::vector<std::string> ReadFiles; ///< Every file the parse read: the main file and its headers.
 };
 
-/// Compiles `File` (see runOnFile) and runs `Passes` over it. Only the main file is rewritten; a change a
-/// pass makes in another file becomes an OutsideMainFile finding. Fails with a CompileError when the file
-/// does not compile, or with a message naming the pass and the place when a pass fails or two edits overlap.
+/// Compiles `File` (see runOnFile) and runs `Passes` over it, with `Settings` (passes::passSettings()). Only
+/// the main file is rewritten; a change a pass makes in another file becomes an OutsideMainFile finding.
+/// Fails with a CompileError when the file does not compile, or with a message naming the pass and the place
+/// when a pass fails or two edits overlap.
 llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
                                         llvm::StringRef File, const CompileFlags& Flags,
-                                        llvm::ArrayRef<passes::PassInfo> Passes);
+                                        llvm::ArrayRef<passes::PassInfo> Passes,
+                                        const passes::PassSettings& Settings = {});
 
 } // namespace accelerate::rewriter
 

@@ -44,6 +44,17 @@ static cl::list<std::string>
 static cl::list<std::string> DisabledPasses("disable", cl::desc("Do not run these passes (comma-separated)"),
                                             cl::CommaSeparated, cl::value_desc("name,..."),
                                             cl::cat(Category));
+static cl::list<std::string> LogWith(
+    "log-with",
+    cl::desc("Log the training loop to these experiment trackers (comma-separated names, as "
+             "AcceleratorOptions().log_with takes: tensorboard, jsonl, csv, all, or a registered one); "
+             "runs the tracking pass"),
+    cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
+static cl::opt<std::string>
+    ProjectName("project-name",
+                cl::desc("With --log-with: the project init_trackers names, where the trackers write "
+                         "(runs/<name>); default: the input file's stem"),
+                cl::value_desc("name"), cl::cat(Category));
 static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes, in the order they run, and exit"),
                                 cl::cat(Category));
 static cl::extrahelp CommonHelp(clang::tooling::CommonOptionsParser::HelpMessage);
@@ -77,11 +88,67 @@ bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
         usageError("unknown pass '" + Name + "' (known: " + List + ")");
         return false;
       }
+  // --log-with switches the tracking pass on; the pass has nothing to do without it.
+  constexpr llvm::StringLiteral Tracking = "tracking";
+  if (!LogWith.empty() && llvm::is_contained(DisabledPasses, Tracking)) {
+    usageError("--log-with needs the tracking pass, and --disable=tracking leaves it out; drop one of them");
+    return false;
+  }
+  if (LogWith.empty() && llvm::is_contained(OnlyPasses, Tracking)) {
+    usageError("the tracking pass needs --log-with=NAME,... (the trackers to log to, e.g. "
+               "--log-with=tensorboard)");
+    return false;
+  }
   for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses()) {
     bool Wanted = OnlyPasses.empty() ? Pass.OnByDefault : llvm::is_contained(OnlyPasses, Pass.Name);
+    Wanted = Wanted || (Pass.Name == Tracking && !LogWith.empty());
     if (Wanted && !llvm::is_contained(DisabledPasses, Pass.Name))
       Selected.push_back(Pass);
   }
+  return true;
+}
+
+/// The tracker names of --log-with, checked: each one non-empty, and written as it is into a C++ string
+/// literal. Whether a tracker of that name exists is the runtime's to say (a program may register its own):
+/// `init_trackers` names the unknown ones and the known ones.
+bool trackerNames(std::vector<std::string>& Names) {
+  if (LogWith.getNumOccurrences() > 0 && LogWith.empty())
+    LogWith.push_back("");
+  for (const std::string& Name : LogWith) {
+    if (Name.empty()) {
+      usageError("--log-with got an empty tracker name; give the trackers to log to, comma-separated, e.g. "
+                 "--log-with=tensorboard or --log-with=tensorboard,jsonl");
+      return false;
+    }
+    if (llvm::any_of(Name, [](char C) { return C < ' ' || C > '~' || C == '"' || C == '\\'; })) {
+      usageError("--log-with: '" + Name +
+                 "' is not a tracker name (printable ASCII without quotes or "
+                 "backslashes)");
+      return false;
+    }
+    if (!llvm::is_contained(Names, Name))
+      Names.push_back(Name);
+  }
+  return true;
+}
+
+/// --project-name, checked: it needs --log-with, and becomes a directory name and a C++ string literal.
+bool projectName(std::string& Name) {
+  if (ProjectName.getNumOccurrences() == 0)
+    return true;
+  if (LogWith.empty()) {
+    usageError("--project-name names the project of the trackers of --log-with; give --log-with too");
+    return false;
+  }
+  if (ProjectName.empty() || ProjectName == "." || ProjectName == ".." ||
+      llvm::any_of(ProjectName,
+                   [](char C) { return C < ' ' || C > '~' || C == '"' || C == '\\' || C == '/'; })) {
+    usageError("--project-name: '" + ProjectName +
+               "' is not a project name (a directory name: printable ASCII "
+               "without quotes, backslashes or '/')");
+    return false;
+  }
+  Name = ProjectName;
   return true;
 }
 
@@ -117,7 +184,8 @@ int main(int argc, const char** argv) {
     return usageError("--depfile needs -o FILE (or -i): the rule it writes names the output");
 
   accelerate::rewriter::DriverOptions Options;
-  if (!selectPasses(Options.Passes))
+  if (!trackerNames(Options.Settings.LogWith) || !projectName(Options.Settings.ProjectName) ||
+      !selectPasses(Options.Passes))
     return 1;
   static int AddressInThisBinary;
   Options.InputFile = Files.front();

@@ -15,7 +15,7 @@
 // RUN: not %accel-rewrite %s --passes=backward,bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not %accel-rewrite %s --disable=bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: accel-rewrite: unknown pass 'bogus' (known: backward, accelerator, prepare, data-loader, device,
-// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, distributed)
+// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, tracking, distributed)
 // RUN: %accel-rewrite --list-passes | FileCheck %s --check-prefix=LIST
 // LIST:      backward: `X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`
 // LIST-NEXT: accelerator: declares `accelerator`
@@ -27,6 +27,7 @@
 // LIST-NEXT: main-process:
 // LIST-NEXT: checkpoint:
 // LIST-NEXT: layers: {{.*}} [off by default]
+// LIST-NEXT: tracking: with `--log-with NAME,...`: {{.*}} [off by default]
 // LIST-NEXT: distributed:
 // RUN: %accel-rewrite --help | FileCheck %s --check-prefix=HELP
 // HELP: accel-rewrite FILE [-o OUT | -i | --diff | --check] [--explain] [-p BUILD_DIR] [-- compile flags]
@@ -39,6 +40,7 @@
 // HELP: -i
 // HELP: --line-directives
 // HELP: --list-passes
+// HELP: --log-with=<name,...>
 // HELP: -o <file>
 // HELP: -p <string>
 // HELP: --passes=<name,...>

@@ -129,6 +129,34 @@ TEST(DataLoaderMultirank, ProcessesDrawTheSameOrderEachEpoch) {
   EXPECT_EQ(all, iota(12 / global * global)) << "drop_last keeps only full global batches";
 }
 
+/// A loader made by `make()` (2 workers reading ahead), saved after 2 batches of an epoch and resumed by a
+/// new one: the next batches are the ones the uninterrupted epoch gave.
+template <typename Make> void expect_resume_continues(Make make, int rank) {
+  auto interrupted = make();
+  std::vector<std::vector<int64_t>> expected;
+  for (auto& batch : *interrupted) {
+    expected.push_back(values(batch.data));
+  }
+  interrupted->set_epoch(0);
+  int taken = 0;
+  for (auto& batch : *interrupted) {
+    EXPECT_EQ(values(batch.data), expected[static_cast<size_t>(taken)]);
+    if (++taken == 2) {
+      break;
+    }
+  }
+  const auto saved = interrupted->state();
+  EXPECT_EQ(saved.batches_consumed, 2u) << "batches handed to the loop, not the ones read ahead";
+  auto resumed = make();
+  resumed->set_state(saved);
+  std::vector<std::vector<int64_t>> rest;
+  for (auto& batch : *resumed) {
+    rest.push_back(values(batch.data));
+  }
+  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(expected.begin() + 2, expected.end()))
+      << "process " << rank;
+}
+
 /// This process's batches of two epochs, for every worker count, order and drop_last: each must equal what
 /// reading on the calling thread gives (23 samples in batches of `batch_size`, 3 unless the global batch is
 /// split: a short final global batch either way).
@@ -158,30 +186,12 @@ void expect_workers_keep_every_batch(accelerate::Accelerator& accelerator, size_
     }
   }
   // Saved mid-epoch with 2 workers reading ahead, resumed by a new loader: the same next batches.
-  const auto options = accelerate::DataLoaderOptions(batch_size).workers(2);
-  auto interrupted = accelerator.prepare_data_loader(stacked(23), options);
-  std::vector<std::vector<int64_t>> expected;
-  for (auto& batch : *interrupted) {
-    expected.push_back(values(batch.data));
-  }
-  interrupted->set_epoch(0);
-  int taken = 0;
-  for (auto& batch : *interrupted) {
-    EXPECT_EQ(values(batch.data), expected[static_cast<size_t>(taken)]);
-    if (++taken == 2) {
-      break;
-    }
-  }
-  const auto saved = interrupted->state();
-  EXPECT_EQ(saved.batches_consumed, 2u) << "batches handed to the loop, not the ones read ahead";
-  auto resumed = accelerator.prepare_data_loader(stacked(23), options);
-  resumed->set_state(saved);
-  std::vector<std::vector<int64_t>> rest;
-  for (auto& batch : *resumed) {
-    rest.push_back(values(batch.data));
-  }
-  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(expected.begin() + 2, expected.end()))
-      << "process " << rank;
+  expect_resume_continues(
+      [&] {
+        return accelerator.prepare_data_loader(stacked(23),
+                                               accelerate::DataLoaderOptions(batch_size).workers(2));
+      },
+      rank);
 }
 
 TEST(DataLoaderMultirank, WorkerThreadsKeepEveryProcessBatchesAndOrder) {
@@ -288,31 +298,13 @@ void expect_dispatch_matches_reading(accelerate::Accelerator& reading, accelerat
     }
   }
   // Saved after 2 batches (2 workers reading ahead on the main process), resumed by a new loader.
-  const auto options = accelerate::DataLoaderOptions(3).workers(2);
-  auto make = [&] {
-    return dispatching.prepare_data_loader(MainOnlyDataset(23, rank).map(torch::data::transforms::Stack<>()),
-                                           options);
-  };
-  auto interrupted = make();
-  std::vector<std::vector<int64_t>> whole;
-  for (auto& batch : *interrupted) {
-    whole.push_back(values(batch.data));
-  }
-  interrupted->set_epoch(0);
-  int taken = 0;
-  for (auto& batch : *interrupted) {
-    EXPECT_EQ(values(batch.data), whole[static_cast<size_t>(taken)]);
-    if (++taken == 2) {
-      break;
-    }
-  }
-  auto resumed = make();
-  resumed->set_state(interrupted->state());
-  std::vector<std::vector<int64_t>> rest;
-  for (auto& batch : *resumed) {
-    rest.push_back(values(batch.data));
-  }
-  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(whole.begin() + 2, whole.end())) << "process " << rank;
+  expect_resume_continues(
+      [&] {
+        return dispatching.prepare_data_loader(
+            MainOnlyDataset(23, rank).map(torch::data::transforms::Stack<>()),
+            accelerate::DataLoaderOptions(3).workers(2));
+      },
+      rank);
 
   // A tuple of a tensor and a vector of tensors of other dtypes and shapes.
   auto expected_tuples = reading.prepare_data_loader(TupleDataset(23, 0), accelerate::DataLoaderOptions(3));

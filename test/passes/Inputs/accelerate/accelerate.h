@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
+#include <vector>
 
 namespace accelerate {
 
@@ -52,9 +54,23 @@ public:
   torch::data::Iterator<BatchType> end();
 };
 
+struct AcceleratorOptions {
+  AcceleratorOptions& log_with(std::vector<std::string> value);
+  AcceleratorOptions& project_dir(std::string value);
+};
+
+class LogValue {
+public:
+  template <typename Number, std::enable_if_t<std::is_arithmetic_v<Number>, int> = 0> LogValue(Number number);
+  LogValue(const at::Tensor& tensor);
+  LogValue(std::string text);
+  LogValue(const char* text);
+};
+using LogValues = std::vector<std::pair<std::string, LogValue>>;
+
 class Accelerator {
 public:
-  Accelerator();
+  explicit Accelerator(AcceleratorOptions options = AcceleratorOptions());
   Accelerator(const Accelerator&) = delete;
   static Accelerator& current();
 
@@ -99,6 +115,10 @@ public:
       (std::cout << ... << args) << std::endl;
   }
   std::ostream& main_process_stream(std::ostream& stream);
+
+  void init_trackers(const std::string& project_name, const LogValues& config = {});
+  void log(const LogValues& values, std::optional<int64_t> step = std::nullopt);
+  void end_training();
 };
 
 namespace nn {
