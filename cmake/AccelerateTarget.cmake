@@ -1,7 +1,7 @@
 # accelerate_target(): build a plain single-device training loop as a distributed binary.
 #
 #   accelerate_target(<target> SOURCES <file>... [PASSES <pass>...] [DISABLE <pass>...] [NO_REWRITE <file>...]
-#                     [LOG_WITH <tracker>...])
+#                     [LOG_WITH <tracker>...] [RESUME])
 #
 # Creates the executable <target>. At build time each file in SOURCES (except those also in NO_REWRITE) is
 # rewritten by accel-rewrite into <build dir>/<target>.accelerate/, and the rewritten copy is compiled with the
@@ -9,7 +9,10 @@
 # skips passes (`accel-rewrite --list-passes` names them). LOG_WITH logs the training loop to these experiment
 # trackers (`tensorboard`, `jsonl`, `csv`, `all` or a registered name; `accel-rewrite --log-with`): the
 # accelerator gets them in its options, the loop starts and finishes them, and its printed loss is logged
-# (docs/tracking.md); they write under ./runs/<target>, or $ACCEL_PROJECT_DIR/<target>.
+# (docs/tracking.md); they write under ./runs/<target>, or $ACCEL_PROJECT_DIR/<target>. Where the training loop
+# saves a model, the rewrite saves a checkpoint (accelerator.save_state("checkpoint")) and loads it back before
+# the loop when the launcher restarts the job; RESUME (`accel-rewrite --resume`) loads it on any start that
+# finds one.
 #
 # The rewrite of a file re-runs when the file, a header it includes (Ninja and Makefile generators, through the
 # depfile accel-rewrite writes) or accel-rewrite itself changes, and at no other time. It parses the file with the
@@ -25,13 +28,13 @@ if(TORCH_INSTALL_PREFIX)
 endif()
 
 function(accelerate_target target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "" "SOURCES;NO_REWRITE;PASSES;DISABLE;LOG_WITH")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "RESUME" "" "SOURCES;NO_REWRITE;PASSES;DISABLE;LOG_WITH")
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "accelerate_target(${target}): no SOURCES given; list the training loop's .cpp files")
   endif()
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "accelerate_target(${target}): unknown arguments '${ARG_UNPARSED_ARGUMENTS}'; the "
-                        "keywords are SOURCES, PASSES, DISABLE, NO_REWRITE and LOG_WITH")
+                        "keywords are SOURCES, PASSES, DISABLE, NO_REWRITE, LOG_WITH and RESUME")
   endif()
   if(NOT TARGET accelerate::runtime)
     message(FATAL_ERROR "accelerate_target(${target}): accelerate::runtime is not defined. Call "
@@ -75,6 +78,9 @@ function(accelerate_target target)
   if(ARG_LOG_WITH)
     list(JOIN ARG_LOG_WITH "," trackers)
     list(APPEND pass_flags "--log-with=${trackers}" "--project-name=${target}")
+  endif()
+  if(ARG_RESUME)
+    list(APPEND pass_flags "--resume")
   endif()
 
   # The rewriter parses with the target's own view of the code (transitive: Torch's and the runtime's too).

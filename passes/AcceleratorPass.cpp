@@ -68,9 +68,9 @@ AST_MATCHER(clang::FunctionDecl, isLambdaCallOperator) {
 /// Everything the other passes rewrite into a use of `accelerator`.
 StatementMatcher usesAccelerator() {
   return stmt(anyOf(rewritableBackwardCall(), preparedDeclaration(), preparedAssignment(),
-                    preparedLoaderDeclaration(), deviceSiteUsingAccelerator(), accumulatedLoop(), clipCall(),
-                    mainProcessOutput(), guardedSave(), fileStreamOpenedByEveryProcess(),
-                    trackedTrainingLoop()));
+                    preparedMemberBuild(), preparedLoaderDeclaration(), deviceSiteUsingAccelerator(),
+                    accumulatedLoop(), clipCall(), mainProcessOutput(), guardedSave(),
+                    fileStreamOpenedByEveryProcess(), trackedTrainingLoop()));
 }
 
 AST_MATCHER_P(clang::FunctionDecl, hasUseOfAccelerator, StatementMatcher, Uses) {

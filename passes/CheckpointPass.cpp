@@ -1,13 +1,17 @@
 // passes/CheckpointPass.cpp: the rule that writes saved files from the main process only.
 #include "passes/CheckpointPass.h"
 
+#include "passes/DataLoaderPass.h"
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"
 
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/ExprCXX.h"
+#include "clang/AST/ParentMapContext.h"
+#include "clang/AST/StmtCXX.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/Lex/Lexer.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 
 namespace accelerate::passes {
@@ -19,6 +23,8 @@ using namespace clang::transformer;
 constexpr char StatementId[] = "statement";
 constexpr char PathId[] = "path";
 constexpr char StreamId[] = "stream";
+constexpr char RunId[] = "run";
+constexpr char FunctionId[] = "function";
 
 constexpr char SaveState[] = "accelerator.save_state(\"checkpoint\");";
 
@@ -87,6 +93,295 @@ StatementMatcher fileWrite() {
   return expr(anyOf(ImageWriter, ArchiveSave, ModuleSave));
 }
 
+/// A save of a model or an optimizer in a training loop where the pass inserts
+/// `accelerator.save_state("checkpoint")` (see checkpointPass()).
+StatementMatcher checkpointedSave();
+
+bool isLoop(const clang::Stmt& S) {
+  return llvm::isa<clang::ForStmt, clang::CXXForRangeStmt, clang::WhileStmt, clang::DoStmt>(S);
+}
+
+/// The outermost loop around `S` in its function; null when `S` is in no loop, or in a lambda (whose loops
+/// run when it is called, not where it is written).
+const clang::Stmt* outermostLoop(const clang::Stmt& S, clang::ASTContext& Context) {
+  const clang::Stmt* Outermost = nullptr;
+  clang::DynTypedNodeList Parents = Context.getParents(S);
+  while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
+    if (Parents[0].get<clang::LambdaExpr>())
+      return nullptr;
+    if (const auto* Parent = Parents[0].get<clang::Stmt>(); Parent && isLoop(*Parent))
+      Outermost = Parent;
+    Parents = Context.getParents(Parents[0]);
+  }
+  return Outermost;
+}
+
+/// The training runs of the main file that save a resumable checkpoint: the outermost loop around each save
+/// where the pass inserts save_state, each loop once, in source order.
+std::vector<const clang::Stmt*> checkpointedRuns(clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  std::vector<const clang::Stmt*> Runs;
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
+    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+      continue;
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        decl(forEachDescendant(stmt(checkpointedSave()).bind("save")))),
+               *TopLevel, Context))
+      if (const clang::Stmt* Run = outermostLoop(*Found.getNodeAs<clang::Stmt>("save"), Context);
+          Run && !llvm::is_contained(Runs, Run))
+        Runs.push_back(Run);
+  }
+  llvm::sort(Runs, [&](const clang::Stmt* A, const clang::Stmt* B) {
+    return SM.isBeforeInTranslationUnit(A->getBeginLoc(), B->getBeginLoc());
+  });
+  return Runs;
+}
+
+/// How the pass resumes a run: where the load goes and, for an epoch loop, the loader whose epoch it starts
+/// from; or why it does not.
+struct Resume {
+  std::string Problem;                    ///< Empty: the load goes before the run.
+  const clang::VarDecl* Epoch = nullptr;  ///< `for (int epoch = 1; ...)`: the loop variable ...
+  const clang::VarDecl* Loader = nullptr; ///< ... that starts at 1 + loader->epoch().
+};
+
+/// The prepared loader a range-for reads directly (`for (auto& batch : *loader)`), declared before `Run` in
+/// the same function; null otherwise.
+const clang::VarDecl* preparedLoaderRead(const clang::CXXForRangeStmt& Loop, const clang::Stmt& Run,
+                                         clang::ASTContext& Context) {
+  const clang::VarDecl* Loader = iteratedLoader(Loop, Context);
+  if (!Loader || namedDeclaration(Loop.getRangeInit()) != Loader || !isPreparedLoader(*Loader, Context))
+    return nullptr;
+  const clang::SourceManager& SM = Context.getSourceManager();
+  const clang::FunctionDecl* Function = enclosingFunction(Run, Context);
+  if (!Function || !Function->getBody() ||
+      !SM.isBeforeInTranslationUnit(Loader->getEndLoc(), Run.getBeginLoc()) ||
+      !SM.isBeforeInTranslationUnit(Function->getBody()->getBeginLoc(), Loader->getBeginLoc()))
+    return nullptr;
+  return Loader;
+}
+
+/// The variable a `for` loop counts with `++v`, `v++` or `v += 1`, declared in its init with `= value`, as
+/// an integer, and written nowhere in its body.
+const clang::VarDecl* countedVariable(const clang::ForStmt& Loop, clang::ASTContext& Context) {
+  const auto* Init = llvm::dyn_cast_or_null<clang::DeclStmt>(Loop.getInit());
+  const auto* Variable =
+      Init && Init->isSingleDecl() ? llvm::dyn_cast<clang::VarDecl>(Init->getSingleDecl()) : nullptr;
+  if (!Variable || !Variable->getInit() || Variable->getInitStyle() != clang::VarDecl::CInit ||
+      !Variable->getType()->isIntegerType() || Variable->getType()->isBooleanType() || !Loop.getInc())
+    return nullptr;
+  const clang::Expr* Increment = Loop.getInc()->IgnoreUnlessSpelledInSource()->IgnoreParens();
+  const clang::Expr* Target = nullptr;
+  if (const auto* Unary = llvm::dyn_cast<clang::UnaryOperator>(Increment); Unary && Unary->isIncrementOp())
+    Target = Unary->getSubExpr();
+  if (const auto* Compound = llvm::dyn_cast<clang::CompoundAssignOperator>(Increment);
+      Compound && Compound->getOpcode() == clang::BO_AddAssign)
+    if (const auto* One = llvm::dyn_cast<clang::IntegerLiteral>(Compound->getRHS()->IgnoreParenImpCasts());
+        One && One->getValue() == 1)
+      Target = Compound->getLHS();
+  if (!Target || namedDeclaration(Target) != Variable)
+    return nullptr;
+  auto Reference = ignoringParenImpCasts(declRefExpr(to(varDecl(equalsNode(Variable)))));
+  auto Write = expr(anyOf(binaryOperator(isAssignmentOperator(), hasLHS(Reference)),
+                          unaryOperator(hasAnyOperatorName("++", "--", "&"), hasUnaryOperand(Reference))));
+  return containsMatch(Write, *Loop.getBody(), Context) ? nullptr : Variable;
+}
+
+/// True when a `break` ends `Loop` before its end: the loader's epoch then stays behind the epoch loop's.
+bool leavesEarly(const clang::CXXForRangeStmt& Loop, clang::ASTContext& Context) {
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(breakStmt().bind("break")))), *Loop.getBody(),
+             Context)) {
+    clang::DynTypedNodeList Parents = Context.getParents(*Found.getNodeAs<clang::Stmt>("break"));
+    while (!Parents.empty()) {
+      const auto* Parent = Parents[0].get<clang::Stmt>();
+      if (Parent && (isLoop(*Parent) || llvm::isa<clang::SwitchStmt>(Parent))) {
+        if (Parent == &Loop)
+          return true;
+        break;
+      }
+      Parents = Context.getParents(Parents[0]);
+    }
+  }
+  return false;
+}
+
+/// True when a loop of the main file calls `Function`: a load at its start would run on every call.
+bool isCalledInALoop(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  auto Call = callExpr(callee(functionDecl().bind("callee"))).bind("call");
+  const clang::SourceManager& SM = Context.getSourceManager();
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
+    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+      continue;
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs, decl(forEachDescendant(Call))), *TopLevel, Context)) {
+      const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
+      if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
+        Callee = Pattern;
+      if (Callee->getCanonicalDecl() != Function.getCanonicalDecl())
+        continue;
+      clang::DynTypedNodeList Parents = Context.getParents(*Found.getNodeAs<clang::Stmt>("call"));
+      while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
+        if (const auto* Parent = Parents[0].get<clang::Stmt>(); Parent && isLoop(*Parent))
+          return true;
+        Parents = Context.getParents(Parents[0]);
+      }
+    }
+  }
+  return false;
+}
+
+/// How the pass resumes `Run`, one of checkpointedRuns(): a loop over a prepared loader resumes where the
+/// loader stopped (load_state restores its position); an epoch loop `for (int epoch = first; ...; ++epoch)`
+/// whose body reads a prepared loader once, as a statement of its block, also starts at the loader's epoch.
+Resume resumeOf(const clang::Stmt& Run, const std::vector<const clang::Stmt*>& Runs,
+                clang::ASTContext& Context) {
+  const clang::FunctionDecl* Function = enclosingFunction(Run, Context);
+  for (const clang::Stmt* Other : Runs)
+    if (Other != &Run && enclosingFunction(*Other, Context) == Function &&
+        Context.getSourceManager().isBeforeInTranslationUnit(Other->getBeginLoc(), Run.getBeginLoc()))
+      return {"later"};
+  clang::DynTypedNodeList Parents = Context.getParents(Run);
+  if (Parents.empty() || !Parents[0].get<clang::CompoundStmt>())
+    return {"unbraced"};
+  if (!Function || isCalledInALoop(*Function, Context))
+    return {"called"};
+  if (const auto* RangeFor = llvm::dyn_cast<clang::CXXForRangeStmt>(&Run))
+    return preparedLoaderRead(*RangeFor, Run, Context) ? Resume{} : Resume{"shape"};
+  const auto* For = llvm::dyn_cast<clang::ForStmt>(&Run);
+  const auto* Body = For ? llvm::dyn_cast<clang::CompoundStmt>(For->getBody()) : nullptr;
+  const clang::VarDecl* Epoch = For && Body ? countedVariable(*For, Context) : nullptr;
+  if (!Epoch)
+    return {"shape"};
+  const clang::VarDecl* Loader = nullptr;
+  for (const clang::Stmt* Statement : Body->body())
+    if (const auto* RangeFor = llvm::dyn_cast<clang::CXXForRangeStmt>(Statement)) {
+      const clang::VarDecl* Read = preparedLoaderRead(*RangeFor, Run, Context);
+      if (!Read || Loader || leavesEarly(*RangeFor, Context))
+        return {"shape"};
+      Loader = Read;
+    }
+  if (!Loader)
+    return {"shape"};
+  auto NamesLoader = ignoringParenImpCasts(declRefExpr(to(varDecl(equalsNode(Loader)))));
+  auto OtherRead = cxxForRangeStmt(hasRangeInit(ignoringParenImpCasts(
+      anyOf(NamesLoader, cxxOperatorCallExpr(hasOverloadedOperatorName("*"), hasArgument(0, NamesLoader))))));
+  unsigned Reads =
+      match(traverse(clang::TK_AsIs, stmt(forEachDescendant(OtherRead.bind("read")))), *Body, Context).size();
+  if (Reads != 1)
+    return {"shape"};
+  return {"", Epoch, Loader};
+}
+
+AST_MATCHER_P(clang::Stmt, isCheckpointedRun, std::string, Problem) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  // Only an outermost loop that saves a model or an optimizer can be one; the file-wide search comes last.
+  if (!isLoop(Node) || outermostLoop(Node, Context) || !containsMatch(stateSave(), Node, Context))
+    return false;
+  std::vector<const clang::Stmt*> Runs = checkpointedRuns(Context);
+  return llvm::is_contained(Runs, &Node) && resumeOf(Node, Runs, Context).Problem == Problem;
+}
+
+std::string checkpointDirectory() {
+  return "\"checkpoint\"";
+}
+
+/// `if (accelerate::restarted_with_checkpoint("checkpoint")) { accelerator.load_state("checkpoint"); }`;
+/// with --resume, `accelerate::checkpoint_exists(...)`.
+std::string loadStatement() {
+  std::string Condition =
+      passSettings().Resume ? "accelerate::checkpoint_exists" : "accelerate::restarted_with_checkpoint";
+  return "if (" + Condition + "(" + checkpointDirectory() + ")) {\n  accelerator.load_state(" +
+         checkpointDirectory() + ");\n}";
+}
+
+/// For an epoch loop, its first epoch moved on by the epochs the loaded loader has finished:
+/// `for (int epoch = 1; ...)` → `for (int epoch = 1 + loader->epoch(); ...)` (0 → `loader->epoch()`).
+EditGenerator epochStart() {
+  return [](const MatchFinder::MatchResult& Result) -> llvm::Expected<llvm::SmallVector<Edit, 1>> {
+    llvm::SmallVector<Edit, 1> Edits;
+    const auto* Run = Result.Nodes.getNodeAs<clang::Stmt>(RunId);
+    Resume How = resumeOf(*Run, checkpointedRuns(*Result.Context), *Result.Context);
+    if (!How.Epoch)
+      return Edits;
+    const clang::Expr* First = How.Epoch->getInit()->IgnoreUnlessSpelledInSource();
+    clang::CharSourceRange Range =
+        clang::Lexer::makeFileCharRange(clang::CharSourceRange::getTokenRange(First->getSourceRange()),
+                                        *Result.SourceManager, Result.Context->getLangOpts());
+    if (Range.isInvalid())
+      return Edits;
+    std::string Text =
+        clang::Lexer::getSourceText(Range, *Result.SourceManager, Result.Context->getLangOpts()).str();
+    std::string Epochs = How.Loader->getNameAsString() + "->epoch()";
+    const auto* Literal = llvm::dyn_cast<clang::IntegerLiteral>(First->IgnoreParens());
+    Edit Change;
+    Change.Range = Range;
+    if (Literal && Literal->getValue() == 0)
+      Change.Replacement = Epochs;
+    else if (Literal || llvm::isa<clang::DeclRefExpr, clang::ParenExpr>(First))
+      Change.Replacement = Text + " + " + Epochs;
+    else
+      Change.Replacement = "(" + Text + ") + " + Epochs;
+    Edits.push_back(std::move(Change));
+    return Edits;
+  };
+}
+
+/// `main`, or in a file without one, the first function of the main file that trains: where a warning about
+/// the whole file goes.
+AST_MATCHER(clang::FunctionDecl, isFileAnchor) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::SourceManager& SM = Context.getSourceManager();
+  if (!Node.doesThisDeclarationHaveABody() || !SM.isWrittenInMainFile(SM.getExpansionLoc(Node.getLocation())))
+    return false;
+  if (Node.isMain())
+    return true;
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
+    const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel);
+    if (Function && Function->isMain() && SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
+      return false;
+  }
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
+    const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel);
+    if (Function && Function->doesThisDeclarationHaveABody() &&
+        SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())) &&
+        isTrainingOrEvaluationFunction(*Function, Context))
+      return Function == &Node;
+  }
+  return false;
+}
+
+llvm::Expected<std::string> loadText(const MatchFinder::MatchResult&) {
+  return loadStatement();
+}
+
+Stencil explainLoad() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Run = Result.Nodes.getNodeAs<clang::Stmt>(RunId);
+    Resume How = resumeOf(*Run, checkpointedRuns(*Result.Context), *Result.Context);
+    std::string Why =
+        std::string(
+            passSettings().Resume
+                ? "with --resume, a run that finds the checkpoint save_state(\"checkpoint\") wrote "
+                  "(a restart, or a new start of the job) continues from it"
+                : "when the launcher restarts the job after a failure (TORCHELASTIC_RESTART_COUNT > 0: "
+                  "accel launch --max_restarts, torchrun), the run continues from the checkpoint "
+                  "save_state(\"checkpoint\") wrote, if one was written") +
+        ": load_state (on every process) restores the models, optimizers, schedulers, RNG states and the "
+        "prepared loader's position, so training continues at the batch after the checkpoint";
+    if (How.Epoch)
+      Why += "; the epoch loop starts at the loader's epoch (" + How.Loader->getNameAsString() +
+             "->epoch(): 0 on a fresh start)";
+    return Why;
+  });
+}
+
+AST_MATCHER(clang::FunctionDecl, resumesWithoutCheckpoint) {
+  return passSettings().Resume && mainFileTrains(Finder->getASTContext()) &&
+         checkpointedRuns(Finder->getASTContext()).empty();
+}
+
 } // namespace
 
 StatementMatcher guardedSave() {
@@ -94,6 +389,13 @@ StatementMatcher guardedSave() {
               isInTrainingOrEvaluationCode(), unless(isInDistributedFunction()))
       .bind(StatementId);
 }
+
+namespace {
+StatementMatcher checkpointedSave() {
+  return stmt(guardedSave(), stateSave(), isInTrainingLoopMatcher(), unless(isUnderTensorConditionMatcher()),
+              isFirstStateSaveOfBlock());
+}
+} // namespace
 
 /// `std::ofstream log("log.txt");`: a file stream opened, and so emptied, by every process.
 StatementMatcher fileStreamOpenedByEveryProcess() {
@@ -113,7 +415,46 @@ PassRule checkpointPass() {
   auto StateSaveInLoop = stmt(guardedSave(), stateSave(), isInTrainingLoopMatcher());
   auto Kept =
       cat("every process holds the same weights, so the main process alone writes them, at this path");
+  auto Run = [](std::string Problem) {
+    return traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                    stmt(isCheckpointedRun(std::move(Problem))).bind(RunId));
+  };
+  auto ByHand =
+      cat("load it by hand before the loop: if (accelerate::restarted_with_checkpoint(\"checkpoint\")) "
+          "accelerator.load_state(\"checkpoint\");");
   return applyFirst<std::string>({
+      makeRule(Run(""), flatten(insertBeforeStatement(RunId, run(loadText)), epochStart()), explainLoad()),
+      makeRule(Run("later"), noopEdit(node(RunId)),
+               cat("no load_state inserted before this training loop: an earlier loop of this function "
+                   "saves the checkpoint too, and the load goes before the first one only (a restart cannot "
+                   "tell which of the two loops wrote the checkpoint); resume this one by hand")),
+      makeRule(
+          Run("unbraced"), noopEdit(node(RunId)),
+          cat("no load_state inserted: this training loop is the body of an if or a loop written without "
+              "braces, where a load cannot go before it, so a restarted job would start it over; put it "
+              "in braces { ... } and run again")),
+      makeRule(Run("called"), noopEdit(node(RunId)),
+               cat("no load_state inserted: a loop of this file calls this function, so a load before its "
+                   "training loop would run again on every call; ",
+                   ByHand, " (before the loop that calls this function)")),
+      makeRule(
+          Run("shape"), noopEdit(node(RunId)),
+          cat("no load_state inserted: a restarted job would start this training loop over, and "
+              "load_state restores the state but not this loop's counter; the pass resumes a loop over a "
+              "prepared data loader (for (auto& batch : *loader), which continues at the next batch) or "
+              "an epoch loop (for (int epoch = 0; ...; ++epoch)) whose block reads one once; ",
+              ByHand,
+              " and start the loop where the checkpoint stopped "
+              "(accelerator.gradient_state()->optimizer_steps counts the steps taken)")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   functionDecl(isFileAnchor(), resumesWithoutCheckpoint()).bind(FunctionId)),
+          noopEdit(name(FunctionId)),
+          cat("--resume: nothing to resume from: no accelerator.save_state(\"checkpoint\") is inserted "
+              "in this file (the pass saves a checkpoint where a training loop saves a model or an "
+              "optimizer with torch::save, as a statement of a block and under no condition on a tensor), "
+              "so no load_state is inserted either; save the model in the training loop, or drop "
+              "--resume")),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource,
                    stmt(StateSaveInLoop, unless(isUnderTensorConditionMatcher()), isFirstStateSaveOfBlock())),

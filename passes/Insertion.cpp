@@ -220,6 +220,22 @@ clang::transformer::RangeSelector statementWithSemicolon(std::string StmtId) {
   };
 }
 
+clang::transformer::Edit editInsertingBefore(const clang::Stmt& S, llvm::StringRef Statement,
+                                             const clang::SourceManager& SM) {
+  clang::transformer::Edit Edit;
+  Edit.Range = clang::CharSourceRange::getCharRange(S.getBeginLoc(), S.getBeginLoc());
+  llvm::StringRef Prefix = linePrefix(S.getBeginLoc(), SM);
+  if (!Prefix.trim().empty()) {
+    Edit.Replacement = Statement.str() + " ";
+    return Edit;
+  }
+  // Each line of a multi-line insertion is indented like the statement.
+  for (char C : Statement)
+    Edit.Replacement += C == '\n' ? "\n" + Prefix.str() : std::string(1, C);
+  Edit.Replacement += "\n" + Prefix.str();
+  return Edit;
+}
+
 clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
                                                   clang::transformer::TextGenerator Statement) {
   auto Text = [StmtId, Statement](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
@@ -229,14 +245,7 @@ clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
     auto Inserted = Statement->eval(Result);
     if (!Inserted)
       return Inserted.takeError();
-    llvm::StringRef Prefix = linePrefix((*S)->getBeginLoc(), *Result.SourceManager);
-    if (!Prefix.trim().empty())
-      return *Inserted + " ";
-    // Each line of a multi-line insertion is indented like the statement.
-    std::string Text;
-    for (char C : *Inserted)
-      Text += C == '\n' ? "\n" + Prefix.str() : std::string(1, C);
-    return Text + "\n" + Prefix.str();
+    return editInsertingBefore(**S, *Inserted, *Result.SourceManager).Replacement;
   };
   return clang::transformer::insertBefore(clang::transformer::node(StmtId),
                                           clang::transformer::run(std::move(Text)));
@@ -307,33 +316,37 @@ clang::transformer::EditGenerator insertAfterStatement(std::string StmtId,
   };
 }
 
+clang::CharSourceRange rangeRemovingStatement(const clang::Stmt& S, clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  clang::CharSourceRange Range = rangeWithSemicolon(S, Context);
+  clang::SourceLocation Begin = Range.getBegin();
+  llvm::StringRef Prefix = linePrefix(Begin, SM);
+  if (!Prefix.trim().empty())
+    return Range;
+  // Nothing but indentation before it: take the rest of its last line too, when that is only spaces or a
+  // `//` comment, and then the line break, so the whole line goes.
+  auto [File, EndOffset] = SM.getDecomposedLoc(Range.getEnd());
+  llvm::StringRef After = SM.getBufferData(File).drop_front(EndOffset);
+  llvm::StringRef Rest = After.take_until([](char C) { return C == '\n' || C == '\r'; });
+  llvm::StringRef Trimmed = Rest.ltrim(" \t");
+  if (!Trimmed.empty() && !Trimmed.starts_with("//"))
+    return Range;
+  unsigned Length = Rest.size();
+  if (After.drop_front(Length).starts_with("\r\n"))
+    Length += 2;
+  else if (Length < After.size())
+    Length += 1;
+  return clang::CharSourceRange::getCharRange(Begin.getLocWithOffset(-static_cast<int>(Prefix.size())),
+                                              Range.getEnd().getLocWithOffset(Length));
+}
+
 clang::transformer::ASTEdit removeStatement(std::string StmtId) {
   clang::transformer::RangeSelector WholeLines =
       [StmtId](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
     auto S = boundStatement(Result, StmtId);
     if (!S)
       return S.takeError();
-    const clang::SourceManager& SM = *Result.SourceManager;
-    clang::CharSourceRange Range = rangeWithSemicolon(**S, *Result.Context);
-    clang::SourceLocation Begin = Range.getBegin();
-    llvm::StringRef Prefix = linePrefix(Begin, SM);
-    if (!Prefix.trim().empty())
-      return Range;
-    // Nothing but indentation before it: take the rest of its last line too, when that is only spaces or a
-    // `//` comment, and then the line break, so the whole line goes.
-    auto [File, EndOffset] = SM.getDecomposedLoc(Range.getEnd());
-    llvm::StringRef After = SM.getBufferData(File).drop_front(EndOffset);
-    llvm::StringRef Rest = After.take_until([](char C) { return C == '\n' || C == '\r'; });
-    llvm::StringRef Trimmed = Rest.ltrim(" \t");
-    if (!Trimmed.empty() && !Trimmed.starts_with("//"))
-      return Range;
-    unsigned Length = Rest.size();
-    if (After.drop_front(Length).starts_with("\r\n"))
-      Length += 2;
-    else if (Length < After.size())
-      Length += 1;
-    return clang::CharSourceRange::getCharRange(Begin.getLocWithOffset(-static_cast<int>(Prefix.size())),
-                                                Range.getEnd().getLocWithOffset(Length));
+    return rangeRemovingStatement(**S, *Result.Context);
   };
   return clang::transformer::changeTo(std::move(WholeLines), clang::transformer::cat(""));
 }

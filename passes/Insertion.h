@@ -32,6 +32,10 @@ clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerato
 clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
                                                   clang::transformer::TextGenerator Statement);
 
+/// The edit insertBeforeStatement() makes, for a statement at hand (outside macros).
+clang::transformer::Edit editInsertingBefore(const clang::Stmt& S, llvm::StringRef Statement,
+                                             const clang::SourceManager& SM);
+
 /// Inserts `Statement` on its own line right after the statement bound to `StmtId` (after its semicolon and
 /// any `//` comment that ends its line), indented like it. When that statement is the unbraced body of an
 /// `if`, an `else` or a loop, the two go in braces, so that the new one runs under the same condition:
@@ -54,6 +58,9 @@ clang::transformer::Edit editInsertingAtBlockStart(const clang::CompoundStmt& Bl
 /// Removes the statement bound to `StmtId` with its semicolon; when nothing else is on its lines (comments
 /// aside, which then go with it), the lines themselves go, so no blank line is left behind.
 clang::transformer::ASTEdit removeStatement(std::string StmtId);
+
+/// The range removeStatement() removes, for a statement at hand.
+clang::CharSourceRange rangeRemovingStatement(const clang::Stmt& S, clang::ASTContext& Context);
 
 /// The range of the statement bound to `StmtId`, its terminating semicolon included.
 clang::transformer::RangeSelector statementWithSemicolon(std::string StmtId);

@@ -13,6 +13,7 @@
 #include "clang/Tooling/Transformer/Stencil.h"
 
 #include <algorithm>
+#include <map>
 
 namespace accelerate::passes {
 namespace {
@@ -214,7 +215,8 @@ StatementMatcher serializedPreparedOptimizer() {
 /// `optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), ...)`: a smart pointer assigned in
 /// a statement of its own (one per branch of an if/else, say).
 AST_MATCHER(clang::Expr, isAssignedOptimizer) {
-  return optimizerAssignment(Node, Finder->getASTContext()) != nullptr;
+  return optimizerAssignment(Node, Finder->getASTContext()) != nullptr &&
+         !preparedMemberBuiltBy(Node, Finder->getASTContext());
 }
 
 StatementMatcher assignedOptimizer() {
@@ -243,6 +245,193 @@ Stencil assignedModelPreparations() {
 
 AST_MATCHER(clang::Expr, madeWithModel) {
   return !modelsTrainedBy(Node, Finder->getASTContext()).empty();
+}
+
+constexpr char FieldId[] = "field";
+
+AST_MATCHER(clang::FieldDecl, isPreparedMemberOptimizer) {
+  return memberOptimizer(Node, Finder->getASTContext()).Problem.empty();
+}
+
+/// An optimizer member of a class of the main file, in a file that trains.
+DeclarationMatcher optimizerMember() {
+  return fieldDecl(hasType(isOptimizerType()), isExpansionInMainFile(), isInTrainingFileDecl()).bind(FieldId);
+}
+
+clang::CharSourceRange tokenRange(clang::SourceRange Range) {
+  return clang::CharSourceRange::getTokenRange(Range);
+}
+
+/// The arguments between a construction's parentheses or braces, as written (empty when it has none).
+clang::SourceRange argumentsInside(clang::SourceRange ParensOrBraces, const clang::SourceManager& SM,
+                                   const clang::LangOptions& Options) {
+  if (ParensOrBraces.isInvalid())
+    return {};
+  clang::SourceLocation Begin = clang::Lexer::getLocForEndOfToken(ParensOrBraces.getBegin(), 0, SM, Options);
+  return {Begin, ParensOrBraces.getEnd()};
+}
+
+/// `T(args)` for the optimizer a member's build site makes, with each model in `Inline` written as its
+/// preparation (`accelerate::Accelerator::current().prepare(model)`), for an initialiser, where no statement
+/// can go before the optimizer is made.
+llvm::Expected<std::string> preparedOptimizerText(const MemberOptimizerBuild& Build,
+                                                  const clang::FieldDecl& Field,
+                                                  llvm::ArrayRef<const clang::Expr*> Inline,
+                                                  llvm::StringRef Accelerator,
+                                                  const MatchFinder::MatchResult& Result) {
+  const clang::SourceManager& SM = *Result.SourceManager;
+  const clang::LangOptions& Options = Result.Context->getLangOpts();
+  clang::SourceRange TypeRange, Arguments;
+  if (const auto* New = llvm::dyn_cast<clang::CXXNewExpr>(Build.Made)) {
+    TypeRange = New->getAllocatedTypeSourceInfo()->getTypeLoc().getSourceRange();
+    Arguments = argumentsInside(New->getConstructExpr()->getParenOrBraceRange(), SM, Options);
+  } else if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(Build.Made)) {
+    const auto* Callee = llvm::dyn_cast<clang::DeclRefExpr>(Call->getCallee()->IgnoreUnlessSpelledInSource());
+    if (!Callee || Callee->getNumTemplateArgs() != 1)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "expected std::make_shared<T>(...) with one template argument");
+    TypeRange = Callee->getTemplateArgs()[0].getSourceRange();
+    if (Call->getNumArgs() > 0)
+      Arguments = {Call->getArg(0)->getBeginLoc(), Call->getRParenLoc()};
+  } else {
+    const auto* Construct = llvm::cast<clang::CXXConstructExpr>(Build.Made);
+    TypeRange = Field.getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc().getSourceRange();
+    Arguments = argumentsInside(Construct->getParenOrBraceRange(), SM, Options);
+  }
+  std::string Type = sourceText(TypeRange, Result);
+  std::string Text;
+  if (Arguments.isValid()) {
+    // The arguments' text, with each model to prepare inline replaced by its preparation.
+    clang::CharSourceRange Range = clang::CharSourceRange::getCharRange(Arguments);
+    std::vector<const clang::Expr*> Models(Inline.begin(), Inline.end());
+    llvm::sort(Models, [&](const clang::Expr* A, const clang::Expr* B) {
+      return SM.isBeforeInTranslationUnit(A->getBeginLoc(), B->getBeginLoc());
+    });
+    clang::SourceLocation At = Range.getBegin();
+    for (const clang::Expr* Model : Models) {
+      Text += sourceText(clang::CharSourceRange::getCharRange(At, Model->getBeginLoc()), Result);
+      std::string Name = sourceText(Model->getSourceRange(), Result);
+      Text += Model->getType()->isPointerType() ? "(&" + Accelerator.str() + ".prepare(*" + Name + "))"
+                                                : Accelerator.str() + ".prepare(" + Name + ")";
+      At = clang::Lexer::getLocForEndOfToken(Model->getEndLoc(), 0, SM, Options);
+    }
+    Text += sourceText(clang::CharSourceRange::getCharRange(At, Range.getEnd()), Result);
+  }
+  return Accelerator.str() + ".prepare(" + Type + "(" + Text + "))";
+}
+
+/// The edits that make an optimizer member a prepared one: its type becomes accelerate::Optimizer (a
+/// std::optional of one when it is built after the object), each build site prepares the models the
+/// optimizer trains and then the optimizer, and `delete member;` goes.
+EditGenerator prepareMember() {
+  return [](const MatchFinder::MatchResult& Result) -> llvm::Expected<llvm::SmallVector<Edit, 1>> {
+    const auto* Field = Result.Nodes.getNodeAs<clang::FieldDecl>(FieldId);
+    clang::ASTContext& Context = *Result.Context;
+    const clang::SourceManager& SM = *Result.SourceManager;
+    const MemberOptimizer& Member = memberOptimizer(*Field, Context);
+    llvm::SmallVector<Edit, 1> Edits;
+    auto Change = [&](clang::CharSourceRange Range, std::string Text) {
+      Edit E;
+      E.Range = Range;
+      E.Replacement = std::move(Text);
+      Edits.push_back(std::move(E));
+    };
+    // The type; `torch::optim::Adam *opt` keeps a space before the name.
+    clang::SourceRange TypeRange = Field->getTypeSourceInfo()->getTypeLoc().getSourceRange();
+    std::string Type = Member.Optional ? "std::optional<accelerate::Optimizer>" : "accelerate::Optimizer";
+    clang::SourceLocation AfterType =
+        clang::Lexer::getLocForEndOfToken(TypeRange.getEnd(), 0, SM, Context.getLangOpts());
+    const char* Next = SM.getCharacterData(AfterType);
+    if (Next && *Next != ' ' && *Next != '\t')
+      Type += " ";
+    Change(tokenRange(TypeRange), Type);
+    // Each build site, models first; a model is prepared once per function (or initialiser list).
+    std::map<const void*, std::vector<const clang::ValueDecl*>> PreparedIn;
+    for (const MemberOptimizerBuild& Build : Member.Builds) {
+      const void* Owner = Build.Statement
+                              ? static_cast<const void*>(enclosingFunction(*Build.Statement, Context))
+                              : static_cast<const void*>(Field->getParent());
+      std::vector<const clang::ValueDecl*>& Prepared = PreparedIn[Owner];
+      std::vector<const clang::Expr*> Models;
+      for (const clang::Expr* Model : modelsTrainedBy(*Build.Construction, Context))
+        if (!llvm::is_contained(Prepared, namedDeclaration(Model))) {
+          Prepared.push_back(namedDeclaration(Model));
+          Models.push_back(Model);
+        }
+      if (!Build.Statement) {
+        auto Text =
+            preparedOptimizerText(Build, *Field, Models, "accelerate::Accelerator::current()", Result);
+        if (!Text)
+          return Text.takeError();
+        // `T opt(args)` / `opt(args)` in an initialiser list: the parentheses' content; otherwise the
+        // expression that makes it.
+        const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(Build.Made);
+        if (Construct && !llvm::isa<clang::CXXTemporaryObjectExpr>(Construct) &&
+            Construct->getParenOrBraceRange().isValid()) {
+          clang::SourceRange Inside =
+              argumentsInside(Construct->getParenOrBraceRange(), SM, Context.getLangOpts());
+          Change(clang::CharSourceRange::getCharRange(Inside), *Text);
+        } else {
+          Change(tokenRange(Build.Made->getSourceRange()), *Text);
+        }
+        continue;
+      }
+      std::string Preparations;
+      for (const clang::Expr* Model : Models) {
+        std::string Name = sourceText(Model->getSourceRange(), Result);
+        if (Model->getType()->isPointerType())
+          Name = "*" + Name;
+        Preparations += (Preparations.empty() ? "" : "\n") + ("accelerator.prepare(" + Name + ");");
+      }
+      if (!Preparations.empty())
+        Edits.push_back(editInsertingBefore(*Build.Statement, Preparations, SM));
+      auto Text = preparedOptimizerText(Build, *Field, {}, "accelerator", Result);
+      if (!Text)
+        return Text.takeError();
+      // `member = new T(args)` / `member.reset(new T(args))` → `member = accelerator.prepare(T(args))`.
+      const clang::Expr* Target = nullptr;
+      if (const auto* Assign = llvm::dyn_cast<clang::BinaryOperator>(Build.Statement))
+        Target = Assign->getLHS();
+      else if (const auto* Operator = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Build.Statement))
+        Target = Operator->getArg(0);
+      else if (const auto* Reset = llvm::dyn_cast<clang::CXXMemberCallExpr>(Build.Statement))
+        Target = Reset->getImplicitObjectArgument();
+      if (!Target)
+        return llvm::createStringError(llvm::inconvertibleErrorCode(), "unexpected optimizer member build");
+      Change(tokenRange(Build.Statement->getSourceRange()),
+             sourceText(Target->getSourceRange(), Result) + " = " + *Text);
+    }
+    for (const clang::CXXDeleteExpr* Delete : Member.Deletes)
+      Change(rangeRemovingStatement(*Delete, Context), "");
+    return Edits;
+  };
+}
+
+Stencil memberExplanation() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Field = Result.Nodes.getNodeAs<clang::FieldDecl>(FieldId);
+    const MemberOptimizer& Member = memberOptimizer(*Field, *Result.Context);
+    std::string Text = "optimizer member '" + Field->getNameAsString() + "' holds the prepared optimizer, " +
+                       (Member.Optional ? "a std::optional<accelerate::Optimizer> (it is built after the "
+                                          "object is)"
+                                        : "an accelerate::Optimizer") +
+                       ", which keeps step(), zero_grad(), param_groups() and `->` and converts to "
+                       "torch::optim::Optimizer&: it steps with fused kernels, only at the end of an "
+                       "accumulation window, and only on synchronised gradients; the models it trains are "
+                       "prepared where it is built, before it";
+    if (!Member.Deletes.empty())
+      Text += "; `delete` goes, the prepared optimizer owns the optimizer";
+    return Text;
+  });
+}
+
+Stencil memberWarning() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Field = Result.Nodes.getNodeAs<clang::FieldDecl>(FieldId);
+    const MemberOptimizer& Member = memberOptimizer(*Field, *Result.Context);
+    return "optimizer member '" + Field->getParent()->getNameAsString() + "::" + Field->getNameAsString() +
+           "' not prepared: " + Member.Problem;
+  });
 }
 
 } // namespace
@@ -332,6 +521,29 @@ RangeSelector parameterType() {
 
 } // namespace
 
+namespace {
+
+AST_MATCHER(clang::Expr, buildsPreparedMember) {
+  for (const MemberOptimizer* Member : preparedMemberOptimizers(Finder->getASTContext()))
+    for (const MemberOptimizerBuild& Build : Member->Builds)
+      if (Build.Statement == &Node)
+        return true;
+  return false;
+}
+
+} // namespace
+
+StatementMatcher preparedMemberBuild() {
+  auto Member = memberExpr(member(fieldDecl(hasType(isOptimizerType()))));
+  return traverse(clang::TK_AsIs,
+                  expr(anyOf(binaryOperator(isAssignmentOperator(), hasLHS(ignoringParenImpCasts(Member))),
+                             cxxOperatorCallExpr(hasOverloadedOperatorName("="),
+                                                 hasArgument(0, ignoringParenImpCasts(Member))),
+                             cxxMemberCallExpr(callee(cxxMethodDecl(hasName("reset"))),
+                                               on(ignoringParenImpCasts(Member)))),
+                       buildsPreparedMember()));
+}
+
 StatementMatcher preparedAssignment() {
   return traverse(clang::TK_AsIs, stmt(assignedOptimizer(), hasDescendant(expr(madeWithModel()))));
 }
@@ -353,6 +565,12 @@ PassRule preparePass() {
   auto OptimizerWithModel =
       declStmt(declarationOf(isOptimizerType()), hasSingleDecl(varDecl(trainsSomeModel())));
   return applyFirst<std::string>({
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        fieldDecl(optimizerMember(), isPreparedMemberOptimizer())),
+               prepareMember(), memberExplanation()),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        fieldDecl(optimizerMember(), unless(isPreparedMemberOptimizer()))),
+               noopEdit(name(FieldId)), memberWarning()),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, OptimizerWithModel),
           flatten(prepareModels(), changeTo(statementWithSemicolon(StatementId), preparedDeclarationText())),

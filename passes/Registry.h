@@ -42,6 +42,9 @@ struct PassSettings {
   /// `--project-name`: the project `init_trackers` names (its directory under the project directory). Empty:
   /// the stem of the file rewritten.
   std::string ProjectName;
+  /// `--resume`: the checkpoint pass loads the checkpoint it saves on any start that finds one, not only on
+  /// a launcher's restart.
+  bool Resume = false;
 };
 
 /// True when the pass named `Name` runs in the current rewrite. A pass whose rewrite depends on another's

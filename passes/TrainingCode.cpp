@@ -13,6 +13,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <map>
 #include <optional>
 
 namespace accelerate::passes {
@@ -309,7 +310,7 @@ const clang::Stmt* optimizerAssignment(const clang::Expr& Construction, clang::A
 /// True when the prepare pass prepares the models of this construction: it initialises a local or (in a file
 /// with main) a global declaration, or it is assigned to a smart pointer in a statement of its own.
 bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& Context) {
-  if (optimizerAssignment(Construction, Context))
+  if (optimizerAssignment(Construction, Context) || preparedMemberBuiltBy(Construction, Context))
     return true;
   clang::DynTypedNodeList Parents = Context.getParents(Construction);
   while (!Parents.empty() &&
@@ -329,6 +330,373 @@ bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& 
           SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
         return true;
   return false;
+}
+
+namespace {
+
+/// `E` without the implicit nodes around a value: casts, temporaries, cleanups, parentheses and the
+/// constructor call that only converts or moves (a `std::unique_ptr` made from `std::make_unique`'s result).
+const clang::Expr* withoutImplicit(const clang::Expr* E) {
+  while (E) {
+    const clang::Expr* Inner = E->IgnoreImplicit()->IgnoreParens();
+    if (const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(Inner))
+      if (Construct->getNumArgs() == 1 && !llvm::isa<clang::CXXTemporaryObjectExpr>(Construct) &&
+          (Construct->getConstructor()->isCopyOrMoveConstructor() ||
+           Construct->getConstructor()->isConvertingConstructor(/*AllowExplicit=*/false)) &&
+          !Construct->getParenOrBraceRange().isValid())
+        Inner = Construct->getArg(0)->IgnoreImplicit()->IgnoreParens();
+    if (Inner == E)
+      return E;
+    E = Inner;
+  }
+  return E;
+}
+
+/// The parent of `E` that is not an implicit node or parentheses (null at the top).
+const clang::DynTypedNode* spelledParent(const clang::Expr& E, clang::ASTContext& Context,
+                                         clang::DynTypedNode& Storage) {
+  clang::DynTypedNodeList Parents = Context.getParents(E);
+  while (!Parents.empty()) {
+    const auto* Parent = Parents[0].get<clang::Expr>();
+    if (!Parent ||
+        !(llvm::isa<clang::ImplicitCastExpr>(Parent) || llvm::isa<clang::ParenExpr>(Parent) ||
+          llvm::isa<clang::MaterializeTemporaryExpr>(Parent) ||
+          llvm::isa<clang::CXXBindTemporaryExpr>(Parent) || llvm::isa<clang::ExprWithCleanups>(Parent))) {
+      Storage = Parents[0];
+      return &Storage;
+    }
+    Parents = Context.getParents(*Parent);
+  }
+  return nullptr;
+}
+
+/// True when the statement is a statement of its own in a block (through the cleanups around it).
+bool isBlockStatement(const clang::Expr& E, clang::ASTContext& Context) {
+  clang::DynTypedNodeList Parents = Context.getParents(E);
+  while (!Parents.empty() && Parents[0].get<clang::ExprWithCleanups>())
+    Parents = Context.getParents(Parents[0]);
+  return !Parents.empty() && Parents[0].get<clang::CompoundStmt>();
+}
+
+/// The optimizer a build site makes: `new T(args)`, `std::make_unique<T>(args)` or
+/// `std::make_shared<T>(args)` (a pointer-like member), or `T(args)` (a member held by value); with the
+/// construction it holds.
+std::optional<MemberOptimizerBuild> buildSite(const clang::Expr* Value, bool ByValue) {
+  Value = withoutImplicit(Value);
+  if (!Value)
+    return std::nullopt;
+  MemberOptimizerBuild Build;
+  if (ByValue) {
+    const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(Value);
+    if (!Construct || Construct->getConstructor()->isCopyOrMoveConstructor())
+      return std::nullopt;
+    Build.Construction = Build.Made = Construct;
+    return Build;
+  }
+  if (const auto* New = llvm::dyn_cast<clang::CXXNewExpr>(Value)) {
+    const clang::CXXConstructExpr* Construct = New->getConstructExpr();
+    if (!Construct || New->isArray() || !New->getAllocatedTypeSourceInfo())
+      return std::nullopt;
+    Build.Construction = Construct;
+    Build.Made = New;
+    return Build;
+  }
+  if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(Value)) {
+    const clang::FunctionDecl* Callee = Call->getDirectCallee();
+    std::string Name = Callee ? Callee->getQualifiedNameAsString() : "";
+    if (Name != "std::make_shared" && Name != "std::make_unique")
+      return std::nullopt;
+    Build.Construction = Build.Made = Call;
+    return Build;
+  }
+  return std::nullopt;
+}
+
+/// Line `Where` is on, for messages.
+unsigned lineOf(clang::SourceLocation Where, const clang::SourceManager& SM) {
+  return SM.getSpellingLineNumber(SM.getExpansionLoc(Where));
+}
+
+/// The member functions a prepared optimizer shares with libtorch's.
+bool isSharedOptimizerMember(llvm::StringRef Name) {
+  return Name == "step" || Name == "zero_grad" || Name == "param_groups";
+}
+
+/// True when `E` (of an optimizer type) is used as a `torch::optim::Optimizer&` (a scheduler's argument,
+/// say), which a prepared optimizer converts to; or it is what torch::save / torch::load take.
+bool isUsedAsLibtorchOptimizer(const clang::Expr& E, clang::ASTContext& Context) {
+  clang::DynTypedNodeList Parents = Context.getParents(E);
+  while (!Parents.empty()) {
+    if (const auto* Cast = Parents[0].get<clang::ImplicitCastExpr>()) {
+      const clang::CXXRecordDecl* Record = Cast->getType()->getAsCXXRecordDecl();
+      if ((Cast->getCastKind() == clang::CK_DerivedToBase ||
+           Cast->getCastKind() == clang::CK_UncheckedDerivedToBase) &&
+          Record && Record->getQualifiedNameAsString() == "torch::optim::Optimizer")
+        return true;
+      Parents = Context.getParents(*Cast);
+      continue;
+    }
+    if (const auto* Paren = Parents[0].get<clang::ParenExpr>()) {
+      Parents = Context.getParents(*Paren);
+      continue;
+    }
+    break;
+  }
+  if (Parents.empty())
+    return false;
+  if (const auto* Call = Parents[0].get<clang::CallExpr>()) {
+    const clang::FunctionDecl* Callee = Call->getDirectCallee();
+    std::string Name = Callee ? Callee->getQualifiedNameAsString() : "";
+    return (Name == "torch::save" || Name == "torch::load") && Call->getNumArgs() > 0 &&
+           Call->getArg(0)->IgnoreImplicit()->IgnoreParens() == E.IgnoreParens();
+  }
+  return false;
+}
+
+enum class Holding { Object, RawPointer, SmartPointer, Other };
+
+Holding holdingOf(const clang::FieldDecl& Field) {
+  clang::QualType Type = Field.getType().getCanonicalType();
+  if (Type->isReferenceType())
+    return Holding::Other;
+  if (Type->isPointerType())
+    return Holding::RawPointer;
+  const auto* Record = Type->getAsCXXRecordDecl();
+  std::string Name = Record ? Record->getQualifiedNameAsString() : "";
+  if (Name == "std::unique_ptr" || Name == "std::shared_ptr")
+    return Holding::SmartPointer;
+  return Record ? Holding::Object : Holding::Other;
+}
+
+/// Where the member is built and how it is used, or why a prepared optimizer cannot take its place.
+MemberOptimizer analyseMemberOptimizer(const clang::FieldDecl& Field, clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  MemberOptimizer Result;
+  Result.Field = &Field;
+  std::string Name = "'" + Field.getParent()->getNameAsString() + "::" + Field.getNameAsString() + "'";
+  auto Refuse = [&](std::string Why) {
+    Result.Problem = std::move(Why);
+    Result.Builds.clear();
+    Result.Deletes.clear();
+    return Result;
+  };
+  const Holding Held = holdingOf(Field);
+  if (Held == Holding::Other)
+    return Refuse("it is a reference to an optimizer made elsewhere; prepare the optimizer where it is made");
+  if (Field.getParent()->isDependentContext())
+    return Refuse("it is a member of a class template, whose members accel-rewrite does not retype; make "
+                  "it an accelerate::Optimizer and prepare it by hand");
+  // `torch::optim::Adam *a, *b;`: the type is written once for both.
+  for (const clang::FieldDecl* Other : Field.getParent()->fields())
+    if (Other != &Field && Other->getBeginLoc() == Field.getBeginLoc())
+      return Refuse("it is declared in one declaration with '" + Other->getNameAsString() +
+                    "'; declare each optimizer member on its own");
+  if (Field.getBeginLoc().isMacroID() || Field.getLocation().isMacroID())
+    return Refuse("it is declared by a macro");
+  const bool ByValue = Held == Holding::Object;
+  auto AddBuild = [&](const clang::Expr* Value, const clang::Expr* Statement) {
+    std::optional<MemberOptimizerBuild> Build = buildSite(Value, ByValue);
+    if (!Build)
+      return false;
+    Build->Statement = Statement;
+    Result.Builds.push_back(*Build);
+    return true;
+  };
+  bool InitialisedWhereDeclared = false;
+  if (const clang::Expr* Initializer = Field.getInClassInitializer()) {
+    if (!AddBuild(Initializer, nullptr))
+      return Refuse("its initialiser at line " + std::to_string(lineOf(Initializer->getBeginLoc(), SM)) +
+                    " is not `new T(...)`, `std::make_unique<T>(...)` or `std::make_shared<T>(...)` of an "
+                    "optimizer type T");
+    InitialisedWhereDeclared = true;
+  }
+  bool EveryConstructorInitialises = !InitialisedWhereDeclared;
+  const auto* Class = llvm::dyn_cast<clang::CXXRecordDecl>(Field.getParent());
+  if (!Class)
+    return Refuse("it is a member of a C struct");
+  for (const clang::CXXConstructorDecl* Constructor : Class->ctors()) {
+    if (Constructor->isImplicit() || Constructor->isCopyOrMoveConstructor())
+      continue;
+    const clang::CXXConstructorDecl* Definition = Constructor;
+    if (const clang::FunctionDecl* Defined = Constructor->getDefinition())
+      Definition = llvm::cast<clang::CXXConstructorDecl>(Defined);
+    if (Definition != Constructor && !Constructor->isThisDeclarationADefinition())
+      continue; // Visited at its definition.
+    bool Initialises = false;
+    for (const clang::CXXCtorInitializer* Init : Definition->inits()) {
+      if (Init->getMember() != &Field || !Init->isWritten())
+        continue;
+      if (!AddBuild(Init->getInit(), nullptr))
+        return Refuse("its initialiser at line " + std::to_string(lineOf(Init->getSourceLocation(), SM)) +
+                      " is not `new T(...)`, `std::make_unique<T>(...)` or `std::make_shared<T>(...)` of an "
+                      "optimizer type T");
+      Initialises = true;
+    }
+    EveryConstructorInitialises = EveryConstructorInitialises && Initialises;
+  }
+  // Every use of the member in the main file.
+  auto Use = memberExpr(member(equalsNode(&Field))).bind("use");
+  std::vector<const clang::MemberExpr*> Uses = allInMainFile<clang::MemberExpr>(Use, "use", Context);
+  for (const clang::MemberExpr* Member : Uses) {
+    const unsigned Line = lineOf(Member->getBeginLoc(), SM);
+    auto Unsupported = [&](llvm::StringRef What) {
+      return Refuse("it is " + What.str() + " at line " + std::to_string(Line) +
+                    ", which a prepared optimizer (accelerate::Optimizer) does not support; keep to step(), "
+                    "zero_grad(), param_groups() and passing it as a torch::optim::Optimizer&, or prepare it "
+                    "by hand");
+    };
+    if (Member->getBeginLoc().isMacroID())
+      return Refuse("it is used in a macro at line " + std::to_string(Line));
+    clang::DynTypedNode Storage;
+    const clang::DynTypedNode* Parent = spelledParent(*Member, Context, Storage);
+    const auto* ParentExpr = Parent ? Parent->get<clang::Expr>() : nullptr;
+    // `member->step()` (raw pointer) / `member.step()` (by value).
+    if (const auto* Access = llvm::dyn_cast_or_null<clang::MemberExpr>(ParentExpr)) {
+      if (Access->isArrow() == (Held == Holding::RawPointer) && Held != Holding::SmartPointer &&
+          isSharedOptimizerMember(Access->getMemberNameInfo().getAsString()))
+        continue;
+      if (Held == Holding::SmartPointer) {
+        std::string Called = Access->getMemberNameInfo().getAsString();
+        // `member.reset(new T(...));`
+        clang::DynTypedNode Above;
+        const clang::DynTypedNode* Next = spelledParent(*Access, Context, Above);
+        const auto* Call = Next ? Next->get<clang::CXXMemberCallExpr>() : nullptr;
+        if (Called == "reset" && Call && Call->getNumArgs() == 1 && isBlockStatement(*Call, Context)) {
+          if (AddBuild(Call->getArg(0), Call))
+            continue;
+          return Unsupported("reset to something other than `new T(...)` of an optimizer type T");
+        }
+        return Unsupported("used through its smart pointer's '" + Called + "'");
+      }
+      return Unsupported("used through a member other than step(), zero_grad() and param_groups()");
+    }
+    if (const auto* Operator = llvm::dyn_cast_or_null<clang::CXXOperatorCallExpr>(ParentExpr)) {
+      // `member->step()` on a smart pointer.
+      if (Held == Holding::SmartPointer && Operator->getOperator() == clang::OO_Arrow) {
+        clang::DynTypedNode Above;
+        const clang::DynTypedNode* Next = spelledParent(*Operator, Context, Above);
+        const auto* Access = Next ? Next->get<clang::MemberExpr>() : nullptr;
+        if (Access && isSharedOptimizerMember(Access->getMemberNameInfo().getAsString()))
+          continue;
+        return Unsupported("used through a member other than step(), zero_grad() and param_groups()");
+      }
+      if (Held == Holding::SmartPointer && Operator->getOperator() == clang::OO_Star) {
+        if (isUsedAsLibtorchOptimizer(*Operator, Context))
+          continue;
+        return Unsupported("dereferenced for something other than a torch::optim::Optimizer&");
+      }
+      // `member = std::make_unique<T>(...);`
+      if (Held == Holding::SmartPointer && Operator->getOperator() == clang::OO_Equal &&
+          Operator->getArg(0)->IgnoreParenImpCasts() == Member && isBlockStatement(*Operator, Context)) {
+        if (AddBuild(Operator->getArg(1), Operator))
+          continue;
+        return Unsupported("assigned something other than `std::make_unique<T>(...)`, "
+                           "`std::make_shared<T>(...)` of an optimizer type T");
+      }
+      return Unsupported("used with an operator");
+    }
+    if (const auto* Unary = llvm::dyn_cast_or_null<clang::UnaryOperator>(ParentExpr)) {
+      if (Held == Holding::RawPointer && Unary->getOpcode() == clang::UO_Deref &&
+          isUsedAsLibtorchOptimizer(*Unary, Context))
+        continue;
+      return Unsupported(Unary->getOpcode() == clang::UO_Deref
+                             ? "dereferenced for something other than a torch::optim::Optimizer&"
+                             : "used with an operator");
+    }
+    if (const auto* Binary = llvm::dyn_cast_or_null<clang::BinaryOperator>(ParentExpr)) {
+      // `member = new T(...);`
+      if (Held == Holding::RawPointer && Binary->getOpcode() == clang::BO_Assign &&
+          Binary->getLHS()->IgnoreParenImpCasts() == Member && isBlockStatement(*Binary, Context)) {
+        if (AddBuild(Binary->getRHS(), Binary))
+          continue;
+        return Unsupported("assigned something other than `new T(...)` of an optimizer type T");
+      }
+      return Unsupported("used with an operator");
+    }
+    if (const auto* Delete = Parent ? Parent->get<clang::CXXDeleteExpr>() : nullptr) {
+      if (Held == Holding::RawPointer && isBlockStatement(*Delete, Context)) {
+        Result.Deletes.push_back(Delete);
+        continue;
+      }
+      return Unsupported("deleted inside a larger statement");
+    }
+    // A member held by value, passed as a torch::optim::Optimizer&.
+    if (ByValue && isUsedAsLibtorchOptimizer(*Member, Context))
+      continue;
+    return Unsupported("used as a value");
+  }
+  if (Result.Builds.empty())
+    return Refuse("no initialiser or assignment of it in this file makes an optimizer (it is built where "
+                  "accel-rewrite cannot see it); prepare it where it is built: "
+                  "`accelerator.prepare(model)` before, `accelerator.prepare(optimizer)` for it");
+  for (const MemberOptimizerBuild& Build : Result.Builds)
+    if (modelsTrainedBy(*Build.Construction, Context).empty())
+      return Refuse("the optimizer built at line " + std::to_string(lineOf(Build.Made->getBeginLoc(), SM)) +
+                    " takes no model's parameters(), so no model is known whose gradients to synchronise");
+  if (ByValue && llvm::any_of(Result.Builds, [](const MemberOptimizerBuild& B) { return B.Statement; }))
+    return Refuse("it is held by value and assigned in a function body");
+  const bool BuiltLater =
+      llvm::any_of(Result.Builds, [](const MemberOptimizerBuild& B) { return B.Statement; });
+  Result.Optional = !ByValue && !InitialisedWhereDeclared && (BuiltLater || !EveryConstructorInitialises);
+  return Result;
+}
+
+} // namespace
+
+namespace {
+
+/// What the passes learnt about the optimizer members of one parse: the passes ask again and again.
+struct MemberOptimizerCache {
+  const clang::ASTContext* Context = nullptr;
+  const clang::TranslationUnitDecl* Unit = nullptr;
+  std::optional<std::vector<const clang::FieldDecl*>> Members;
+  std::map<const clang::FieldDecl*, MemberOptimizer> Facts;
+};
+
+thread_local MemberOptimizerCache TheMemberOptimizerCache;
+
+MemberOptimizerCache& memberOptimizerCache(clang::ASTContext& Context) {
+  MemberOptimizerCache& Cache = TheMemberOptimizerCache;
+  if (Cache.Context != &Context || Cache.Unit != Context.getTranslationUnitDecl())
+    Cache = MemberOptimizerCache{&Context, Context.getTranslationUnitDecl(), std::nullopt, {}};
+  return Cache;
+}
+
+} // namespace
+
+void forgetTrainingCodeFacts() {
+  TheMemberOptimizerCache = MemberOptimizerCache();
+}
+
+const MemberOptimizer& memberOptimizer(const clang::FieldDecl& Field, clang::ASTContext& Context) {
+  MemberOptimizerCache& Cache = memberOptimizerCache(Context);
+  auto Found = Cache.Facts.find(&Field);
+  if (Found == Cache.Facts.end())
+    Found = Cache.Facts.emplace(&Field, analyseMemberOptimizer(Field, Context)).first;
+  return Found->second;
+}
+
+std::vector<const MemberOptimizer*> preparedMemberOptimizers(clang::ASTContext& Context) {
+  MemberOptimizerCache& Cache = memberOptimizerCache(Context);
+  if (!Cache.Members) {
+    auto Field = fieldDecl(hasType(qualType(isOptimizerTypeImpl()))).bind("field");
+    Cache.Members = allInMainFile<clang::FieldDecl>(Field, "field", Context);
+  }
+  std::vector<const MemberOptimizer*> Result;
+  for (const clang::FieldDecl* Member : *Cache.Members) {
+    const MemberOptimizer& Facts = memberOptimizer(*Member, Context);
+    if (Facts.Problem.empty())
+      Result.push_back(&Facts);
+  }
+  return Result;
+}
+
+const MemberOptimizer* preparedMemberBuiltBy(const clang::Expr& Construction, clang::ASTContext& Context) {
+  for (const MemberOptimizer* Member : preparedMemberOptimizers(Context))
+    for (const MemberOptimizerBuild& Build : Member->Builds)
+      if (Build.Construction == &Construction)
+        return Member;
+  return nullptr;
 }
 
 bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context) {

@@ -5,12 +5,15 @@
 
 #include "clang/ASTMatchers/ASTMatchers.h"
 
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace clang {
 class ASTContext;
+class CXXDeleteExpr;
 class Expr;
+class FieldDecl;
 class FunctionDecl;
 class Stmt;
 class ValueDecl;
@@ -18,6 +21,10 @@ class VarDecl;
 } // namespace clang
 
 namespace accelerate::passes {
+
+/// Forgets what was learnt about the last parse (the facts are kept per parse, for speed): the front ends
+/// call it before running the passes on a new AST, since a new AST may reuse the old one's addresses.
+void forgetTrainingCodeFacts();
 
 // ---- Types (through references, pointers, `std::shared_ptr` and `std::unique_ptr`)
 // -------------------------
@@ -70,6 +77,45 @@ std::vector<const clang::Expr*> optimizerConstructions(clang::ASTContext& Contex
 /// The statement `optimizer = std::make_unique<Adam>(...)` (a smart pointer assigned in a statement of its
 /// own in a block) when `Construction` is its right-hand side; null otherwise.
 const clang::Stmt* optimizerAssignment(const clang::Expr& Construction, clang::ASTContext& Context);
+
+/// One place an optimizer member is built: `new T(args)`, `std::make_unique<T>(args)` (or make_shared), or
+/// `T(args)` for a member held by value, in the member's default initialiser, in a constructor's member
+/// initialiser list, or assigned in a function body (`member = new T(args);`, `member.reset(new T(args));`).
+struct MemberOptimizerBuild {
+  /// The optimizer's construction, one of optimizerConstructions().
+  const clang::Expr* Construction = nullptr;
+  /// What the prepared optimizer replaces: the new-expression, the make_shared/make_unique call, or (held by
+  /// value) the construction.
+  const clang::Expr* Made = nullptr;
+  /// The assignment or `reset` call, a statement of its own in a block; null for an initialiser.
+  const clang::Expr* Statement = nullptr;
+};
+
+/// An optimizer held by a member of a class of the main file (by value, raw pointer, `std::unique_ptr` or
+/// `std::shared_ptr`), with where it is built and whether the prepare pass can make it a prepared one.
+struct MemberOptimizer {
+  const clang::FieldDecl* Field = nullptr;
+  std::vector<MemberOptimizerBuild> Builds;
+  /// `delete member;` statements (a raw pointer's), which go when the member holds a prepared optimizer.
+  std::vector<const clang::CXXDeleteExpr*> Deletes;
+  /// True when the member is built after the object is (assigned in a function body, or not initialised in
+  /// every constructor): it becomes a `std::optional<accelerate::Optimizer>`, else an accelerate::Optimizer.
+  bool Optional = false;
+  /// Why the member cannot hold a prepared optimizer (it is used in a way accelerate::Optimizer does not
+  /// support, built where the tool cannot see it, ...); empty when it can.
+  std::string Problem;
+};
+
+/// The facts about `Field`, an optimizer-typed member declared in the main file.
+const MemberOptimizer& memberOptimizer(const clang::FieldDecl& Field, clang::ASTContext& Context);
+
+/// The optimizer members of the main file's classes whose build sites are known and whose uses a prepared
+/// optimizer supports: the prepare pass makes each an accelerate::Optimizer.
+std::vector<const MemberOptimizer*> preparedMemberOptimizers(clang::ASTContext& Context);
+
+/// The member that `Construction` (one of optimizerConstructions()) builds, when it is a build site of a
+/// member that preparedMemberOptimizers() lists; null otherwise.
+const MemberOptimizer* preparedMemberBuiltBy(const clang::Expr& Construction, clang::ASTContext& Context);
 
 /// True when `Model` (a module variable or member) is trained and prepared: an optimizer constructed in the
 /// main file takes its `parameters()`, where the prepare pass prepares its models (a local or, with main,

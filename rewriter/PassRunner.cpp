@@ -4,6 +4,8 @@
 
 #include "rewriter/ApplyEdits.h"
 
+#include "passes/TrainingCode.h"
+
 #include "clang/AST/ASTConsumer.h"
 #include "clang/AST/ASTContext.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
@@ -180,6 +182,7 @@ public:
       if (UserFile(SM.getExpansionLoc(TopLevel->getLocation())))
         UserDecls.push_back(TopLevel);
     Context.setTraversalScope(UserDecls);
+    passes::forgetTrainingCodeFacts();
     Finder.matchAST(Context);
   }
 

@@ -55,6 +55,11 @@ static cl::opt<std::string>
                 cl::desc("With --log-with: the project init_trackers names, where the trackers write "
                          "(runs/<name>); default: the input file's stem"),
                 cl::value_desc("name"), cl::cat(Category));
+static cl::opt<bool> Resume(
+    "resume",
+    cl::desc("Load the checkpoint the training loop saves (accelerator.save_state(\"checkpoint\")) whenever "
+             "it exists, not only when the launcher restarts the job"),
+    cl::cat(Category));
 static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes, in the order they run, and exit"),
                                 cl::cat(Category));
 static cl::extrahelp CommonHelp(clang::tooling::CommonOptionsParser::HelpMessage);
@@ -152,6 +157,18 @@ bool projectName(std::string& Name) {
   return true;
 }
 
+/// --resume, checked: the checkpoint pass inserts the load it changes.
+bool resume(const std::vector<accelerate::passes::PassInfo>& Selected, bool& Out) {
+  if (Resume && !llvm::any_of(Selected, [](const auto& Pass) { return Pass.Name == "checkpoint"; })) {
+    usageError(
+        "--resume loads the checkpoint the checkpoint pass saves, and the passes chosen leave that pass "
+        "out (--disable=checkpoint, or --passes without it); drop --resume or run the checkpoint pass");
+    return false;
+  }
+  Out = Resume;
+  return true;
+}
+
 } // namespace
 
 int main(int argc, const char** argv) {
@@ -185,7 +202,7 @@ int main(int argc, const char** argv) {
 
   accelerate::rewriter::DriverOptions Options;
   if (!trackerNames(Options.Settings.LogWith) || !projectName(Options.Settings.ProjectName) ||
-      !selectPasses(Options.Passes))
+      !selectPasses(Options.Passes) || !resume(Options.Passes, Options.Settings.Resume))
     return 1;
   static int AddressInThisBinary;
   Options.InputFile = Files.front();

@@ -5,6 +5,7 @@
 #include "device.h"
 #include "shm_allreduce.h"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include <ATen/MemoryOverlap.h>
@@ -17,17 +18,36 @@
 namespace accelerate::detail {
 namespace {
 
+/// Under torchrun's elastic agent (TORCHELASTIC_USE_AGENT_STORE=True) the agent hosts the store at
+/// MASTER_PORT, and it keeps it across restarts: each attempt's keys go under a prefix of their own
+/// (`/worker/attempt_<TORCHELASTIC_RESTART_COUNT>`, as PyTorch's env:// rendezvous did), or a restarted
+/// process would read the addresses the failed attempt published and connect to processes that are gone.
+/// Empty when no agent hosts the store.
+std::string agent_store_prefix() {
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  if (agent == nullptr || std::string(agent) != "True") {
+    return "";
+  }
+  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return std::string("/worker/attempt_") + (attempt != nullptr && *attempt != '\0' ? attempt : "0");
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env,
                                               std::chrono::milliseconds timeout) {
+  const std::string prefix = agent_store_prefix();
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(env.master_port);
-  options.isServer = env.rank == 0;
+  options.isServer = env.rank == 0 && prefix.empty(); // the agent's store is there already
   options.numWorkers = env.world_size;
-  options.waitWorkers = true;
+  options.waitWorkers = prefix.empty();
   options.timeout = timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    if (prefix.empty()) {
+      return store;
+    }
+    return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   } catch (const c10::DistNetworkError& error) {
     std::string what = error.what_without_backtrace();
     if (env.rank == 0 && what.find("ddress already in use") != std::string::npos) {

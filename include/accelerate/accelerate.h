@@ -7,5 +7,6 @@
 #include <accelerate/nn.h>
 #include <accelerate/options.h>
 #include <accelerate/progress.h>
+#include <accelerate/resume.h>
 #include <accelerate/safetensors.h>
 #include <accelerate/tracker.h>

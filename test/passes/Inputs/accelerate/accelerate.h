@@ -52,6 +52,7 @@ public:
   using BatchType = typename Dataset::BatchType;
   torch::data::Iterator<BatchType> begin();
   torch::data::Iterator<BatchType> end();
+  uint64_t epoch() const;
 };
 
 struct AcceleratorOptions {
@@ -120,6 +121,10 @@ public:
   void log(const LogValues& values, std::optional<int64_t> step = std::nullopt);
   void end_training();
 };
+
+bool is_restart();
+bool checkpoint_exists(const std::string& directory);
+bool restarted_with_checkpoint(const std::string& directory);
 
 namespace nn {
 class LinearImpl : public torch::nn::Module {
