@@ -348,9 +348,10 @@ EditGenerator prepareMember() {
     // Each build site, models first; a model is prepared once per function (or initialiser list).
     std::map<const void*, std::vector<const clang::ValueDecl*>> PreparedIn;
     for (const MemberOptimizerBuild& Build : Member.Builds) {
-      const void* Owner = Build.Statement
-                              ? static_cast<const void*>(enclosingFunction(*Build.Statement, Context))
-                              : static_cast<const void*>(Field->getParent());
+      // The function (a constructor, for its initialiser list), or the class for a default initialiser.
+      const void* Owner = enclosingFunction(Build.Statement ? *Build.Statement : *Build.Made, Context);
+      if (!Owner)
+        Owner = Field->getParent();
       std::vector<const clang::ValueDecl*>& Prepared = PreparedIn[Owner];
       std::vector<const clang::Expr*> Models;
       for (const clang::Expr* Model : modelsTrainedBy(*Build.Construction, Context))

@@ -65,3 +65,18 @@ int main() {
   Initialised trainer;
   trainer.fit(torch::Tensor());
 }
+
+// A default initialiser and a constructor's initialiser list that replaces it: each prepares the model.
+struct TwoBuilds {
+  TwoBuilds() = default;
+  // CHECK: {{^}}  explicit TwoBuilds(double lr) : opt(accelerate::Accelerator::current().prepare(torch::optim::SGD(accelerate::Accelerator::current().prepare(net)->parameters(), lr))) {}{{$}}
+  explicit TwoBuilds(double lr) : opt(net->parameters(), lr) {}
+  torch::nn::Linear net{4, 1};
+  // CHECK: {{^}}  accelerate::Optimizer opt{accelerate::Accelerator::current().prepare(torch::optim::SGD(accelerate::Accelerator::current().prepare(net)->parameters(), 0.1))};{{$}}
+  torch::optim::SGD opt{net->parameters(), 0.1};
+  void fit(torch::Tensor x) {
+    opt.zero_grad();
+    net->forward(x).sum().backward();
+    opt.step();
+  }
+};
