@@ -291,6 +291,18 @@ std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArgu
   return Models;
 }
 
+namespace {
+
+/// True when the statement is a statement of its own in a block (through the cleanups around it).
+bool isBlockStatement(const clang::Expr& E, clang::ASTContext& Context) {
+  clang::DynTypedNodeList Parents = Context.getParents(E);
+  while (!Parents.empty() && Parents[0].get<clang::ExprWithCleanups>())
+    Parents = Context.getParents(Parents[0]);
+  return !Parents.empty() && Parents[0].get<clang::CompoundStmt>();
+}
+
+} // namespace
+
 const clang::Stmt* optimizerAssignment(const clang::Expr& Construction, clang::ASTContext& Context) {
   clang::DynTypedNodeList Parents = Context.getParents(Construction);
   while (!Parents.empty() &&
@@ -301,10 +313,7 @@ const clang::Stmt* optimizerAssignment(const clang::Expr& Construction, clang::A
   const auto* Assignment = Parents.empty() ? nullptr : Parents[0].get<clang::CXXOperatorCallExpr>();
   if (!Assignment || Assignment->getOperator() != clang::OO_Equal)
     return nullptr;
-  clang::DynTypedNodeList Above = Context.getParents(*Assignment);
-  while (!Above.empty() && Above[0].get<clang::ExprWithCleanups>())
-    Above = Context.getParents(Above[0]);
-  return !Above.empty() && Above[0].get<clang::CompoundStmt>() ? Assignment : nullptr;
+  return isBlockStatement(*Assignment, Context) ? Assignment : nullptr;
 }
 
 /// True when the prepare pass prepares the models of this construction: it initialises a local or (in a file
@@ -368,14 +377,6 @@ const clang::DynTypedNode* spelledParent(const clang::Expr& E, clang::ASTContext
     Parents = Context.getParents(*Parent);
   }
   return nullptr;
-}
-
-/// True when the statement is a statement of its own in a block (through the cleanups around it).
-bool isBlockStatement(const clang::Expr& E, clang::ASTContext& Context) {
-  clang::DynTypedNodeList Parents = Context.getParents(E);
-  while (!Parents.empty() && Parents[0].get<clang::ExprWithCleanups>())
-    Parents = Context.getParents(Parents[0]);
-  return !Parents.empty() && Parents[0].get<clang::CompoundStmt>();
 }
 
 /// The optimizer a build site makes: `new T(args)`, `std::make_unique<T>(args)` or
