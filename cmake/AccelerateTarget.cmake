@@ -97,8 +97,14 @@ function(accelerate_target target)
     set(use_depfile ON)
   endif()
 
+  set(out_dir "${CMAKE_CURRENT_BINARY_DIR}/${target}.accelerate")
+  # The rewrite mirrors a root that holds every source (the source directory, or above it for sources
+  # outside it) into the output directory, and rewrites the headers under the source directory beside them.
+  file(REAL_PATH "${CMAKE_CURRENT_SOURCE_DIR}" project_dir)
+  set(root "${project_dir}")
   set(sources "")
   set(source_dirs "")
+  set(rewrite_inputs "")
   foreach(source IN LISTS ARG_SOURCES)
     get_filename_component(source_path "${source}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
     get_filename_component(source_dir "${source_path}" DIRECTORY)
@@ -108,42 +114,62 @@ function(accelerate_target target)
       list(APPEND sources "${source_path}")
       continue()
     endif()
-    file(RELATIVE_PATH relative "${CMAKE_CURRENT_SOURCE_DIR}" "${source_path}")
-    string(REPLACE "../" "__/" relative "${relative}")
-    set(rewritten "${CMAKE_CURRENT_BINARY_DIR}/${target}.accelerate/${relative}")
+    list(APPEND rewrite_inputs "${source_path}")
+    file(REAL_PATH "${source_dir}" real_dir)
+    cmake_path(IS_PREFIX root "${real_dir}" under_root)
+    while(NOT under_root)
+      cmake_path(GET root PARENT_PATH root)
+      cmake_path(IS_PREFIX root "${real_dir}" under_root)
+    endwhile()
+  endforeach()
+
+  if(rewrite_inputs)
+    set(rewrite_outputs "")
+    set(relatives "")
+    foreach(source_path IN LISTS rewrite_inputs)
+      file(REAL_PATH "${source_path}" real_path)
+      file(RELATIVE_PATH relative "${root}" "${real_path}")
+      list(APPEND relatives "${relative}")
+      list(APPEND rewrite_outputs "${out_dir}/${relative}")
+    endforeach()
     set(depfile_args "")
     set(depfile_flags "")
     if(use_depfile)
-      set(depfile_args DEPFILE "${rewritten}.d")
-      set(depfile_flags "--depfile=${rewritten}.d")
+      set(depfile_args DEPFILE "${out_dir}/accel-rewrite.d")
+      set(depfile_flags "--depfile=${out_dir}/accel-rewrite.d")
     endif()
-    set(make_directory "")
-    if(NOT CMAKE_GENERATOR MATCHES "Ninja")
-      # Ninja creates an output's directory; the other generators do not.
-      get_filename_component(rewritten_dir "${rewritten}" DIRECTORY)
-      set(make_directory COMMAND "${CMAKE_COMMAND}" -E make_directory "${rewritten_dir}")
-    endif()
+    set(make_directory COMMAND "${CMAKE_COMMAND}" -E make_directory "${out_dir}")
+    # The rewrite parses the original headers, never the copies: the include directories mirrored into the
+    # output directory (below) are left out of its flags.
+    string(REGEX REPLACE "([][+.*()^$?|\\\\])" "\\\\\\1" out_dir_regex "${out_dir}")
+    set(parse_includes "$<FILTER:${includes},EXCLUDE,^${out_dir_regex}(/|$)>")
+    list(JOIN relatives " " comment)
     add_custom_command(
-      OUTPUT "${rewritten}"
+      OUTPUT ${rewrite_outputs}
       ${make_directory}
-      COMMAND "${rewrite_tool}" "${source_path}" -o "${rewritten}" --line-directives ${depfile_flags}
-              ${pass_flags} --
+      COMMAND "${rewrite_tool}" ${rewrite_inputs} --output-dir=${out_dir} --root=${root}
+              --headers=${project_dir} --line-directives ${depfile_flags} ${pass_flags} --
               "-std=c++$<IF:$<BOOL:${standard}>,${standard},17>"
-              "$<$<BOOL:${includes}>:-I$<JOIN:${includes},;-I>>"
+              "$<$<BOOL:${parse_includes}>:-I$<JOIN:${parse_includes},;-I>>"
               "$<$<BOOL:${definitions}>:-D$<JOIN:${definitions},;-D>>"
               "${options}" ${cxx_flags}
-      DEPENDS "${source_path}" ${rewrite_depends}
+      DEPENDS ${rewrite_inputs} ${rewrite_depends}
       ${depfile_args}
-      COMMENT "accel-rewrite ${relative}"
+      COMMENT "accel-rewrite ${comment}"
       COMMAND_EXPAND_LISTS
       VERBATIM)
-    list(APPEND sources "${rewritten}")
-  endforeach()
+    list(APPEND sources ${rewrite_outputs})
+  endif()
 
   add_executable(${target} ${sources})
   list(REMOVE_DUPLICATES source_dirs)
   # The rewritten copies live in the build tree; their quoted includes still resolve beside the originals.
   target_include_directories(${target} PRIVATE ${source_dirs})
+  if(rewrite_inputs)
+    # The headers' copies come first: each include directory under the mirrored root is searched in the
+    # output directory before the source tree, once the directory's CMakeLists.txt has set them all.
+    cmake_language(EVAL CODE "cmake_language(DEFER CALL _accelerate_mirror_includes [[${target}]] [[${root}]] [[${out_dir}]])")
+  endif()
   target_link_libraries(${target} PRIVATE accelerate::runtime)
   if(TARGET accelerate_torch_pch)
     # In this project's own tree, share the runtime's precompiled <torch/torch.h>.
@@ -152,5 +178,27 @@ function(accelerate_target target)
   get_property(torch_library_dir GLOBAL PROPERTY ACCELERATE_TORCH_LIBRARY_DIR)
   if(torch_library_dir)
     set_target_properties(${target} PROPERTIES BUILD_RPATH "${torch_library_dir}")
+  endif()
+endfunction()
+
+# The include directories of <target> that lie under <root>, mirrored into <out_dir>, put before the others.
+function(_accelerate_mirror_includes target root out_dir)
+  get_target_property(directories ${target} INCLUDE_DIRECTORIES)
+  set(mirrored "")
+  foreach(directory IN LISTS directories)
+    if(directory MATCHES "\\$<" OR NOT IS_ABSOLUTE "${directory}")
+      continue()
+    endif()
+    file(REAL_PATH "${directory}" real_directory)
+    cmake_path(IS_PREFIX root "${real_directory}" under_root)
+    cmake_path(IS_PREFIX out_dir "${real_directory}" in_output)
+    if(under_root AND NOT in_output)
+      file(RELATIVE_PATH relative "${root}" "${real_directory}")
+      list(APPEND mirrored "${out_dir}/${relative}")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES mirrored)
+  if(mirrored)
+    target_include_directories(${target} BEFORE PRIVATE ${mirrored})
   endif()
 endfunction()

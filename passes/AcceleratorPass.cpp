@@ -87,7 +87,7 @@ std::vector<const clang::FunctionDecl*> functionsUsingAccelerator(clang::ASTCont
           .bind("function");
   std::vector<const clang::FunctionDecl*> Result;
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
-    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+    if (!isInRewrittenFile(SM, TopLevel->getLocation()))
       continue;
     for (const BoundNodes& Found : match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
                                                   decl(eachOf(Function, forEachDescendant(Function)))),
@@ -146,7 +146,7 @@ bool isCalledInMainFile(const clang::FunctionDecl& Function, clang::ASTContext& 
   auto Reference =
       expr(anyOf(declRefExpr(to(Named)), memberExpr(member(Named)), dependentReference())).bind("use");
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
-    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+    if (!isInRewrittenFile(SM, TopLevel->getLocation()))
       continue;
     for (const BoundNodes& Found :
          match(traverse(clang::TK_AsIs, decl(forEachDescendant(Reference))), *TopLevel, Context)) {
@@ -164,12 +164,17 @@ bool isCalledInMainFile(const clang::FunctionDecl& Function, clang::ASTContext& 
 }
 
 /// True when the function constructs the accelerator rather than reaching another one through current(): it
-/// is `main`; or, in a file without `main`, no other function of the file calls it (it is where training
-/// starts, as far as this file shows).
+/// is `main`; or, in a main file without `main`, no other function of the rewritten files calls it (it is
+/// where training starts, as far as they show). A header's functions never construct it.
 bool ownsAccelerator(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
   if (Function.isMain())
     return true;
   if (mainFunction(Context))
+    return false;
+  // A header is not where a program starts, and several files include it: its functions reach the one
+  // accelerator through current(), whichever file is rewritten.
+  const clang::SourceManager& SM = Context.getSourceManager();
+  if (!SM.isWrittenInMainFile(SM.getExpansionLoc(Function.getLocation())))
     return false;
   return !isCalledInMainFile(Function, Context);
 }
@@ -201,8 +206,7 @@ bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::Fu
       if (Target->getCanonicalDecl() == Callee->getCanonicalDecl())
         return true;
     if (Depth > 0 && Callee->hasBody() &&
-        Context.getSourceManager().isWrittenInMainFile(
-            Context.getSourceManager().getExpansionLoc(Callee->getLocation())) &&
+        isInRewrittenFile(Context.getSourceManager(), Callee->getLocation()) &&
         reaches(*Callee, Targets, Context, Depth - 1))
       return true;
   }
@@ -213,7 +217,7 @@ bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::Fu
 bool hasPreparedGlobal(clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
   for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-    if (SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())) &&
+    if (isInRewrittenFile(SM, TopLevel->getLocation()) &&
         !match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
                         decl(anyOf(preparedGlobalOptimizer(), hasDescendant(preparedGlobalOptimizer())))),
                *TopLevel, Context)

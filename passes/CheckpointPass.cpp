@@ -122,7 +122,7 @@ std::vector<const clang::Stmt*> checkpointedRuns(clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
   std::vector<const clang::Stmt*> Runs;
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
-    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+    if (!isInRewrittenFile(SM, TopLevel->getLocation()))
       continue;
     for (const BoundNodes& Found :
          match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
@@ -212,7 +212,7 @@ bool isCalledInALoop(const clang::FunctionDecl& Function, clang::ASTContext& Con
   auto Call = callExpr(callee(functionDecl().bind("callee"))).bind("call");
   const clang::SourceManager& SM = Context.getSourceManager();
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
-    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+    if (!isInRewrittenFile(SM, TopLevel->getLocation()))
       continue;
     for (const BoundNodes& Found :
          match(traverse(clang::TK_AsIs, decl(forEachDescendant(Call))), *TopLevel, Context)) {

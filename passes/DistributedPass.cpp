@@ -21,18 +21,13 @@ AST_MATCHER(clang::FunctionDecl, isDistributed) {
   return isDistributedFunction(Node, Finder->getASTContext());
 }
 
-AST_MATCHER(clang::FunctionDecl, isInMainFile) {
-  const clang::SourceManager& SM = Finder->getASTContext().getSourceManager();
-  return SM.isWrittenInMainFile(SM.getExpansionLoc(Node.getLocation()));
-}
-
 } // namespace
 
 PassRule distributedPass() {
   auto TensorBackward = cxxMemberCallExpr(callee(
       cxxMethodDecl(hasName("backward"), ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase"))))));
   auto Loader = callExpr(callee(functionDecl(hasName("::torch::data::make_data_loader"))));
-  auto LeftAlone = functionDecl(isDefinition(), isInMainFile(), isDistributed(),
+  auto LeftAlone = functionDecl(isDefinition(), isExpansionInRewrittenFile(), isDistributed(),
                                 hasBody(hasDescendant(stmt(anyOf(TensorBackward, Loader)))))
                        .bind(FunctionId);
   return makeRule(

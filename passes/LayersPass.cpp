@@ -2,6 +2,7 @@
 #include "passes/LayersPass.h"
 
 #include "passes/Macros.h"
+#include "passes/TrainingCode.h"
 
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/DeclCXX.h"
@@ -18,10 +19,10 @@ using namespace clang::transformer;
 
 constexpr char TypeId[] = "type";
 
-AST_MATCHER(clang::TypeLoc, isInMainFile) {
+AST_MATCHER(clang::TypeLoc, isInRewrittenFileTypeLoc) {
   const clang::SourceManager& SM = Finder->getASTContext().getSourceManager();
   return Node.getBeginLoc().isValid() && !Node.getBeginLoc().isMacroID() &&
-         SM.isWrittenInMainFile(SM.getExpansionLoc(Node.getBeginLoc()));
+         isInRewrittenFile(SM, Node.getBeginLoc());
 }
 
 /// `torch::nn::Linear` as spelled in a user module: a member's type, or a construction in its methods.
@@ -30,7 +31,7 @@ TypeLocMatcher linearInUserModule() {
   auto UserModule =
       cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"), unless(hasName("::torch::nn::Module")));
   // `torch::nn::Linear` is an elaborated type around the record `Linear`: take the outer one, once.
-  return typeLoc(Linear, unless(qualifiedTypeLoc()), unless(hasParent(elaboratedTypeLoc())), isInMainFile(),
+  return typeLoc(Linear, unless(qualifiedTypeLoc()), unless(hasParent(elaboratedTypeLoc())), isInRewrittenFileTypeLoc(),
                  hasAncestor(UserModule))
       .bind(TypeId);
 }

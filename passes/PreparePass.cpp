@@ -183,7 +183,7 @@ DeclarationMatcher globalOptimizer() {
   return varDecl(hasGlobalStorage(), unless(isStaticLocal()),
                  hasDeclContext(decl(anyOf(translationUnitDecl(), namespaceDecl()))),
                  hasType(isOptimizerType()), hasInitializer(expr()), trainsSomeModel(),
-                 isExpansionInMainFile(), isInTrainingFileDecl())
+                 isExpansionInRewrittenFile(), isInTrainingFileDecl())
       .bind(VariableId);
 }
 
@@ -255,7 +255,7 @@ AST_MATCHER(clang::FieldDecl, isPreparedMemberOptimizer) {
 
 /// An optimizer member of a class of the main file, in a file that trains.
 DeclarationMatcher optimizerMember() {
-  return fieldDecl(hasType(isOptimizerType()), isExpansionInMainFile(), isInTrainingFileDecl()).bind(FieldId);
+  return fieldDecl(hasType(isOptimizerType()), isExpansionInRewrittenFile(), isInTrainingFileDecl()).bind(FieldId);
 }
 
 clang::CharSourceRange tokenRange(clang::SourceRange Range) {
@@ -473,7 +473,7 @@ bool receivesOnlyPreparedOptimizers(const clang::ParmVarDecl& Node, clang::ASTCo
   };
   bool AnyCall = false;
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
-    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+    if (!isInRewrittenFile(SM, TopLevel->getLocation()))
       continue;
     for (const BoundNodes& Found :
          match(traverse(clang::TK_AsIs, decl(forEachDescendant(callExpr().bind("call")))), *TopLevel,
@@ -591,7 +591,7 @@ PassRule preparePass() {
               "model with accelerator.prepare(model) and the optimizer with "
               "accelerator.prepare(optimizer) by hand")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                        parmVarDecl(hasType(isOptimizerType()), isExpansionInMainFile(),
+                        parmVarDecl(hasType(isOptimizerType()), isExpansionInRewrittenFile(),
                                     onlyReceivesPreparedOptimizers())
                             .bind(ParameterId)),
                changeTo(parameterType(), cat("accelerate::Optimizer&")), RetypedParameter),
@@ -599,7 +599,7 @@ PassRule preparePass() {
       makeRule(traverse(clang::TK_AsIs,
                         parmVarDecl(hasDeclContext(cxxMethodDecl(ofClass(cxxRecordDecl(isLambda())))),
                                     unless(hasAncestor(functionDecl(isTemplateInstantiation()))),
-                                    hasType(isOptimizerType()), isExpansionInMainFile(),
+                                    hasType(isOptimizerType()), isExpansionInRewrittenFile(),
                                     onlyReceivesPreparedOptimizers())
                             .bind(ParameterId)),
                changeTo(parameterType(), cat("accelerate::Optimizer&")), RetypedParameter),

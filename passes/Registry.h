@@ -45,6 +45,10 @@ struct PassSettings {
   /// `--resume`: the checkpoint pass loads the checkpoint it saves on any start that finds one, not only on
   /// a launcher's restart.
   bool Resume = false;
+  /// `--headers`: the project's headers the rewrite may change besides the main file, as absolute real
+  /// paths: a directory stands for every header under it, a file for itself. System headers never count.
+  /// Empty: only the main file is rewritten; changes other files would need are reported.
+  std::vector<std::string> Headers;
 };
 
 /// True when the pass named `Name` runs in the current rewrite. A pass whose rewrite depends on another's

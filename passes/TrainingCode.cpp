@@ -2,6 +2,7 @@
 #include "passes/TrainingCode.h"
 
 #include "passes/BackwardPass.h"
+#include "passes/Registry.h"
 
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/DeclCXX.h"
@@ -10,6 +11,7 @@
 #include "clang/AST/StmtCXX.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
 #include "clang/Basic/SourceManager.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
@@ -76,11 +78,23 @@ AST_MATCHER(clang::QualType, isDeviceTypeImpl) {
   return Record && Record->getQualifiedNameAsString() == "c10::Device";
 }
 
-/// Calls `Visit` with each top-level declaration written in the main file.
+/// Which files of the current parse the rewrite changes (isInRewrittenFile), by file.
+struct RewrittenFiles {
+  const clang::SourceManager* SM = nullptr;
+  llvm::DenseMap<clang::FileID, bool> IsRewritten;
+};
+RewrittenFiles TheRewrittenFiles;
+
+AST_MATCHER(clang::Decl, isExpansionInRewrittenFileImpl) {
+  return isInRewrittenFile(Finder->getASTContext().getSourceManager(), Node.getLocation());
+}
+
+/// Calls `Visit` with each top-level declaration written in a file the rewrite changes: the main file and
+/// the project headers it may change.
 template <typename Callback> void forEachMainFileDecl(clang::ASTContext& Context, Callback Visit) {
   const clang::SourceManager& SM = Context.getSourceManager();
   for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-    if (SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
+    if (isInRewrittenFile(SM, TopLevel->getLocation()))
       Visit(*TopLevel);
 }
 
@@ -147,6 +161,44 @@ clang::ast_matchers::internal::Matcher<clang::QualType> isModuleType() {
 clang::ast_matchers::internal::Matcher<clang::QualType> isOptimizerType() {
   return isOptimizerTypeImpl();
 }
+bool isRewrittenHeaderPath(llvm::StringRef RealPath) {
+  for (const std::string& Header : passSettings().Headers) {
+    llvm::StringRef Root(Header);
+    if (RealPath == Root)
+      return true;
+    if (RealPath.size() > Root.size() + 1 && RealPath.starts_with(Root) &&
+        (Root.ends_with("/") || RealPath[Root.size()] == '/'))
+      return true;
+  }
+  return false;
+}
+
+bool isInRewrittenFile(const clang::SourceManager& SM, clang::SourceLocation Loc) {
+  Loc = SM.getExpansionLoc(Loc);
+  if (Loc.isInvalid())
+    return false;
+  clang::FileID File = SM.getFileID(Loc);
+  if (File == SM.getMainFileID())
+    return true;
+  if (passSettings().Headers.empty())
+    return false;
+  if (TheRewrittenFiles.SM != &SM) {
+    TheRewrittenFiles = RewrittenFiles();
+    TheRewrittenFiles.SM = &SM;
+  }
+  auto [Entry, Inserted] = TheRewrittenFiles.IsRewritten.try_emplace(File, false);
+  if (Inserted) {
+    auto Ref = SM.getFileEntryRefForID(File);
+    Entry->second = Ref && !SM.isInSystemHeader(Loc) &&
+                    isRewrittenHeaderPath(Ref->getFileEntry().tryGetRealPathName());
+  }
+  return Entry->second;
+}
+
+clang::ast_matchers::internal::Matcher<clang::Decl> isExpansionInRewrittenFile() {
+  return isExpansionInRewrittenFileImpl();
+}
+
 clang::ast_matchers::internal::Matcher<clang::QualType> isSchedulerType() {
   return isSchedulerTypeImpl();
 }
@@ -667,6 +719,7 @@ MemberOptimizerCache& memberOptimizerCache(clang::ASTContext& Context) {
 
 void forgetTrainingCodeFacts() {
   TheMemberOptimizerCache = MemberOptimizerCache();
+  TheRewrittenFiles = RewrittenFiles();
 }
 
 const MemberOptimizer& memberOptimizer(const clang::FieldDecl& Field, clang::ASTContext& Context) {
@@ -726,7 +779,7 @@ bool runsBackward(const clang::Stmt& S, clang::ASTContext& Context, int Depth) {
     const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
     if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
       Callee = Pattern;
-    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(Callee->getLocation())) || Callee->getBody() == &S)
+    if (!isInRewrittenFile(SM, Callee->getLocation()) || Callee->getBody() == &S)
       continue;
     if (runsBackward(*Callee->getBody(), Context, Depth - 1))
       return true;

@@ -11,6 +11,8 @@
 
 namespace clang {
 class ASTContext;
+class SourceLocation;
+class SourceManager;
 class CXXDeleteExpr;
 class Expr;
 class FieldDecl;
@@ -40,6 +42,14 @@ clang::ast_matchers::internal::Matcher<clang::QualType> isSchedulerType();
 clang::ast_matchers::internal::Matcher<clang::QualType> isDeviceType();
 
 // ---- Where code is --------------------------------------------------------------------------------------
+
+/// True when `Loc` (where it expands) is in code the rewrite changes: the main file, or a header of the
+/// project that PassSettings::Headers names (never a system header).
+bool isInRewrittenFile(const clang::SourceManager& SM, clang::SourceLocation Loc);
+/// True when the file `RealPath` (absolute, links resolved) is one of PassSettings::Headers's headers.
+bool isRewrittenHeaderPath(llvm::StringRef RealPath);
+/// Matches a declaration written (where it expands) in a file the rewrite changes (isInRewrittenFile).
+clang::ast_matchers::internal::Matcher<clang::Decl> isExpansionInRewrittenFile();
 
 /// The function a statement is in, lambdas excluded (a lambda's statements belong to the function that
 /// defines it), following the parent map up. Null at namespace scope.

@@ -16,57 +16,82 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
 
 namespace accelerate::rewriter {
 namespace {
 
 constexpr llvm::StringLiteral Tool = "accel-rewrite";
 
-/// A syntax-only parse that also confirms it parsed the text we gave it, not the file on disk: a compile
-/// database that names the file by another path would otherwise make the safety check vacuous.
+/// A syntax-only parse that also confirms it parsed the texts we gave it, not the files on disk: a compile
+/// database that names the file by another path, or an include that reaches a rewritten header through
+/// another path, would otherwise make the safety check vacuous.
 class CheckTextAction : public clang::SyntaxOnlyAction {
 public:
-  CheckTextAction(llvm::StringRef Expected, bool& SawExpected)
-      : Expected(Expected), SawExpected(SawExpected) {}
+  CheckTextAction(llvm::StringRef Expected, const std::map<std::string, std::string>& Headers,
+                  std::string& Mismatch)
+      : Expected(Expected), Headers(Headers), Mismatch(Mismatch) {}
   void EndSourceFileAction() override {
     const clang::SourceManager& SM = getCompilerInstance().getSourceManager();
-    SawExpected = SM.getBufferData(SM.getMainFileID()) == Expected;
+    if (SM.getBufferData(SM.getMainFileID()) != Expected)
+      Mismatch = "the input file";
+    for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end() && Mismatch.empty(); ++File) {
+      llvm::StringRef Real = File->first.getFileEntry().tryGetRealPathName();
+      auto Header = Headers.find((Real.empty() ? File->first.getName() : Real).str());
+      if (Header == Headers.end())
+        continue;
+      clang::FileID Included = SM.translateFile(File->first);
+      if (Included.isValid() && SM.getBufferData(Included) != Header->second)
+        Mismatch = "the header " + Header->first;
+    }
     clang::SyntaxOnlyAction::EndSourceFileAction();
   }
 
 private:
   llvm::StringRef Expected;
-  bool& SawExpected;
+  const std::map<std::string, std::string>& Headers;
+  std::string& Mismatch;
 };
 
 class CheckTextFactory : public clang::tooling::FrontendActionFactory {
 public:
-  CheckTextFactory(llvm::StringRef Expected, bool& SawExpected)
-      : Expected(Expected), SawExpected(SawExpected) {}
+  CheckTextFactory(llvm::StringRef Expected, const std::map<std::string, std::string>& Headers,
+                   std::string& Mismatch)
+      : Expected(Expected), Headers(Headers), Mismatch(Mismatch) {}
   std::unique_ptr<clang::FrontendAction> create() override {
-    return std::make_unique<CheckTextAction>(Expected, SawExpected);
+    return std::make_unique<CheckTextAction>(Expected, Headers, Mismatch);
   }
 
 private:
   llvm::StringRef Expected;
-  bool& SawExpected;
+  const std::map<std::string, std::string>& Headers;
+  std::string& Mismatch;
 };
 
-/// Compiles the rewritten text in memory with the file's flags plus the runtime's include directory, which
-/// goes last so that a directory the command names (a test's mirror headers) is searched first.
+/// Compiles the rewritten text in memory, with the rewritten headers (real path, text) in place of theirs,
+/// with the file's flags plus the runtime's include directory, which goes last so that a directory the
+/// command names (a test's mirror headers) is searched first.
 llvm::Error checkRewriteCompiles(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
-                                 llvm::StringRef Rewritten, const DriverOptions& Options) {
+                                 llvm::StringRef Rewritten, const std::map<std::string, std::string>& Headers,
+                                 const DriverOptions& Options) {
   CompileFlags Flags{Options.ResourceDir, {"-I" + Options.RuntimeIncludeDir}};
-  bool SawRewrittenText = false;
-  CheckTextFactory Factory(Rewritten, SawRewrittenText);
-  if (llvm::Error Err = runOnFile(Database, File, Flags, Factory, Rewritten))
+  std::string Mismatch;
+  CheckTextFactory Factory(Rewritten, Headers, Mismatch);
+  std::vector<std::pair<std::string, std::string>> Overlays(Headers.begin(), Headers.end());
+  if (llvm::Error Err = runOnFile(Database, File, Flags, Factory, Rewritten, Overlays))
     return Err;
-  if (!SawRewrittenText)
+  if (!Mismatch.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "the check of the rewritten text parsed " + File +
-                                       " from disk instead (its compile command names it by another path); "
-                                       "pass the path as the compile database writes it");
+                                   "the check of the rewritten " + File + " read " + Mismatch +
+                                       " from disk instead of its rewritten text (the compile command or an "
+                                       "#include names it by another path, e.g. through a symbolic link); "
+                                       "pass the paths as the compile database writes them");
   return llvm::Error::success();
 }
 
@@ -74,11 +99,15 @@ std::string place(const Finding& Found) {
   return Found.File + ":" + std::to_string(Found.Line) + ":" + std::to_string(Found.Column);
 }
 
-/// Warnings always; changes and notes with Explain; then one summary line when there is anything to say.
-void printFindings(const FileRewrite& Rewrite, bool Explain) {
+/// Warnings always; changes and notes with Explain; then one summary line when there is anything to say. A
+/// finding in a header that an earlier input also reported (`Printed`) is not repeated.
+void printFindings(const FileRewrite& Rewrite, bool Explain, bool HeadersGiven,
+                   std::set<std::tuple<std::string, unsigned, std::string, std::string>>& Printed) {
   llvm::raw_ostream& OS = llvm::errs();
   unsigned Changes = 0, Warnings = 0, Notes = 0;
   for (const Finding& Found : Rewrite.Findings) {
+    if (!Printed.insert({Found.File, Found.Offset, Found.Pass, Found.Message}).second)
+      continue;
     switch (Found.What) {
     case Finding::Kind::NotRewritten:
       ++Warnings;
@@ -86,8 +115,11 @@ void printFindings(const FileRewrite& Rewrite, bool Explain) {
       break;
     case Finding::Kind::OutsideMainFile:
       ++Warnings;
-      OS << place(Found) << ": warning: not rewritten: only the main file (" << Rewrite.File
-         << ") is rewritten for now; change this by hand: ";
+      OS << place(Found) << ": warning: not rewritten: this file is not one the rewrite may change ("
+         << (HeadersGiven ? "it is outside --headers, or a system header"
+                          : "only the input file is rewritten unless --headers names the project's headers")
+         << "; accelerate_target() rewrites the headers under the target's source directory); rewrite it "
+            "with --headers, or change this by hand: ";
       llvm::interleave(Found.Edits, OS, "; ");
       OS << " (pass '" << Found.Pass << "': " << Found.Message << ")\n";
       break;
@@ -142,8 +174,9 @@ llvm::Error writeFixes(llvm::StringRef Path, const FileRewrite& Rewrite) {
   return writeFileAtomically(Path, Text);
 }
 
-/// A Makefile rule `Target: <every file the rewrite read>`, for ninja's DEPFILE (spaces escaped).
-llvm::Error writeDepFile(llvm::StringRef Path, llvm::StringRef Target, llvm::ArrayRef<std::string> Files) {
+/// A Makefile rule `Targets...: <every file the rewrite read>`, for ninja's DEPFILE (spaces escaped).
+llvm::Error writeDepFile(llvm::StringRef Path, llvm::ArrayRef<std::string> Targets,
+                         llvm::ArrayRef<std::string> Files) {
   auto Escape = [](llvm::StringRef Name) {
     std::string Out;
     for (char C : Name) {
@@ -155,7 +188,10 @@ llvm::Error writeDepFile(llvm::StringRef Path, llvm::StringRef Target, llvm::Arr
     }
     return Out;
   };
-  std::string Text = Escape(Target) + ":";
+  std::string Text;
+  for (const std::string& Target : Targets)
+    Text += (Text.empty() ? "" : " ") + Escape(Target);
+  Text += ":";
   for (const std::string& File : Files)
     Text += " \\\n  " + Escape(File);
   return writeFileAtomically(Path, Text + "\n");
@@ -172,46 +208,173 @@ int fail(llvm::Error Err, llvm::StringRef Context) {
   return 1;
 }
 
+/// `Path` relative to the directory `Root` (both real paths), or nothing when it is not under it.
+std::optional<std::string> relativeTo(llvm::StringRef Path, llvm::StringRef Root) {
+  if (!Root.ends_with("/") && !Path.consume_front((Root + "/").str()))
+    return std::nullopt;
+  if (Root.ends_with("/") && !Path.consume_front(Root))
+    return std::nullopt;
+  return Path.str();
+}
+
+/// `Path` made absolute with its links resolved; fails naming `Option` when it does not exist.
+llvm::Expected<std::string> existingRealPath(llvm::StringRef Path, llvm::StringRef Option) {
+  llvm::SmallString<256> Real;
+  if (std::error_code EC = llvm::sys::fs::real_path(Path, Real))
+    return llvm::createStringError(EC, Option + ": cannot find '" + Path + "': " + EC.message());
+  return Real.str().str();
+}
+
+/// One input file as given, as the compile database is asked for it (absolute), and its real path.
+struct Input {
+  std::string Given;
+  std::string Absolute;
+  std::string Real;
+};
+
+/// A header of the project that an input read: its text, and the edits of every input merged.
+struct MergedHeader {
+  std::string Original;
+  std::vector<FileEdit> Edits;
+  std::string Rewritten;
+  bool changed() const { return Rewritten != Original; }
+};
+
 } // namespace
 
 int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverOptions& Options) {
-  if (!llvm::sys::fs::exists(Options.InputFile))
-    return fail(llvm::createStringError(std::make_error_code(std::errc::no_such_file_or_directory),
-                                        "cannot read the input file '" + Options.InputFile +
-                                            "': No such file or directory"),
-                "");
-  llvm::SmallString<256> File(Options.InputFile);
-  if (std::error_code EC = llvm::sys::fs::make_absolute(File))
-    return fail(llvm::createStringError(EC, "cannot resolve '" + Options.InputFile + "': " + EC.message()),
-                "");
-
-  auto Rewrite =
-      rewriteFile(Database, File, CompileFlags{Options.ResourceDir, {}}, Options.Passes, Options.Settings);
-  if (!Rewrite) {
-    bool DoesNotCompile = Rewrite.errorIsA<CompileError>();
-    return fail(Rewrite.takeError(),
-                DoesNotCompile
-                    ? Options.InputFile +
-                          " does not compile (diagnostics above), so it was not rewritten and nothing "
-                          "was written; fix the errors, or check the flags after '--' or the compile "
-                          "database given with -p"
-                    : std::string());
+  std::vector<Input> Inputs;
+  for (const std::string& Given : Options.InputFiles) {
+    if (!llvm::sys::fs::exists(Given))
+      return fail(llvm::createStringError(std::make_error_code(std::errc::no_such_file_or_directory),
+                                          "cannot read the input file '" + Given +
+                                              "': No such file or directory"),
+                  "");
+    llvm::SmallString<256> Absolute(Given);
+    if (std::error_code EC = llvm::sys::fs::make_absolute(Absolute))
+      return fail(llvm::createStringError(EC, "cannot resolve '" + Given + "': " + EC.message()), "");
+    auto Real = existingRealPath(Given, "input file");
+    if (!Real)
+      return fail(Real.takeError(), "");
+    Inputs.push_back({Given, Absolute.str().str(), *Real});
   }
-  printFindings(*Rewrite, Options.Explain);
 
-  bool Changed = Rewrite->Rewritten != Rewrite->Original;
+  passes::PassSettings Settings = Options.Settings;
+  for (const std::string& Header : Options.Headers) {
+    auto Real = existingRealPath(Header, "--headers");
+    if (!Real)
+      return fail(Real.takeError(), "");
+    Settings.Headers.push_back(*Real);
+  }
+  std::string Root;
+  if (!Options.OutputDir.empty()) {
+    auto Real = existingRealPath(Options.Root.empty() ? llvm::sys::path::parent_path(Inputs.front().Real).str()
+                                                      : Options.Root,
+                                 "--root");
+    if (!Real)
+      return fail(Real.takeError(), "");
+    Root = *Real;
+    for (const Input& In : Inputs)
+      if (!relativeTo(In.Real, Root))
+        return fail(llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                            "--output-dir: the input file " + In.Given + " (" + In.Real +
+                                                ") is not under the root " + Root +
+                                                ", so it has no place in the output directory; give "
+                                                "--root=DIR, a directory that holds every input and header"),
+                    "");
+    for (size_t K = 0; K < Settings.Headers.size(); ++K)
+      if (Settings.Headers[K] != Root && !relativeTo(Settings.Headers[K], Root))
+        return fail(llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                            "--output-dir: the headers '" + Options.Headers[K] + "' (" +
+                                                Settings.Headers[K] + ") are not under the root " + Root +
+                                                ", so they have no place in the output directory; give "
+                                                "--root=DIR, a directory that holds every input and header"),
+                    "");
+  }
+
+  // Parse and rewrite every input; the headers' edits are merged, not yet applied.
+  std::vector<FileRewrite> Rewrites;
+  std::map<std::string, MergedHeader> Headers;
+  std::set<std::tuple<std::string, unsigned, std::string, std::string>> Printed;
+  for (const Input& In : Inputs) {
+    auto Rewrite =
+        rewriteFile(Database, In.Absolute, CompileFlags{Options.ResourceDir, {}}, Options.Passes, Settings);
+    if (!Rewrite) {
+      bool DoesNotCompile = Rewrite.errorIsA<CompileError>();
+      return fail(Rewrite.takeError(),
+                  DoesNotCompile
+                      ? In.Given +
+                            " does not compile (diagnostics above), so it was not rewritten and nothing "
+                            "was written; fix the errors, or check the flags after '--' or the compile "
+                            "database given with -p"
+                      : std::string());
+    }
+    printFindings(*Rewrite, Options.Explain, !Settings.Headers.empty(), Printed);
+    for (HeaderEdits& Header : Rewrite->Headers) {
+      MergedHeader& Merged = Headers[Header.File];
+      Merged.Original = Header.Original;
+      for (FileEdit& Edit : Header.Edits) {
+        bool Known = llvm::any_of(Merged.Edits, [&](const FileEdit& Other) {
+          return Other.Offset == Edit.Offset && Other.Length == Edit.Length && Other.Text == Edit.Text &&
+                 Other.Header == Edit.Header;
+        });
+        if (Known)
+          continue;
+        if (Inputs.size() > 1)
+          Edit.Origin += " in the rewrite of " + In.Given;
+        Merged.Edits.push_back(std::move(Edit));
+      }
+      Header.Edits.clear();
+    }
+    Rewrites.push_back(std::move(*Rewrite));
+  }
+  std::map<std::string, std::string> ChangedHeaders;
+  for (auto& [Path, Header] : Headers) {
+    auto Planned = planEdits(Path, Header.Original, Header.Edits);
+    llvm::Expected<std::string> Rewritten =
+        Planned ? applyEdits(Header.Original, *Planned) : llvm::Expected<std::string>(Planned.takeError());
+    if (!Rewritten)
+      return fail(Rewritten.takeError(),
+                  "the header " + Path +
+                      (Inputs.size() > 1 ? " is rewritten differently by the input files that include it "
+                                           "(the edits above overlap); "
+                                         : " could not be rewritten; ") +
+                      "nothing was written. Rewrite the files one at a time to see each one's edits, and "
+                      "change the header by hand where they differ");
+    Header.Rewritten = std::move(*Rewritten);
+    if (Header.changed())
+      ChangedHeaders[Path] = Header.Rewritten;
+  }
+
+  bool Changed = !ChangedHeaders.empty();
+  for (const FileRewrite& Rewrite : Rewrites)
+    Changed = Changed || Rewrite.Rewritten != Rewrite.Original;
   if (!Options.ExportFixes.empty())
-    if (llvm::Error Err = writeFixes(Options.ExportFixes, *Rewrite))
+    if (llvm::Error Err = writeFixes(Options.ExportFixes, Rewrites.front()))
       return fail(std::move(Err), "");
   if (Options.Check) {
-    if (Changed)
-      llvm::errs() << Tool << ": " << Options.InputFile << " needs rewriting (run accel-rewrite -i "
-                   << Options.InputFile << ", or see --diff)\n";
+    for (size_t K = 0; K < Rewrites.size(); ++K)
+      if (Rewrites[K].Rewritten != Rewrites[K].Original)
+        llvm::errs() << Tool << ": " << Inputs[K].Given << " needs rewriting (run accel-rewrite -i "
+                     << Inputs[K].Given << ", or see --diff)\n";
+    for (const auto& [Path, Text] : ChangedHeaders)
+      llvm::errs() << Tool << ": " << Path << " needs rewriting (a header of --headers)\n";
     return Changed ? 1 : 0;
   }
+  if (!ChangedHeaders.empty() && !Options.InPlace && Options.OutputDir.empty() && !Options.Diff)
+    return fail(llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                        "the rewrite changes the header " + ChangedHeaders.begin()->first +
+                                            (ChangedHeaders.size() > 1 ? " and others" : "") +
+                                            ", and -o or standard output holds one file; write the headers "
+                                            "too with --output-dir=DIR, or in place with -i"),
+                "nothing was written");
 
-  if (Changed)
-    if (llvm::Error Err = checkRewriteCompiles(Database, File, Rewrite->Rewritten, Options)) {
+  for (size_t K = 0; K < Rewrites.size(); ++K) {
+    const FileRewrite& Rewrite = Rewrites[K];
+    if (Rewrite.Rewritten == Rewrite.Original && ChangedHeaders.empty())
+      continue;
+    if (llvm::Error Err =
+            checkRewriteCompiles(Database, Inputs[K].Absolute, Rewrite.Rewritten, ChangedHeaders, Options)) {
       std::string Cause = "change the code they point at by hand (an accelerator under another name, say), "
                           "or report this with the input file";
       Err = llvm::handleErrors(std::move(Err), [&](std::unique_ptr<CompileError> Compile) -> llvm::Error {
@@ -224,37 +387,86 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
                   "accelerate::Optimizer& (or torch::optim::Optimizer&) and run again";
         return llvm::Error(std::move(Compile));
       });
-      return fail(std::move(Err), "the rewritten " + Options.InputFile +
-                                      " would not compile (diagnostics above, in the rewritten text); the "
-                                      "rewrite was abandoned and nothing was written. The input compiles, "
-                                      "so the rewrite caused these errors: " +
-                                      Cause + ". The runtime headers checked against are in " +
-                                      Options.RuntimeIncludeDir);
+      return fail(std::move(Err),
+                  "the rewritten " + Inputs[K].Given +
+                      (ChangedHeaders.empty() ? std::string() : " (with the rewritten headers)") +
+                      " would not compile (diagnostics above, in the rewritten text); the rewrite was "
+                      "abandoned and nothing was written. The input compiles, so the rewrite caused these "
+                      "errors: " +
+                      Cause + ". The runtime headers checked against are in " + Options.RuntimeIncludeDir);
     }
+  }
 
   if (Options.Diff) {
-    llvm::outs() << unifiedDiff(Options.InputFile, Options.InputFile, Rewrite->Original, Rewrite->Rewritten);
+    for (size_t K = 0; K < Rewrites.size(); ++K)
+      llvm::outs() << unifiedDiff(Inputs[K].Given, Inputs[K].Given, Rewrites[K].Original,
+                                  Rewrites[K].Rewritten);
+    for (const auto& [Path, Header] : Headers)
+      llvm::outs() << unifiedDiff(Path, Path, Header.Original, Header.Rewritten);
     llvm::outs().flush();
     return 0;
   }
-  std::string Output = Options.LineDirectives
-                           ? withLineDirectives(File, Rewrite->Original, Rewrite->Rewritten)
-                           : Rewrite->Rewritten;
-  std::string Target = Options.InPlace ? Options.InputFile : Options.OutputFile;
-  if (Options.InPlace) {
-    if (Changed)
-      if (llvm::Error Err = writeFileAtomically(Options.InputFile, Output))
-        return fail(std::move(Err), "");
-  } else if (!Options.OutputFile.empty()) {
-    if (llvm::Error Err = writeFileAtomically(Options.OutputFile, Output))
-      return fail(std::move(Err), "");
-  } else {
-    llvm::outs() << Output;
-    llvm::outs().flush();
+
+  auto Output = [&](llvm::StringRef Path, llvm::StringRef Original, llvm::StringRef Rewritten) {
+    return Options.LineDirectives ? withLineDirectives(Path, Original, Rewritten) : Rewritten.str();
+  };
+  // What goes where: everything is computed before the first file is written.
+  std::vector<std::pair<std::string, std::string>> Writes;
+  std::vector<std::string> Targets;
+  for (size_t K = 0; K < Rewrites.size(); ++K) {
+    const FileRewrite& Rewrite = Rewrites[K];
+    std::string Text = Output(Inputs[K].Absolute, Rewrite.Original, Rewrite.Rewritten);
+    if (Options.InPlace) {
+      Targets.push_back(Inputs[K].Given);
+      if (Rewrite.Rewritten != Rewrite.Original)
+        Writes.push_back({Inputs[K].Given, std::move(Text)});
+    } else if (!Options.OutputDir.empty()) {
+      llvm::SmallString<256> Path(Options.OutputDir);
+      llvm::sys::path::append(Path, *relativeTo(Inputs[K].Real, Root));
+      Targets.push_back(Path.str().str());
+      Writes.push_back({Path.str().str(), std::move(Text)});
+    } else if (!Options.OutputFile.empty()) {
+      Targets.push_back(Options.OutputFile);
+      Writes.push_back({Options.OutputFile, std::move(Text)});
+    } else {
+      llvm::outs() << Text;
+      llvm::outs().flush();
+    }
   }
-  if (!Options.DepFile.empty())
-    if (llvm::Error Err = writeDepFile(Options.DepFile, Target, Rewrite->ReadFiles))
+  // Headers: in place when changed; into the output directory always, so that a copied header's quoted
+  // includes find the other copies (a file that did not change is copied, and rewritten only when its text
+  // differs, so that what includes it is not rebuilt).
+  std::vector<std::pair<std::string, std::string>> HeaderWrites;
+  for (const auto& [Path, Header] : Headers) {
+    if (Options.InPlace && Header.changed())
+      Writes.push_back({Path, Header.Rewritten});
+    if (Options.OutputDir.empty())
+      continue;
+    llvm::SmallString<256> Copy(Options.OutputDir);
+    llvm::sys::path::append(Copy, *relativeTo(Path, Root));
+    HeaderWrites.push_back({Copy.str().str(), Output(Path, Header.Original, Header.Rewritten)});
+  }
+  for (auto& [Path, Text] : HeaderWrites) {
+    auto Existing = llvm::MemoryBuffer::getFile(Path);
+    if (!Existing || (*Existing)->getBuffer() != Text)
+      Writes.push_back({Path, std::move(Text)});
+  }
+  for (const auto& [Path, Text] : Writes) {
+    if (!Options.OutputDir.empty())
+      if (std::error_code EC = llvm::sys::fs::create_directories(llvm::sys::path::parent_path(Path)))
+        return fail(llvm::createStringError(EC, "cannot create the directory of " + Path + ": " + EC.message()),
+                    "");
+    if (llvm::Error Err = writeFileAtomically(Path, Text))
       return fail(std::move(Err), "");
+  }
+  if (!Options.DepFile.empty()) {
+    std::set<std::string> Read;
+    for (const FileRewrite& Rewrite : Rewrites)
+      Read.insert(Rewrite.ReadFiles.begin(), Rewrite.ReadFiles.end());
+    if (llvm::Error Err = writeDepFile(Options.DepFile, Targets,
+                                       std::vector<std::string>(Read.begin(), Read.end())))
+      return fail(std::move(Err), "");
+  }
   return 0;
 }
 

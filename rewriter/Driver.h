@@ -12,9 +12,16 @@
 namespace accelerate::rewriter {
 
 struct DriverOptions {
-  std::string InputFile;
-  std::string OutputFile;      ///< `-o`: write here; empty means stdout (unless InPlace).
-  bool InPlace = false;        ///< `-i`: replace InputFile (only when something changed).
+  std::vector<std::string> InputFiles; ///< One; several with InPlace, OutputDir, Diff or Check.
+  std::string OutputFile;      ///< `-o`: write here; empty means stdout (unless InPlace or OutputDir).
+  bool InPlace = false;        ///< `-i`: replace the input files and headers that changed.
+  /// `--headers`: the project's headers (files, or directories for every header under them) the rewrite may
+  /// change besides the input files. Empty: only the input files; changes headers would need are reported.
+  std::vector<std::string> Headers;
+  /// `--output-dir`: each input file, and each header of Headers that an input reads (changed or not, so
+  /// the copies include one another), is written to OutputDir/<its path relative to Root>.
+  std::string OutputDir;
+  std::string Root; ///< `--root`: with OutputDir; empty: the directory of the first input file.
   bool Explain = false;        ///< `--explain`: every change and note, its place and its reason, on stderr.
   bool Check = false;          ///< `--check`: write nothing; exit 1 when the file needs rewriting.
   bool Diff = false;           ///< `--diff`: a unified diff on stdout instead of the rewritten file.
@@ -27,11 +34,13 @@ struct DriverOptions {
   std::string RuntimeIncludeDir; ///< Holds accelerate/accelerate.h; appended as `-I` to check the rewrite.
 };
 
-/// Rewrites one file: parse it, run the passes, report (warnings always, with a one-line summary; with
-/// Explain, every change and note), check that the rewritten text compiles, then write it, its diff, its
-/// fixes or its dependencies as asked. Returns the exit code: 0 on success, 1 when the input does not
-/// compile, the rewrite would not compile, an output cannot be written, or (Check) the file needs rewriting;
-/// on an error nothing is written.
+/// Rewrites the input files and the headers they may change: parse each, run the passes, report (warnings
+/// always, with a one-line summary per file; with Explain, every change and note), merge the edits each
+/// input makes in a header (a header is rewritten once, and inputs that disagree about it are an error),
+/// check that each rewritten input compiles with the rewritten headers, then write the files, their diff,
+/// fixes or dependencies as asked. Returns the exit code: 0 on success, 1 when an input does not compile,
+/// the rewrite would not compile, an output cannot be written, or (Check) a file needs rewriting; on an
+/// error nothing is written.
 int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverOptions& Options);
 
 /// The directory whose accelerate/accelerate.h the rewrite is checked against: `<bin>/../include` next to

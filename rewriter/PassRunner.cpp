@@ -17,6 +17,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -39,6 +41,12 @@ std::string oneLine(llvm::StringRef Text) {
   return Out;
 }
 
+/// The file's real path (links resolved), as the file manager found it; its name when it has none.
+std::string realPath(clang::FileEntryRef File) {
+  llvm::StringRef Real = File.getFileEntry().tryGetRealPathName();
+  return (Real.empty() ? File.getName() : Real).str();
+}
+
 /// What the passes produced while the AST was alive, in plain offsets and strings.
 struct Collected {
   std::string MainFile;
@@ -46,6 +54,9 @@ struct Collected {
   std::vector<std::string> ReadFiles;
   std::vector<Finding> Findings;
   std::vector<FileEdit> MainFileEdits;
+  std::map<std::string, std::vector<FileEdit>> HeaderFileEdits; ///< By the header's real path.
+  std::map<std::string, std::string> HeaderTexts; ///< Every rewritable header read, by real path.
+
   std::string PassFailure; ///< Set when a pass's rule failed; the rewrite is then abandoned.
 };
 
@@ -96,12 +107,26 @@ public:
                       "by hand: " +
                       Found.Message;
     clang::SourceLocation Where = MatchLoc;
-    bool HasTextEdit = false, InMainFile = SM.isWrittenInMainFile(MatchLoc);
-    std::vector<FileEdit> NewEdits;
+    bool HasTextEdit = false, InRewrittenFiles = passes::isInRewrittenFile(SM, MatchLoc);
+    // Each edit goes to its own file: "" is the main file, else a header's real path. A finding with an edit
+    // in a file the rewrite may not change is reported whole and none of its edits is made.
+    std::vector<std::pair<std::string, FileEdit>> NewEdits;
+    auto FileOf = [&](clang::SourceLocation Loc) -> std::optional<std::string> {
+      Loc = SM.getExpansionLoc(Loc);
+      if (SM.isWrittenInMainFile(Loc))
+        return std::string();
+      if (!passes::isInRewrittenFile(SM, Loc))
+        return std::nullopt;
+      auto Entry = SM.getFileEntryRefForID(SM.getFileID(Loc));
+      return realPath(*Entry);
+    };
+    bool AllEditable = true;
     for (const transformer::Edit& Edit : *Edits) {
       if (Edit.Kind == transformer::EditKind::AddInclude) {
         Found.Edits.push_back("added #include " + Edit.Replacement);
-        NewEdits.push_back({0, 0, "", Edit.Replacement, ""});
+        std::optional<std::string> In = FileOf(Edit.Range.getBegin());
+        AllEditable = AllEditable && In.has_value();
+        NewEdits.push_back({In.value_or(""), {0, 0, "", Edit.Replacement, ""}});
         continue;
       }
       // Transformer hands over file ranges; make them character ranges so offsets are exact.
@@ -112,14 +137,17 @@ public:
         continue; // A no-op edit only anchors the explanation (a warning) at its place.
       if (!HasTextEdit) {
         Where = Begin;
-        InMainFile = SM.isWrittenInMainFile(Begin);
         HasTextEdit = true;
       }
       Found.Edits.push_back(Old.empty() ? "inserted '" + oneLine(Edit.Replacement) + "'"
                                         : "'" + oneLine(Old) + "' -> '" + oneLine(Edit.Replacement) + "'");
+      std::optional<std::string> In = FileOf(Begin);
+      AllEditable = AllEditable && In.has_value();
       unsigned Offset = SM.getFileOffset(Begin);
-      NewEdits.push_back({Offset, SM.getFileOffset(Range.getEnd()) - Offset, Edit.Replacement, "", ""});
+      NewEdits.push_back(
+          {In.value_or(""), {Offset, SM.getFileOffset(Range.getEnd()) - Offset, Edit.Replacement, "", ""}});
     }
+    InRewrittenFiles = HasTextEdit ? AllEditable : InRewrittenFiles && AllEditable;
 
     Found.File = SM.getFilename(Where).str();
     Found.Line = SM.getExpansionLineNumber(Where);
@@ -127,19 +155,19 @@ public:
     Found.Offset = SM.getFileOffset(Where);
     if (Found.Edits.empty())
       Found.What = IsNote ? Finding::Kind::Note : Finding::Kind::NotRewritten;
-    else if (!InMainFile)
+    else if (!InRewrittenFiles)
       Found.What = Finding::Kind::OutsideMainFile;
     if (!Seen.insert({Found.File, Found.Offset, Found.Pass, Found.Message}).second)
       return; // The same match twice (e.g. a file parsed twice by one database) is one finding.
 
     Found.Id = Out.Findings.size();
     if (Found.What == Finding::Kind::Change)
-      for (FileEdit& Edit : NewEdits) {
+      for (auto& [In, Edit] : NewEdits) {
         Edit.Origin =
             llvm::formatv("{0}:{1}:{2} (pass '{3}')", Found.File, Found.Line, Found.Column, Found.Pass);
         Edit.FindingId = Found.Id;
         Edit.PassIndex = PassIndex;
-        Out.MainFileEdits.push_back(std::move(Edit));
+        (In.empty() ? Out.MainFileEdits : Out.HeaderFileEdits[In]).push_back(std::move(Edit));
       }
     Out.Findings.push_back(std::move(Found));
   }
@@ -171,9 +199,10 @@ public:
       auto [Entry, Inserted] = IsUserFile.try_emplace(File, false);
       if (Inserted) {
         auto Ref = SM.getFileEntryRefForID(File);
-        Entry->second =
-            File == SM.getMainFileID() || (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
-                                           Ref->getDir().getName().starts_with(MainDirectory));
+        Entry->second = File == SM.getMainFileID() ||
+                        (Ref && !SM.isInSystemHeader(Loc) &&
+                         ((!MainDirectory.empty() && Ref->getDir().getName().starts_with(MainDirectory)) ||
+                          passes::isRewrittenHeaderPath(realPath(*Ref))));
       }
       return Entry->second;
     };
@@ -206,8 +235,14 @@ public:
     if (auto Entry = SM.getFileEntryRefForID(Main))
       Out.MainFile = Entry->getName().str();
     for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end(); ++File) {
-      llvm::StringRef RealPath = File->first.getFileEntry().tryGetRealPathName();
-      Out.ReadFiles.push_back((RealPath.empty() ? File->first.getName() : RealPath).str());
+      std::string Path = realPath(File->first);
+      Out.ReadFiles.push_back(Path);
+      if (File->first == SM.getFileEntryRefForID(Main) || !passes::isRewrittenHeaderPath(Path))
+        continue;
+      clang::FileID Included = SM.translateFile(File->first);
+      if (Included.isInvalid() || SM.isInSystemHeader(SM.getLocForStartOfFile(Included)))
+        continue;
+      Out.HeaderTexts[Path] = SM.getBufferData(Included).str();
     }
   }
 
@@ -264,6 +299,14 @@ llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabas
   Result.Edits = std::move(*Planned);
   Result.ReadFiles = std::move(Out.ReadFiles);
   llvm::sort(Result.ReadFiles);
+  for (const auto& [Path, Edits] : Out.HeaderFileEdits)
+    if (!Out.HeaderTexts.count(Path))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the passes changed the header " + Path +
+                                         ", whose text the parse did not keep; nothing was rewritten. This is "
+                                         "a bug: please report it with the input file");
+  for (auto& [Path, Text] : Out.HeaderTexts)
+    Result.Headers.push_back({Path, std::move(Text), std::move(Out.HeaderFileEdits[Path])});
   Result.Findings = std::move(Out.Findings);
   llvm::stable_sort(Result.Findings, [](const Finding& A, const Finding& B) {
     return std::tie(A.File, A.Offset) < std::tie(B.File, B.Offset);

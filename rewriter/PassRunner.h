@@ -14,10 +14,11 @@ namespace accelerate::rewriter {
 /// One thing a pass did, or declined to do, at one place.
 struct Finding {
   enum class Kind {
-    Change,          ///< Rewritten in the main file.
+    Change,          ///< Rewritten, in the main file or a header the rewrite may change.
     NotRewritten,    ///< Recognised but left alone (e.g. in a macro); Message is the warning.
     Note,            ///< Left alone on purpose (already distributed code); Message says why.
-    OutsideMainFile, ///< A change in another file (a header): reported, not applied.
+    OutsideMainFile, ///< A change in a file the rewrite may not change (a header outside
+                     ///< PassSettings::Headers): reported, not applied.
   };
   Kind What = Kind::Change;
   unsigned Id = 0;                ///< Unique in its FileRewrite; PlannedEdit::FindingId refers to it.
@@ -29,6 +30,15 @@ struct Finding {
   std::vector<std::string> Edits; ///< What changed, e.g. "'loss.backward()' -> 'accelerator.backward(loss)'".
 };
 
+/// A header of the project the rewrite may change (PassSettings::Headers) that the parse read: its text
+/// and the edits the passes made in it, not yet applied (the driver merges the edits of every translation
+/// unit that includes it, so that it is rewritten once).
+struct HeaderEdits {
+  std::string File; ///< Its real path.
+  std::string Original;
+  std::vector<FileEdit> Edits;
+};
+
 /// The passes' result for one file: its text before and after, and what happened, in source order.
 struct FileRewrite {
   std::string File; ///< The main file as the compiler named it.
@@ -37,10 +47,12 @@ struct FileRewrite {
   std::vector<Finding> Findings;
   std::vector<PlannedEdit> Edits;     ///< What turned Original into Rewritten.
   std::vector<std::string> ReadFiles; ///< Every file the parse read: the main file and its headers.
+  std::vector<HeaderEdits> Headers;   ///< The headers it may change, in path order, edited or not.
 };
 
-/// Compiles `File` (see runOnFile) and runs `Passes` over it, with `Settings` (passes::passSettings()). Only
-/// the main file is rewritten; a change a pass makes in another file becomes an OutsideMainFile finding.
+/// Compiles `File` (see runOnFile) and runs `Passes` over it, with `Settings` (passes::passSettings()). The
+/// main file is rewritten, and the headers Settings.Headers names get their edits (FileRewrite::Headers); a
+/// change a pass makes in any other file becomes an OutsideMainFile finding, and none of its edits is made.
 /// Fails with a CompileError when the file does not compile, or with a message naming the pass and the place
 /// when a pass fails or two edits overlap.
 llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,

@@ -20,7 +20,8 @@ void CompileError::log(llvm::raw_ostream& OS) const {
 
 llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
                       const CompileFlags& Flags, clang::tooling::ToolAction& Action,
-                      std::optional<llvm::StringRef> Contents) {
+                      std::optional<llvm::StringRef> Contents,
+                      llvm::ArrayRef<std::pair<std::string, std::string>> OtherFiles) {
   namespace tooling = clang::tooling;
   std::vector<tooling::CompileCommand> Commands = Database.getCompileCommands(File);
   if (Commands.empty())
@@ -50,6 +51,8 @@ llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm:
   Overlay->pushOverlay(InMemory);
   if (Contents)
     InMemory->addFile(File, 0, llvm::MemoryBuffer::getMemBufferCopy(*Contents, File));
+  for (const auto& [Path, Text] : OtherFiles)
+    InMemory->addFile(Path, 0, llvm::MemoryBuffer::getMemBufferCopy(Text, Path));
   if (std::error_code EC = Overlay->setCurrentWorkingDirectory(Command.Directory))
     return llvm::createStringError(EC, "cannot enter the compile command's directory '" + Command.Directory +
                                            "': " + EC.message());

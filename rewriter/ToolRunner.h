@@ -33,12 +33,14 @@ private:
 };
 
 /// Compiles `File` (syntax only) with the first compile command `Database` has for it plus `Flags`, running
-/// `Action`. `Contents`, when given, stands in for the file's text on disk: that is how a rewrite is checked
-/// before it is written. Fails with a CompileError when the file does not compile; diagnostics of a
-/// successful compile (warnings) are dropped.
+/// `Action`. `Contents`, when given, stands in for the file's text on disk, and each of `OtherFiles` (path,
+/// text) for that file's: that is how a rewrite, headers included, is checked before it is written. Fails
+/// with a CompileError when the file does not compile; diagnostics of a successful compile (warnings) are
+/// dropped.
 llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
                       const CompileFlags& Flags, clang::tooling::ToolAction& Action,
-                      std::optional<llvm::StringRef> Contents = std::nullopt);
+                      std::optional<llvm::StringRef> Contents = std::nullopt,
+                      llvm::ArrayRef<std::pair<std::string, std::string>> OtherFiles = {});
 
 } // namespace accelerate::rewriter
 

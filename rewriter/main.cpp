@@ -60,13 +60,29 @@ static cl::opt<bool> Resume(
     cl::desc("Load the checkpoint the training loop saves (accelerator.save_state(\"checkpoint\")) whenever "
              "it exists, not only when the launcher restarts the job"),
     cl::cat(Category));
+static cl::list<std::string>
+    Headers("headers",
+            cl::desc("Also rewrite these headers of the project (comma-separated files, or directories for "
+                     "every header under them; never system headers): with -i in place, with --output-dir "
+                     "into the output directory"),
+            cl::CommaSeparated, cl::value_desc("path,..."), cl::cat(Category));
+static cl::opt<std::string>
+    OutputDir("output-dir",
+              cl::desc("Write each rewritten input file, and each header of --headers the inputs read, to "
+                       "<dir>/<its path relative to --root>"),
+              cl::value_desc("dir"), cl::cat(Category));
+static cl::opt<std::string> Root("root",
+                                 cl::desc("With --output-dir: the directory the output directory mirrors "
+                                          "(default: the first input file's directory)"),
+                                 cl::value_desc("dir"), cl::cat(Category));
 static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes, in the order they run, and exit"),
                                 cl::cat(Category));
 static cl::extrahelp CommonHelp(clang::tooling::CommonOptionsParser::HelpMessage);
 
 static const char Overview[] =
     "rewrites a plain single-device libtorch training loop to use accelerate::Accelerator.\n\n"
-    "  accel-rewrite FILE [-o OUT | -i | --diff | --check] [--explain] [-p BUILD_DIR] [-- compile flags]\n\n"
+    "  accel-rewrite FILE [-o OUT | -i | --diff | --check] [--explain] [-p BUILD_DIR] [-- compile flags]\n"
+    "  accel-rewrite FILE... --headers=DIR [-i | --output-dir=OUT [--root=DIR] | --diff | --check] ...\n\n"
     "The rewritten file goes to stdout unless -o or -i is given. Nothing is written when FILE does not\n"
     "compile or when the rewritten text would not compile. Warnings name each site that was recognised but\n"
     "not rewritten, with the reason; a summary line counts them.\n";
@@ -185,27 +201,40 @@ int main(int argc, const char** argv) {
     return 0;
   }
   const std::vector<std::string>& Files = Parser->getSourcePathList();
-  if (Files.size() != 1)
-    return usageError("expected one input file (got " + llvm::Twine(Files.size()) +
-                      "); run accel-rewrite once per file, see --help");
+  if (Files.empty())
+    return usageError("expected an input file; see --help");
   if (InPlace && !OutputFile.empty())
     return usageError("-i and -o were both given; use -i to rewrite " + Files.front() +
                       " in place, or -o FILE to write the result elsewhere");
-  unsigned Modes = InPlace + !OutputFile.empty() + Diff + Check;
+  unsigned Modes = InPlace + !OutputFile.empty() + !OutputDir.empty() + Diff + Check;
   if (Modes > 1)
-    return usageError("choose one of -o, -i, --diff and --check");
+    return usageError("choose one of -o, -i, --output-dir, --diff and --check");
+  if (Files.size() > 1 && (Modes == 0 || !OutputFile.empty()))
+    return usageError("got " + llvm::Twine(Files.size()) +
+                      " input files, and -o or standard output holds one; rewrite several files with -i, "
+                      "--output-dir=DIR, --diff or --check, or run accel-rewrite once per file");
+  if (Files.size() > 1 && !ExportFixes.empty())
+    return usageError("--export-fixes writes the edits of one input file; run accel-rewrite once per file");
   if (LineDirectives && (InPlace || Diff || Check))
-    return usageError("--line-directives is for a rewritten copy (stdout or -o FILE), not for -i, --diff or "
-                      "--check");
-  if (!DepFile.empty() && !InPlace && OutputFile.empty())
-    return usageError("--depfile needs -o FILE (or -i): the rule it writes names the output");
+    return usageError("--line-directives is for a rewritten copy (stdout, -o FILE or --output-dir), not for "
+                      "-i, --diff or --check");
+  if (!DepFile.empty() && !InPlace && OutputFile.empty() && OutputDir.empty())
+    return usageError("--depfile needs -o FILE, --output-dir or -i: the rule it writes names the output");
+  if (!Root.empty() && OutputDir.empty())
+    return usageError("--root is the directory --output-dir mirrors; give --output-dir too");
+  if (Headers.getNumOccurrences() > 0 && llvm::any_of(Headers, [](const std::string& H) { return H.empty(); }))
+    return usageError("--headers got an empty path; give the project's headers or their directory, e.g. "
+                      "--headers=include or --headers=model.h,data.h");
 
   accelerate::rewriter::DriverOptions Options;
   if (!trackerNames(Options.Settings.LogWith) || !projectName(Options.Settings.ProjectName) ||
       !selectPasses(Options.Passes) || !resume(Options.Passes, Options.Settings.Resume))
     return 1;
   static int AddressInThisBinary;
-  Options.InputFile = Files.front();
+  Options.InputFiles = Files;
+  Options.Headers = Headers;
+  Options.OutputDir = OutputDir;
+  Options.Root = Root;
   Options.OutputFile = OutputFile;
   Options.InPlace = InPlace;
   Options.Explain = Explain;
