@@ -99,14 +99,21 @@ std::string place(const Finding& Found) {
   return Found.File + ":" + std::to_string(Found.Line) + ":" + std::to_string(Found.Column);
 }
 
+/// Where a pass changed a header, in any input's rewrite: real path, offset, pass.
+using ChangedSites = std::set<std::tuple<std::string, unsigned, std::string>>;
+
 /// Warnings always; changes and notes with Explain; then one summary line when there is anything to say. A
-/// finding in a header that an earlier input also reported (`Printed`) is not repeated.
-void printFindings(const FileRewrite& Rewrite, bool Explain, bool HeadersGiven,
+/// finding in a header that an earlier input also reported (`Printed`) is not repeated, and a warning in a
+/// header where another input's rewrite changed the code (`Changed`: a template that only that input
+/// instantiates) is not given: the header is rewritten once, with that change.
+void printFindings(const FileRewrite& Rewrite, bool Explain, bool HeadersGiven, const ChangedSites& Changed,
                    std::set<std::tuple<std::string, unsigned, std::string, std::string>>& Printed) {
   llvm::raw_ostream& OS = llvm::errs();
   unsigned Changes = 0, Warnings = 0, Notes = 0;
   for (const Finding& Found : Rewrite.Findings) {
-    if (!Printed.insert({Found.File, Found.Offset, Found.Pass, Found.Message}).second)
+    if (!Printed.insert({Found.RealFile, Found.Offset, Found.Pass, Found.Message}).second)
+      continue;
+    if (Found.What == Finding::Kind::NotRewritten && Changed.count({Found.RealFile, Found.Offset, Found.Pass}))
       continue;
     switch (Found.What) {
     case Finding::Kind::NotRewritten:
@@ -309,7 +316,6 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
                             "database given with -p"
                       : std::string());
     }
-    printFindings(*Rewrite, Options.Explain, !Settings.Headers.empty(), Printed);
     for (HeaderEdits& Header : Rewrite->Headers) {
       MergedHeader& Merged = Headers[Header.File];
       Merged.Original = Header.Original;
@@ -328,6 +334,13 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
     }
     Rewrites.push_back(std::move(*Rewrite));
   }
+  ChangedSites ChangedAt;
+  for (const FileRewrite& Rewrite : Rewrites)
+    for (const Finding& Found : Rewrite.Findings)
+      if (Found.What == Finding::Kind::Change)
+        ChangedAt.insert({Found.RealFile, Found.Offset, Found.Pass});
+  for (const FileRewrite& Rewrite : Rewrites)
+    printFindings(Rewrite, Options.Explain, !Settings.Headers.empty(), ChangedAt, Printed);
   std::map<std::string, std::string> ChangedHeaders;
   for (auto& [Path, Header] : Headers) {
     auto Planned = planEdits(Path, Header.Original, Header.Edits);

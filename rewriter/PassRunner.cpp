@@ -150,6 +150,8 @@ public:
     InRewrittenFiles = HasTextEdit ? AllEditable : InRewrittenFiles && AllEditable;
 
     Found.File = SM.getFilename(Where).str();
+    if (auto Entry = SM.getFileEntryRefForID(SM.getFileID(SM.getExpansionLoc(Where))))
+      Found.RealFile = realPath(*Entry);
     Found.Line = SM.getExpansionLineNumber(Where);
     Found.Column = SM.getExpansionColumnNumber(Where);
     Found.Offset = SM.getFileOffset(Where);

@@ -24,6 +24,7 @@ struct Finding {
   unsigned Id = 0;                ///< Unique in its FileRewrite; PlannedEdit::FindingId refers to it.
   std::string Pass;               ///< The pass's name in the registry.
   std::string File;               ///< Where, as the compiler names the file.
+  std::string RealFile;           ///< The same file's real path (one name for it in every input's parse).
   unsigned Line = 0, Column = 0;  ///< 1-based.
   unsigned Offset = 0;            ///< For ordering findings in one file.
   std::string Message;            ///< The pass's explanation, or its warning.

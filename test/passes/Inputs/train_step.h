@@ -1,4 +1,4 @@
-// Input for headers.cpp: a user header with a backward call (headers are not rewritten yet).
+// Input for headers.cpp: a header of the project with a backward call.
 #pragma once
 #include <torch/torch.h>
 
