@@ -31,8 +31,8 @@ TypeLocMatcher linearInUserModule() {
   auto UserModule =
       cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"), unless(hasName("::torch::nn::Module")));
   // `torch::nn::Linear` is an elaborated type around the record `Linear`: take the outer one, once.
-  return typeLoc(Linear, unless(qualifiedTypeLoc()), unless(hasParent(elaboratedTypeLoc())), isInRewrittenFileTypeLoc(),
-                 hasAncestor(UserModule))
+  return typeLoc(Linear, unless(qualifiedTypeLoc()), unless(hasParent(elaboratedTypeLoc())),
+                 isInRewrittenFileTypeLoc(), hasAncestor(UserModule))
       .bind(TypeId);
 }
 

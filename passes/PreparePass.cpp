@@ -255,7 +255,51 @@ AST_MATCHER(clang::FieldDecl, isPreparedMemberOptimizer) {
 
 /// An optimizer member of a class of the main file, in a file that trains.
 DeclarationMatcher optimizerMember() {
-  return fieldDecl(hasType(isOptimizerType()), isExpansionInRewrittenFile(), isInTrainingFileDecl()).bind(FieldId);
+  return fieldDecl(hasType(isOptimizerType()), isExpansionInRewrittenFile(), isInTrainingFileDecl())
+      .bind(FieldId);
+}
+
+/// The first use, in source order, of the optimizer member a member expression names when the member is
+/// declared in a file the rewrite may not change (a header outside --headers), outside system headers: one
+/// warning per member, where the rewritten code first uses it.
+AST_MATCHER(clang::MemberExpr, isFirstUseOfUnrewrittenOptimizerMember) {
+  const auto* Field = llvm::dyn_cast<clang::FieldDecl>(Node.getMemberDecl());
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::SourceManager& SM = Context.getSourceManager();
+  if (!Field || isInRewrittenFile(SM, Field->getLocation()) ||
+      SM.isInSystemHeader(SM.getExpansionLoc(Field->getLocation())))
+    return false;
+  const clang::MemberExpr* First = nullptr;
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
+    if (!isInRewrittenFile(SM, TopLevel->getLocation()))
+      continue;
+    auto Use = memberExpr(member(equalsNode(Field))).bind("use");
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs, decl(forEachDescendant(Use))), *TopLevel, Context)) {
+      const auto* Candidate = Found.getNodeAs<clang::MemberExpr>("use");
+      if (!First || SM.isBeforeInTranslationUnit(SM.getExpansionLoc(Candidate->getBeginLoc()),
+                                                 SM.getExpansionLoc(First->getBeginLoc())))
+        First = Candidate;
+    }
+  }
+  return First == &Node;
+}
+
+Stencil unrewrittenMemberWarning() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Use = Result.Nodes.getNodeAs<clang::MemberExpr>("use");
+    const auto* Field = llvm::cast<clang::FieldDecl>(Use->getMemberDecl());
+    const clang::SourceManager& SM = *Result.SourceManager;
+    clang::PresumedLoc Declared = SM.getPresumedLoc(SM.getExpansionLoc(Field->getLocation()));
+    return "optimizer member '" + Field->getParent()->getNameAsString() + "::" + Field->getNameAsString() +
+           "' not prepared: it is declared in " + std::string(Declared.getFilename()) + ":" +
+           std::to_string(Declared.getLine()) +
+           ", a header the rewrite may not change, so it cannot become a prepared optimizer; rewrite the "
+           "project's headers too (accel-rewrite --headers=DIR; accelerate_target() rewrites the headers "
+           "under "
+           "the target's source directory), or prepare it by hand: hold an accelerate::Optimizer made with "
+           "accelerator.prepare(<optimizer>), its models prepared first";
+  });
 }
 
 clang::CharSourceRange tokenRange(clang::SourceRange Range) {
@@ -345,6 +389,12 @@ EditGenerator prepareMember() {
     if (Next && *Next != ' ' && *Next != '\t')
       Type += " ";
     Change(tokenRange(TypeRange), Type);
+    // The file that declares the member (a header, when the rewrite may change it) needs the runtime's types.
+    Edit Include;
+    Include.Kind = EditKind::AddInclude;
+    Include.Range = tokenRange(Field->getSourceRange());
+    Include.Replacement = "<accelerate/accelerate.h>";
+    Edits.push_back(std::move(Include));
     // Each build site, models first; a model is prepared once per function (or initialiser list).
     std::map<const void*, std::vector<const clang::ValueDecl*>> PreparedIn;
     for (const MemberOptimizerBuild& Build : Member.Builds) {
@@ -572,6 +622,12 @@ PassRule preparePass() {
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
                         fieldDecl(optimizerMember(), unless(isPreparedMemberOptimizer()))),
                noopEdit(name(FieldId)), memberWarning()),
+      makeRule(
+          traverse(clang::TK_AsIs, memberExpr(hasType(isOptimizerType()), unless(isInMacroExpansion()),
+                                              hasAncestor(decl(isExpansionInRewrittenFile())),
+                                              isInTrainingFile(), isFirstUseOfUnrewrittenOptimizerMember())
+                                       .bind("use")),
+          noopEdit(node("use")), unrewrittenMemberWarning()),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, OptimizerWithModel),
           flatten(prepareModels(), changeTo(statementWithSemicolon(StatementId), preparedDeclarationText())),

@@ -189,8 +189,8 @@ bool isInRewrittenFile(const clang::SourceManager& SM, clang::SourceLocation Loc
   auto [Entry, Inserted] = TheRewrittenFiles.IsRewritten.try_emplace(File, false);
   if (Inserted) {
     auto Ref = SM.getFileEntryRefForID(File);
-    Entry->second = Ref && !SM.isInSystemHeader(Loc) &&
-                    isRewrittenHeaderPath(Ref->getFileEntry().tryGetRealPathName());
+    Entry->second =
+        Ref && !SM.isInSystemHeader(Loc) && isRewrittenHeaderPath(Ref->getFileEntry().tryGetRealPathName());
   }
   return Entry->second;
 }

@@ -14,9 +14,9 @@
 #include "clang/Tooling/Tooling.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
@@ -113,7 +113,8 @@ void printFindings(const FileRewrite& Rewrite, bool Explain, bool HeadersGiven, 
   for (const Finding& Found : Rewrite.Findings) {
     if (!Printed.insert({Found.RealFile, Found.Offset, Found.Pass, Found.Message}).second)
       continue;
-    if (Found.What == Finding::Kind::NotRewritten && Changed.count({Found.RealFile, Found.Offset, Found.Pass}))
+    if (Found.What == Finding::Kind::NotRewritten &&
+        Changed.count({Found.RealFile, Found.Offset, Found.Pass}))
       continue;
     switch (Found.What) {
     case Finding::Kind::NotRewritten:
@@ -253,16 +254,20 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   std::vector<Input> Inputs;
   for (const std::string& Given : Options.InputFiles) {
     if (!llvm::sys::fs::exists(Given))
-      return fail(llvm::createStringError(std::make_error_code(std::errc::no_such_file_or_directory),
-                                          "cannot read the input file '" + Given +
-                                              "': No such file or directory"),
-                  "");
+      return fail(
+          llvm::createStringError(std::make_error_code(std::errc::no_such_file_or_directory),
+                                  "cannot read the input file '" + Given + "': No such file or directory"),
+          "");
     llvm::SmallString<256> Absolute(Given);
     if (std::error_code EC = llvm::sys::fs::make_absolute(Absolute))
       return fail(llvm::createStringError(EC, "cannot resolve '" + Given + "': " + EC.message()), "");
     auto Real = existingRealPath(Given, "input file");
     if (!Real)
       return fail(Real.takeError(), "");
+    if (llvm::any_of(Inputs, [&](const Input& Other) { return Other.Real == *Real; }))
+      return fail(llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                          "the input file " + Given + " is given twice; name each file once"),
+                  "");
     Inputs.push_back({Given, Absolute.str().str(), *Real});
   }
 
@@ -275,9 +280,9 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   }
   std::string Root;
   if (!Options.OutputDir.empty()) {
-    auto Real = existingRealPath(Options.Root.empty() ? llvm::sys::path::parent_path(Inputs.front().Real).str()
-                                                      : Options.Root,
-                                 "--root");
+    auto Real = existingRealPath(
+        Options.Root.empty() ? llvm::sys::path::parent_path(Inputs.front().Real).str() : Options.Root,
+        "--root");
     if (!Real)
       return fail(Real.takeError(), "");
     Root = *Real;
@@ -467,8 +472,8 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   for (const auto& [Path, Text] : Writes) {
     if (!Options.OutputDir.empty())
       if (std::error_code EC = llvm::sys::fs::create_directories(llvm::sys::path::parent_path(Path)))
-        return fail(llvm::createStringError(EC, "cannot create the directory of " + Path + ": " + EC.message()),
-                    "");
+        return fail(
+            llvm::createStringError(EC, "cannot create the directory of " + Path + ": " + EC.message()), "");
     if (llvm::Error Err = writeFileAtomically(Path, Text))
       return fail(std::move(Err), "");
   }
@@ -476,8 +481,8 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
     std::set<std::string> Read;
     for (const FileRewrite& Rewrite : Rewrites)
       Read.insert(Rewrite.ReadFiles.begin(), Rewrite.ReadFiles.end());
-    if (llvm::Error Err = writeDepFile(Options.DepFile, Targets,
-                                       std::vector<std::string>(Read.begin(), Read.end())))
+    if (llvm::Error Err =
+            writeDepFile(Options.DepFile, Targets, std::vector<std::string>(Read.begin(), Read.end())))
       return fail(std::move(Err), "");
   }
   return 0;

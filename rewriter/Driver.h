@@ -13,15 +13,15 @@ namespace accelerate::rewriter {
 
 struct DriverOptions {
   std::vector<std::string> InputFiles; ///< One; several with InPlace, OutputDir, Diff or Check.
-  std::string OutputFile;      ///< `-o`: write here; empty means stdout (unless InPlace or OutputDir).
-  bool InPlace = false;        ///< `-i`: replace the input files and headers that changed.
+  std::string OutputFile; ///< `-o`: write here; empty means stdout (unless InPlace or OutputDir).
+  bool InPlace = false;   ///< `-i`: replace the input files and headers that changed.
   /// `--headers`: the project's headers (files, or directories for every header under them) the rewrite may
   /// change besides the input files. Empty: only the input files; changes headers would need are reported.
   std::vector<std::string> Headers;
   /// `--output-dir`: each input file, and each header of Headers that an input reads (changed or not, so
   /// the copies include one another), is written to OutputDir/<its path relative to Root>.
   std::string OutputDir;
-  std::string Root; ///< `--root`: with OutputDir; empty: the directory of the first input file.
+  std::string Root;            ///< `--root`: with OutputDir; empty: the directory of the first input file.
   bool Explain = false;        ///< `--explain`: every change and note, its place and its reason, on stderr.
   bool Check = false;          ///< `--check`: write nothing; exit 1 when the file needs rewriting.
   bool Diff = false;           ///< `--diff`: a unified diff on stdout instead of the rewritten file.

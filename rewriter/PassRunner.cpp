@@ -303,10 +303,11 @@ llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabas
   llvm::sort(Result.ReadFiles);
   for (const auto& [Path, Edits] : Out.HeaderFileEdits)
     if (!Out.HeaderTexts.count(Path))
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "the passes changed the header " + Path +
-                                         ", whose text the parse did not keep; nothing was rewritten. This is "
-                                         "a bug: please report it with the input file");
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "the passes changed the header " + Path +
+              ", whose text the parse did not keep; nothing was rewritten. This is "
+              "a bug: please report it with the input file");
   for (auto& [Path, Text] : Out.HeaderTexts)
     Result.Headers.push_back({Path, std::move(Text), std::move(Out.HeaderFileEdits[Path])});
   Result.Findings = std::move(Out.Findings);

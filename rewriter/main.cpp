@@ -222,7 +222,8 @@ int main(int argc, const char** argv) {
     return usageError("--depfile needs -o FILE, --output-dir or -i: the rule it writes names the output");
   if (!Root.empty() && OutputDir.empty())
     return usageError("--root is the directory --output-dir mirrors; give --output-dir too");
-  if (Headers.getNumOccurrences() > 0 && llvm::any_of(Headers, [](const std::string& H) { return H.empty(); }))
+  if (Headers.getNumOccurrences() > 0 &&
+      llvm::any_of(Headers, [](const std::string& H) { return H.empty(); }))
     return usageError("--headers got an empty path; give the project's headers or their directory, e.g. "
                       "--headers=include or --headers=model.h,data.h");
 

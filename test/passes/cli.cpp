@@ -3,15 +3,19 @@
 // BOTH: accel-rewrite: -i and -o were both given; use -i to rewrite {{.*}}cli.cpp in place, or -o FILE to
 // BOTH-SAME: write the result elsewhere
 // RUN: not %accel-rewrite %s %s -- -std=c++17 2>&1 | FileCheck %s --check-prefix=TWO
-// TWO: accel-rewrite: expected one input file (got 2); run accel-rewrite once per file, see --help
+// TWO: accel-rewrite: got 2 input files, and -o or standard output holds one; rewrite several files with -i,
+// TWO-SAME: --output-dir=DIR, --diff or --check, or run accel-rewrite once per file
+// RUN: not %accel-rewrite %s %s --diff -- -std=c++17 2>&1 | FileCheck %s --check-prefix=TWICE
+// TWICE: accel-rewrite: error: the input file {{.*}}cli.cpp is given twice; name each file once
 // RUN: not %accel-rewrite -- -std=c++17 2>&1 | FileCheck %s --check-prefix=NONE
-// NONE: accel-rewrite: expected one input file (got 0)
+// NONE: accel-rewrite: expected an input file; see --help
 // RUN: not %accel-rewrite %s --diff --check -- -std=c++17 2>&1 | FileCheck %s --check-prefix=MODES
-// MODES: accel-rewrite: choose one of -o, -i, --diff and --check
+// MODES: accel-rewrite: choose one of -o, -i, --output-dir, --diff and --check
 // RUN: not %accel-rewrite %s -i --line-directives -- -std=c++17 2>&1 | FileCheck %s --check-prefix=LINES
-// LINES: accel-rewrite: --line-directives is for a rewritten copy (stdout or -o FILE), not for -i, --diff or --check
+// LINES: accel-rewrite: --line-directives is for a rewritten copy (stdout, -o FILE or --output-dir), not for -i,
+// LINES-SAME: --diff or --check
 // RUN: not %accel-rewrite %s --depfile %t.d -- -std=c++17 2>&1 | FileCheck %s --check-prefix=DEPFILE
-// DEPFILE: accel-rewrite: --depfile needs -o FILE (or -i): the rule it writes names the output
+// DEPFILE: accel-rewrite: --depfile needs -o FILE, --output-dir or -i: the rule it writes names the output
 // RUN: not %accel-rewrite %s --passes=backward,bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not %accel-rewrite %s --disable=bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: accel-rewrite: unknown pass 'bogus' (known: backward, accelerator, prepare, data-loader, device,
