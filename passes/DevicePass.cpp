@@ -613,7 +613,9 @@ AST_MATCHER(clang::IfStmt, onlyCallsAndChoosesRemovedDeviceTypes) {
   auto& Context = Finder->getASTContext();
   const auto* Call =
       Node.getCond() ? llvm::dyn_cast<clang::CallExpr>(Node.getCond()->IgnoreParenImpCasts()) : nullptr;
-  if (!Call || onlyAsksAboutCuda(*Call, Context) || Call->hasUnusedResultAttr(Context))
+  // A call a template leaves dependent has no result type to ask about (clang asserts on it).
+  if (!Call || Call->isTypeDependent() || Call->isValueDependent() || !Call->getCalleeDecl() ||
+      onlyAsksAboutCuda(*Call, Context) || Call->hasUnusedResultAttr(Context))
     return false;
   int Assignments = 0;
   return branchesOnlyAssignRemovedDeviceTypes(Node, Context, Assignments) && Assignments > 0;

@@ -195,3 +195,13 @@ void chosen_type_only(Net& net, torch::optim::SGD& optimizer, std::vector<std::t
   }
 }
 // WARN-NOT: warning
+
+// An if whose condition is a call a template leaves dependent (a vendored JSON library's
+// `if (JSON_HEDLEY_UNLIKELY(!j.is_null()))`) is not a device choice, and asking it about its result does not crash.
+// CHECK: {{^}}template <typename T> void check_json(const T& j) {{[{]}}{{$}}
+// CHECK-NEXT: {{^}}  if (__builtin_expect(!!(!j.is_null()), 0)) {{[{]}}{{$}}
+template <typename T> void check_json(const T& j) {
+  if (__builtin_expect(!!(!j.is_null()), 0)) {
+    throw 1;
+  }
+}
