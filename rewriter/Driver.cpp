@@ -111,7 +111,10 @@ void printFindings(const FileRewrite& Rewrite, bool Explain, bool HeadersGiven, 
   llvm::raw_ostream& OS = llvm::errs();
   unsigned Changes = 0, Warnings = 0, Notes = 0;
   for (const Finding& Found : Rewrite.Findings) {
-    if (!Printed.insert({Found.RealFile, Found.Offset, Found.Pass, Found.Message}).second)
+    // A change is one change however each input explains it (the accelerator's placement names the caller
+    // that input sees); warnings and notes differ by what they say.
+    std::string Said = Found.What == Finding::Kind::Change ? std::string() : Found.Message;
+    if (!Printed.insert({Found.RealFile, Found.Offset, Found.Pass, Said}).second)
       continue;
     if (Found.What == Finding::Kind::NotRewritten &&
         Changed.count({Found.RealFile, Found.Offset, Found.Pass}))
