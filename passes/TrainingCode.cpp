@@ -161,16 +161,16 @@ clang::ast_matchers::internal::Matcher<clang::QualType> isModuleType() {
 clang::ast_matchers::internal::Matcher<clang::QualType> isOptimizerType() {
   return isOptimizerTypeImpl();
 }
-bool isRewrittenHeaderPath(llvm::StringRef RealPath) {
-  for (const std::string& Header : passSettings().Headers) {
-    llvm::StringRef Root(Header);
-    if (RealPath == Root)
-      return true;
-    if (RealPath.size() > Root.size() + 1 && RealPath.starts_with(Root) &&
-        (Root.ends_with("/") || RealPath[Root.size()] == '/'))
-      return true;
-  }
-  return false;
+std::string realPathOf(clang::FileEntryRef File) {
+  llvm::StringRef Real = File.getFileEntry().tryGetRealPathName();
+  return (Real.empty() ? File.getName() : Real).str();
+}
+
+std::optional<llvm::StringRef> pathBelow(llvm::StringRef Path, llvm::StringRef Directory) {
+  if (!Path.consume_front(Directory) || (!Directory.ends_with("/") && !Path.consume_front("/")) ||
+      Path.empty())
+    return std::nullopt;
+  return Path;
 }
 
 bool isInRewrittenFile(const clang::SourceManager& SM, clang::SourceLocation Loc) {
@@ -189,8 +189,11 @@ bool isInRewrittenFile(const clang::SourceManager& SM, clang::SourceLocation Loc
   auto [Entry, Inserted] = TheRewrittenFiles.IsRewritten.try_emplace(File, false);
   if (Inserted) {
     auto Ref = SM.getFileEntryRefForID(File);
-    Entry->second =
-        Ref && !SM.isInSystemHeader(Loc) && isRewrittenHeaderPath(Ref->getFileEntry().tryGetRealPathName());
+    std::string Path = Ref ? realPathOf(*Ref) : std::string();
+    Entry->second = Ref && !SM.isInSystemHeader(Loc) &&
+                    llvm::any_of(passSettings().Headers, [&](const std::string& Header) {
+                      return Path == Header || pathBelow(Path, Header);
+                    });
   }
   return Entry->second;
 }

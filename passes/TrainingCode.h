@@ -4,6 +4,9 @@
 #define ACCELERATE_PASSES_TRAININGCODE_H
 
 #include "clang/ASTMatchers/ASTMatchers.h"
+#include "clang/Basic/FileEntry.h"
+
+#include <optional>
 
 #include <string>
 #include <utility>
@@ -46,8 +49,10 @@ clang::ast_matchers::internal::Matcher<clang::QualType> isDeviceType();
 /// True when `Loc` (where it expands) is in code the rewrite changes: the main file, or a header of the
 /// project that PassSettings::Headers names (never a system header).
 bool isInRewrittenFile(const clang::SourceManager& SM, clang::SourceLocation Loc);
-/// True when the file `RealPath` (absolute, links resolved) is one of PassSettings::Headers's headers.
-bool isRewrittenHeaderPath(llvm::StringRef RealPath);
+/// The file's real path (absolute, links resolved) as the file manager found it; its name when it has none.
+std::string realPathOf(clang::FileEntryRef File);
+/// `Path` relative to the directory `Directory` (both absolute), or nothing when it is not below it.
+std::optional<llvm::StringRef> pathBelow(llvm::StringRef Path, llvm::StringRef Directory);
 /// Matches a declaration written (where it expands) in a file the rewrite changes (isInRewrittenFile).
 clang::ast_matchers::internal::Matcher<clang::Decl> isExpansionInRewrittenFile();
 

@@ -2,6 +2,7 @@
 #include "rewriter/Driver.h"
 
 #include "passes/Registry.h"
+#include "passes/TrainingCode.h"
 #include "rewriter/OutputFile.h"
 #include "rewriter/PassRunner.h"
 #include "rewriter/TextDiff.h"
@@ -42,8 +43,7 @@ public:
     if (SM.getBufferData(SM.getMainFileID()) != Expected)
       Mismatch = "the input file";
     for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end() && Mismatch.empty(); ++File) {
-      llvm::StringRef Real = File->first.getFileEntry().tryGetRealPathName();
-      auto Header = Headers.find((Real.empty() ? File->first.getName() : Real).str());
+      auto Header = Headers.find(passes::realPathOf(File->first));
       if (Header == Headers.end())
         continue;
       clang::FileID Included = SM.translateFile(File->first);
@@ -219,15 +219,6 @@ int fail(llvm::Error Err, llvm::StringRef Context) {
   return 1;
 }
 
-/// `Path` relative to the directory `Root` (both real paths), or nothing when it is not under it.
-std::optional<std::string> relativeTo(llvm::StringRef Path, llvm::StringRef Root) {
-  if (!Root.ends_with("/") && !Path.consume_front((Root + "/").str()))
-    return std::nullopt;
-  if (Root.ends_with("/") && !Path.consume_front(Root))
-    return std::nullopt;
-  return Path.str();
-}
-
 /// `Path` made absolute with its links resolved; fails naming `Option` when it does not exist.
 llvm::Expected<std::string> existingRealPath(llvm::StringRef Path, llvm::StringRef Option) {
   llvm::SmallString<256> Real;
@@ -290,7 +281,7 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
       return fail(Real.takeError(), "");
     Root = *Real;
     for (const Input& In : Inputs)
-      if (!relativeTo(In.Real, Root))
+      if (!passes::pathBelow(In.Real, Root))
         return fail(llvm::createStringError(llvm::inconvertibleErrorCode(),
                                             "--output-dir: the input file " + In.Given + " (" + In.Real +
                                                 ") is not under the root " + Root +
@@ -298,7 +289,7 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
                                                 "--root=DIR, a directory that holds every input and header"),
                     "");
     for (size_t K = 0; K < Settings.Headers.size(); ++K)
-      if (Settings.Headers[K] != Root && !relativeTo(Settings.Headers[K], Root))
+      if (Settings.Headers[K] != Root && !passes::pathBelow(Settings.Headers[K], Root))
         return fail(llvm::createStringError(llvm::inconvertibleErrorCode(),
                                             "--output-dir: the headers '" + Options.Headers[K] + "' (" +
                                                 Settings.Headers[K] + ") are not under the root " + Root +
@@ -443,7 +434,7 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
         Writes.push_back({Inputs[K].Given, std::move(Text)});
     } else if (!Options.OutputDir.empty()) {
       llvm::SmallString<256> Path(Options.OutputDir);
-      llvm::sys::path::append(Path, *relativeTo(Inputs[K].Real, Root));
+      llvm::sys::path::append(Path, *passes::pathBelow(Inputs[K].Real, Root));
       Targets.push_back(Path.str().str());
       Writes.push_back({Path.str().str(), std::move(Text)});
     } else if (!Options.OutputFile.empty()) {
@@ -464,7 +455,7 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
     if (Options.OutputDir.empty())
       continue;
     llvm::SmallString<256> Copy(Options.OutputDir);
-    llvm::sys::path::append(Copy, *relativeTo(Path, Root));
+    llvm::sys::path::append(Copy, *passes::pathBelow(Path, Root));
     HeaderWrites.push_back({Copy.str().str(), Output(Path, Header.Original, Header.Rewritten)});
   }
   for (auto& [Path, Text] : HeaderWrites) {

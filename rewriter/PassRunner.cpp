@@ -41,12 +41,6 @@ std::string oneLine(llvm::StringRef Text) {
   return Out;
 }
 
-/// The file's real path (links resolved), as the file manager found it; its name when it has none.
-std::string realPath(clang::FileEntryRef File) {
-  llvm::StringRef Real = File.getFileEntry().tryGetRealPathName();
-  return (Real.empty() ? File.getName() : Real).str();
-}
-
 /// What the passes produced while the AST was alive, in plain offsets and strings.
 struct Collected {
   std::string MainFile;
@@ -118,7 +112,7 @@ public:
       if (!passes::isInRewrittenFile(SM, Loc))
         return std::nullopt;
       auto Entry = SM.getFileEntryRefForID(SM.getFileID(Loc));
-      return realPath(*Entry);
+      return passes::realPathOf(*Entry);
     };
     bool AllEditable = true;
     for (const transformer::Edit& Edit : *Edits) {
@@ -151,7 +145,7 @@ public:
 
     Found.File = SM.getFilename(Where).str();
     if (auto Entry = SM.getFileEntryRefForID(SM.getFileID(SM.getExpansionLoc(Where))))
-      Found.RealFile = realPath(*Entry);
+      Found.RealFile = passes::realPathOf(*Entry);
     Found.Line = SM.getExpansionLineNumber(Where);
     Found.Column = SM.getExpansionColumnNumber(Where);
     Found.Offset = SM.getFileOffset(Where);
@@ -201,10 +195,9 @@ public:
       auto [Entry, Inserted] = IsUserFile.try_emplace(File, false);
       if (Inserted) {
         auto Ref = SM.getFileEntryRefForID(File);
-        Entry->second = File == SM.getMainFileID() ||
-                        (Ref && !SM.isInSystemHeader(Loc) &&
-                         ((!MainDirectory.empty() && Ref->getDir().getName().starts_with(MainDirectory)) ||
-                          passes::isRewrittenHeaderPath(realPath(*Ref))));
+        Entry->second = passes::isInRewrittenFile(SM, Loc) ||
+                        (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
+                         Ref->getDir().getName().starts_with(MainDirectory));
       }
       return Entry->second;
     };
@@ -237,14 +230,12 @@ public:
     if (auto Entry = SM.getFileEntryRefForID(Main))
       Out.MainFile = Entry->getName().str();
     for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end(); ++File) {
-      std::string Path = realPath(File->first);
+      std::string Path = passes::realPathOf(File->first);
       Out.ReadFiles.push_back(Path);
-      if (File->first == SM.getFileEntryRefForID(Main) || !passes::isRewrittenHeaderPath(Path))
-        continue;
       clang::FileID Included = SM.translateFile(File->first);
-      if (Included.isInvalid() || SM.isInSystemHeader(SM.getLocForStartOfFile(Included)))
-        continue;
-      Out.HeaderTexts[Path] = SM.getBufferData(Included).str();
+      if (Included.isValid() && Included != Main &&
+          passes::isInRewrittenFile(SM, SM.getLocForStartOfFile(Included)))
+        Out.HeaderTexts[Path] = SM.getBufferData(Included).str();
     }
   }
 
