@@ -8,8 +8,8 @@
 # compiled with the target's own flags and linked with accelerate::runtime and Torch. The headers under the
 # target's source directory that the sources include are copied beside them (same relative paths) and rewritten
 # where a pass changes them, once however many sources include them; the copies of the target's include
-# directories under the source directory come first on its include path, and the originals are never touched. PASSES runs only the named passes, DISABLE
-# skips passes (`accel-rewrite --list-passes` names them). LOG_WITH logs the training loop to these experiment
+# directories under the source directory come first on its include path, and the originals are never touched.
+# PASSES runs only the named passes, DISABLE skips passes (`accel-rewrite --list-passes` names them). LOG_WITH logs the training loop to these experiment
 # trackers (`tensorboard`, `jsonl`, `csv`, `all` or a registered name; `accel-rewrite --log-with`): the
 # accelerator gets them in its options, the loop starts and finishes them, and its printed loss is logged
 # (docs/tracking.md); they write under ./runs/<target>, or $ACCEL_PROJECT_DIR/<target>. Where the training loop
