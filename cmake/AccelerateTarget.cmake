@@ -1,7 +1,7 @@
 # accelerate_target(): build a plain single-device training loop as a distributed binary.
 #
 #   accelerate_target(<target> SOURCES <file>... [PASSES <pass>...] [DISABLE <pass>...] [NO_REWRITE <file>...]
-#                     [LOG_WITH <tracker>...] [RESUME])
+#                     [LOG_WITH <tracker>...] [RESUME] [FSDP])
 #
 # Creates the executable <target>. At build time the files in SOURCES (except those also in NO_REWRITE) are
 # rewritten by accel-rewrite, in one run, into <build dir>/<target>.accelerate/, and the rewritten copies are
@@ -15,7 +15,10 @@
 # (docs/tracking.md); they write under ./runs/<target>, or $ACCEL_PROJECT_DIR/<target>. Where the training loop
 # saves a model, the rewrite saves a checkpoint (accelerator.save_state("checkpoint")) and loads it back before
 # the loop when the launcher restarts the job; RESUME (`accel-rewrite --resume`) loads it on any start that
-# finds one.
+# finds one. FSDP (`accel-rewrite --enable=fsdp-units`) runs the forward of every module class the sources and
+# the headers under the source directory define inside accelerate::fsdp::unit, so that under the fsdp strategy
+# (distributed_type: FSDP) the wrap policy (fsdp_auto_wrap_policy) chooses the units without the model's code
+# naming them.
 #
 # The rewrite of a file re-runs when the file, a header it includes (Ninja and Makefile generators, through the
 # depfile accel-rewrite writes) or accel-rewrite itself changes, and at no other time. It parses the file with the
@@ -31,13 +34,13 @@ if(TORCH_INSTALL_PREFIX)
 endif()
 
 function(accelerate_target target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "RESUME" "" "SOURCES;NO_REWRITE;PASSES;DISABLE;LOG_WITH")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "RESUME;FSDP" "" "SOURCES;NO_REWRITE;PASSES;DISABLE;LOG_WITH")
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "accelerate_target(${target}): no SOURCES given; list the training loop's .cpp files")
   endif()
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "accelerate_target(${target}): unknown arguments '${ARG_UNPARSED_ARGUMENTS}'; the "
-                        "keywords are SOURCES, PASSES, DISABLE, NO_REWRITE, LOG_WITH and RESUME")
+                        "keywords are SOURCES, PASSES, DISABLE, NO_REWRITE, LOG_WITH, RESUME and FSDP")
   endif()
   if(NOT TARGET accelerate::runtime)
     message(FATAL_ERROR "accelerate_target(${target}): accelerate::runtime is not defined. Call "
@@ -84,6 +87,9 @@ function(accelerate_target target)
   endif()
   if(ARG_RESUME)
     list(APPEND pass_flags "--resume")
+  endif()
+  if(ARG_FSDP)
+    list(APPEND pass_flags "--enable=fsdp-units")
   endif()
 
   # The rewriter parses with the target's own view of the code (transitive: Torch's and the runtime's too).

@@ -9,6 +9,7 @@
 #include "passes/DataLoaderPass.h"
 #include "passes/DevicePass.h"
 #include "passes/DistributedPass.h"
+#include "passes/FsdpUnitsPass.h"
 #include "passes/LayersPass.h"
 #include "passes/MainProcessPass.h"
 #include "passes/PreparePass.h"
@@ -49,6 +50,16 @@ llvm::ArrayRef<PassInfo> allPasses() {
        "member's type "
        "changes, so code that takes it as a torch::nn::Linear must change too)",
        /*OnByDefault=*/false},
+      {"fsdp-units", fsdpUnitsPass,
+       "the forward of every module class of the project runs inside `accelerate::fsdp::unit`, so that under "
+       "the fsdp strategy the wrap policy can make its instances units (`accelerate_target(... FSDP)` "
+       "turns it on)",
+       /*OnByDefault=*/false,
+       "no class derived from torch::nn::Module with a forward is defined in the files rewritten (the "
+       "inputs, "
+       "and the headers --headers names), so no module can become an FSDP unit; rewrite the file that "
+       "defines "
+       "the model's classes, or name its header with --headers"},
       {"tracking", trackingPass,
        "with `--log-with NAME,...`: the accelerator logs to those trackers; `init_trackers` before the "
        "training loop, `end_training` after it, and each printed loss is also logged (`accelerator.log`) "

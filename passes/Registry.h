@@ -27,6 +27,9 @@ struct PassInfo {
   PassRule (*MakeRule)();  ///< Builds the pass's rule.
   llvm::StringRef Summary; ///< One line saying what the pass rewrites.
   bool OnByDefault = true; ///< Off: runs only when named in `--passes=`.
+  /// When set: the warning given when the pass runs and finds nothing to do, nor anything to report, in any
+  /// file of the rewrite (a pass asked for by name whose sites the code lacks).
+  llvm::StringRef WhenNothingFound = {};
 };
 
 /// All passes, in the order they run. Every pass sees the original code; their edits must not overlap.

@@ -340,6 +340,13 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
         ChangedAt.insert({Found.RealFile, Found.Offset, Found.Pass});
   for (const FileRewrite& Rewrite : Rewrites)
     printFindings(Rewrite, Options.Explain, !Settings.Headers.empty(), ChangedAt, Printed);
+  for (const passes::PassInfo& Pass : Options.Passes) {
+    bool Found = llvm::any_of(Rewrites, [&](const FileRewrite& Rewrite) {
+      return llvm::any_of(Rewrite.Findings, [&](const Finding& F) { return F.Pass == Pass.Name; });
+    });
+    if (!Pass.WhenNothingFound.empty() && !Found)
+      llvm::errs() << Tool << ": warning: " << Pass.WhenNothingFound << " [" << Pass.Name << "]\n";
+  }
   std::map<std::string, std::string> ChangedHeaders;
   for (auto& [Path, Header] : Headers) {
     auto Planned = planEdits(Path, Header.Original, Header.Edits);

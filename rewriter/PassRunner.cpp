@@ -133,8 +133,10 @@ public:
         Where = Begin;
         HasTextEdit = true;
       }
-      Found.Edits.push_back(Old.empty() ? "inserted '" + oneLine(Edit.Replacement) + "'"
-                                        : "'" + oneLine(Old) + "' -> '" + oneLine(Edit.Replacement) + "'");
+      // Inserted indentation is layout, not a change worth a line of its own.
+      if (!Old.empty() || !llvm::StringRef(Edit.Replacement).trim().empty())
+        Found.Edits.push_back(Old.empty() ? "inserted '" + oneLine(Edit.Replacement) + "'"
+                                          : "'" + oneLine(Old) + "' -> '" + oneLine(Edit.Replacement) + "'");
       std::optional<std::string> In = FileOf(Begin);
       AllEditable = AllEditable && In.has_value();
       unsigned Offset = SM.getFileOffset(Begin);

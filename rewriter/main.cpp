@@ -41,6 +41,11 @@ static cl::list<std::string>
                cl::desc("Run only these passes (comma-separated; see --list-passes); "
                         "passes that are off by default run when named here"),
                cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
+static cl::list<std::string>
+    EnabledPasses("enable",
+                  cl::desc("Also run these passes that are off by default (comma-separated), e.g. "
+                           "--enable=fsdp-units"),
+                  cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
 static cl::list<std::string> DisabledPasses("disable", cl::desc("Do not run these passes (comma-separated)"),
                                             cl::CommaSeparated, cl::value_desc("name,..."),
                                             cl::cat(Category));
@@ -94,13 +99,14 @@ int usageError(const llvm::Twine& Message) {
   return 1;
 }
 
-/// The passes to run: the default ones, or exactly those named by --passes, minus --disable. Unknown names
+/// The passes to run: the default ones, or exactly those named by --passes, plus --enable, minus --disable.
+/// Unknown names
 /// are an error that lists the known ones.
 bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
   llvm::StringSet<> Known;
   for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses())
     Known.insert(Pass.Name);
-  for (const auto* Names : {&OnlyPasses, &DisabledPasses})
+  for (const auto* Names : {&OnlyPasses, &EnabledPasses, &DisabledPasses})
     for (const std::string& Name : *Names)
       if (!Known.contains(Name)) {
         std::string List;
@@ -115,14 +121,21 @@ bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
     usageError("--log-with needs the tracking pass, and --disable=tracking leaves it out; drop one of them");
     return false;
   }
-  if (LogWith.empty() && llvm::is_contained(OnlyPasses, Tracking)) {
+  for (const std::string& Name : EnabledPasses)
+    if (llvm::is_contained(DisabledPasses, Name)) {
+      usageError("--enable and --disable both name the pass '" + Name + "'; drop one of them");
+      return false;
+    }
+  if (LogWith.empty() &&
+      (llvm::is_contained(OnlyPasses, Tracking) || llvm::is_contained(EnabledPasses, Tracking))) {
     usageError("the tracking pass needs --log-with=NAME,... (the trackers to log to, e.g. "
                "--log-with=tensorboard)");
     return false;
   }
   for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses()) {
     bool Wanted = OnlyPasses.empty() ? Pass.OnByDefault : llvm::is_contained(OnlyPasses, Pass.Name);
-    Wanted = Wanted || (Pass.Name == Tracking && !LogWith.empty());
+    Wanted =
+        Wanted || llvm::is_contained(EnabledPasses, Pass.Name) || (Pass.Name == Tracking && !LogWith.empty());
     if (Wanted && !llvm::is_contained(DisabledPasses, Pass.Name))
       Selected.push_back(Pass);
   }

@@ -19,7 +19,7 @@
 // RUN: not %accel-rewrite %s --passes=backward,bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not %accel-rewrite %s --disable=bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: accel-rewrite: unknown pass 'bogus' (known: backward, accelerator, prepare, data-loader, device,
-// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, tracking, distributed)
+// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, fsdp-units, tracking, distributed)
 // RUN: %accel-rewrite --list-passes | FileCheck %s --check-prefix=LIST
 // LIST:      backward: `X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`
 // LIST-NEXT: accelerator: declares `accelerator`
@@ -31,6 +31,7 @@
 // LIST-NEXT: main-process:
 // LIST-NEXT: checkpoint:
 // LIST-NEXT: layers: {{.*}} [off by default]
+// LIST-NEXT: fsdp-units: {{.*}} [off by default]
 // LIST-NEXT: tracking: with `--log-with NAME,...`: {{.*}} [off by default]
 // LIST-NEXT: distributed:
 // RUN: %accel-rewrite --help | FileCheck %s --check-prefix=HELP
@@ -39,6 +40,7 @@
 // HELP: --depfile=<file>
 // HELP: --diff
 // HELP: --disable=<name,...>
+// HELP: --enable=<name,...>
 // HELP: --explain
 // HELP: --export-fixes=<file>
 // HELP: -i

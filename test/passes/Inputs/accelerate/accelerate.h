@@ -122,6 +122,12 @@ public:
   void end_training();
 };
 
+namespace fsdp {
+template <typename Module, typename Body> decltype(auto) unit(Module& module, Body&& body) {
+  return body();
+}
+} // namespace fsdp
+
 bool is_restart();
 bool checkpoint_exists(const std::string& directory);
 bool restarted_with_checkpoint(const std::string& directory);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -112,6 +113,7 @@ std::ostream& operator<<(std::ostream& out, const Tensor& t); // ATen/core/Forma
 Tensor randn(IntArrayRef size, TensorOptions options = {});
 Tensor zeros(IntArrayRef size, TensorOptions options = {});
 Tensor ones_like(const Tensor& self);
+Tensor relu(const Tensor& self);
 Tensor stack(TensorList tensors, int64_t dim = 0);
 Tensor mse_loss(const Tensor& self, const Tensor& target, int64_t reduction = 1);
 Tensor nll_loss(const Tensor& self, const Tensor& target);
@@ -187,6 +189,22 @@ class Linear : public ModuleHolder<LinearImpl> { // TORCH_MODULE(Linear)
 public:
   using ModuleHolder<LinearImpl>::ModuleHolder;
   Linear(int64_t in_features, int64_t out_features);
+};
+
+// torch/nn/modules/transformerlayer.h, reduced to the members a test needs (a composite module: it holds
+// other modules).
+class TransformerEncoderLayerImpl : public Module {
+public:
+  TransformerEncoderLayerImpl(int64_t d_model, int64_t nhead);
+  Tensor forward(const Tensor& src, const Tensor& src_mask = {}, const Tensor& src_key_padding_mask = {});
+  Linear linear1 = nullptr;
+  Linear linear2 = nullptr;
+};
+
+class TransformerEncoderLayer : public ModuleHolder<TransformerEncoderLayerImpl> { // TORCH_MODULE
+public:
+  using ModuleHolder<TransformerEncoderLayerImpl>::ModuleHolder;
+  TransformerEncoderLayer(int64_t d_model, int64_t nhead);
 };
 
 namespace functional {
