@@ -118,6 +118,15 @@ template <> struct Parser<double> {
   }
 };
 
+template <> struct Parser<std::int64_t> {
+  static std::int64_t parse(const std::string& key, const std::string& text, const std::string& where) {
+    return parse_number(
+        key, text, where,
+        [](const std::string& s, std::size_t* used) -> std::int64_t { return std::stoll(s, used); },
+        "a whole number");
+  }
+};
+
 template <> struct Parser<std::uint64_t> {
   static std::uint64_t parse(const std::string& key, const std::string& text, const std::string& where) {
     if (text.empty() || text.front() == '-') {
@@ -157,6 +166,12 @@ void not_negative(const std::string& key, int value, const std::string& where) {
 void not_negative_number(const std::string& key, double value, const std::string& where) {
   if (!(value >= 0)) {
     refuse(key, text_of(value), where, "must be >= 0 (0: off)");
+  }
+}
+
+void not_negative_count(const std::string& key, std::int64_t value, const std::string& where) {
+  if (value < 0) {
+    refuse(key, text_of(value), where, "must be a whole number >= 0 (parameter elements)");
   }
 }
 
@@ -255,6 +270,15 @@ void one_of_backward_prefetches(const std::string& key, const std::string& value
   }
 }
 
+void one_of_auto_wrap_policies(const std::string& key, const std::string& value, const std::string& where) {
+  const std::string upper = upper_case(value);
+  if (upper != "NO_WRAP" && upper != "TRANSFORMER_BASED_WRAP" && upper != "SIZE_BASED_WRAP") {
+    refuse(key, value, where,
+           "is not an automatic wrapping policy; use TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP "
+           "(Accelerate's names, in any case)");
+  }
+}
+
 void one_of_offload_devices(const std::string& key, const std::string& value, const std::string& where) {
   if (value != "none" && value != "cpu") {
     refuse(key, value, where, "is not an optimizer offload device this runtime has; use none or cpu");
@@ -311,11 +335,6 @@ const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings()
   return kSettings;
 }
 
-/// Where the fsdp strategy's units come from, for the refusals of automatic wrapping.
-#define ACCELERATE_FSDP_UNITS                                                                                \
-  "mark the units in code: the fsdp strategy's units are the modules whose forward calls "                   \
-  "accelerate::fsdp::unit(*this, ...)"
-
 /// Accelerate's FSDP settings other than the table's fsdp_* options (FullyShardedDataParallelPlugin's, read
 /// from fsdp_config keys and the FSDP_* variables Hugging Face's launcher exports), checked when the strategy
 /// is "fsdp": each value must be of its kind; one of `accepted` is taken (it asks for nothing this runtime
@@ -333,27 +352,6 @@ struct FsdpSetting {
 const std::vector<FsdpSetting>& fsdp_settings() {
   using Kind = FsdpSetting::Kind;
   static const std::vector<FsdpSetting> kSettings = {
-      {"fsdp_auto_wrap_policy",
-       "FSDP_AUTO_WRAP_POLICY",
-       Kind::Choice,
-       {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"},
-       {"NO_WRAP"},
-       "asks FSDP to choose its units, which comes with automatic wrapping in a later version; use NO_WRAP "
-       "for now and " ACCELERATE_FSDP_UNITS},
-      {"fsdp_transformer_layer_cls_to_wrap",
-       "FSDP_TRANSFORMER_CLS_TO_WRAP",
-       Kind::Text,
-       {},
-       {},
-       "names the module classes of automatic wrapping (TRANSFORMER_BASED_WRAP), which comes in a later "
-       "version; remove it for now and " ACCELERATE_FSDP_UNITS},
-      {"fsdp_min_num_params",
-       "FSDP_MIN_NUM_PARAMS",
-       Kind::WholeNumber,
-       {},
-       {"100000000", "0"},
-       "is the threshold of automatic wrapping (SIZE_BASED_WRAP), which comes in a later version; remove it "
-       "for now (Accelerate's default 100000000 is accepted) and " ACCELERATE_FSDP_UNITS},
       {"fsdp_activation_checkpointing",
        "FSDP_ACTIVATION_CHECKPOINTING",
        Kind::Flag,
@@ -403,8 +401,6 @@ const std::vector<FsdpSetting>& fsdp_settings() {
   };
   return kSettings;
 }
-
-#undef ACCELERATE_FSDP_UNITS
 
 /// Whether `text` is `default_text` as Hugging Face would read it (a flag as a boolean, else case-blind).
 bool is_default_text(const std::string& text, const std::string& default_text) {
@@ -588,6 +584,16 @@ FileSettings read_config_file(const std::string& path) {
 #define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) read(YAML_KEY);
 #include <accelerate/detail/option_table.h>
 #undef ACCELERATE_OPTION
+  // The classes of TRANSFORMER_BASED_WRAP may be a YAML list: read as the comma-separated text Accelerate's
+  // launcher exports.
+  if (const YAML::Node classes = yaml_at(root, "fsdp_config.fsdp_transformer_layer_cls_to_wrap");
+      classes && classes.IsSequence()) {
+    std::string text;
+    for (const auto& item : classes) {
+      text += (text.empty() ? "" : ",") + (item.IsScalar() ? item.Scalar() : YAML::Dump(item));
+    }
+    file.settings["fsdp_config.fsdp_transformer_layer_cls_to_wrap"] = text;
+  }
   for (const auto& setting : fsdp_settings()) {
     // A list (of module classes, say) is refused as its YAML text.
     const std::string key = std::string("fsdp_config.") + setting.key;
@@ -846,6 +852,15 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
       refuse(key, *text, where, setting.problem);
     }
   }
+  if (config.fsdp_auto_wrap_policy == "TRANSFORMER_BASED_WRAP" &&
+      config.fsdp_transformer_layer_cls_to_wrap.find_first_not_of(" \t,") == std::string::npos) {
+    throw std::invalid_argument(
+        "accelerate: " + named(config, "fsdp_auto_wrap_policy", config.fsdp_auto_wrap_policy) +
+        " makes units of the module classes fsdp_transformer_layer_cls_to_wrap lists, and it lists none (" +
+        named(config, "fsdp_transformer_layer_cls_to_wrap", config.fsdp_transformer_layer_cls_to_wrap) +
+        "): name the classes, comma-separated (FSDP_TRANSFORMER_CLS_TO_WRAP=Block, or "
+        "fsdp_transformer_layer_cls_to_wrap: Block in fsdp_config), or use SIZE_BASED_WRAP or NO_WRAP");
+  }
   const std::string older = "fsdp_config.fsdp_backward_prefetch_policy";
   if (auto text = lookup(sources.file.settings, older);
       text && !text->empty() && config.sources["fsdp_backward_prefetch"] == "default") {
@@ -963,6 +978,7 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
   // The names are upper case whatever the strategy (the engine reads these fields).
   config.fsdp_state_dict_type = *state_dict_type_name(config.fsdp_state_dict_type);
   config.fsdp_backward_prefetch = upper_case(config.fsdp_backward_prefetch);
+  config.fsdp_auto_wrap_policy = upper_case(config.fsdp_auto_wrap_policy);
   if (config.parallel_strategy == "fsdp") {
     resolve_fsdp(config, sources);
     return;
@@ -973,7 +989,10 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
       {"fsdp_version", text_of(config.fsdp_version)},
       {"fsdp_state_dict_type", config.fsdp_state_dict_type},
       {"fsdp_forward_prefetch", text_of(config.fsdp_forward_prefetch)},
-      {"fsdp_backward_prefetch", config.fsdp_backward_prefetch}};
+      {"fsdp_backward_prefetch", config.fsdp_backward_prefetch},
+      {"fsdp_auto_wrap_policy", config.fsdp_auto_wrap_policy},
+      {"fsdp_transformer_layer_cls_to_wrap", config.fsdp_transformer_layer_cls_to_wrap},
+      {"fsdp_min_num_params", text_of(config.fsdp_min_num_params)}};
   for (const auto& [option, value] : fsdp_options) {
     if (config.sources[option] == "options") {
       refuse_conflict(

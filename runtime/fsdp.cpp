@@ -1,12 +1,14 @@
 // The "fsdp" strategy: fully sharded training (FSDP, ZeRO-3) on c10d. Parameters, gradients and optimizer
 // state are all held in 1/N shares; a unit's whole parameters exist only while it computes.
 //
-// Units. At prepare, every module of the model whose type calls `accelerate::fsdp::unit` in its forward
-// (include/accelerate/fsdp.h) is a unit; the root is one too when its type does, and otherwise holds
-// the parameters outside every unit as a *resident* unit, whose whole parameters stay gathered. A unit owns
-// the trainable parameters of its submodules that are not units themselves; a parameter shared by modules of
-// two units (tied weights) belongs to their nearest common unit. Frozen parameters stay whole on every
-// process.
+// Units. The modules whose type calls `accelerate::fsdp::unit` in its forward (include/accelerate/fsdp.h) are
+// the candidates; at prepare, fsdp_auto_wrap_policy chooses the units among them (WrapPolicy below: NO_WRAP
+// every candidate, TRANSFORMER_BASED_WRAP the listed classes, SIZE_BASED_WRAP by parameter count); a
+// candidate not chosen runs as a plain call. The root is a unit when its type calls unit(), and otherwise
+// holds the parameters outside every unit as a *resident* unit, whose whole parameters stay gathered. A unit
+// owns the trainable parameters of its submodules that are not units themselves; a parameter shared by
+// modules of two units (tied weights) belongs to their nearest common unit. Frozen parameters stay whole on
+// every process.
 //
 // Layout. A unit's parameters of one dtype are moved into one flat buffer `full` (each parameter becomes a
 // view of it; runtime/sharding.h's aligned plan), padded to world x share elements. Process r keeps
@@ -583,10 +585,215 @@ private:
   bool checked_ = false;
 };
 
+// ---- Which modules are units
+
+/// A module of the model being sharded, in pre-order (the root first).
+struct ModuleEntry {
+  torch::nn::Module* module;
+  std::string name; // its path in the model ("" for the root)
+  int parent;       // its index in the list; -1 for the root
+  bool candidate;   // its type calls unit() in its forward
+};
+
+/// The class name of `module`'s dynamic type, qualified, template arguments left out.
+std::string class_name(const torch::nn::Module& module) {
+  const std::string demangled = c10::demangle(typeid(module).name());
+  std::string name;
+  int depth = 0;
+  for (char c : demangled) {
+    if (c == '<') {
+      ++depth;
+    } else if (c == '>') {
+      --depth;
+    } else if (depth == 0) {
+      name += c;
+    }
+  }
+  return name;
+}
+
+/// The last `::` component of a qualified class name.
+std::string unqualified(const std::string& name) {
+  const auto colons = name.rfind("::");
+  return colons == std::string::npos ? name : name.substr(colons + 2);
+}
+
+/// Whether `listed` (a name of fsdp_transformer_layer_cls_to_wrap) names class `qualified`: an unqualified
+/// name is the class's last component, or that without "Impl" (TORCH_MODULE's holder `Block` names
+/// `BlockImpl`); a qualified one is the class's name or its last components, with or without "Impl".
+bool names_class(const std::string& listed, const std::string& qualified) {
+  auto ends_with = [](const std::string& text, const std::string& end) {
+    return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+  };
+  for (const std::string& name : {listed, listed + "Impl"}) {
+    if (name.find("::") == std::string::npos ? unqualified(qualified) == name
+                                             : qualified == name || ends_with(qualified, "::" + name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// fsdp_auto_wrap_policy and its settings: the one place that decides which candidates are units.
+struct WrapPolicy {
+  std::string policy = "NO_WRAP"; // NO_WRAP, TRANSFORMER_BASED_WRAP or SIZE_BASED_WRAP
+  std::vector<std::string> classes;
+  int64_t min_num_params = 100000000;
+
+  static WrapPolicy of(const ResolvedConfig& config) {
+    WrapPolicy wrap;
+    wrap.policy = config.fsdp_auto_wrap_policy;
+    wrap.min_num_params = config.fsdp_min_num_params;
+    std::stringstream list(config.fsdp_transformer_layer_cls_to_wrap);
+    for (std::string item; std::getline(list, item, ',');) {
+      const auto first = item.find_first_not_of(" \t");
+      if (first != std::string::npos) {
+        wrap.classes.push_back(item.substr(first, item.find_last_not_of(" \t") - first + 1));
+      }
+    }
+    return wrap;
+  }
+
+  /// For each module of `modules`, whether it is a unit (the root's entry: whether it is one rather than the
+  /// resident unit). `warn`: say what TRANSFORMER_BASED_WRAP could not make a unit of its own.
+  std::vector<bool> choose(const std::vector<ModuleEntry>& modules, bool warn) const {
+    std::vector<bool> unit(modules.size(), false);
+    unit[0] = modules[0].candidate;
+    if (policy == "TRANSFORMER_BASED_WRAP") {
+      choose_by_class(modules, unit, warn);
+    } else if (policy == "SIZE_BASED_WRAP") {
+      choose_by_size(modules, unit);
+    } else {
+      for (size_t i = 1; i < modules.size(); ++i) {
+        unit[i] = modules[i].candidate;
+      }
+    }
+    return unit;
+  }
+
+private:
+  void choose_by_class(const std::vector<ModuleEntry>& modules, std::vector<bool>& unit, bool warn) const {
+    std::vector<bool> found(classes.size(), false);
+    std::vector<std::string> fallbacks;
+    size_t fallen = 0; // listed modules that are not candidates
+    for (size_t i = 0; i < modules.size(); ++i) {
+      const std::string qualified = class_name(*modules[i].module);
+      bool listed = false;
+      for (size_t c = 0; c < classes.size(); ++c) {
+        if (names_class(classes[c], qualified)) {
+          found[c] = true;
+          listed = true;
+        }
+      }
+      if (!listed) {
+        continue;
+      }
+      // A class whose forward does not call unit() (libtorch's own, say) cannot be a unit: its nearest
+      // enclosing candidate is, or the root.
+      int chosen = static_cast<int>(i);
+      while (chosen > 0 && !modules[chosen].candidate) {
+        chosen = modules[chosen].parent;
+      }
+      unit[chosen] = modules[chosen].candidate;
+      if (chosen != static_cast<int>(i) && ++fallen <= 10) {
+        const auto& into = modules[chosen];
+        fallbacks.push_back("'" + modules[i].name + "' (" + qualified + ") is sharded with " +
+                            (into.candidate
+                                 ? "the enclosing unit '" +
+                                       (into.name.empty() ? std::string("(root)") : into.name) + "' (" +
+                                       class_name(*into.module) + ")"
+                                 : std::string("the root's resident parameters (always gathered)")));
+      }
+    }
+    if (fallen > 10) {
+      fallbacks.push_back("... and " + std::to_string(fallen - 10) + " more");
+    }
+    std::vector<std::string> missing;
+    for (size_t c = 0; c < classes.size(); ++c) {
+      if (!found[c]) {
+        missing.push_back(classes[c]);
+      }
+    }
+    if (!missing.empty()) {
+      std::vector<std::string> present;
+      for (const auto& entry : modules) {
+        const std::string name = unqualified(class_name(*entry.module));
+        if (std::find(present.begin(), present.end(), name) == present.end()) {
+          present.push_back(name);
+        }
+      }
+      throw std::invalid_argument("accelerate: fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP: "
+                                  "fsdp_transformer_layer_cls_to_wrap lists " +
+                                  join(missing) + ", but no module of the model is of " +
+                                  (missing.size() == 1 ? "that class" : "those classes") +
+                                  " (as Accelerate's \"Could not find the transformer layer class\"). The "
+                                  "model's module classes are " +
+                                  join(present) +
+                                  ": list classes from these (`Block` also names a TORCH_MODULE's "
+                                  "`BlockImpl`; `ns::Block` a qualified "
+                                  "one), or use SIZE_BASED_WRAP or NO_WRAP");
+    }
+    if (warn && !fallbacks.empty()) {
+      std::string lines;
+      for (const auto& line : fallbacks) {
+        lines += "\n  " + line;
+      }
+      TORCH_WARN(
+          "accelerate: fsdp_transformer_layer_cls_to_wrap lists classes whose forward does not call "
+          "accelerate::fsdp::unit, so their modules cannot be units of their own:",
+          lines,
+          "\nTo make them units, list a class of yours that holds them and calls unit() in its forward.");
+    }
+  }
+
+  /// PyTorch's size_based_auto_wrap_policy, bottom-up: a candidate whose subtree holds at least
+  /// min_num_params trainable parameter elements outside the units below it is a unit, and its elements
+  /// count no further up. A parameter held by several modules (tied) counts once, where first met.
+  void choose_by_size(const std::vector<ModuleEntry>& modules, std::vector<bool>& unit) const {
+    std::vector<int64_t> count(modules.size(), 0);
+    std::unordered_set<c10::TensorImpl*> seen;
+    for (size_t i = 0; i < modules.size(); ++i) {
+      for (const auto& parameter : modules[i].module->parameters(/*recurse=*/false)) {
+        if (parameter.requires_grad() && seen.insert(parameter.unsafeGetTensorImpl()).second) {
+          count[i] += parameter.numel();
+        }
+      }
+    }
+    for (size_t i = modules.size(); i-- > 1;) { // pre-order reversed: children before their parent
+      if (modules[i].candidate && count[i] >= min_num_params) {
+        unit[i] = true;
+      } else {
+        count[modules[i].parent] += count[i];
+      }
+    }
+  }
+
+  static std::string join(const std::vector<std::string>& names) {
+    std::string text;
+    for (const auto& name : names) {
+      text += (text.empty() ? "" : ", ") + name;
+    }
+    return text;
+  }
+};
+
 /// The units of `model` and the owner of each trainable parameter (see the file comment).
 std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
                                      const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                                     bool reshard_after_forward) {
+                                     bool reshard_after_forward, const WrapPolicy& policy) {
+  std::vector<ModuleEntry> entries{{&model, "", -1, fsdp::detail::is_unit_type(typeid(model))}};
+  {
+    std::map<std::string, int> index_of{{"", 0}};
+    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+      const std::string& name = item.key();
+      const auto dot = name.find_last_of('.');
+      const auto parent = index_of.find(dot == std::string::npos ? "" : name.substr(0, dot));
+      index_of[name] = static_cast<int>(entries.size());
+      entries.push_back({item.value().get(), name, parent == index_of.end() ? 0 : parent->second,
+                         fsdp::detail::is_unit_type(typeid(*item.value()))});
+    }
+  }
+  const std::vector<bool> chosen = policy.choose(entries, /*warn=*/group->getRank() == 0);
   struct Candidate {
     torch::nn::Module* module;
     int parent; // the unit above it; -1 for the root
@@ -595,22 +802,19 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
   };
   // Candidate 0 is the root: a unit when its type calls unit(), else the resident unit.
   std::vector<Candidate> candidates{{&model, -1, 0, ""}};
-  const bool root_is_unit = fsdp::detail::is_unit_type(typeid(model));
-  std::map<std::string, int> owner_of_module{{"", 0}};
+  const bool root_is_unit = chosen[0];
+  std::vector<int> owner_of(entries.size(), 0);
   std::vector<std::pair<torch::nn::Module*, int>> modules{{&model, 0}};
-  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    const std::string& name = item.key();
-    const auto dot = name.find_last_of('.');
-    const std::string parent_name = dot == std::string::npos ? "" : name.substr(0, dot);
-    const auto parent = owner_of_module.find(parent_name);
-    const int parent_owner = parent == owner_of_module.end() ? 0 : parent->second;
+  for (size_t i = 1; i < entries.size(); ++i) {
+    const int parent_owner = owner_of[entries[i].parent];
     int owner = parent_owner;
-    if (fsdp::detail::is_unit_type(typeid(*item.value()))) {
+    if (chosen[i]) {
       owner = static_cast<int>(candidates.size());
-      candidates.push_back({item.value().get(), parent_owner, candidates[parent_owner].depth + 1, name});
+      candidates.push_back(
+          {entries[i].module, parent_owner, candidates[parent_owner].depth + 1, entries[i].name});
     }
-    owner_of_module[name] = owner;
-    modules.emplace_back(item.value().get(), owner);
+    owner_of[i] = owner;
+    modules.emplace_back(entries[i].module, owner);
   }
   auto common = [&](int a, int b) {
     while (a != b) {
@@ -763,7 +967,8 @@ public:
     place_and_broadcast(model);
     // Every process must hold the same model (as under DDP); the message names the mismatch.
     c10d::verify_params_across_processes(job.process_group, trainable_parameters(model), std::nullopt);
-    auto sharded = shard_model(model, job.process_group, sharding_ == "FULL_SHARD");
+    auto sharded =
+        shard_model(model, job.process_group, sharding_ == "FULL_SHARD", WrapPolicy::of(job.config));
     sharded->forward_prefetch = job.config.fsdp_forward_prefetch;
     sharded->backward_prefetch = job.config.fsdp_backward_prefetch;
     sharded->debug = job.config.debug;

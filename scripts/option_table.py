@@ -115,7 +115,7 @@ def markdown(rows):
              "| setter | default | environment | config file key | meaning |",
              "|---|---|---|---|---|"]
     for row in rows:
-        setter = f"`{row['NAME']}({row['TYPE'].replace('std::uint64_t', 'uint64_t')})`"
+        setter = f"`{row['NAME']}({row['TYPE'].replace('std::uint64_t', 'uint64_t').replace('std::int64_t', 'int64_t')})`"
         lines.append(f"| {setter} | {default_text(row)} | {mapped(row['ENVIRONMENT'])} | "
                      f"{mapped(row['YAML_KEY'])} | {string_literal(row['DOC'])} |")
     lines.append(END)

@@ -33,6 +33,9 @@ void set_from_text(std::optional<int>& option, const std::string& text) {
 void set_from_text(std::optional<double>& option, const std::string& text) {
   option = std::stod(text);
 }
+void set_from_text(std::optional<std::int64_t>& option, const std::string& text) {
+  option = std::stoll(text);
+}
 void set_from_text(std::optional<std::uint64_t>& option, const std::string& text) {
   option = std::stoull(text);
 }

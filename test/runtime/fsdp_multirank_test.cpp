@@ -19,6 +19,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <unistd.h>
@@ -118,18 +119,38 @@ struct Model : torch::nn::Module {
   torch::nn::Linear head{nullptr};
 };
 
+/// fsdp_auto_wrap_policy and its settings; unset: the default (NO_WRAP).
+struct Wrap {
+  std::string policy;
+  std::string classes;
+  int64_t min_num_params = -1;
+  accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
+    if (!policy.empty()) {
+      options.fsdp_auto_wrap_policy(policy);
+    }
+    if (!classes.empty()) {
+      options.fsdp_transformer_layer_cls_to_wrap(classes);
+    }
+    if (min_num_params >= 0) {
+      options.fsdp_min_num_params(min_num_params);
+    }
+    return options;
+  }
+};
+
 struct Strategy {
   std::string name; // "ddp", "FULL_SHARD", "SHARD_GRAD_OP"
   bool forward_prefetch = false;
   std::string backward_prefetch = "NO_PREFETCH";
+  Wrap wrap;
   accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
     if (name == "ddp") {
       return options.parallel_strategy("ddp");
     }
-    return options.parallel_strategy("fsdp")
-        .fsdp_sharding_strategy(name)
-        .fsdp_forward_prefetch(forward_prefetch)
-        .fsdp_backward_prefetch(backward_prefetch);
+    return wrap.apply(options.parallel_strategy("fsdp")
+                          .fsdp_sharding_strategy(name)
+                          .fsdp_forward_prefetch(forward_prefetch)
+                          .fsdp_backward_prefetch(backward_prefetch));
   }
 };
 const Strategy kDdp{"ddp"};
@@ -489,6 +510,146 @@ TEST(Fsdp, UnitParametersHoldNoDataOutsideTheirForward) {
   }
   EXPECT_EQ(weight.numel(), 0);
   EXPECT_NE(accelerator.state().find("fsdp: FULL_SHARD"), std::string::npos) << accelerator.state();
+}
+
+// ---- Which modules are units (fsdp_auto_wrap_policy) ---------------------------------------------------
+
+/// Collects the warnings libtorch's TORCH_WARN raises on this thread while alive.
+struct WarningCollector : c10::WarningHandler {
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+};
+
+/// What prepare under `wrap` (FULL_SHARD) made of a model of `shape`.
+struct Wrapped {
+  std::set<std::string> released; // the parameters that hold no data outside their unit's forward
+  std::string state;
+  std::vector<std::string> warnings;
+};
+
+Wrapped wrapped(const Wrap& wrap, const Shape& shape) {
+  at::set_num_threads(1);
+  accelerate::Accelerator accelerator(
+      Strategy{"FULL_SHARD", false, "NO_PREFETCH", wrap}.apply(test_options()));
+  auto model = std::make_shared<Model>(shape, torch::kFloat64);
+  Wrapped result;
+  WarningCollector warnings;
+  {
+    c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+    accelerator.prepare(model);
+  }
+  result.warnings = warnings.messages;
+  for (const auto& item : model->named_parameters()) {
+    if (item.value().numel() == 0) {
+      result.released.insert(item.key());
+    }
+  }
+  result.state = accelerator.state();
+  return result;
+}
+
+/// The names of the model's parameters under the modules `prefixes`.
+std::set<std::string> parameters_under(const Shape& shape, const std::vector<std::string>& prefixes) {
+  Model model(shape, torch::kFloat64);
+  std::set<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    for (const auto& prefix : prefixes) {
+      if (item.key().rfind(prefix + ".", 0) == 0) {
+        names.insert(item.key());
+      }
+    }
+  }
+  return names;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// Each policy on the 4-block model (blocks and the pair call unit(); the root, Embedding and Linear do
+/// not): the modules it makes units (seen as the parameters that hold no data outside a forward), what it
+/// says, and training near DDP (float64, rtol 1e-6, atol 1e-12, as the tests above).
+TEST(Fsdp, AutoWrapPoliciesChooseTheUnits) {
+  accelerate::Accelerator outer(test_options());
+  const bool main = outer.is_main_process();
+  const Shape plain{};
+  const Shape nested{false, false, false, true};
+  const std::vector<std::string> blocks = {"block0", "block1", "block2", "block3"};
+  const auto block_parameters = parameters_under(plain, blocks);
+  // NO_WRAP (the default): every module whose forward calls unit().
+  for (const Wrap& wrap : {Wrap{}, Wrap{"no_wrap", "Ignored", 5}}) {
+    const auto none = wrapped(wrap, nested);
+    EXPECT_EQ(none.released, parameters_under(nested, {"block0", "block1", "block2", "block3", "pair"}));
+    EXPECT_TRUE(contains(none.state, "fsdp_auto_wrap_policy: NO_WRAP")) << none.state;
+    EXPECT_TRUE(contains(none.state, "8 unit(s)"))
+        << none.state; // 4 blocks, the pair, its 2 blocks, the root
+  }
+  // TRANSFORMER_BASED_WRAP by the class (BlockImpl) and by its TORCH_MODULE holder (Block): only the blocks,
+  // the pair's too; the pair is not listed, so its own parameters go to the root.
+  for (const std::string& classes : {"BlockImpl", " Block ", "Attention,Block"}) {
+    if (classes == "Attention,Block") {
+      // A listed class no module has: the error names it and the classes the model has.
+      try {
+        wrapped(Wrap{"TRANSFORMER_BASED_WRAP", classes}, plain);
+        ADD_FAILURE() << "a class the model does not have was accepted";
+      } catch (const std::invalid_argument& error) {
+        const std::string message = error.what();
+        for (const char* part :
+             {"fsdp_transformer_layer_cls_to_wrap lists Attention, but no module",
+              "The model's module classes are Model, EmbeddingImpl, BlockImpl, LinearImpl",
+              "Could not find the transformer layer class", "SIZE_BASED_WRAP or NO_WRAP"}) {
+          EXPECT_TRUE(contains(message, part)) << part << " in: " << message;
+        }
+      }
+      continue;
+    }
+    const auto by_class = wrapped(Wrap{"transformer_based_wrap", classes}, nested);
+    EXPECT_EQ(by_class.released,
+              parameters_under(nested, {"block0", "block1", "block2", "block3", "pair.first", "pair.second"}))
+        << classes;
+    EXPECT_TRUE(contains(by_class.state, "fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP")) << by_class.state;
+    EXPECT_TRUE(contains(by_class.state, "7 unit(s)")) << by_class.state;
+    EXPECT_TRUE(by_class.warnings.empty()) << by_class.warnings.front();
+  }
+  // A listed libtorch class (Linear's forward cannot call unit()): its modules go to the nearest enclosing
+  // module that calls unit() (each block), or the root (the head: resident); the main process says so.
+  const auto linear = wrapped(Wrap{"TRANSFORMER_BASED_WRAP", "Linear"}, plain);
+  EXPECT_EQ(linear.released, block_parameters);
+  ASSERT_EQ(linear.warnings.size(), main ? 1u : 0u);
+  if (main) {
+    const std::string& warning = linear.warnings.front();
+    for (const char* part :
+         {"fsdp_transformer_layer_cls_to_wrap lists classes whose forward does not call "
+          "accelerate::fsdp::unit",
+          "'block0.fc1' (torch::nn::LinearImpl) is sharded with the enclosing unit 'block0' "
+          "((anonymous namespace)::BlockImpl)",
+          "'head' (torch::nn::LinearImpl) is sharded with the root's resident parameters"}) {
+      EXPECT_TRUE(contains(warning, part)) << part << " in: " << warning;
+    }
+  }
+  // SIZE_BASED_WRAP, bottom-up: a block holds 377 elements, the pair 110 of its own (864 with its blocks),
+  // the model 2632. At 377 the blocks (the pair's too) are units, and the pair's 110 flow up to the root; at
+  // 378 no block is, and the pair is, with its blocks; above everything only the root (resident).
+  const auto sized = wrapped(Wrap{"SIZE_BASED_WRAP", "", 377}, nested);
+  EXPECT_EQ(sized.released,
+            parameters_under(nested, {"block0", "block1", "block2", "block3", "pair.first", "pair.second"}));
+  EXPECT_EQ(wrapped(Wrap{"SIZE_BASED_WRAP", "", 378}, nested).released, parameters_under(nested, {"pair"}));
+  const auto everything = wrapped(Wrap{"SIZE_BASED_WRAP", "", 100000000}, nested);
+  EXPECT_TRUE(everything.released.empty());
+  EXPECT_TRUE(contains(everything.state, "1 unit(s)")) << everything.state;
+  // Training under each policy: near DDP.
+  RunSettings run;
+  run.shape = Shape{true, false, false, true};
+  const auto ddp = train(kDdp, run);
+  for (const auto& [label, wrap] : std::vector<std::pair<std::string, Wrap>>{
+           {"TRANSFORMER_BASED_WRAP Block", {"TRANSFORMER_BASED_WRAP", "Block"}},
+           {"TRANSFORMER_BASED_WRAP Linear", {"TRANSFORMER_BASED_WRAP", "Linear"}},
+           {"SIZE_BASED_WRAP 377", {"SIZE_BASED_WRAP", "", 377}},
+           {"SIZE_BASED_WRAP 1e8", {"SIZE_BASED_WRAP", "", 100000000}}}) {
+    WarningCollector quiet; // the Linear case's warning, said above
+    c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+    expect_near_ddp(train(Strategy{"FULL_SHARD", false, "NO_PREFETCH", wrap}, run), ddp, label);
+  }
 }
 
 // ---- Bad input -----------------------------------------------------------------------------------------

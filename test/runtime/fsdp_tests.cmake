@@ -7,7 +7,7 @@ foreach(nproc IN ITEMS 2 3)
 endforeach()
 foreach(name IN ITEMS Float32NormWiseWithinOneMillionth TheFp16ScalerSkipsTheStepsDdpSkips Bf16MixedPrecisionMatchesDdp
                      UnitParametersHoldNoDataOutsideTheirForward AUnitOutsideEveryPreparedModelIsRefused
-                     AnOptimizerWithoutAFusedStepIsRefusedByName)
+                     AnOptimizerWithoutAFusedStepIsRefusedByName AutoWrapPoliciesChooseTheUnits)
   accelerate_multirank_test(multirank.Fsdp.${name} NPROC 2 FILTER Fsdp.${name})
 endforeach()
 # Over c10d's Gloo instead of shared memory; prefetch only overlaps there.

@@ -148,4 +148,20 @@ ACCELERATE_OPTION(std::string, fsdp_backward_prefetch, fsdp_backward_prefetch, "
                   "under parallel_strategy `\"fsdp\"`, when the next unit's all-gather starts in backward: "
                   "`\"BACKWARD_PRE\"` (as a unit's backward starts), `\"BACKWARD_POST\"` (once its gradients "
                   "are in) or `\"NO_PREFETCH\"`; any case; skipped like `fsdp_forward_prefetch`")
+ACCELERATE_OPTION(std::string, fsdp_auto_wrap_policy, fsdp_auto_wrap_policy, "NO_WRAP",
+                  "FSDP_AUTO_WRAP_POLICY", "fsdp_config.fsdp_auto_wrap_policy", one_of_auto_wrap_policies,
+                  "under parallel_strategy `\"fsdp\"`, which modules are units: `\"NO_WRAP\"` (every module whose "
+                  "forward calls `accelerate::fsdp::unit`), `\"TRANSFORMER_BASED_WRAP\"` (those of the classes "
+                  "`fsdp_transformer_layer_cls_to_wrap` lists) or `\"SIZE_BASED_WRAP\"` (those holding at least "
+                  "`fsdp_min_num_params` parameter elements not in a smaller unit); any case (resolved to upper "
+                  "case); docs/runtime.md, \"Which modules are units\"")
+ACCELERATE_OPTION(std::string, fsdp_transformer_layer_cls_to_wrap, fsdp_transformer_layer_cls_to_wrap, "",
+                  "FSDP_TRANSFORMER_CLS_TO_WRAP", "fsdp_config.fsdp_transformer_layer_cls_to_wrap", any_value,
+                  "under `TRANSFORMER_BASED_WRAP`, the module classes that are units, comma-separated: `Block` "
+                  "names `Block` and `BlockImpl` (a `TORCH_MODULE` holder's), `ns::Block` the qualified class; "
+                  "a listed class no module of the model has is an error")
+ACCELERATE_OPTION(std::int64_t, fsdp_min_num_params, fsdp_min_num_params, 100000000,
+                  "FSDP_MIN_NUM_PARAMS", "fsdp_config.fsdp_min_num_params", not_negative_count,
+                  "under `SIZE_BASED_WRAP`, the trainable parameter elements a module must hold (those not in a "
+                  "unit below it) to be a unit (>= 0; Accelerate's default 100000000)")
 // clang-format on
