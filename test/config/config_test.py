@@ -111,8 +111,9 @@ ANSWERS = {
                         ("clipping value", ENTER), ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
     "fsdp": [("compute environment", ENTER), ("type of machine", "multi-GPU"), ("How many machines", ENTER),
              ("checked while running", "no"), ("use DeepSpeed", ENTER), ("FullyShardedDataParallel", "yes"),
-             ("FSDP version", ENTER), ("resharding after forward", ENTER), ("state dict type", ENTER),
-             ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
+             ("FSDP version", ENTER), ("resharding after forward", ENTER), ("auto wrap policy", ENTER),
+             ("layer class names", "Block"), ("state dict type", ENTER), ("How many GPU(s)", "2"),
+             ("mixed precision", "bf16")],
     "multi-node": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", "2"),
                    ("rank of this machine", ENTER), ("IP address", "127.0.0.1"), ("What port", ENTER),
                    ("same local network", ENTER), ("checked while running", ENTER),
@@ -213,19 +214,20 @@ def QuestionnaireOffersFsdp():
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "fsdp1.yaml")
         # Multi-GPU, no DeepSpeed, FSDP: version 1, whose strategy menu leaves out the hybrid ones (typed, it is
-        # asked again) and which Accelerate writes under fsdp_reshard_after_forward; its state dict menu leaves out
-        # LOCAL_STATE_DICT. What the fsdp strategy does not run yet is not asked, and written as off.
-        answers = ["0", "2", "1", "no", "no", "yes", "1", "HYBRID_SHARD", "shard_grad_op", "LOCAL_STATE_DICT", ENTER,
-                   "2", "no"]
+        # asked again) and which Accelerate writes under fsdp_reshard_after_forward; Accelerate's wrap policies;
+        # its state dict menu leaves out LOCAL_STATE_DICT. What the fsdp strategy does not run yet is not asked,
+        # and written as off.
+        answers = ["0", "2", "1", "no", "no", "yes", "1", "HYBRID_SHARD", "shard_grad_op", "NO_WRAP",
+                   "LOCAL_STATE_DICT", ENTER, "2", "no"]
         code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
         check(code == 0, "accel config must write an FSDP file", out + err)
-        check("units are the modules whose forward calls accelerate::fsdp::unit(*this, ...)" in out,
+        check("the units are chosen among the modules whose forward calls accelerate::fsdp::unit(*this, ...)" in out,
               "the questionnaire must say what the units are", out)
         check(out.count("Please enter a number from 0 to 2, or one of the names.") == 1 and
               out.count("Please enter a number from 0 to 1, or one of the names.") == 1,
               "a hybrid strategy and LOCAL_STATE_DICT must be asked again", out)
         questions = "\n".join(line for line in out.splitlines() if "?" in line)
-        for question in ["wrap", "offload", "activation checkpointing", "prefetch", "RAM efficient"]:
+        for question in ["offload", "activation checkpointing", "prefetch", "RAM efficient"]:
             check(question not in questions, f"accel config must not ask about {question!r}", out)
         written = load_yaml(path)
         check(written["distributed_type"] == "FSDP" and written["num_processes"] == 2 and "gpu_ids" not in written
@@ -241,6 +243,17 @@ def QuestionnaireOffersFsdp():
               and resolved["fsdp_sharding_strategy"][0] == "SHARD_GRAD_OP"
               and resolved["fsdp_state_dict_type"][0] == "FULL_STATE_DICT" and resolved["fsdp_version"][0] == "1",
               f"the runtime must run the file's FSDP1 settings: {resolved}")
+        # FSDP2 with SIZE_BASED_WRAP: the threshold is asked (Accelerate's default 100000000), and written.
+        answers = ["0", "2", "1", "no", "no", "yes", ENTER, ENTER, "1", "-5", "5000", ENTER, "2", "no"]
+        code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
+        check(code == 0 and "minimum number of parameters" in out, "accel config must ask SIZE_BASED_WRAP's threshold",
+              out + err)
+        written = load_yaml(path)["fsdp_config"]
+        check(written.get("fsdp_auto_wrap_policy") == "SIZE_BASED_WRAP" and written.get("fsdp_min_num_params") == 5000
+              and "fsdp_transformer_layer_cls_to_wrap" not in written, f"SIZE_BASED_WRAP's keys: {written}")
+        resolved = probe(environment(ACCELERATE_CONFIG_FILE=path))
+        check(resolved["fsdp_auto_wrap_policy"][0] == "SIZE_BASED_WRAP" and resolved["fsdp_min_num_params"][0] == "5000",
+              f"the runtime must read the policy: {resolved}")
         # Without FSDP a multi-GPU file has no fsdp_config section (config.RoundTripEveryDocExample: multi-gpu).
         code, out, err = accel("config", "--config_file", path, stdin="0\n1\n1\nno\n2\nno\n")
         check(code == 0 and "FullyShardedDataParallel" not in out and "fsdp_config" not in load_yaml(path),
@@ -314,12 +327,9 @@ def PythonAccelerateLoadsOurs():
             print(f"{name}: Python Accelerate reads all {len(ours)} keys as written")
 
 
-# Python Accelerate's files that ask for what accelerate-cpp does not run yet, and why: its default FSDP answers
-# (automatic wrapping of the `Block` class).
-UNITS = "mark the units in code: the modules whose forward calls accelerate::fsdp::unit(*this, ...)"
-AUTO_WRAP = ("asks FSDP to choose its units, which comes with automatic wrapping in a later version of "
-             f"accelerate-cpp (use NO_WRAP for now and {UNITS})")
-REFUSED_YAMLS = {"fsdp.yaml": f"8:3: fsdp_config.fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP {AUTO_WRAP}"}
+# Python Accelerate's files that ask for what accelerate-cpp does not run yet, and why (none today: its default
+# FSDP answers, automatic wrapping of the `Block` class, are run).
+REFUSED_YAMLS = {}
 
 
 def PythonAccelerateYamlsAreAccepted():
@@ -581,6 +591,26 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
                     FSDP_ACTIVATION_CHECKPOINTING="false", FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD="false")
     expect(probe(environment(ACCELERATE_USE_FSDP="true", **accepted)), "settings without effect",
            parallel_strategy="fsdp")
+    # Automatic wrapping: Accelerate's policy names in any case (resolved to upper case), the classes as given, the
+    # threshold; from the environment, the file (a YAML list of classes is read as Accelerate's comma-separated text)
+    # and the options; NO_WRAP and Accelerate's threshold by default.
+    expect(probe(environment(), "parallel_strategy=fsdp"), "wrap defaults",
+           fsdp_auto_wrap_policy=("NO_WRAP", "default"), fsdp_min_num_params=("100000000", "default"))
+    expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_AUTO_WRAP_POLICY="transformer_based_wrap",
+                             FSDP_TRANSFORMER_CLS_TO_WRAP="Block, ns::Layer", FSDP_MIN_NUM_PARAMS="5")),
+           "FSDP_AUTO_WRAP_POLICY", fsdp_auto_wrap_policy=("TRANSFORMER_BASED_WRAP", "environment"),
+           fsdp_transformer_layer_cls_to_wrap=("Block, ns::Layer", "environment"),
+           fsdp_min_num_params=("5", "environment"))
+    expect(probe(environment(), "parallel_strategy=fsdp", "fsdp_auto_wrap_policy=Size_Based_Wrap",
+                 "fsdp_min_num_params=0"), "wrap options",
+           fsdp_auto_wrap_policy=("SIZE_BASED_WRAP", "options"), fsdp_min_num_params=("0", "options"))
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_file(directory, "wrap.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                                   "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                                                   "  fsdp_transformer_layer_cls_to_wrap: [Block, Pair]\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "a file's wrap policy",
+               fsdp_auto_wrap_policy=("TRANSFORMER_BASED_WRAP", f"config file {path}"),
+               fsdp_transformer_layer_cls_to_wrap=("Block,Pair", f"config file {path}"))
     # Prefetch: Accelerate's names in any case, from each source; the older key is read when the newer is unset.
     expect(probe(environment(), "parallel_strategy=fsdp"), "prefetch defaults",
            fsdp_backward_prefetch=("BACKWARD_PRE", "default"), fsdp_forward_prefetch=("false", "default"))
@@ -609,22 +639,22 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
 
 # The runtime's refusals: (environment, AcceleratorOptions, the message). PATH is the config file's path.
 FSDP_ENV = {"ACCELERATE_USE_FSDP": "true"}
-RUNTIME_UNITS = ("mark the units in code: the fsdp strategy's units are the modules whose forward calls "
-                 "accelerate::fsdp::unit(*this, ...)")
 RUNTIME_REFUSALS = [
+    # Automatic wrapping: a policy of Accelerate's, a threshold >= 0, classes for TRANSFORMER_BASED_WRAP.
+    ({**FSDP_ENV, "FSDP_AUTO_WRAP_POLICY": "FOO"}, [],
+     "fsdp_auto_wrap_policy='FOO' (from the environment) is not an automatic wrapping policy; use "
+     "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP (Accelerate's names, in any case)"),
+    ({**FSDP_ENV, "FSDP_MIN_NUM_PARAMS": "-1"}, [],
+     "fsdp_min_num_params='-1' (from the environment) must be a whole number >= 0 (parameter elements)"),
+    ({**FSDP_ENV, "FSDP_MIN_NUM_PARAMS": "1e8"}, [],
+     "fsdp_min_num_params='1e8' (from the environment) is not a whole number"),
+    ({**FSDP_ENV, "FSDP_AUTO_WRAP_POLICY": "transformer_based_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP": " , "}, [],
+     "fsdp_auto_wrap_policy='TRANSFORMER_BASED_WRAP' (from the environment) makes units of the module classes "
+     "fsdp_transformer_layer_cls_to_wrap lists, and it lists none (fsdp_transformer_layer_cls_to_wrap=' , ' (from "
+     "the environment)): name the classes"),
+    ({}, ["parallel_strategy=ddp", "fsdp_min_num_params=1000"],
+     "fsdp_min_num_params='1000' (from AcceleratorOptions) conflicts with parallel_strategy='ddp'"),
     # What comes in a later version, from the environment and from the file.
-    ({**FSDP_ENV, "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"}, [],
-     "FSDP_AUTO_WRAP_POLICY='TRANSFORMER_BASED_WRAP' (from the environment) asks FSDP to choose its units, which "
-     f"comes with automatic wrapping in a later version; use NO_WRAP for now and {RUNTIME_UNITS}"),
-    ({**FSDP_ENV, "FSDP_AUTO_WRAP_POLICY": "size_based_wrap"}, [],
-     "FSDP_AUTO_WRAP_POLICY='size_based_wrap' (from the environment) asks FSDP to choose its units"),
-    ({**FSDP_ENV, "FSDP_TRANSFORMER_CLS_TO_WRAP": "Block"}, [],
-     "FSDP_TRANSFORMER_CLS_TO_WRAP='Block' (from the environment) names the module classes of automatic wrapping "
-     f"(TRANSFORMER_BASED_WRAP), which comes in a later version; remove it for now and {RUNTIME_UNITS}"),
-    ({**FSDP_ENV, "FSDP_MIN_NUM_PARAMS": "1000"}, [],
-     "FSDP_MIN_NUM_PARAMS='1000' (from the environment) is the threshold of automatic wrapping (SIZE_BASED_WRAP), "
-     "which comes in a later version; remove it for now (Accelerate's default 100000000 is accepted) and "
-     f"{RUNTIME_UNITS}"),
     ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING": "true"}, [],
      "FSDP_ACTIVATION_CHECKPOINTING='true' (from the environment) asks to recompute activations in backward, which "
      "comes with activation checkpointing in a later version; use false for now"),
@@ -675,8 +705,6 @@ RUNTIME_REFUSALS = [
      "fsdp_forward_prefetch='maybe' (from the environment) is not a boolean; use true or false"),
     ({**FSDP_ENV, "FSDP_OFFLOAD_PARAMS": "maybe"}, [],
      "FSDP_OFFLOAD_PARAMS='maybe' (from the environment) is not a boolean; use true or false"),
-    ({**FSDP_ENV, "FSDP_MIN_NUM_PARAMS": "-5"}, [], "FSDP_MIN_NUM_PARAMS='-5' (from the environment) is not a whole "
-     "number >= 0"),
     # Settings that contradict each other: both named, with where each came from.
     ({**FSDP_ENV, "ACCELERATE_PARALLEL_STRATEGY": "ddp"}, [],
      "parallel_strategy='ddp' (from the environment) conflicts with ACCELERATE_USE_FSDP=true in the environment: FSDP "
@@ -767,17 +795,22 @@ ALIKE = [
      "3:3: fsdp_config.fsdp_activation_checkpointing_offload true asks to offload checkpointed activations to the CPU, "
      "which comes with activation checkpointing in a later version of accelerate-cpp (use false for now)",
      "fsdp_config.fsdp_activation_checkpointing_offload='true' (from config file PATH) asks to offload checkpointed"),
-    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: size_based_wrap\n",
-     f"3:3: fsdp_config.fsdp_auto_wrap_policy SIZE_BASED_WRAP {AUTO_WRAP}",
-     "fsdp_config.fsdp_auto_wrap_policy='size_based_wrap' (from config file PATH) asks FSDP to choose its units"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: size_based_wrap\n  fsdp_min_num_params: 1000\n",
+     None, None),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+     "  fsdp_transformer_layer_cls_to_wrap: Block, DecoderLayer\n", None, None),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: NO_WRAP\n  fsdp_transformer_layer_cls_to_wrap: "
-     "Block\n", "4:3: fsdp_config.fsdp_transformer_layer_cls_to_wrap Block names the module classes of automatic "
-     "wrapping (TRANSFORMER_BASED_WRAP), which comes in a later version of accelerate-cpp (remove it for now and "
-     f"{UNITS})", "fsdp_config.fsdp_transformer_layer_cls_to_wrap='Block' (from config file PATH) names the module"),
-    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_min_num_params: 1000\n",
-     "3:3: fsdp_config.fsdp_min_num_params 1000 is the threshold of automatic wrapping (SIZE_BASED_WRAP), which comes "
-     "in a later version of accelerate-cpp (remove it for now, or use Accelerate's default 100000000, and "
-     f"{UNITS})", "fsdp_config.fsdp_min_num_params='1000' (from config file PATH) is the threshold"),
+     "Block\n", None, None),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n",
+     "3:3: fsdp_config.fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP makes units of the module classes "
+     "fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the classes",
+     "fsdp_auto_wrap_policy='TRANSFORMER_BASED_WRAP' (from config file PATH) makes units of the module classes"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: FOO\n",
+     "3:26: fsdp_config.fsdp_auto_wrap_policy must be one of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP "
+     "(got 'FOO')", "fsdp_auto_wrap_policy='FOO' (from config file PATH) is not an automatic wrapping policy"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_min_num_params: -1\n",
+     "3:24: fsdp_config.fsdp_min_num_params must be a whole number >= 0 (got '-1')",
+     "fsdp_min_num_params='-1' (from config file PATH) must be a whole number >= 0"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_ignored_modules: head\n",
      "3:3: fsdp_config.fsdp_ignored_modules head names modules FSDP should leave unsharded, which accelerate-cpp's "
      "fsdp strategy does not have (remove it)",
@@ -931,11 +964,18 @@ def EnvReportsVersionsDevicesAndConfig():
     code, out, err = accel("env", env=environment(ACCELERATE_USE_FSDP="true", FSDP_RESHARD_AFTER_FORWARD="false"))
     check(code == 0 and "- Parallel strategy: fsdp (SHARD_GRAD_OP, fsdp_version 1, SHARDED_STATE_DICT)\n" in out,
           "without a file, ACCELERATE_USE_FSDP=true means FSDP", out)
-    # A file asking for what accelerate-cpp does not run: accel env still reports, and says why launch would refuse.
+    # Python's default FSDP answers (TRANSFORMER_BASED_WRAP of Block) run; a file asking for what accelerate-cpp
+    # does not run: accel env still reports, and says why launch would refuse.
     config = os.path.join(PYTHON_YAMLS, "fsdp.yaml")
     code, out, err = accel("env", "--config_file", config, env=env)
-    check(code == 0 and f"- Config: invalid: {config}:{REFUSED_YAMLS['fsdp.yaml']}" in out,
-          "accel env must say why Python's default FSDP file is refused", out)
+    check(code == 0 and "- Parallel strategy: fsdp (" in out and "invalid" not in out,
+          "accel env must run Python's default FSDP file", out)
+    with tempfile.TemporaryDirectory() as directory:
+        config = write_file(directory, "wrap.yaml",
+                            "distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n")
+        code, out, err = accel("env", "--config_file", config, env=env)
+        check(code == 0 and f"- Config: invalid: {config}:3:3: fsdp_config.fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP "
+              "makes units of the module classes" in out, "accel env must say why a file is refused", out)
     code, out, err = accel("env", env=environment(ACCELERATE_USE_FSDP="true", FSDP_OFFLOAD_PARAMS="true"))
     check(code == 0 and "- Parallel strategy: invalid: FSDP_OFFLOAD_PARAMS=true in the environment asks to offload "
           "parameters" in out, "accel env must say why the environment is refused", out)

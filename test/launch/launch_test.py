@@ -443,15 +443,16 @@ def SettingsComeFromConfigThenEnvironmentThenFlags():
 
 # An FSDP file accelerate-cpp runs, and the variables Hugging Face's launcher (accelerate/utils/launch.py,
 # prepare_multi_gpu_env, Accelerate 1.15.0) exports for it: every FSDP_* variable it exports, with its flags'
-# defaults for the keys the file leaves out, and none for a key without a default (transformer classes, ignored
-# modules).
+# defaults for the keys the file leaves out, and none for a key without a default (ignored modules).
 FSDP_FILE = ("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 2\nuse_cpu: true\n"
              "mixed_precision: 'no'\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
-             "  fsdp_state_dict_type: FULL_STATE_DICT\n  fsdp_auto_wrap_policy: NO_WRAP\n"
+             "  fsdp_state_dict_type: FULL_STATE_DICT\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+             "  fsdp_transformer_layer_cls_to_wrap: Block, Pair\n"
              "  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_cpu_ram_efficient_loading: false\n")
 FSDP_FILE_EXPORTS = {"FSDP_VERSION": "2", "FSDP_SHARDING_STRATEGY": "FULL_SHARD", "FSDP_RESHARD_AFTER_FORWARD": "false",
                      "FSDP_OFFLOAD_PARAMS": "false", "FSDP_MIN_NUM_PARAMS": "100000000",
-                     "FSDP_AUTO_WRAP_POLICY": "NO_WRAP", "FSDP_BACKWARD_PREFETCH": "BACKWARD_PRE",
+                     "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP", "FSDP_TRANSFORMER_CLS_TO_WRAP": "Block, Pair",
+                     "FSDP_BACKWARD_PREFETCH": "BACKWARD_PRE",
                      "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_FORWARD_PREFETCH": "false",
                      "FSDP_USE_ORIG_PARAMS": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "false",
                      "FSDP_SYNC_MODULE_STATES": "true", "FSDP_ACTIVATION_CHECKPOINTING": "false",
@@ -500,7 +501,8 @@ def FsdpFlagsExportAccelerateVariables():
     # Accelerate's flag names: the same variables as from a file; a flag beats the file and the environment.
     result = launch("-q", "--use_fsdp", "--fsdp_version", "2", "--fsdp_reshard_after_forward", "False",
                     "--fsdp_state_dict_type", "full_state_dict", "--fsdp_backward_prefetch", "BACKWARD_PRE",
-                    "--fsdp_cpu_ram_efficient_loading", "false", "--fsdp_auto_wrap_policy", "NO_WRAP", "env")
+                    "--fsdp_cpu_ram_efficient_loading", "false", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+                    "--fsdp_transformer_layer_cls_to_wrap", "Block, Pair", "env")
     check(result.code == 0, "accel launch --use_fsdp must run", result)
     got = env_lines(result.stdout)[0]
     check(got.get("ACCELERATE_USE_FSDP") == "true" and fsdp_variables(got) == FSDP_FILE_EXPORTS,
@@ -539,7 +541,6 @@ def FsdpFlagsExportAccelerateVariables():
           "--use_deepspeed --zero_stage 3 must launch", stage3)
 
 
-UNITS = "mark the units in code: the modules whose forward calls accelerate::fsdp::unit(*this, ...)"
 OFFLOAD = ("asks to offload parameters and gradients to the CPU, which comes with offload in a later version of "
            "accelerate-cpp's fsdp strategy (use false for now)")
 HYBRID = ("asks for hybrid sharding (sharded within each machine, replicated across machines), which comes in a later "
@@ -552,14 +553,13 @@ def UnsupportedFsdpSettingsAreRefused():
     refused = [
         (["--fsdp_offload_params", "true"], f"--fsdp_offload_params true {OFFLOAD}"),
         (["--fsdp_auto_wrap_policy", "transformer_based_wrap"],
-         "--fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP asks FSDP to choose its units, which comes with automatic "
-         f"wrapping in a later version of accelerate-cpp (use NO_WRAP for now and {UNITS})"),
-        (["--fsdp_transformer_layer_cls_to_wrap", "Block"],
-         "--fsdp_transformer_layer_cls_to_wrap Block names the module classes of automatic wrapping "
-         f"(TRANSFORMER_BASED_WRAP), which comes in a later version of accelerate-cpp (remove it for now and {UNITS})"),
-        (["--fsdp_min_num_params", "1000"],
-         "--fsdp_min_num_params 1000 is the threshold of automatic wrapping (SIZE_BASED_WRAP), which comes in a later "
-         f"version of accelerate-cpp (remove it for now, or use Accelerate's default 100000000, and {UNITS})"),
+         "--fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP makes units of the module classes "
+         "fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the classes, comma-separated, e.g. "
+         "fsdp_transformer_layer_cls_to_wrap: Block; accelerate-cpp has no Transformers `_no_split_modules` to take "
+         "them from; or use SIZE_BASED_WRAP or NO_WRAP)"),
+        (["--fsdp_auto_wrap_policy", "FOO"],
+         "--fsdp_auto_wrap_policy must be one of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP (got 'FOO')"),
+        (["--fsdp_min_num_params", "-1"], "--fsdp_min_num_params must be a whole number >= 0 (got '-1')"),
         (["--fsdp_activation_checkpointing", "true"],
          "--fsdp_activation_checkpointing true asks to recompute activations in backward, which comes with activation "
          "checkpointing in a later version of accelerate-cpp (use false for now)"),

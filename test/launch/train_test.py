@@ -359,21 +359,24 @@ def AnFsdpFileTrainsLikeDdp():
 # ------------------------------------------------------------------------------------------- the runtime's refusals
 
 def UnsupportedShardingIsRefusedByTheRuntime():
-    # Without a launcher (or under torchrun or mpirun) the runtime reads ACCELERATE_CONFIG_FILE itself: Python
-    # Accelerate's FSDP file (its automatic wrapping is not built yet), a ZeRO stage 3 file (fully sharded) with
+    # Without a launcher (or under torchrun or mpirun) the runtime reads ACCELERATE_CONFIG_FILE itself: an FSDP
+    # file asking for TRANSFORMER_BASED_WRAP without naming classes, a ZeRO stage 3 file (fully sharded) with
     # a conflicting ACCELERATE_PARALLEL_STRATEGY, and Python Accelerate's ZeRO-2 file with a conflicting
     # ACCELERATE_PARALLEL_STRATEGY end the program with one message and a non-zero exit code, from the runtime's
     # report of the exception (not the standard library's "terminate called after throwing").
     python_yamls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config", "data", "python")
-    fsdp = os.path.normpath(os.path.join(python_yamls, "fsdp.yaml"))
     zero2 = os.path.normpath(os.path.join(python_yamls, "zero2.yaml"))
     with tempfile.TemporaryDirectory() as directory:
         stage3 = os.path.join(directory, "zero3.yaml")
         with open(stage3, "w") as file:
             file.write("distributed_type: DEEPSPEED\nuse_cpu: true\ndeepspeed_config:\n  zero_stage: 3\n")
+        fsdp = os.path.join(directory, "wrap.yaml")
+        with open(fsdp, "w") as file:
+            file.write("distributed_type: FSDP\nuse_cpu: true\nfsdp_config:\n  fsdp_auto_wrap_policy: "
+                       "TRANSFORMER_BASED_WRAP\n")
         cases = [
-            ("fsdp.yaml", fsdp, {}, "asks FSDP to choose its units, which comes with automatic wrapping in a later "
-             "version"),
+            ("wrap.yaml", fsdp, {}, "makes units of the module classes fsdp_transformer_layer_cls_to_wrap lists, and "
+             "it lists none"),
             ("zero3.yaml with ACCELERATE_PARALLEL_STRATEGY=zero", stage3, {"ACCELERATE_PARALLEL_STRATEGY": "zero"},
              "parallel_strategy='zero' (from the environment)"),
             ("zero2.yaml with ACCELERATE_PARALLEL_STRATEGY=ddp", zero2, {"ACCELERATE_PARALLEL_STRATEGY": "ddp"},

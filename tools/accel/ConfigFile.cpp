@@ -106,25 +106,8 @@ const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
   return kKeys;
 }
 
-namespace {
-#define ACCEL_FSDP_UNITS                                                                                     \
-  "mark the units in code: the modules whose forward calls accelerate::fsdp::unit(*this, ...)"
-} // namespace
-
 const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
   static const std::vector<UnsupportedFsdpKey> kKeys = {
-      {"fsdp_auto_wrap_policy",
-       {"NO_WRAP"},
-       "asks FSDP to choose its units, which comes with automatic wrapping in a later version of "
-       "accelerate-cpp (use NO_WRAP for now and " ACCEL_FSDP_UNITS ")"},
-      {"fsdp_transformer_layer_cls_to_wrap",
-       {},
-       "names the module classes of automatic wrapping (TRANSFORMER_BASED_WRAP), which comes in a later "
-       "version of accelerate-cpp (remove it for now and " ACCEL_FSDP_UNITS ")"},
-      {"fsdp_min_num_params",
-       {"100000000", "0"},
-       "is the threshold of automatic wrapping (SIZE_BASED_WRAP), which comes in a later version of "
-       "accelerate-cpp (remove it for now, or use Accelerate's default 100000000, and " ACCEL_FSDP_UNITS ")"},
       {"fsdp_activation_checkpointing",
        {"false"},
        "asks to recompute activations in backward, which comes with activation checkpointing in a later "
@@ -146,7 +129,17 @@ const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
   return kKeys;
 }
 
-#undef ACCEL_FSDP_UNITS
+const char* const kTransformerWrapWithoutClasses =
+    "makes units of the module classes fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the "
+    "classes, comma-separated, e.g. fsdp_transformer_layer_cls_to_wrap: Block; accelerate-cpp has no "
+    "Transformers `_no_split_modules` to take them from; or use SIZE_BASED_WRAP or NO_WRAP)";
+
+bool isTransformerWrapWithoutClasses(const std::string& policy, const std::optional<std::string>& classes) {
+  std::string upper = policy;
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  return upper == "TRANSFORMER_BASED_WRAP" &&
+         (!classes || classes->find_first_not_of(" \t,") == std::string::npos);
+}
 
 const char* const kHybridShardingRefusal =
     "asks for hybrid sharding (sharded within each machine, replicated across machines), which comes in a "
@@ -411,6 +404,11 @@ void checkFsdpSettings(const ConfigDocument& document) {
         std::find(key.accepted.begin(), key.accepted.end(), *value) == key.accepted.end())
       throw ConfigError(document.where(dotted) + dotted + " " + *value + " " + key.problem);
   }
+  if (auto policy = document.scalar("fsdp_config.fsdp_auto_wrap_policy");
+      policy && isTransformerWrapWithoutClasses(
+                    *policy, document.scalar("fsdp_config.fsdp_transformer_layer_cls_to_wrap")))
+    throw ConfigError(document.where("fsdp_config.fsdp_auto_wrap_policy") +
+                      "fsdp_config.fsdp_auto_wrap_policy " + *policy + " " + kTransformerWrapWithoutClasses);
   auto strategy = document.scalar("fsdp_config.fsdp_sharding_strategy");
   auto reshard = document.scalar("fsdp_config.fsdp_reshard_after_forward");
   if (strategy && !isRunnableShardingStrategy(*fsdpShardingStrategyName(*strategy)))

@@ -69,8 +69,8 @@ struct UnsupportedDeepSpeedKey {
 };
 const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys();
 
-/// Accelerate's FSDP settings that accelerate-cpp's fsdp strategy does not run yet (automatic wrapping,
-/// activation checkpointing, offload, ignored modules): the key in fsdp_config (also the `accel launch`
+/// Accelerate's FSDP settings that accelerate-cpp's fsdp strategy does not run yet (activation
+/// checkpointing, offload, ignored modules): the key in fsdp_config (also the `accel launch`
 /// flag), the canonical values accepted (they ask for nothing missing; empty: every value is refused), and
 /// why another is refused, ready to follow "<setting> <value> ". Checked where the fsdp strategy runs. The
 /// runtime refuses the same (runtime/config.cpp, fsdp_settings(): the two lists are kept alike by
@@ -81,6 +81,12 @@ struct UnsupportedFsdpKey {
   std::string problem;
 };
 const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys();
+
+/// Why TRANSFORMER_BASED_WRAP without classes is refused, ready to follow "<setting> <value> ".
+extern const char* const kTransformerWrapWithoutClasses;
+/// Whether `policy` is TRANSFORMER_BASED_WRAP (any case) and `classes` (fsdp_transformer_layer_cls_to_wrap)
+/// names no class.
+bool isTransformerWrapWithoutClasses(const std::string& policy, const std::optional<std::string>& classes);
 
 /// Why a hybrid sharding strategy, LOCAL_STATE_DICT, and optimizer offload under the fsdp strategy are
 /// refused, ready to follow "<setting> <value> ".
@@ -97,7 +103,8 @@ std::string defaultConfigPath();
 /// column), an unknown key (with a "did you mean"), a value of the wrong kind or out of range (with the
 /// allowed values), or a combination accel cannot run (a SageMaker or TPU config, machine_rank >=
 /// num_machines, a DeepSpeed key of unsupportedDeepSpeedKeys() with another value than its default, an FSDP
-/// key of unsupportedFsdpKeys() with a value it does not accept, hybrid sharding, LOCAL_STATE_DICT,
+/// key of unsupportedFsdpKeys() with a value it does not accept, TRANSFORMER_BASED_WRAP without classes,
+/// hybrid sharding, LOCAL_STATE_DICT,
 /// fsdp_sharding_strategy and fsdp_reshard_after_forward disagreeing, ZeRO stage 1 or 2 with FSDP).
 ConfigDocument parseConfigText(const std::string& text, const std::string& path);
 /// Reads `path` and parses it (see parseConfigText); throws ConfigError when it cannot be read.

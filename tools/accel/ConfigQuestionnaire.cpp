@@ -4,6 +4,7 @@
 #include "ConfigSchema.h"
 #include "ConfigValues.h"
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -280,9 +281,10 @@ void askFsdp(Prompter& prompter, Answers& answers) {
     return;
   answers.distributedType = "FSDP";
   prompter.note(
-      "accelerate-cpp's FSDP shards the model unit by unit: the units are the modules whose forward "
-      "calls accelerate::fsdp::unit(*this, ...). Automatic wrapping, offload and activation "
-      "checkpointing come in a later version, so they are not asked.");
+      "accelerate-cpp's FSDP shards the model unit by unit: the units are chosen among the modules whose "
+      "forward calls accelerate::fsdp::unit(*this, ...) (accel-rewrite adds that call to every module class "
+      "of a project) by the auto wrap policy. Offload and activation checkpointing come in a later version, "
+      "so they are not asked.");
   ConfigValue fsdp = ConfigValue::map();
   const long long version = prompter.wholeNumber("What should be your FSDP version (1 or 2: the same in "
                                                  "accelerate-cpp)?",
@@ -304,7 +306,27 @@ void askFsdp(Prompter& prompter, Answers& answers) {
         ConfigValue::boolean(prompter.yesNo(
             "Do you want to enable resharding after forward (yes: FULL_SHARD, no: SHARD_GRAD_OP)?", true)));
   }
-  fsdp.set("fsdp_auto_wrap_policy", ConfigValue::string("NO_WRAP"));
+  // Accelerate's menu, in its order, with its default.
+  const auto& policies = fsdpAutoWrapPolicies();
+  const std::string policy = policies[prompter.choose(
+      "What should be your auto wrap policy (TRANSFORMER_BASED_WRAP: the modules of the classes you name are "
+      "units, SIZE_BASED_WRAP: the modules holding at least a number of parameters, NO_WRAP: every module "
+      "whose forward calls accelerate::fsdp::unit)?",
+      policies)];
+  fsdp.set("fsdp_auto_wrap_policy", ConfigValue::string(policy));
+  if (policy == "TRANSFORMER_BASED_WRAP") {
+    fsdp.set(
+        "fsdp_transformer_layer_cls_to_wrap",
+        ConfigValue::string(prompter.text(
+            "Specify the comma-separated list of transformer layer class names (case-sensitive) to wrap, "
+            "e.g. Block, DecoderLayer (a TORCH_MODULE's name, like Block, names its BlockImpl)?",
+            "")));
+  } else if (policy == "SIZE_BASED_WRAP") {
+    fsdp.set("fsdp_min_num_params",
+             ConfigValue::number(prompter.wholeNumber(
+                 "What should be your FSDP's minimum number of parameters for Default Auto Wrapping Policy?",
+                 100000000, 0, LLONG_MAX)));
+  }
   fsdp.set("fsdp_offload_params", ConfigValue::boolean(false));
   fsdp.set("fsdp_activation_checkpointing", ConfigValue::boolean(false));
   // Accelerate's menus, without LOCAL_STATE_DICT, and its defaults (FULL for FSDP1, SHARDED for FSDP2).

@@ -72,11 +72,13 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
       fsdp("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", ValueRule::boolean(),
            "false only: parameter offload comes in a later version"),
       fsdp("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", ValueRule::wholeNumber(0, LLONG_MAX),
-           "SIZE_BASED_WRAP's threshold: Accelerate's default 100000000 only (no automatic wrapping yet)"),
+           "SIZE_BASED_WRAP's threshold: a unit holds at least this many parameter elements (default "
+           "100000000)"),
       fsdp("fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", ValueRule::choice(fsdpAutoWrapPolicies()),
-           "NO_WRAP only: the units are the modules that call accelerate::fsdp::unit"),
+           "which modules calling accelerate::fsdp::unit are units: TRANSFORMER_BASED_WRAP (the listed "
+           "classes), SIZE_BASED_WRAP (by parameter count) or NO_WRAP (all of them; the runtime's default)"),
       fsdp("fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", ValueRule::text(),
-           "refused: no automatic wrapping yet"),
+           "TRANSFORMER_BASED_WRAP's module classes, comma-separated (Block also names BlockImpl)"),
       fsdp("fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH",
            ValueRule::choice(fsdpBackwardPrefetchPolicies()),
            "BACKWARD_PRE (the runtime's default), BACKWARD_POST or NO_PREFETCH: when the next unit's "
@@ -339,6 +341,10 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
         value && !value->empty() &&
         std::find(key.accepted.begin(), key.accepted.end(), *value) == key.accepted.end())
       throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
+  if (auto policy = settings.get("fsdp_auto_wrap_policy");
+      policy && isTransformerWrapWithoutClasses(*policy, settings.get("fsdp_transformer_layer_cls_to_wrap")))
+    throw UsageError(describeSetting(settings, "fsdp_auto_wrap_policy") + " " +
+                     kTransformerWrapWithoutClasses);
   fsdpShardingOf(settings);
   if (settings.get("offload_optimizer_device") == std::optional<std::string>("cpu") &&
       (settings.isTrue("use_deepspeed") ||
