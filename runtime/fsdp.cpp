@@ -1013,6 +1013,17 @@ public:
       }
       if (!sharded) {
         if (known_modules_.count(&module) == 0) {
+          // A module outside every prepared model trains nothing here when no gradient can reach a parameter
+          // of it (a frozen teacher, a loss module, evaluation under NoGradGuard): a plain call, so that the
+          // rewriter's unit call in every module class of a project leaves those alone. Otherwise it is a
+          // model that prepare never saw, whose gradients would never be synchronised.
+          const auto parameters = module.parameters();
+          const bool trains = torch::GradMode::is_enabled() &&
+                              std::any_of(parameters.begin(), parameters.end(),
+                                          [](const torch::Tensor& p) { return p.requires_grad(); });
+          if (!trains) {
+            return nullptr;
+          }
           throw std::logic_error("accelerate::fsdp::unit: module '" + module.name() + "' (" +
                                  type_name(type) +
                                  ") runs as a unit, but it belongs to no model prepared under "

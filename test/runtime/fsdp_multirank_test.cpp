@@ -672,6 +672,15 @@ TEST(Fsdp, AUnitOutsideEveryPreparedModelIsRefused) {
   Block stray; // a unit no prepared model holds
   EXPECT_THROW(stray(torch::zeros({2, kWidth})), std::logic_error);
   EXPECT_NO_THROW(model->forward(tokens));
+  // Where no gradient can reach its parameters, such a module is a plain call: evaluation, a frozen copy.
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_NO_THROW(stray(torch::zeros({2, kWidth})));
+  }
+  for (auto& parameter : stray->parameters()) {
+    parameter.requires_grad_(false);
+  }
+  EXPECT_NO_THROW(stray(torch::zeros({2, kWidth})));
 }
 
 TEST(Fsdp, AnOptimizerWithoutAFusedStepIsRefusedByName) {
