@@ -43,11 +43,12 @@ struct ResolvedConfig {
 ///   `fsdp_sharding_strategy` is one of "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD" (read from it or from
 ///   `fsdp_reshard_after_forward`, which must agree with it where both are set; zero_stage 3 means
 ///   FULL_SHARD), `fsdp_version` 1 or 2 and `fsdp_state_dict_type` "FULL_STATE_DICT" or "SHARDED_STATE_DICT",
-///   whatever spelling Accelerate accepts was given.
+///   whatever spelling Accelerate accepts was given; `fsdp_auto_wrap_policy` upper-case, and
+///   TRANSFORMER_BASED_WRAP refused without classes.
 /// `sources` names what a derived value came from. Throws `std::invalid_argument` naming the option, the
 /// value, where it came from and what is allowed on a bad setting; on DeepSpeed and FSDP settings this
-/// version does not implement (a `deepspeed_config_file`, parameter or NVMe offload, automatic wrapping,
-/// activation checkpointing, hybrid sharding, optimizer offload under fsdp, ...); and on settings that
+/// version does not implement (a `deepspeed_config_file`, parameter or NVMe offload, activation
+/// checkpointing, hybrid sharding, optimizer offload under fsdp, ...); and on settings that
 /// contradict each other (parallel_strategy set to another strategy than the one zero_stage or FSDP selects,
 /// "zero" with zero_stage 0 set explicitly, ZeRO's stage 1 or 2 with FSDP, optimizer offload without ZeRO,
 /// an fsdp_* option set in `options` without the fsdp strategy).
