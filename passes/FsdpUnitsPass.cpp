@@ -102,6 +102,39 @@ std::string lambdaReturnType(const clang::FunctionDecl& Forward, const clang::So
   return " -> " + Declared.getAsString(Policy);
 }
 
+/// The forward's inputs as the unit call passes them (`, x, mask`) and as its lambda takes them
+/// (`torch::Tensor x, const torch::Tensor& mask`), so that the body reads its own copies and the runtime can
+/// run it again in backward (activation checkpointing) after the forward has returned. An unnamed parameter
+/// is left out (the body cannot read it). A parameter pack, an rvalue reference or a declarator the lexer
+/// cannot take apart leaves both empty: the lambda then captures the parameters (`[&]()`), and the unit is
+/// never recomputed.
+struct UnitInputs {
+  std::string Arguments;
+  std::string Parameters;
+};
+UnitInputs unitInputs(const clang::FunctionDecl& Forward, const clang::SourceManager& SM,
+                      const clang::LangOptions& LangOpts) {
+  UnitInputs Inputs;
+  for (const clang::ParmVarDecl* Parameter : Forward.parameters()) {
+    if (Parameter->getName().empty())
+      continue;
+    clang::SourceLocation Begin = Parameter->getBeginLoc(), Name = Parameter->getLocation();
+    clang::TypeLoc Type =
+        Parameter->getTypeSourceInfo() ? Parameter->getTypeSourceInfo()->getTypeLoc() : clang::TypeLoc();
+    bool Plain = !Parameter->isParameterPack() && !Parameter->getType()->isRValueReferenceType() &&
+                 Begin.isFileID() && Name.isFileID() && !Type.isNull() &&
+                 SM.isBeforeInTranslationUnit(Type.getEndLoc(), Name);
+    llvm::StringRef Text =
+        Plain ? clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Begin, Name), SM, LangOpts)
+              : llvm::StringRef();
+    if (Text.empty() || Text.contains('\n') || Text.contains("//") || Text.contains("/*"))
+      return {};
+    Inputs.Arguments += ", " + Parameter->getName().str();
+    Inputs.Parameters += (Inputs.Parameters.empty() ? "" : ", ") + Text.str();
+  }
+  return Inputs;
+}
+
 /// The edits that put the body of the bound forward inside the unit call: an opening line after its brace,
 /// each line of the body indented one step more (the step the body already uses), and the call's end before
 /// the closing brace. A body on one line stays on one line. Insertions only, so edits other passes make in
@@ -114,7 +147,9 @@ EditGenerator wrapInUnit() {
     auto [File, Open] = SM.getDecomposedLoc(SM.getFileLoc(Body->getLBracLoc()));
     unsigned Close = SM.getDecomposedLoc(SM.getFileLoc(Body->getRBracLoc())).second;
     llvm::StringRef Buffer = SM.getBufferData(File);
-    const std::string Call = "return accelerate::fsdp::unit(*this, [&]()" +
+    const UnitInputs Inputs = unitInputs(*Forward, SM, Result.Context->getLangOpts());
+    const std::string Call = "return accelerate::fsdp::unit(*this" + Inputs.Arguments + ", [&](" +
+                             Inputs.Parameters + ")" +
                              lambdaReturnType(*Forward, SM, Result.Context->getLangOpts()) + " {";
     llvm::SmallVector<Edit, 1> Edits;
     auto InsertAt = [&](unsigned Offset, std::string Text) {
@@ -223,7 +258,8 @@ PassRule fsdpUnitsPass() {
           "' depends on a template parameter, so whether a unit can hook it differs between instantiations",
           Stays,
           "Fix: return torch::Tensor (or a std::vector, std::tuple or std::pair of them), or call "
-          "accelerate::fsdp::unit(*this, [&] { ... }) by hand where every instantiation returns one"));
+          "accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) { ... }) by hand where every instantiation "
+          "returns one"));
 
   auto NotHookable = makeRule(
       Bound(cxxMethodDecl(Forward, unless(returnsUnitResult()))), noopEdit(node(ForwardId)),

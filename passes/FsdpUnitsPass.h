@@ -10,8 +10,8 @@ namespace accelerate::passes {
 /// may change), the body of each `forward` runs inside `accelerate::fsdp::unit`, the runtime's unit call:
 ///
 ///   torch::Tensor forward(torch::Tensor x) {     torch::Tensor forward(torch::Tensor x) {
-///     x = fc1(x);                            →     return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor {
-///     return fc2(torch::relu(x));                    x = fc1(x);
+///     x = fc1(x);                            →     return accelerate::fsdp::unit(*this, [&]() ->
+///     torch::Tensor { return fc2(torch::relu(x));                    x = fc1(x);
 ///   }                                                return fc2(torch::relu(x));
 ///                                                  });
 ///                                                }

@@ -352,13 +352,6 @@ struct FsdpSetting {
 const std::vector<FsdpSetting>& fsdp_settings() {
   using Kind = FsdpSetting::Kind;
   static const std::vector<FsdpSetting> kSettings = {
-      {"fsdp_activation_checkpointing",
-       "FSDP_ACTIVATION_CHECKPOINTING",
-       Kind::Flag,
-       {},
-       {"false"},
-       "asks to recompute activations in backward, which comes with activation checkpointing in a later "
-       "version; use false for now"},
       {"fsdp_activation_checkpointing_offload",
        "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
        Kind::Flag,

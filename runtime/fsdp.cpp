@@ -55,7 +55,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <ATen/autocast_mode.h>
 #include <c10/util/Type.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
@@ -89,6 +92,182 @@ bool is_unit_type(const std::type_info& type) {
   auto& types = unit_types();
   std::lock_guard<std::mutex> lock(types.mutex);
   return types.types.count(std::type_index(type)) != 0;
+}
+
+namespace {
+
+/// True while a checkpointed unit's body runs again in backward: the units it calls do not count as a forward
+/// (their order, which prefetch follows, is the forward's).
+thread_local bool recomputing = false;
+
+} // namespace
+
+/// The state a body ran under in forward that its second run in backward must see again: the random number
+/// generators of the devices its tensors are on (dropout draws the same mask) and autocast.
+struct ForwardState {
+  std::vector<std::pair<at::Generator, torch::Tensor>> generators;
+  std::vector<std::tuple<c10::DeviceType, bool, at::ScalarType>> autocast;
+
+  static ForwardState capture(const std::vector<torch::Tensor>& tensors) {
+    ForwardState state;
+    std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
+    for (const auto& tensor : tensors) {
+      if (tensor.defined() && std::find(devices.begin(), devices.end(), tensor.device()) == devices.end()) {
+        devices.push_back(tensor.device());
+      }
+    }
+    for (const auto& device : devices) {
+      if (device.is_cpu() || device.is_cuda()) {
+        auto generator = at::globalContext().defaultGenerator(device);
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        state.generators.emplace_back(generator, generator.get_state());
+      }
+      if (state.autocast.end() ==
+          std::find_if(state.autocast.begin(), state.autocast.end(),
+                       [&](const auto& a) { return std::get<0>(a) == device.type(); })) {
+        state.autocast.emplace_back(device.type(), at::autocast::is_autocast_enabled(device.type()),
+                                    at::autocast::get_autocast_dtype(device.type()));
+      }
+    }
+    return state;
+  }
+
+  /// Makes this state current; returns the one it replaced.
+  ForwardState restore() const {
+    ForwardState previous;
+    for (const auto& [generator, saved] : generators) {
+      auto current = generator;
+      std::lock_guard<std::mutex> lock(current.mutex());
+      previous.generators.emplace_back(current, current.get_state());
+      current.set_state(saved);
+    }
+    for (const auto& [type, enabled, dtype] : autocast) {
+      previous.autocast.emplace_back(type, at::autocast::is_autocast_enabled(type),
+                                     at::autocast::get_autocast_dtype(type));
+      at::autocast::set_autocast_enabled(type, enabled);
+      at::autocast::set_autocast_dtype(type, dtype);
+    }
+    return previous;
+  }
+};
+
+std::shared_ptr<ForwardState> capture_forward_state(const std::vector<torch::Tensor>& inputs) {
+  return std::make_shared<ForwardState>(ForwardState::capture(inputs));
+}
+
+namespace {
+
+/// The backward of a checkpointed body: runs it again with autograd on detached inputs and differentiates
+/// what it computes (a backward inside the backward, as PyTorch's reentrant checkpoint does). Its next edges
+/// are the inputs that require a gradient, then the module's trainable parameters (its units' included), and
+/// it hands on the gradients of both: so the engine sums the gradients of a unit that ran twice before it
+/// accumulates them once, as it does without checkpointing, and the loss reaches every parameter, where the
+/// runtime looks for the parameters a backward trains. A placeholder leaf stands in when there are no
+/// edges.
+class CheckpointBackward final : public torch::autograd::Node {
+public:
+  CheckpointBackward(std::vector<torch::Tensor> inputs, std::vector<torch::Tensor> parameters,
+                     bool placeholder, Recompute recompute, ForwardState state)
+      : inputs_(std::move(inputs)), parameters_(std::move(parameters)), placeholder_(placeholder),
+        recompute_(std::move(recompute)), state_(std::move(state)) {}
+
+  std::string name() const override { return "accelerate::fsdp::CheckpointBackward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& gradients) override {
+    std::vector<torch::Tensor> detached;
+    detached.reserve(inputs_.size());
+    for (const auto& input : inputs_) {
+      detached.push_back(input.defined() ? input.detach().requires_grad_(input.requires_grad()) : input);
+    }
+    std::vector<torch::Tensor> outputs;
+    {
+      const ForwardState previous = state_.restore();
+      struct Restore {
+        const ForwardState& previous;
+        bool was_recomputing;
+        ~Restore() {
+          previous.restore();
+          recomputing = was_recomputing;
+        }
+      } restore{previous, recomputing};
+      recomputing = true;
+      torch::AutoGradMode grad(true);
+      outputs = recompute_(detached);
+    }
+    std::vector<torch::Tensor> roots, seeds;
+    for (size_t i = 0; i < outputs.size() && i < gradients.size(); ++i) {
+      if (outputs[i].defined() && outputs[i].requires_grad() && gradients[i].defined()) {
+        roots.push_back(outputs[i]);
+        seeds.push_back(gradients[i]);
+      }
+    }
+    torch::autograd::variable_list wanted;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (inputs_[i].defined() && inputs_[i].requires_grad()) {
+        wanted.push_back(detached[i]);
+      }
+    }
+    wanted.insert(wanted.end(), parameters_.begin(), parameters_.end());
+    torch::autograd::variable_list result(wanted.size());
+    if (!roots.empty() && !wanted.empty()) {
+      result = torch::autograd::grad(roots, wanted, seeds, /*retain_graph=*/false, /*create_graph=*/false,
+                                     /*allow_unused=*/true);
+    }
+    if (placeholder_) {
+      result.emplace_back();
+    }
+    inputs_.clear(); // what the unit kept is freed with its backward
+    parameters_.clear();
+    recompute_ = nullptr;
+    return result;
+  }
+
+private:
+  std::vector<torch::Tensor> inputs_;
+  std::vector<torch::Tensor> parameters_;
+  bool placeholder_;
+  Recompute recompute_;
+  ForwardState state_;
+};
+
+} // namespace
+
+std::vector<torch::Tensor> checkpoint(const std::shared_ptr<ForwardState>& state, torch::nn::Module& module,
+                                      const std::vector<torch::Tensor>& inputs,
+                                      const std::vector<torch::Tensor>& outputs, Recompute recompute) {
+  torch::autograd::variable_list edges;
+  for (const auto& input : inputs) {
+    if (input.defined() && input.requires_grad()) {
+      edges.push_back(input);
+    }
+  }
+  std::vector<torch::Tensor> parameters;
+  for (const auto& parameter : module.parameters()) {
+    if (parameter.requires_grad()) {
+      parameters.push_back(parameter);
+      edges.push_back(parameter);
+    }
+  }
+  const bool placeholder = edges.empty();
+  if (placeholder) {
+    edges.push_back(torch::empty({0}, torch::TensorOptions().requires_grad(true)));
+  }
+  auto node = std::shared_ptr<CheckpointBackward>(
+      new CheckpointBackward(inputs, std::move(parameters), placeholder, std::move(recompute), *state),
+      torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(edges));
+  std::vector<torch::Tensor> attached;
+  attached.reserve(outputs.size());
+  for (const auto& output : outputs) {
+    if (!output.defined() || !(output.is_floating_point() || output.is_complex())) {
+      attached.push_back(output); // no gradient flows through it
+      continue;
+    }
+    auto out = output.detach();
+    torch::autograd::create_gradient_edge(out, node);
+    attached.push_back(std::move(out));
+  }
+  return attached;
 }
 
 UnitHost* active_host() {
@@ -932,7 +1111,8 @@ class FsdpEngine final : public ShardedEngine, public fsdp::detail::UnitHost {
 public:
   explicit FsdpEngine(const ParallelContext& context)
       : ShardedEngine(context), replicated_(make_ddp_engine(context)),
-        sharding_(context.config.fsdp_sharding_strategy) {
+        sharding_(context.config.fsdp_sharding_strategy),
+        activation_checkpointing_(context.config.fsdp_activation_checkpointing) {
     if (sharding_ != "FULL_SHARD" && sharding_ != "SHARD_GRAD_OP" && sharding_ != "NO_SHARD") {
       throw std::invalid_argument(
           "accelerate: parallel_strategy 'fsdp' takes fsdp_sharding_strategy FULL_SHARD, "
@@ -1044,7 +1224,7 @@ public:
     if (unit.depth++ == 0) {
       try {
         sharded->gather(unit);
-        if (torch::GradMode::is_enabled()) {
+        if (torch::GradMode::is_enabled() && !fsdp::detail::recomputing) {
           sharded->record(index);
           if (sharded->forward_prefetch) {
             sharded->prefetch(sharded->neighbour(index, +1));
@@ -1076,6 +1256,11 @@ public:
     if (unit.depth == 0 && (!backward_coming || sharded.reshard_after_forward)) {
       sharded.reshard(unit);
     }
+  }
+
+  bool recomputes(void* handle) const override {
+    const auto& unit = *static_cast<const Unit*>(handle);
+    return activation_checkpointing_ && !unit.name.empty(); // every unit but the model itself
   }
 
   void abandon(void* handle) noexcept override {
@@ -1286,6 +1471,7 @@ private:
 
   std::unique_ptr<ParallelEngine> replicated_;
   std::string sharding_;
+  bool activation_checkpointing_ = false;
   fsdp::detail::UnitHost* previous_host_ = nullptr;
   std::shared_ptr<std::set<c10::TensorImpl*>> stepped_ = std::make_shared<std::set<c10::TensorImpl*>>();
   std::mutex mutex_;

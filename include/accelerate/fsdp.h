@@ -4,6 +4,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <memory>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <typeinfo>
@@ -39,7 +42,26 @@ public:
   virtual void leave(void* unit, const std::vector<torch::Tensor>& outputs) = 0;
   /// After a body that threw.
   virtual void abandon(void* unit) noexcept = 0;
+  /// Whether `unit` keeps only its inputs and computes its body again in backward (activation
+  /// checkpointing).
+  virtual bool recomputes(void* unit) const = 0;
 };
+
+/// Runs a body again in backward: takes the inputs (detached copies of the tensors the body was given, in
+/// order) and returns the outputs, as collect() lists them.
+using Recompute = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+
+/// The random number generators and autocast as a body's run sees them (captured before it runs).
+struct ForwardState;
+std::shared_ptr<ForwardState> capture_forward_state(const std::vector<torch::Tensor>& inputs);
+
+/// Activation checkpointing of `module`'s body, which ran without autograd (runtime/fsdp.cpp): returns
+/// `outputs` as new tensors whose backward runs `recompute` on detached copies of `inputs` (with the random
+/// number generators and autocast as `state` holds them), backpropagates through what it computes (the
+/// module's parameters get their gradients), and hands the inputs' gradients on.
+std::vector<torch::Tensor> checkpoint(const std::shared_ptr<ForwardState>& state, torch::nn::Module& module,
+                                      const std::vector<torch::Tensor>& inputs,
+                                      const std::vector<torch::Tensor>& outputs, Recompute recompute);
 
 /// The host in charge, or null (one relaxed atomic load).
 UnitHost* active_host();
@@ -59,58 +81,173 @@ template <typename... T> void collect(const std::tuple<T...>& tuple, std::vector
   std::apply([&](const auto&... items) { (collect(items, out), ...); }, tuple);
 }
 
+/// The opposite of collect: puts `tensors[next...]` in the places collect() read, in the same order.
+inline void replace(torch::Tensor& tensor, const std::vector<torch::Tensor>& tensors, size_t& next) {
+  tensor = tensors[next++];
+}
+inline void replace(std::vector<torch::Tensor>& list, const std::vector<torch::Tensor>& tensors,
+                    size_t& next) {
+  for (auto& tensor : list) {
+    tensor = tensors[next++];
+  }
+}
+template <typename... T>
+void replace(std::tuple<T...>& tuple, const std::vector<torch::Tensor>& tensors, size_t& next);
+template <typename A, typename B>
+void replace(std::pair<A, B>& pair, const std::vector<torch::Tensor>& tensors, size_t& next) {
+  replace(pair.first, tensors, next);
+  replace(pair.second, tensors, next);
+}
+template <typename... T>
+void replace(std::tuple<T...>& tuple, const std::vector<torch::Tensor>& tensors, size_t& next) {
+  std::apply([&](auto&... items) { (replace(items, tensors, next), ...); }, tuple);
+}
+
+template <typename T> constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T>, torch::Tensor>;
+
+/// Runs `body(inputs...)` as a unit that keeps only `inputs` for its backward (see checkpoint()).
+template <typename Result, typename Body, typename Inputs>
+Result run_checkpointed(torch::nn::Module& module, const Body& body, const Inputs& inputs) {
+  std::vector<torch::Tensor> tensors;
+  std::apply(
+      [&](const auto&... input) {
+        (
+            [&](const auto& item) {
+              if constexpr (is_tensor_v<decltype(item)>) {
+                tensors.push_back(item);
+              }
+            }(input),
+            ...);
+      },
+      inputs);
+  auto state = capture_forward_state(tensors);
+  std::optional<Result> result;
+  {
+    torch::NoGradGuard no_grad;
+    Inputs copy = inputs; // the body may assign to its parameters
+    result.emplace(std::apply(body, copy));
+  }
+  std::vector<torch::Tensor> outputs;
+  collect(*result, outputs);
+  Recompute recompute = [body, inputs](const std::vector<torch::Tensor>& detached) {
+    Inputs copy = inputs;
+    size_t next = 0;
+    std::apply(
+        [&](auto&... input) {
+          (([&](auto& item) {
+             if constexpr (is_tensor_v<decltype(item)>) {
+               item = detached[next++];
+             }
+           }(input)),
+           ...);
+        },
+        copy);
+    std::vector<torch::Tensor> out;
+    collect(std::apply(body, copy), out);
+    return out;
+  };
+  const auto replaced = checkpoint(state, module, tensors, outputs, std::move(recompute));
+  size_t next = 0;
+  replace(*result, replaced, next);
+  return std::move(*result);
+}
 template <typename T, typename = void> struct Collectable : std::false_type {};
 template <typename T>
 struct Collectable<
     T, std::void_t<decltype(collect(std::declval<const T&>(), std::declval<std::vector<torch::Tensor>&>()))>>
     : std::true_type {};
 
-} // namespace detail
-
-/// Runs `body`, the forward of `module`, as a unit of fully sharded training:
-///
-///     torch::Tensor forward(torch::Tensor x) {
-///       return accelerate::fsdp::unit(*this, [&] { return fc2(torch::relu(fc1(x))); });
-///     }
-///
-/// Under parallel_strategy "fsdp" with several processes, every prepared module of a type whose forward
-/// calls this is a unit: its parameters (those of its submodules that are not units themselves) live in one
-/// flat buffer sharded across the processes. Before the body they are all-gathered; after it they are freed
-/// (FULL_SHARD) or kept until the unit's backward (SHARD_GRAD_OP); hooks on the outputs gather them again
-/// before the unit's backward, and its gradients are reduce-scattered into each process's shard after it.
-/// Otherwise (another strategy, one process, NO_SHARD, no Accelerator) it is a plain call of `body`.
-///
-/// `body` returns a torch::Tensor, a std::vector<torch::Tensor>, or std::tuple / std::pair of those.
-template <typename Module, typename Body> decltype(auto) unit(Module& module, Body&& body) {
-  static_assert(std::is_base_of_v<torch::nn::Module, Module>,
-                "accelerate::fsdp::unit(module, body): module is the torch::nn::Module whose forward this is "
-                "(pass *this)");
-  using Result = std::invoke_result_t<Body&>;
+template <typename Module, typename All, size_t... I>
+decltype(auto) run_unit(Module& module, All all, std::index_sequence<I...>) {
+  auto& body = std::get<sizeof...(I)>(all);
+  using Body = std::tuple_element_t<sizeof...(I), All>;
+  using Result = std::invoke_result_t<Body&, std::tuple_element_t<I, All>...>;
   static_assert(
-      detail::Collectable<std::decay_t<Result>>::value,
+      Collectable<std::decay_t<Result>>::value,
       "accelerate::fsdp::unit: the body must return torch::Tensor, std::vector<torch::Tensor>, or a "
       "std::tuple / std::pair of them (the unit's backward is attached to its outputs)");
+  auto call = [&]() -> Result {
+    return body(std::forward<std::tuple_element_t<I, All>>(std::get<I>(all))...);
+  };
   // Instantiates the registration of Module (see UnitType).
-  static_cast<void>(&detail::UnitType<Module>::registered);
-  detail::UnitHost* host = detail::active_host();
+  static_cast<void>(&UnitType<Module>::registered);
+  UnitHost* host = active_host();
   if (host == nullptr) {
-    return std::forward<Body>(body)();
+    return call();
   }
   torch::nn::Module& base = module;
   void* handle = host->enter(base, typeid(module));
   if (handle == nullptr) {
-    return std::forward<Body>(body)();
+    return call();
   }
   try {
-    Result result = std::forward<Body>(body)();
-    std::vector<torch::Tensor> outputs;
-    detail::collect(result, outputs);
-    host->leave(handle, outputs);
-    return result;
+    if constexpr (std::is_reference_v<Result>) {
+      Result result = call();
+      std::vector<torch::Tensor> outputs;
+      collect(result, outputs);
+      host->leave(handle, outputs);
+      return result;
+    } else {
+      std::optional<Result> result;
+      constexpr bool kRecomputable =
+          sizeof...(I) > 0 && std::is_copy_constructible_v<std::decay_t<Body>> &&
+          (std::is_copy_constructible_v<std::decay_t<std::tuple_element_t<I, All>>> && ...);
+      if constexpr (kRecomputable) {
+        if (torch::GradMode::is_enabled() && host->recomputes(handle)) {
+          using Inputs = std::tuple<std::decay_t<std::tuple_element_t<I, All>>...>;
+          result.emplace(
+              run_checkpointed<Result>(base, std::decay_t<Body>(body), Inputs(std::get<I>(all)...)));
+        }
+      }
+      if (!result) {
+        result.emplace(call());
+      }
+      std::vector<torch::Tensor> outputs;
+      collect(*result, outputs);
+      host->leave(handle, outputs);
+      return Result(std::move(*result));
+    }
   } catch (...) {
     host->abandon(handle);
     throw;
   }
+}
+
+} // namespace detail
+
+/// Runs `body`, the forward of `module`, as a unit of fully sharded training. The forward's inputs come
+/// before the body, which takes them as its parameters:
+///
+///     torch::Tensor forward(torch::Tensor x) {
+///       return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) { return fc2(torch::relu(fc1(x))); });
+///     }
+///
+/// Under parallel_strategy "fsdp" with several processes, every prepared module of a type whose forward
+/// calls this is a candidate, and the wrap policy (fsdp_auto_wrap_policy) chooses the units among them (with
+/// NO_WRAP, every candidate): a unit's parameters (those of its submodules that are not units themselves)
+/// live in one flat buffer sharded across the processes. Before the body they are all-gathered; after it they
+/// are freed (FULL_SHARD) or kept until the unit's backward (SHARD_GRAD_OP); hooks on the outputs gather them
+/// again before the unit's backward, and its gradients are reduce-scattered into each process's shard after
+/// it. Otherwise (another strategy, one process, NO_SHARD, no Accelerator, an instance that is not a unit)
+/// it is a plain call of `body`.
+///
+/// With fsdp_activation_checkpointing, a unit other than the model itself runs its body without autograd and
+/// keeps only its inputs; its backward runs the body again on them (with the random number generators and
+/// autocast as they were), which is why the body takes the inputs as parameters and reads nothing else of the
+/// forward: it must still be callable after the forward has returned. The form without inputs,
+/// `unit(*this, [&] { ... })`, is never recomputed.
+///
+/// `body` returns a torch::Tensor, a std::vector<torch::Tensor>, or std::tuple / std::pair of those.
+template <typename Module, typename... InputsAndBody>
+decltype(auto) unit(Module& module, InputsAndBody&&... rest) {
+  static_assert(
+      std::is_base_of_v<torch::nn::Module, Module>,
+      "accelerate::fsdp::unit(module, inputs..., body): module is the torch::nn::Module whose forward "
+      "this is (pass *this)");
+  static_assert(sizeof...(InputsAndBody) >= 1,
+                "accelerate::fsdp::unit(module, inputs..., body): the body (a lambda) comes last");
+  return detail::run_unit(module, std::forward_as_tuple(std::forward<InputsAndBody>(rest)...),
+                          std::make_index_sequence<sizeof...(InputsAndBody) - 1>{});
 }
 
 } // namespace accelerate::fsdp

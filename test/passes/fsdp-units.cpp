@@ -23,7 +23,7 @@
 // RUN: FileCheck --strict-whitespace --check-prefix=HEADER %s < %t/out/fsdp_block.h
 // HEADER:      #include <accelerate/accelerate.h>
 // HEADER:      {{^}}  torch::Tensor forward(torch::Tensor x) {{[{]$}}
-// HEADER-NEXT: {{^}}    return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor {{[{]$}}
+// HEADER-NEXT: {{^}}    return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) -> torch::Tensor {{[{]$}}
 // HEADER-NEXT: {{^}}      return torch::relu(fc->forward(x));{{$}}
 // HEADER-NEXT: {{^}}    });{{$}}
 // HEADER-NEXT: {{^}}  }{{$}}
@@ -65,7 +65,7 @@ struct BlockImpl : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 // CHECK:      {{^}}  torch::Tensor forward(torch::Tensor x) {{[{]$}}
-// CHECK-NEXT: {{^}}    return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor {{[{]$}}
+// CHECK-NEXT: {{^}}    return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) -> torch::Tensor {{[{]$}}
 // CHECK-NEXT: {{^}}      x = fc1->forward(x); // the first layer{{$}}
 // CHECK-EMPTY:
 // CHECK-NEXT: {{^}}      return fc2->forward(torch::relu(x));{{$}}
@@ -78,8 +78,8 @@ struct Head : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) { return fc->forward(x); }
   torch::Tensor forward(torch::Tensor x, torch::Tensor mask) { return fc->forward(x * mask); }
 };
-// CHECK: {{^}}  torch::Tensor forward(torch::Tensor x) { return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor { return fc->forward(x); }); }{{$}}
-// CHECK-NEXT: {{^}}  torch::Tensor forward(torch::Tensor x, torch::Tensor mask) { return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor { return fc->forward(x * mask); }); }{{$}}
+// CHECK: {{^}}  torch::Tensor forward(torch::Tensor x) { return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) -> torch::Tensor { return fc->forward(x); }); }{{$}}
+// CHECK-NEXT: {{^}}  torch::Tensor forward(torch::Tensor x, torch::Tensor mask) { return accelerate::fsdp::unit(*this, x, mask, [&](torch::Tensor x, torch::Tensor mask) -> torch::Tensor { return fc->forward(x * mask); }); }{{$}}
 
 // Several results: the lambda keeps the declared type, so `return {a, b};` still means a tuple.
 struct TwoHeads : torch::nn::Module {
@@ -88,7 +88,7 @@ struct TwoHeads : torch::nn::Module {
     return {a->forward(x), b->forward(x)};
   }
 };
-// CHECK:      {{^}}    return accelerate::fsdp::unit(*this, [&]() -> std::tuple<torch::Tensor, torch::Tensor> {{[{]$}}
+// CHECK:      {{^}}    return accelerate::fsdp::unit(*this, x, [&](const torch::Tensor& x) -> std::tuple<torch::Tensor, torch::Tensor> {{[{]$}}
 // CHECK-NEXT: {{^}}      return {a->forward(x), b->forward(x)};{{$}}
 // CHECK-NEXT: {{^}}    });{{$}}
 
@@ -102,7 +102,7 @@ template <int Width> struct Scaled : torch::nn::Module {
 Scaled<3> scaled;
 // A body indented with tabs gets one more tab:
 // CHECK:      {{^}}	torch::Tensor forward(torch::Tensor x) {{[{]$}}
-// CHECK-NEXT: {{^}}		return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor {{[{]$}}
+// CHECK-NEXT: {{^}}		return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) -> torch::Tensor {{[{]$}}
 // CHECK-NEXT: {{^}}			return fc->forward(x) * torch::zeros({Width});{{$}}
 // CHECK-NEXT: {{^}}		});{{$}}
 // CHECK-NEXT: {{^}}	}{{$}}
@@ -117,10 +117,21 @@ torch::Tensor Stack::forward(torch::Tensor x) {
   return fc->forward(x);
 }
 // CHECK:      {{^}}torch::Tensor Stack::forward(torch::Tensor x) {{[{]$}}
-// CHECK-NEXT: {{^}}  return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor {{[{]$}}
+// CHECK-NEXT: {{^}}  return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) -> torch::Tensor {{[{]$}}
 // CHECK-NEXT: {{^}}    return fc->forward(x);{{$}}
 // CHECK-NEXT: {{^}}  });{{$}}
 // CHECK-NEXT: {{^}}}{{$}}
+
+// The forward's inputs go through the unit call (the body must still be callable in backward, when the runtime
+// recomputes it): an unnamed one is left out, a default argument is not repeated. An rvalue reference keeps the
+// form that captures the inputs, which the runtime never recomputes.
+struct Masked : torch::nn::Module {
+  torch::nn::Linear fc{nullptr};
+  torch::Tensor forward(torch::Tensor x, torch::Tensor /*unused*/, double scale = 1.0) { return fc->forward(x); }
+  torch::Tensor forward(torch::Tensor&& x) { return fc->forward(x); }
+};
+// CHECK: {{^}}  torch::Tensor forward(torch::Tensor x, torch::Tensor /*unused*/, double scale = 1.0) { return accelerate::fsdp::unit(*this, x, scale, [&](torch::Tensor x, double scale) -> torch::Tensor { return fc->forward(x); }); }{{$}}
+// CHECK-NEXT: {{^}}  torch::Tensor forward(torch::Tensor&& x) { return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor { return fc->forward(x); }); }{{$}}
 
 // Reported, and left as they are: results a unit cannot hook, a dependent result, a macro.
 struct Scorer : torch::nn::Module {
@@ -152,11 +163,11 @@ struct Helper {
 
 void train(torch::optim::SGD& optimizer);
 
-// SAID: fsdp-units.cpp:{{[0-9]+}}:43: note: [fsdp-units] inserted 'return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor {'; inserted '});'; added #include <accelerate/accelerate.h>: 'BlockImpl::forward' runs inside accelerate::fsdp::unit: under parallel_strategy 'fsdp' an instance the wrap policy (fsdp_auto_wrap_policy) makes a unit has its parameters gathered for its forward and its backward and sharded otherwise; any other call is a plain call
+// SAID: fsdp-units.cpp:{{[0-9]+}}:43: note: [fsdp-units] inserted 'return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) -> torch::Tensor {'; inserted '});'; added #include <accelerate/accelerate.h>: 'BlockImpl::forward' runs inside accelerate::fsdp::unit: under parallel_strategy 'fsdp' an instance the wrap policy (fsdp_auto_wrap_policy) makes a unit has its parameters gathered for its forward and its backward and sharded otherwise; any other call is a plain call
 // SAID: warning: 'Scorer::forward' not made an FSDP unit: it returns 'double', and a unit's backward is attached to the tensors its forward returns; it stays a plain forward, and its parameters train in the unit of the module that holds it. Fix: return torch::Tensor, std::vector<torch::Tensor>, or a std::tuple or std::pair of them [fsdp-units]
 // SAID: warning: 'Generic::forward' not made an FSDP unit: its return type 'Out' depends on a template parameter
 // SAID: warning: 'FromMacro::forward' not made an FSDP unit: its body comes from a macro
 // SAID: note: [fsdp-units] 'Encoder::layer' is libtorch's TransformerEncoderLayerImpl, whose forward cannot call accelerate::fsdp::unit
-// SAID: accel-rewrite: {{.*}}fsdp-units.cpp: 7 changes, 3 not rewritten, 1 left alone
+// SAID: accel-rewrite: {{.*}}fsdp-units.cpp: 9 changes, 3 not rewritten, 1 left alone
 // AGAIN: note: [fsdp-units] 'BlockImpl::forward' left alone: its forward already calls accelerate::fsdp::unit
 // AGAIN-NOT: [fsdp-units] inserted

@@ -44,10 +44,17 @@ struct BlockImpl : torch::nn::Module {
     scale = register_parameter("scale", torch::full({kWidth}, 0.5));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return accelerate::fsdp::unit(*this, [&] { return x + fc2(torch::tanh(fc1(x))) * scale; });
+    return accelerate::fsdp::unit(*this, x, [&](const torch::Tensor& x) {
+      auto hidden = torch::tanh(fc1(x));
+      if (dropout) {
+        hidden = torch::dropout(hidden, 0.25, is_training());
+      }
+      return x + fc2(hidden) * scale;
+    });
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::Tensor scale;
+  bool dropout = false;
 };
 TORCH_MODULE(Block);
 
@@ -59,7 +66,8 @@ struct PairImpl : torch::nn::Module {
     mix = register_module("mix", torch::nn::Linear(kWidth, kWidth));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return accelerate::fsdp::unit(*this, [&] { return second(torch::tanh(mix(first(x)))); });
+    return accelerate::fsdp::unit(*this, x,
+                                  [&](const torch::Tensor& x) { return second(torch::tanh(mix(first(x)))); });
   }
   Block first{nullptr}, second{nullptr};
   torch::nn::Linear mix{nullptr};
@@ -72,6 +80,7 @@ struct Shape {
   bool frozen_block = false; // block 1 does not train
   bool reuse = false;        // block 2 runs twice in each forward
   bool nested = false;       // then a unit holding two block units
+  bool dropout = false;      // the blocks drop a quarter of their hidden units in training
 };
 
 /// Embedding, 4 blocks (units), a head (or the embedding again): the root holds the embedding and the head.
@@ -80,6 +89,7 @@ struct Model : torch::nn::Module {
     embed = register_module("embed", torch::nn::Embedding(kVocab, kWidth));
     for (int i = 0; i < 4; ++i) {
       blocks.push_back(register_module("block" + std::to_string(i), Block()));
+      blocks.back()->dropout = shape.dropout;
     }
     if (shape.nested) {
       pair = register_module("pair", Pair());
@@ -143,6 +153,7 @@ struct Strategy {
   bool forward_prefetch = false;
   std::string backward_prefetch = "NO_PREFETCH";
   Wrap wrap;
+  bool checkpointing = false; // fsdp_activation_checkpointing
   accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
     if (name == "ddp") {
       return options.parallel_strategy("ddp");
@@ -150,7 +161,8 @@ struct Strategy {
     return wrap.apply(options.parallel_strategy("fsdp")
                           .fsdp_sharding_strategy(name)
                           .fsdp_forward_prefetch(forward_prefetch)
-                          .fsdp_backward_prefetch(backward_prefetch));
+                          .fsdp_backward_prefetch(backward_prefetch)
+                          .fsdp_activation_checkpointing(checkpointing));
   }
 };
 const Strategy kDdp{"ddp"};
@@ -193,7 +205,27 @@ struct Outcome {
   int64_t trainable = 0;
   int clipped_steps = 0;
   std::vector<double> losses;
+  int recomputed_units = 0; // checkpointed units in the first step's graph
 };
+
+/// The nodes named `name` in the autograd graph behind `root`.
+int count_nodes(const torch::Tensor& root, const std::string& name) {
+  std::vector<torch::autograd::Node*> pending{root.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  int count = 0;
+  while (!pending.empty()) {
+    auto* node = pending.back();
+    pending.pop_back();
+    if (node == nullptr || !seen.insert(node).second) {
+      continue;
+    }
+    count += node->name() == name ? 1 : 0;
+    for (const auto& edge : node->next_edges()) {
+      pending.push_back(edge.function.get());
+    }
+  }
+  return count;
+}
 
 Outcome train(const Strategy& strategy, const RunSettings& run) {
   at::set_num_threads(1);
@@ -215,6 +247,9 @@ Outcome train(const Strategy& strategy, const RunSettings& run) {
     auto [tokens, targets] = batch(micro, rank, world);
     auto loss = torch::cross_entropy_loss(model->forward(tokens).reshape({-1, kVocab}), targets.reshape(-1));
     outcome.losses.push_back(loss.item<double>());
+    if (micro == 0) {
+      outcome.recomputed_units = count_nodes(loss, "accelerate::fsdp::CheckpointBackward");
+    }
     if (run.no_sync_first && micro % run.accumulation == 0 && !accelerator.sync_gradients()) {
       auto no_sync = accelerator.no_sync(model);
       accelerator.backward(loss);
@@ -297,6 +332,42 @@ TEST(Fsdp, MatchesDdpWithAccumulationNoSyncAndClipping) {
   EXPECT_GT(ddp.clipped_steps, 0) << "the clip bound never triggers: the test would not test clipping";
   for (const auto& strategy : kSharded) {
     expect_near_ddp(train(strategy, run), ddp, strategy.name + " accumulation, no_sync, clipping");
+  }
+}
+
+/// Activation checkpointing: each block unit keeps only its input and runs its body again in backward, with
+/// the random number generator as it was (dropout draws the same mask) — the same arithmetic on the same
+/// values, so the parameters are bit-identical to those of the run without it, for every model shape,
+/// accumulation with no_sync and clipping included. The model itself (the root) is never recomputed.
+TEST(Fsdp, ActivationCheckpointingRecomputesTheSameGradients) {
+  accelerate::Accelerator outer(test_options());
+  for (const Shape shape : {Shape{}, Shape{true, true, true, true}, Shape{false, false, true, false, true}}) {
+    for (int accumulation : {1, 3}) {
+      RunSettings run;
+      run.shape = shape;
+      run.accumulation = accumulation;
+      run.no_sync_first = accumulation > 1;
+      run.clip = accumulation > 1 ? 0.5 : 0;
+      for (const auto& sharding : kSharded) {
+        Strategy strategy = sharding;
+        const std::string label = sharding.name + " reuse=" + std::to_string(shape.reuse) +
+                                  " nested=" + std::to_string(shape.nested) +
+                                  " dropout=" + std::to_string(shape.dropout) +
+                                  " accumulation=" + std::to_string(accumulation);
+        const auto stored = train(strategy, run);
+        strategy.checkpointing = true;
+        const auto recomputed = train(strategy, run);
+        EXPECT_EQ(stored.recomputed_units, 0) << label;
+        // 4 blocks (block 2 twice when reused; a frozen block holds nothing to shard, so it is no unit), and
+        // the pair when nested (its blocks run again inside its recomputation).
+        EXPECT_EQ(recomputed.recomputed_units,
+                  4 + (shape.reuse ? 1 : 0) - (shape.frozen_block ? 1 : 0) + (shape.nested ? 1 : 0))
+            << label;
+        EXPECT_TRUE(torch::equal(recomputed.parameters, stored.parameters))
+            << label << ": ‖Δθ‖/‖θ‖ = " << relative_difference(recomputed.parameters, stored.parameters);
+        EXPECT_EQ(recomputed.losses, stored.losses) << label;
+      }
+    }
   }
 }
 

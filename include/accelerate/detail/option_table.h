@@ -164,4 +164,11 @@ ACCELERATE_OPTION(std::int64_t, fsdp_min_num_params, fsdp_min_num_params, 100000
                   "FSDP_MIN_NUM_PARAMS", "fsdp_config.fsdp_min_num_params", not_negative_count,
                   "under `SIZE_BASED_WRAP`, the trainable parameter elements a module must hold (those not in a "
                   "unit below it) to be a unit (>= 0; Accelerate's default 100000000)")
+ACCELERATE_OPTION(bool, fsdp_activation_checkpointing, fsdp_activation_checkpointing, false,
+                  "FSDP_ACTIVATION_CHECKPOINTING", "fsdp_config.fsdp_activation_checkpointing", any_value,
+                  "under parallel_strategy `\"fsdp\"`, every unit but the model itself keeps only its inputs "
+                  "and runs its body again in backward (activation checkpointing: the activations of one unit "
+                  "at a time, for a second forward of each unit); a unit whose forward passes its inputs to "
+                  "`accelerate::fsdp::unit` (as the fsdp-units pass writes it) is recomputed, the form without "
+                  "inputs never is")
 // clang-format on

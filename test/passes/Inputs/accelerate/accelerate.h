@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -123,8 +124,14 @@ public:
 };
 
 namespace fsdp {
-template <typename Module, typename Body> decltype(auto) unit(Module& module, Body&& body) {
-  return body();
+namespace detail {
+template <typename All, size_t... I> decltype(auto) call_last(All all, std::index_sequence<I...>) {
+  return std::get<sizeof...(I)>(all)(std::get<I>(all)...);
+}
+} // namespace detail
+template <typename Module, typename... InputsAndBody> decltype(auto) unit(Module& module, InputsAndBody&&... rest) {
+  return detail::call_last(std::forward_as_tuple(std::forward<InputsAndBody>(rest)...),
+                           std::make_index_sequence<sizeof...(InputsAndBody) - 1>{});
 }
 } // namespace fsdp
 
