@@ -2,19 +2,24 @@
 // measured per process.
 //
 //   accel launch --cpu --num_processes 2 build/bin/bench_zero_memory
-//       --strategy ddp|zero1|zero2|full_shard|shard_grad_op|full_shard_prefetch|shard_grad_op_prefetch
-//       [--width W] [--layers L] [--batch B] [--steps N] [--warmup K] [--bucket-cap-mb MB]
+//       --strategy ddp|zero1|zero2|full_shard|shard_grad_op|full_shard_prefetch|shard_grad_op_prefetch|
+//                  full_shard_checkpointing
+//       [--width W] [--layers L] [--batch B] [--steps N] [--warmup K] [--bucket-cap-mb MB] [--block
+//       linear|mlp]
 //
 // (bench/zero_memory.py runs several strategies alternated and prints the ratios to DDP.)
 //
 // An MLP of L Linear(W, W) layers (tanh between them; default 8 x 2900 x 2900, 67.3 M parameters, so AdamW's
-// two fp32 moments are 0.54 GB replicated) trained with the prepared AdamW on a fixed batch of B rows
-// (default 4) against an MSE target, one intra-op thread per process, K warm-up and N timed steps. Each
-// layer (its Linear and the tanh after it) is a module whose forward is an `accelerate::fsdp::unit`: under
-// "fsdp" each layer is a unit (the root holds no parameters of its own), under the other strategies the
-// call is a plain call. Every CPU tensor is counted: a counting allocator wrapping libtorch's default CPU
-// allocator is installed before any tensor exists and keeps the live bytes and the peak of the live bytes.
-// Each process measures:
+// two fp32 moments are 0.54 GB replicated; with --block mlp each layer is a residual block
+// x + fc2(gelu(fc1(x))) with fc1 Linear(W, 4W) and fc2 Linear(4W, W), whose forward keeps 9 activations of
+// the batch's size for backward where a Linear layer keeps 2) trained with the prepared AdamW on a fixed
+// batch of B rows (default 4) against an MSE target, one intra-op thread per process, K warm-up and N timed
+// steps. Each layer (its Linear and the tanh after it) is a module whose forward is an
+// `accelerate::fsdp::unit`: under "fsdp" each layer is a unit (the root holds no parameters of its own),
+// under the other strategies the call is a plain call; `full_shard_checkpointing` is FULL_SHARD with
+// fsdp_activation_checkpointing (each layer keeps only its input, and computes its body again in backward).
+// Every CPU tensor is counted: a counting allocator wrapping libtorch's default CPU allocator is installed
+// before any tensor exists and keeps the live bytes and the peak of the live bytes. Each process measures:
 //
 //   - optimizer state: the live bytes the first `optimizer.step()` leaves behind (live after it minus live
 //     before it), and as the cross-check the sum of `nbytes()` of the tensors in the libtorch optimizer's
@@ -61,8 +66,10 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -94,38 +101,66 @@ int64_t peak_bytes_overall() {
   return std::max(dropped_peak_bytes.load(), peak_bytes.load());
 }
 
-/// Wraps the default CPU allocator: each allocation carries its size in the DataPtr's context, which the
-/// deleter subtracts before handing the memory back to the wrapped allocator's own deleter.
+/// Wraps the default CPU allocator, whose allocations are simple (the context is the data, freed by its raw
+/// deleter): the counting one keeps them simple, so kernels that allocate through `raw_allocate` (which
+/// asserts it) work, and looks each allocation's size up by its address when it is freed.
 class CountingAllocator final : public c10::Allocator {
 public:
-  explicit CountingAllocator(c10::Allocator* wrapped) : wrapped_(wrapped) {}
+  explicit CountingAllocator(c10::Allocator* wrapped)
+      : wrapped_(wrapped), wrapped_deleter_(wrapped->raw_deleter()) {
+    if (wrapped_deleter_ == nullptr) {
+      throw std::runtime_error(
+          "bench_zero_memory: the default CPU allocator has no raw deleter to count through");
+    }
+    self_ = this;
+  }
 
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = wrapped_->allocate(n);
-    void* data = inner.get();
     const c10::Device device = inner.device();
-    auto* context = new Allocation{std::move(inner), static_cast<int64_t>(n)};
-    count_allocation(context->bytes);
-    return {data, context, &release, device};
+    if (inner.get() != inner.get_context() || inner.get_deleter() != wrapped_deleter_) {
+      throw std::runtime_error(
+          "bench_zero_memory: the default CPU allocator returned an allocation that is not "
+          "simple; the counting allocator cannot count it");
+    }
+    void* data = inner.release_context();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sizes_[data] = static_cast<int64_t>(n);
+    }
+    count_allocation(static_cast<int64_t>(n));
+    return {data, data, &release, device};
   }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     wrapped_->copy_data(dest, src, count);
   }
 
 private:
-  struct Allocation {
-    c10::DataPtr inner;
-    int64_t bytes;
-  };
-
-  static void release(void* context) {
-    auto* allocation = static_cast<Allocation*>(context);
-    live_bytes.fetch_sub(allocation->bytes, std::memory_order_relaxed);
-    delete allocation; // the wrapped allocator's deleter frees the memory
+  static void release(void* data) {
+    if (data == nullptr) {
+      return;
+    }
+    int64_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(self_->mutex_);
+      auto found = self_->sizes_.find(data);
+      if (found != self_->sizes_.end()) {
+        bytes = found->second;
+        self_->sizes_.erase(found);
+      }
+    }
+    live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    self_->wrapped_deleter_(data);
   }
 
+  static inline CountingAllocator* self_ = nullptr;
   c10::Allocator* wrapped_;
+  c10::DeleterFnPtr wrapped_deleter_;
+  std::mutex mutex_;
+  std::unordered_map<void*, int64_t> sizes_;
 };
 
 /// Minor page faults of this process so far (each first touch of a page the kernel maps in), and the CPU
@@ -154,25 +189,36 @@ void reset_peak_resident() {
   std::ofstream("/proc/self/clear_refs") << "5";
 }
 
-/// One layer: Linear(W, W) and tanh (none after the last), an FSDP unit under "fsdp".
+/// One layer, an FSDP unit under "fsdp": Linear(W, W) and tanh (none after the last); or, with `mlp`, the
+/// residual block x + fc2(gelu(fc1(x))) through 4W.
 struct LayerImpl : torch::nn::Module {
-  LayerImpl(int64_t width, bool activation)
-      : fc(register_module("fc", torch::nn::Linear(width, width))), activation(activation) {}
+  LayerImpl(int64_t width, bool activation, bool mlp) : activation(activation), mlp(mlp) {
+    if (mlp) {
+      fc = register_module("fc", torch::nn::Linear(width, 4 * width));
+      fc2 = register_module("fc2", torch::nn::Linear(4 * width, width));
+    } else {
+      fc = register_module("fc", torch::nn::Linear(width, width));
+    }
+  }
   torch::Tensor forward(const torch::Tensor& x) {
-    return accelerate::fsdp::unit(*this, [&] {
+    return accelerate::fsdp::unit(*this, x, [&](const torch::Tensor& x) {
+      if (mlp) {
+        return x + fc2->forward(torch::gelu(fc->forward(x)));
+      }
       auto y = fc->forward(x);
       return activation ? torch::tanh(y) : y;
     });
   }
-  torch::nn::Linear fc;
+  torch::nn::Linear fc{nullptr}, fc2{nullptr};
   bool activation;
+  bool mlp;
 };
 TORCH_MODULE(Layer);
 
 struct MlpImpl : torch::nn::Module {
-  MlpImpl(int64_t width, int layers) {
+  MlpImpl(int64_t width, int layers, bool mlp) {
     for (int i = 0; i < layers; ++i) {
-      this->layers.push_back(register_module("layer" + std::to_string(i), Layer(width, i + 1 < layers)));
+      this->layers.push_back(register_module("layer" + std::to_string(i), Layer(width, i + 1 < layers, mlp)));
     }
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -275,6 +321,7 @@ int run(int argc, char** argv) {
   int64_t width = 2900, batch = 4;
   int layers = 8, steps = 5, warmup = 2;
   double bucket_cap_mb = 0; // 0: the runtime's default
+  std::string block = "linear";
   for (int i = 1; i < argc; ++i) {
     auto value = [&](const char* name) -> const char* {
       if (!std::strcmp(argv[i], name) && i + 1 < argc) {
@@ -296,14 +343,20 @@ int run(int argc, char** argv) {
       warmup = std::stoi(v);
     } else if (const char* v = value("--bucket-cap-mb")) {
       bucket_cap_mb = std::stod(v);
+    } else if (const char* v = value("--block")) {
+      block = v;
     } else {
       std::cerr
           << "bench_zero_memory: unknown argument '" << argv[i]
           << "' (use --strategy ddp|zero1|zero2|full_shard[_prefetch]|shard_grad_op[_prefetch], --width W, "
              "--layers L, --batch B, "
-             "--steps N, --warmup K, --bucket-cap-mb MB)\n";
+             "--steps N, --warmup K, --bucket-cap-mb MB, --block linear|mlp)\n";
       return 2;
     }
+  }
+  if (block != "linear" && block != "mlp") {
+    std::cerr << "bench_zero_memory: --block is linear or mlp, not '" << block << "'\n";
+    return 2;
   }
   if (steps < 1 || warmup < 0 || warmup + steps < 2 || layers < 1 || width < 1 || batch < 1) {
     std::cerr << "bench_zero_memory: needs --steps >= 1, --warmup >= 0 and at least 2 steps in all\n";
@@ -317,6 +370,11 @@ int run(int argc, char** argv) {
     options.parallel_strategy("ddp");
   } else if (strategy == "zero1" || strategy == "zero2") {
     options.parallel_strategy("zero").zero_stage(strategy == "zero1" ? 1 : 2);
+  } else if (strategy == "full_shard_checkpointing") {
+    options.parallel_strategy("fsdp")
+        .fsdp_sharding_strategy("FULL_SHARD")
+        .fsdp_backward_prefetch("NO_PREFETCH")
+        .fsdp_activation_checkpointing(true);
   } else if (strategy.rfind("full_shard", 0) == 0 || strategy.rfind("shard_grad_op", 0) == 0) {
     // Without the suffix no all-gather starts ahead; with it, forward prefetch and BACKWARD_PRE.
     const bool prefetch = strategy.size() > 9 && strategy.compare(strategy.size() - 9, 9, "_prefetch") == 0;
@@ -347,7 +405,7 @@ int run(int argc, char** argv) {
   const int64_t rss_baseline = status_bytes("VmRSS");
   reset_peak();
   torch::manual_seed(0);
-  Mlp model(width, layers);
+  Mlp model(width, layers, block == "mlp");
   // Counted before prepare: under "fsdp" a unit's parameters have no elements outside its forward.
   int64_t parameters = 0, largest_unit_bytes = 0;
   for (const auto& layer : model->layers) {
@@ -457,7 +515,8 @@ int run(int argc, char** argv) {
   }
   const auto table = all.accessor<double, 2>();
   std::cout << "strategy " << strategy << ", " << accelerator.num_processes()
-            << " processes x 1 intra-op thread; " << layers << " x Linear(" << width << ", " << width << "), "
+            << " processes x 1 intra-op thread; " << layers
+            << (block == "mlp" ? " x residual MLP block(" : " x Linear(") << width << ", " << width << "), "
             << parameters / 1e6 << " M parameters, batch " << batch << ", AdamW; " << warmup << " warm-up + "
             << steps << " timed steps; loss " << first_loss << " -> " << last_loss
             << " (rank 0); bytes in MB (1e6)\n"

@@ -22,12 +22,13 @@ import time
 
 NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "full_shard": "FULL_SHARD",
          "shard_grad_op": "SHARD_GRAD_OP", "full_shard_prefetch": "FULL_SHARD+prefetch",
-         "shard_grad_op_prefetch": "SHARD_GRAD_OP+prefetch"}
-FSDP = ("full_shard", "shard_grad_op", "full_shard_prefetch", "shard_grad_op_prefetch")
+         "shard_grad_op_prefetch": "SHARD_GRAD_OP+prefetch", "full_shard_checkpointing": "FULL_SHARD+checkpointing"}
+FSDP = ("full_shard", "shard_grad_op", "full_shard_prefetch", "shard_grad_op_prefetch", "full_shard_checkpointing")
 # The goals, by figure: (strategy, text) for the strategies a run has.
 GOALS = {
     "optimizer_state_bytes": [("zero1", "ZeRO <= 0.55x"), ("zero2", "ZeRO <= 0.55x")],
     "grad_peak_bytes": [("zero2", "ZeRO-2 <= 0.6x")],
+    "forward_live_bytes": [("full_shard_checkpointing", "checkpointing <= 0.5x FULL_SHARD's")],
     "step_median_s": [("zero1", "ZeRO-1 <= 1.1x"), ("full_shard", "FULL_SHARD <= 1.3x"),
                       ("shard_grad_op", "SHARD_GRAD_OP <= 1.15x"), ("full_shard_prefetch", "FULL_SHARD <= 1.3x"),
                       ("shard_grad_op_prefetch", "SHARD_GRAD_OP <= 1.15x")],
@@ -38,7 +39,8 @@ def run(args, strategy: str) -> dict:
     command = [os.path.join(args.bin_dir, "accel"), "launch", "--cpu", "--num_processes", str(args.procs),
                "--main_process_port", "0", os.path.join(args.bin_dir, "bench_zero_memory"),
                "--strategy", strategy, "--width", str(args.width), "--layers", str(args.layers),
-               "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup)]
+               "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
+               "--block", args.block]
     if args.bucket_cap_mb:
         command += ["--bucket-cap-mb", str(args.bucket_cap_mb)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -74,12 +76,15 @@ def main() -> int:
     parser.add_argument("--strategies", default="ddp,zero1,zero2",
                         help="comma-separated, ddp first (the reference of the ratios): ddp, zero1, zero2, "
                              "full_shard, shard_grad_op (no prefetch), full_shard_prefetch, "
-                             "shard_grad_op_prefetch (fsdp_forward_prefetch and BACKWARD_PRE)")
+                             "shard_grad_op_prefetch (fsdp_forward_prefetch and BACKWARD_PRE), "
+                             "full_shard_checkpointing (FULL_SHARD with fsdp_activation_checkpointing)")
     parser.add_argument("--bucket-cap-mb", type=float, default=0,
                         help="bucket_cap_mb (ZeRO-2's gradient buckets, DDP's Reducer); 0: the runtime's default")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--width", type=int, default=2900)
     parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--block", default="linear", choices=("linear", "mlp"),
+                        help="each layer a Linear(W, W) and tanh, or a residual block x + fc2(gelu(fc1(x))) through 4W")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
@@ -111,7 +116,8 @@ def main() -> int:
         return statistics.median(result["ranks"][0][field] for result in results)
 
     first = runs["ddp"][0]["ranks"][0]
-    print(f"{args.procs} processes x 1 intra-op thread, {args.layers} x Linear({args.width}, {args.width}), "
+    layer = "Linear" if args.block == "linear" else "residual MLP block"
+    print(f"{args.procs} processes x 1 intra-op thread, {args.layers} x {layer}({args.width}, {args.width}), "
           f"bucket_cap_mb {args.bucket_cap_mb or 25} "
           f"({first['parameters'] / 1e6:.1f} M parameters), batch {args.batch} rows per process, AdamW; "
           f"{args.reps} repetitions (strategies alternated) x ({args.warmup} warm-up + {args.steps} timed steps); "
@@ -171,6 +177,13 @@ def main() -> int:
         for s in STRATEGIES))
     print("Loss (rank 0, first step -> last step, 1st repetition): " + "; ".join(
         f"{NAMES[s]} {runs[s][0]['first_loss']:.6f} -> {runs[s][0]['last_loss']:.6f}" for s in STRATEGIES))
+    if "full_shard" in STRATEGIES and "full_shard_checkpointing" in STRATEGIES:
+        stored, kept = worst("full_shard", "forward_live_bytes"), worst("full_shard_checkpointing", "forward_live_bytes")
+        print(f"\nActivation checkpointing: forward leaves {mb(kept)} live with it, {mb(stored)} without "
+              f"({kept / stored:.2f}x; goal <= 0.5x: {'met' if kept <= 0.5 * stored else 'not met'}); training peak "
+              f"{mb(worst('full_shard_checkpointing', 'train_peak_bytes'))} with it, "
+              f"{mb(worst('full_shard', 'train_peak_bytes'))} without; step "
+              f"{step('full_shard_checkpointing') / step('full_shard'):.2f}x FULL_SHARD's.")
     if any(s in FSDP for s in STRATEGIES):
         # The FSDP goal: a process's parameters, gradients and AdamW state (fp32: 4 + 4 + 8 bytes a parameter)
         # within 1/N of their replicated total plus the largest unit's whole parameters, plus 10%.
