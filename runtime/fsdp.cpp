@@ -35,6 +35,7 @@
 // Gloo works on its own threads and NCCL on its own stream, but the shared-memory transport gathers with
 // copies made by the calling thread, where starting early would only hold memory sooner.
 #include <accelerate/fsdp.h>
+#include <accelerate/logging.h>
 
 #include "checkpoint/component.h"
 #include "debug_mode.h"
@@ -1178,6 +1179,21 @@ public:
       members_[sharded->members[i].parameter.unsafeGetTensorImpl()] = {sharded, i};
     }
     models_.emplace_back(&model, sharded);
+    const auto logger = accelerate::get_logger("accelerate.fsdp");
+    if (logger.enabled_for(LogLevel::debug)) {
+      std::ostringstream units;
+      size_t recomputed = 0;
+      for (const auto& unit : sharded->units) {
+        units << (unit.index ? ", " : "") << (unit.name.empty() ? "(the model)" : unit.name)
+              << (unit.resident ? " (resident)" : "");
+        recomputed += activation_checkpointing_ && !unit.resident && !unit.name.empty() ? 1 : 0;
+      }
+      logger.debug("prepared a model as ", sharded->units.size(), " unit(s) (fsdp_auto_wrap_policy ",
+                   job.config.fsdp_auto_wrap_policy, "): ", units.str(), "; activation checkpointing: ",
+                   activation_checkpointing_
+                       ? std::to_string(recomputed) + " unit(s) recompute their forward in backward"
+                       : std::string("off"));
+    }
     return prepared;
   }
 
@@ -1359,6 +1375,7 @@ public:
       }
       out << ", parameters, gradients and optimizer state in " << world << " shares, " << units << " unit(s)";
       const auto& config = context().config;
+      out << "; activation checkpointing " << (activation_checkpointing_ ? "on" : "off");
       out << "; prefetch: forward " << (config.fsdp_forward_prefetch ? "on" : "off") << ", backward "
           << config.fsdp_backward_prefetch;
       bool asynchronous = false;

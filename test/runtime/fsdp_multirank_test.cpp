@@ -358,6 +358,7 @@ TEST(Fsdp, ActivationCheckpointingRecomputesTheSameGradients) {
         strategy.checkpointing = true;
         const auto recomputed = train(strategy, run);
         EXPECT_EQ(stored.recomputed_units, 0) << label;
+        EXPECT_NE(recomputed.state.find("activation checkpointing on"), std::string::npos) << recomputed.state;
         // 4 blocks (block 2 twice when reused; a frozen block holds nothing to shard, so it is no unit), and
         // the pair when nested (its blocks run again inside its recomputation).
         EXPECT_EQ(recomputed.recomputed_units,
