@@ -357,8 +357,9 @@ const std::vector<FsdpSetting>& fsdp_settings() {
        Kind::Flag,
        {},
        {"false"},
-       "asks to offload checkpointed activations to the CPU, which comes with activation checkpointing in a "
-       "later version; use false for now"},
+       "asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
+       "the fsdp strategy; use false for now (fsdp_activation_checkpointing alone keeps each unit's "
+       "inputs on its device)"},
       {"fsdp_offload_params",
        "FSDP_OFFLOAD_PARAMS",
        Kind::Flag,

@@ -112,8 +112,8 @@ ANSWERS = {
     "fsdp": [("compute environment", ENTER), ("type of machine", "multi-GPU"), ("How many machines", ENTER),
              ("checked while running", "no"), ("use DeepSpeed", ENTER), ("FullyShardedDataParallel", "yes"),
              ("FSDP version", ENTER), ("resharding after forward", ENTER), ("auto wrap policy", ENTER),
-             ("layer class names", "Block"), ("state dict type", ENTER), ("How many GPU(s)", "2"),
-             ("mixed precision", "bf16")],
+             ("layer class names", "Block"), ("state dict type", ENTER), ("activation checkpointing", ENTER),
+             ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
     "multi-node": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", "2"),
                    ("rank of this machine", ENTER), ("IP address", "127.0.0.1"), ("What port", ENTER),
                    ("same local network", ENTER), ("checked while running", ENTER),
@@ -215,10 +215,10 @@ def QuestionnaireOffersFsdp():
         path = os.path.join(directory, "fsdp1.yaml")
         # Multi-GPU, no DeepSpeed, FSDP: version 1, whose strategy menu leaves out the hybrid ones (typed, it is
         # asked again) and which Accelerate writes under fsdp_reshard_after_forward; Accelerate's wrap policies;
-        # its state dict menu leaves out LOCAL_STATE_DICT. What the fsdp strategy does not run yet is not asked,
-        # and written as off.
+        # its state dict menu leaves out LOCAL_STATE_DICT; activation checkpointing, Accelerate's last question.
+        # What the fsdp strategy does not run yet (offload) is not asked, and written as off.
         answers = ["0", "2", "1", "no", "no", "yes", "1", "HYBRID_SHARD", "shard_grad_op", "NO_WRAP",
-                   "LOCAL_STATE_DICT", ENTER, "2", "no"]
+                   "LOCAL_STATE_DICT", ENTER, "yes", "2", "no"]
         code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
         check(code == 0, "accel config must write an FSDP file", out + err)
         check("the units are chosen among the modules whose forward calls accelerate::fsdp::unit(*this, ...)" in out,
@@ -227,32 +227,38 @@ def QuestionnaireOffersFsdp():
               out.count("Please enter a number from 0 to 1, or one of the names.") == 1,
               "a hybrid strategy and LOCAL_STATE_DICT must be asked again", out)
         questions = "\n".join(line for line in out.splitlines() if "?" in line)
-        for question in ["offload", "activation checkpointing", "prefetch", "RAM efficient"]:
+        check("Do you want to enable FSDP activation checkpointing" in questions,
+              "accel config must ask Accelerate's activation checkpointing question", out)
+        for question in ["offload", "prefetch", "RAM efficient"]:
             check(question not in questions, f"accel config must not ask about {question!r}", out)
         written = load_yaml(path)
         check(written["distributed_type"] == "FSDP" and written["num_processes"] == 2 and "gpu_ids" not in written
               and written["fsdp_config"] == {"fsdp_version": 1, "fsdp_reshard_after_forward": "SHARD_GRAD_OP",
                                              "fsdp_state_dict_type": "FULL_STATE_DICT",
                                              "fsdp_auto_wrap_policy": "NO_WRAP", "fsdp_offload_params": False,
-                                             "fsdp_activation_checkpointing": False},
+                                             "fsdp_activation_checkpointing": True},
               f"an FSDP1 file with Accelerate's keys: {written}")
         code, out, err = accel("config", "--validate", path)
         check(code == 0, "the file must pass --validate", err)
         resolved = probe(environment(ACCELERATE_CONFIG_FILE=path))
         check(resolved["parallel_strategy"] == ("fsdp", f"distributed_type: FSDP in config file {path}")
               and resolved["fsdp_sharding_strategy"][0] == "SHARD_GRAD_OP"
-              and resolved["fsdp_state_dict_type"][0] == "FULL_STATE_DICT" and resolved["fsdp_version"][0] == "1",
+              and resolved["fsdp_state_dict_type"][0] == "FULL_STATE_DICT" and resolved["fsdp_version"][0] == "1"
+              and resolved["fsdp_activation_checkpointing"] == ("true", f"config file {path}"),
               f"the runtime must run the file's FSDP1 settings: {resolved}")
-        # FSDP2 with SIZE_BASED_WRAP: the threshold is asked (Accelerate's default 100000000), and written.
-        answers = ["0", "2", "1", "no", "no", "yes", ENTER, ENTER, "1", "-5", "5000", ENTER, "2", "no"]
+        # FSDP2 with SIZE_BASED_WRAP: the threshold is asked (Accelerate's default 100000000), and written;
+        # activation checkpointing is off by default.
+        answers = ["0", "2", "1", "no", "no", "yes", ENTER, ENTER, "1", "-5", "5000", ENTER, ENTER, "2", "no"]
         code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
         check(code == 0 and "minimum number of parameters" in out, "accel config must ask SIZE_BASED_WRAP's threshold",
               out + err)
         written = load_yaml(path)["fsdp_config"]
         check(written.get("fsdp_auto_wrap_policy") == "SIZE_BASED_WRAP" and written.get("fsdp_min_num_params") == 5000
-              and "fsdp_transformer_layer_cls_to_wrap" not in written, f"SIZE_BASED_WRAP's keys: {written}")
+              and "fsdp_transformer_layer_cls_to_wrap" not in written
+              and written.get("fsdp_activation_checkpointing") is False, f"SIZE_BASED_WRAP's keys: {written}")
         resolved = probe(environment(ACCELERATE_CONFIG_FILE=path))
-        check(resolved["fsdp_auto_wrap_policy"][0] == "SIZE_BASED_WRAP" and resolved["fsdp_min_num_params"][0] == "5000",
+        check(resolved["fsdp_auto_wrap_policy"][0] == "SIZE_BASED_WRAP" and resolved["fsdp_min_num_params"][0] == "5000"
+              and resolved["fsdp_activation_checkpointing"][0] == "false",
               f"the runtime must read the policy: {resolved}")
         # Without FSDP a multi-GPU file has no fsdp_config section (config.RoundTripEveryDocExample: multi-gpu).
         code, out, err = accel("config", "--config_file", path, stdin="0\n1\n1\nno\n2\nno\n")
@@ -404,7 +410,20 @@ def LaunchExportsWhatPythonAccelerateExportsForOurFiles():
     need_accelerate()
     with tempfile.TemporaryDirectory() as directory:
         names = ["deepspeed-zero2", "fsdp"]
-        compare_exports(names, [write_example(name, directory) for name in names])
+        paths = [write_example(name, directory) for name in names]
+        # The FSDP answers with activation checkpointing: Python reads the key as written, and its launcher exports
+        # FSDP_ACTIVATION_CHECKPOINTING=true as accel launch does.
+        path = os.path.join(directory, "fsdp-checkpointing.yaml")
+        answers = ["yes" if "activation checkpointing" in question else answer for question, answer in ANSWERS["fsdp"]]
+        code, out, err = accel("config", "--config_file", path, stdin="".join(answer + "\n" for answer in answers))
+        check(code == 0 and load_yaml(path)["fsdp_config"]["fsdp_activation_checkpointing"] is True,
+              "accel config must write fsdp_activation_checkpointing: true", out + err)
+        from accelerate.commands.config.config_args import load_config_from_file
+        check(load_config_from_file(path).to_dict()["fsdp_config"]["fsdp_activation_checkpointing"] is True,
+              "Python Accelerate must read fsdp_activation_checkpointing: true")
+        compare_exports(names + ["fsdp with activation checkpointing"], paths + [path])
+        check(accel_exports(path).get("FSDP_ACTIVATION_CHECKPOINTING") == "true",
+              "accel launch must export FSDP_ACTIVATION_CHECKPOINTING=true")
 
 
 def python_exports(paths):
@@ -611,6 +630,22 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
         expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "a file's wrap policy",
                fsdp_auto_wrap_policy=("TRANSFORMER_BASED_WRAP", f"config file {path}"),
                fsdp_transformer_layer_cls_to_wrap=("Block,Pair", f"config file {path}"))
+    # Activation checkpointing: off by default; Accelerate's variable (its flag's spellings), the file's key and
+    # the option turn it on, each named as the source.
+    expect(probe(environment(), "parallel_strategy=fsdp"), "activation checkpointing default",
+           fsdp_activation_checkpointing=("false", "default"))
+    for text in ["true", "True", "1"]:
+        expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_ACTIVATION_CHECKPOINTING=text)),
+               f"FSDP_ACTIVATION_CHECKPOINTING={text}", parallel_strategy="fsdp",
+               fsdp_activation_checkpointing=("true", "environment"))
+    expect(probe(environment(), "parallel_strategy=fsdp", "fsdp_activation_checkpointing=true"),
+           "activation checkpointing option", fsdp_activation_checkpointing=("true", "options"))
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_file(directory, "checkpointing.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                                           "  fsdp_activation_checkpointing: true\n"
+                                                           "  fsdp_activation_checkpointing_offload: false\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "a file's activation checkpointing",
+               parallel_strategy="fsdp", fsdp_activation_checkpointing=("true", f"config file {path}"))
     # Prefetch: Accelerate's names in any case, from each source; the older key is read when the newer is unset.
     expect(probe(environment(), "parallel_strategy=fsdp"), "prefetch defaults",
            fsdp_backward_prefetch=("BACKWARD_PRE", "default"), fsdp_forward_prefetch=("false", "default"))
@@ -655,12 +690,12 @@ RUNTIME_REFUSALS = [
     ({}, ["parallel_strategy=ddp", "fsdp_min_num_params=1000"],
      "fsdp_min_num_params='1000' (from AcceleratorOptions) conflicts with parallel_strategy='ddp'"),
     # What comes in a later version, from the environment and from the file.
-    ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING": "true"}, [],
-     "FSDP_ACTIVATION_CHECKPOINTING='true' (from the environment) asks to recompute activations in backward, which "
-     "comes with activation checkpointing in a later version; use false for now"),
     ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "true"}, [],
      "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD='true' (from the environment) asks to offload checkpointed activations "
-     "to the CPU, which comes with activation checkpointing in a later version; use false for now"),
+     "to the CPU, which comes with offload in a later version of the fsdp strategy; use false for now "
+     "(fsdp_activation_checkpointing alone keeps each unit's inputs on its device)"),
+    ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING": "true", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "true"}, [],
+     "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD='true' (from the environment) asks to offload checkpointed activations"),
     ({**FSDP_ENV, "FSDP_OFFLOAD_PARAMS": "true"}, [],
      "FSDP_OFFLOAD_PARAMS='true' (from the environment) asks to offload parameters and gradients to the CPU, which "
      "comes with offload in a later version of the fsdp strategy; use false for now"),
@@ -787,13 +822,15 @@ ALIKE = [
      "3:3: fsdp_config.fsdp_offload_params true asks to offload parameters and gradients to the CPU, which comes with "
      "offload in a later version of accelerate-cpp's fsdp strategy (use false for now)",
      "fsdp_config.fsdp_offload_params='true' (from config file PATH) asks to offload parameters"),
-    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n",
-     "3:3: fsdp_config.fsdp_activation_checkpointing true asks to recompute activations in backward, which comes with "
-     "activation checkpointing in a later version of accelerate-cpp (use false for now)",
-     "fsdp_config.fsdp_activation_checkpointing='true' (from config file PATH) asks to recompute activations"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n", None, None),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing_offload: true\n",
      "3:3: fsdp_config.fsdp_activation_checkpointing_offload true asks to offload checkpointed activations to the CPU, "
-     "which comes with activation checkpointing in a later version of accelerate-cpp (use false for now)",
+     "which comes with offload in a later version of accelerate-cpp's fsdp strategy (use false for now: "
+     "fsdp_activation_checkpointing alone keeps each unit's inputs on its device)",
+     "fsdp_config.fsdp_activation_checkpointing_offload='true' (from config file PATH) asks to offload checkpointed"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n"
+     "  fsdp_activation_checkpointing_offload: true\n",
+     "4:3: fsdp_config.fsdp_activation_checkpointing_offload true asks to offload checkpointed activations",
      "fsdp_config.fsdp_activation_checkpointing_offload='true' (from config file PATH) asks to offload checkpointed"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: size_based_wrap\n  fsdp_min_num_params: 1000\n",
      None, None),

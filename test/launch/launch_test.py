@@ -448,14 +448,15 @@ FSDP_FILE = ("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_pr
              "mixed_precision: 'no'\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
              "  fsdp_state_dict_type: FULL_STATE_DICT\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
              "  fsdp_transformer_layer_cls_to_wrap: Block, Pair\n"
-             "  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_cpu_ram_efficient_loading: false\n")
+             "  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_cpu_ram_efficient_loading: false\n"
+             "  fsdp_activation_checkpointing: true\n")
 FSDP_FILE_EXPORTS = {"FSDP_VERSION": "2", "FSDP_SHARDING_STRATEGY": "FULL_SHARD", "FSDP_RESHARD_AFTER_FORWARD": "false",
                      "FSDP_OFFLOAD_PARAMS": "false", "FSDP_MIN_NUM_PARAMS": "100000000",
                      "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP", "FSDP_TRANSFORMER_CLS_TO_WRAP": "Block, Pair",
                      "FSDP_BACKWARD_PREFETCH": "BACKWARD_PRE",
                      "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_FORWARD_PREFETCH": "false",
                      "FSDP_USE_ORIG_PARAMS": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "false",
-                     "FSDP_SYNC_MODULE_STATES": "true", "FSDP_ACTIVATION_CHECKPOINTING": "false",
+                     "FSDP_SYNC_MODULE_STATES": "true", "FSDP_ACTIVATION_CHECKPOINTING": "true",
                      "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "false"}
 # What it exports for --use_fsdp alone: its flags' defaults (no FSDP_STATE_DICT_TYPE: that flag has none).
 FSDP_DEFAULT_EXPORTS = {"FSDP_VERSION": "1", "FSDP_SHARDING_STRATEGY": "FULL_SHARD",
@@ -502,7 +503,8 @@ def FsdpFlagsExportAccelerateVariables():
     result = launch("-q", "--use_fsdp", "--fsdp_version", "2", "--fsdp_reshard_after_forward", "False",
                     "--fsdp_state_dict_type", "full_state_dict", "--fsdp_backward_prefetch", "BACKWARD_PRE",
                     "--fsdp_cpu_ram_efficient_loading", "false", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
-                    "--fsdp_transformer_layer_cls_to_wrap", "Block, Pair", "env")
+                    "--fsdp_transformer_layer_cls_to_wrap", "Block, Pair", "--fsdp_activation_checkpointing", "True",
+                    "env")
     check(result.code == 0, "accel launch --use_fsdp must run", result)
     got = env_lines(result.stdout)[0]
     check(got.get("ACCELERATE_USE_FSDP") == "true" and fsdp_variables(got) == FSDP_FILE_EXPORTS,
@@ -560,12 +562,10 @@ def UnsupportedFsdpSettingsAreRefused():
         (["--fsdp_auto_wrap_policy", "FOO"],
          "--fsdp_auto_wrap_policy must be one of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP (got 'FOO')"),
         (["--fsdp_min_num_params", "-1"], "--fsdp_min_num_params must be a whole number >= 0 (got '-1')"),
-        (["--fsdp_activation_checkpointing", "true"],
-         "--fsdp_activation_checkpointing true asks to recompute activations in backward, which comes with activation "
-         "checkpointing in a later version of accelerate-cpp (use false for now)"),
         (["--fsdp_activation_checkpointing_offload", "true"],
          "--fsdp_activation_checkpointing_offload true asks to offload checkpointed activations to the CPU, which "
-         "comes with activation checkpointing in a later version of accelerate-cpp (use false for now)"),
+         "comes with offload in a later version of accelerate-cpp's fsdp strategy (use false for now: "
+         "fsdp_activation_checkpointing alone keeps each unit's inputs on its device)"),
         (["--fsdp_sharding_strategy", "HYBRID_SHARD"], f"--fsdp_sharding_strategy HYBRID_SHARD {HYBRID}"),
         (["--fsdp_reshard_after_forward", "hybrid_shard_zero2"],
          f"--fsdp_reshard_after_forward HYBRID_SHARD_ZERO2 {HYBRID}"),

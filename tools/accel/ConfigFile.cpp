@@ -108,14 +108,11 @@ const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
 
 const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
   static const std::vector<UnsupportedFsdpKey> kKeys = {
-      {"fsdp_activation_checkpointing",
-       {"false"},
-       "asks to recompute activations in backward, which comes with activation checkpointing in a later "
-       "version of accelerate-cpp (use false for now)"},
       {"fsdp_activation_checkpointing_offload",
        {"false"},
-       "asks to offload checkpointed activations to the CPU, which comes with activation checkpointing in a "
-       "later version of accelerate-cpp (use false for now)"},
+       "asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
+       "accelerate-cpp's fsdp strategy (use false for now: fsdp_activation_checkpointing alone keeps each "
+       "unit's inputs on its device)"},
       {"fsdp_offload_params",
        {"false"},
        "asks to offload parameters and gradients to the CPU, which comes with offload in a later version of "

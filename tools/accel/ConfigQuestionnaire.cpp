@@ -266,11 +266,11 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
 }
 
 /// FSDP, offered where Accelerate offers it (several GPUs, DeepSpeed not chosen): the version, the sharding
-/// strategy (FSDP1's menu, which Accelerate writes as fsdp_reshard_after_forward, or FSDP2's yes/no) and the
-/// state dict type, with Accelerate's keys and spellings. What the fsdp strategy does not run yet (automatic
-/// wrapping, offload, activation checkpointing) is not asked, and written as off; settings without effect
-/// here (use_orig_params, sync_module_states, CPU RAM efficient loading) and prefetching (the runtime's
-/// defaults: backward BACKWARD_PRE, forward off) are left out.
+/// strategy (FSDP1's menu, which Accelerate writes as fsdp_reshard_after_forward, or FSDP2's yes/no), the
+/// auto wrap policy (and its classes or threshold), the state dict type and activation checkpointing, with
+/// Accelerate's keys and spellings. What the fsdp strategy does not run yet (offload) is not asked, and
+/// written as off; settings without effect here (use_orig_params, sync_module_states, CPU RAM efficient
+/// loading) and prefetching (the runtime's defaults: backward BACKWARD_PRE, forward off) are left out.
 void askFsdp(Prompter& prompter, Answers& answers) {
   if (answers.distributedType != "MULTI_GPU")
     return;
@@ -283,8 +283,7 @@ void askFsdp(Prompter& prompter, Answers& answers) {
   prompter.note(
       "accelerate-cpp's FSDP shards the model unit by unit: the units are chosen among the modules whose "
       "forward calls accelerate::fsdp::unit(*this, ...) (accel-rewrite adds that call to every module class "
-      "of a project) by the auto wrap policy. Offload and activation checkpointing come in a later version, "
-      "so they are not asked.");
+      "of a project) by the auto wrap policy. Offload comes in a later version, so it is not asked.");
   ConfigValue fsdp = ConfigValue::map();
   const long long version = prompter.wholeNumber("What should be your FSDP version (1 or 2: the same in "
                                                  "accelerate-cpp)?",
@@ -328,7 +327,6 @@ void askFsdp(Prompter& prompter, Answers& answers) {
                  100000000, 0, LLONG_MAX)));
   }
   fsdp.set("fsdp_offload_params", ConfigValue::boolean(false));
-  fsdp.set("fsdp_activation_checkpointing", ConfigValue::boolean(false));
   // Accelerate's menus, without LOCAL_STATE_DICT, and its defaults (FULL for FSDP1, SHARDED for FSDP2).
   const std::vector<std::string> types =
       version == 1 ? std::vector<std::string>{"FULL_STATE_DICT", "SHARDED_STATE_DICT"}
@@ -338,6 +336,12 @@ void askFsdp(Prompter& prompter, Answers& answers) {
                "What should be your FSDP's state dict type (SHARDED_STATE_DICT: each process writes its "
                "shards, FULL_STATE_DICT: the main process writes whole models)?",
                types)]));
+  // Accelerate's last FSDP question, with its default.
+  fsdp.set("fsdp_activation_checkpointing",
+           ConfigValue::boolean(prompter.yesNo(
+               "Do you want to enable FSDP activation checkpointing (every unit but the model keeps only its "
+               "inputs and runs its body again in backward: less memory, one more forward of each unit)?",
+               false)));
   answers.config.set("fsdp_config", fsdp);
 }
 

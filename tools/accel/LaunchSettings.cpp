@@ -95,9 +95,10 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
       fsdp("fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", ValueRule::boolean(),
            "accepted, no effect: parameters are always broadcast from rank 0 at prepare"),
       fsdp("fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", ValueRule::boolean(),
-           "false only: activation checkpointing comes in a later version"),
+           "true: every unit but the model keeps only its inputs and runs its body again in backward "
+           "(default false)"),
       fsdp("fsdp_activation_checkpointing_offload", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
-           ValueRule::boolean(), "false only: activation checkpointing comes in a later version"),
+           ValueRule::boolean(), "false only: offload of checkpointed activations comes in a later version"),
       fsdp("fsdp_ignored_modules", "FSDP_IGNORED_MODULES", ValueRule::text(), "refused: no ignored modules"),
       // ZeRO (Accelerate's DeepSpeed flags and deepspeed_config keys).
       toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED",
