@@ -47,8 +47,8 @@ struct ResolvedConfig {
 ///   TRANSFORMER_BASED_WRAP refused without classes.
 /// `sources` names what a derived value came from. Throws `std::invalid_argument` naming the option, the
 /// value, where it came from and what is allowed on a bad setting; on DeepSpeed and FSDP settings this
-/// version does not implement (a `deepspeed_config_file`, parameter or NVMe offload, activation
-/// checkpointing, hybrid sharding, optimizer offload under fsdp, ...); and on settings that
+/// version does not implement (a `deepspeed_config_file`, parameter or NVMe offload, offload of checkpointed
+/// activations, hybrid sharding, optimizer offload under fsdp, ...); and on settings that
 /// contradict each other (parallel_strategy set to another strategy than the one zero_stage or FSDP selects,
 /// "zero" with zero_stage 0 set explicitly, ZeRO's stage 1 or 2 with FSDP, optimizer offload without ZeRO,
 /// an fsdp_* option set in `options` without the fsdp strategy).

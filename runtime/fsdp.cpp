@@ -1226,14 +1226,22 @@ public:
                                  "parallel_strategy 'fsdp': pass the "
                                  "model that holds it to accelerator.prepare(...) before its first forward");
         }
-        if (fsdp::detail::is_unit_type(type)) {
-          return nullptr; // a unit type with no trainable parameters of its own: nothing to gather
+        if (!fsdp::detail::is_unit_type(type)) {
+          // A class that inherits its forward, and the unit call in it, from a base class (`struct
+          // GptBlock : BlockImpl {}`): prepare made units of the classes whose own forward calls unit(), so
+          // this module is none, and its parameters train in the unit that holds it. Said once per class.
+          static std::mutex said_mutex;
+          static std::set<std::type_index> said;
+          std::lock_guard<std::mutex> said_lock(said_mutex);
+          if (said.insert(std::type_index(type)).second) {
+            accelerate::get_logger("accelerate.fsdp")
+                .debug("module '", module.name(), "' is of type ", type_name(type),
+                       ", whose forward (and unit() call) is its base class's: it is no unit (its parameters "
+                       "train in the unit that holds it); give ",
+                       type_name(type), " a forward of its own that calls unit() to make it one");
+          }
         }
-        throw std::logic_error(
-            "accelerate::fsdp::unit: module '" + module.name() + "' is of type " + type_name(type) +
-            ", but the unit() call in its forward names another type (its base class): prepare "
-            "makes units of the types whose own forward calls unit(*this, ...); call it in " +
-            type_name(type) + "'s forward");
+        return nullptr; // not a unit: a plain call
       }
     }
     auto& unit = sharded->units[index];

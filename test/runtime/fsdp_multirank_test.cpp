@@ -58,6 +58,10 @@ struct BlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+/// A block class that inherits its forward (and the unit call in it) from BlockImpl: no unit of its own, its
+/// parameters train in the unit that holds it (the root's resident unit here).
+struct InheritingBlockImpl : BlockImpl {};
+
 /// Two blocks and a projection of its own: a unit holding units (its parameters are the projection's).
 struct PairImpl : torch::nn::Module {
   PairImpl() {
@@ -81,6 +85,7 @@ struct Shape {
   bool reuse = false;        // block 2 runs twice in each forward
   bool nested = false;       // then a unit holding two block units
   bool dropout = false;      // the blocks drop a quarter of their hidden units in training
+  bool inheriting = false;   // block 3 is of a class that inherits BlockImpl's forward
 };
 
 /// Embedding, 4 blocks (units), a head (or the embedding again): the root holds the embedding and the head.
@@ -88,7 +93,11 @@ struct Model : torch::nn::Module {
   Model(const Shape& shape_, torch::Dtype dtype) : shape(shape_) {
     embed = register_module("embed", torch::nn::Embedding(kVocab, kWidth));
     for (int i = 0; i < 4; ++i) {
-      blocks.push_back(register_module("block" + std::to_string(i), Block()));
+      blocks.push_back(
+          register_module("block" + std::to_string(i),
+                          i == 3 && shape.inheriting
+                              ? Block(std::shared_ptr<BlockImpl>(std::make_shared<InheritingBlockImpl>()))
+                              : Block()));
       blocks.back()->dropout = shape.dropout;
     }
     if (shape.nested) {
@@ -298,17 +307,17 @@ void expect_near_ddp(const Outcome& sharded, const Outcome& ddp, const std::stri
 /// optimizer state held by exactly one process.
 TEST(Fsdp, MatchesDdpAfterTenAdamWSteps) {
   accelerate::Accelerator outer(test_options());
-  for (const Shape shape :
-       {Shape{}, Shape{true, false, false, false}, Shape{false, true, false, false},
-        Shape{false, false, true, false}, Shape{false, false, false, true}, Shape{true, true, true, true}}) {
+  for (const Shape shape : {Shape{}, Shape{true, false, false, false}, Shape{false, true, false, false},
+                            Shape{false, false, true, false}, Shape{false, false, false, true},
+                            Shape{true, true, true, true}, Shape{false, false, false, false, false, true}}) {
     RunSettings run;
     run.shape = shape;
     const auto ddp = train(kDdp, run);
     for (const auto& strategy : kSharded) {
-      const std::string label = strategy.name + " tied=" + std::to_string(shape.tied) +
-                                " frozen=" + std::to_string(shape.frozen_block) +
-                                " reuse=" + std::to_string(shape.reuse) +
-                                " nested=" + std::to_string(shape.nested);
+      const std::string label =
+          strategy.name + " tied=" + std::to_string(shape.tied) +
+          " frozen=" + std::to_string(shape.frozen_block) + " reuse=" + std::to_string(shape.reuse) +
+          " nested=" + std::to_string(shape.nested) + " inheriting=" + std::to_string(shape.inheriting);
       const auto fsdp = train(strategy, run);
       expect_near_ddp(fsdp, ddp, label);
       EXPECT_EQ(fsdp.losses, ddp.losses) << label; // the same forward arithmetic on the same values
@@ -358,7 +367,8 @@ TEST(Fsdp, ActivationCheckpointingRecomputesTheSameGradients) {
         strategy.checkpointing = true;
         const auto recomputed = train(strategy, run);
         EXPECT_EQ(stored.recomputed_units, 0) << label;
-        EXPECT_NE(recomputed.state.find("activation checkpointing on"), std::string::npos) << recomputed.state;
+        EXPECT_NE(recomputed.state.find("activation checkpointing on"), std::string::npos)
+            << recomputed.state;
         // 4 blocks (block 2 twice when reused; a frozen block holds nothing to shard, so it is no unit), and
         // the pair when nested (its blocks run again inside its recomputation).
         EXPECT_EQ(recomputed.recomputed_units,
