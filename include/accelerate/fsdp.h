@@ -151,6 +151,7 @@ Result run_checkpointed(torch::nn::Module& module, const Body& body, const Input
   replace(*result, replaced, next);
   return std::move(*result);
 }
+
 template <typename T, typename = void> struct Collectable : std::false_type {};
 template <typename T>
 struct Collectable<
