@@ -360,13 +360,6 @@ const std::vector<FsdpSetting>& fsdp_settings() {
        "asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
        "the fsdp strategy; use false for now (fsdp_activation_checkpointing alone keeps each unit's "
        "inputs on its device)"},
-      {"fsdp_offload_params",
-       "FSDP_OFFLOAD_PARAMS",
-       Kind::Flag,
-       {},
-       {"false"},
-       "asks to offload parameters and gradients to the CPU, which comes with offload in a later version of "
-       "the fsdp strategy; use false for now"},
       {"fsdp_ignored_modules",
        "FSDP_IGNORED_MODULES",
        Kind::Text,

@@ -1127,6 +1127,17 @@ public:
           "of the runtime: a parameter no process reached takes part with a zero gradient. Leave "
           "find_unused_parameters off (or use parallel_strategy 'ddp' or 'zero')");
     }
+    if (context.config.fsdp_offload_params) {
+      if (context.device.is_cuda()) {
+        throw std::invalid_argument(
+            "accelerate: fsdp_offload_params on a GPU (shards and the optimizer step in CPU memory) comes "
+            "in a later version of the fsdp strategy; use false, or run on the CPU (cpu(true), accel "
+            "launch --cpu), where it is a no-op");
+      }
+      accelerate::get_logger("accelerate.fsdp")
+          .info("fsdp_offload_params: the run is on the CPU, where the shards and the optimizer step already "
+                "live; there is nothing to offload");
+    }
     if (context.process_group && sharding_ != "NO_SHARD") {
       // From now on a unit's forward is this engine's (the previous one's again when this one goes).
       previous_host_ = fsdp::detail::host.exchange(this);
@@ -1384,6 +1395,7 @@ public:
       out << ", parameters, gradients and optimizer state in " << world << " shares, " << units << " unit(s)";
       const auto& config = context().config;
       out << "; activation checkpointing " << (activation_checkpointing_ ? "on" : "off");
+      out << (config.fsdp_offload_params ? "; offload params: on (a no-op on the CPU)" : "");
       out << "; prefetch: forward " << (config.fsdp_forward_prefetch ? "on" : "off") << ", backward "
           << config.fsdp_backward_prefetch;
       bool asynchronous = false;

@@ -646,6 +646,20 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
                                                            "  fsdp_activation_checkpointing_offload: false\n")
         expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "a file's activation checkpointing",
                parallel_strategy="fsdp", fsdp_activation_checkpointing=("true", f"config file {path}"))
+    # Parameter offload: off by default; Accelerate's variable (its flag's spellings), the file's key and the option
+    # turn it on, each named as the source (the fsdp strategy takes it as a no-op on the CPU, refuses it on a GPU).
+    expect(probe(environment(), "parallel_strategy=fsdp"), "parameter offload default",
+           fsdp_offload_params=("false", "default"))
+    for text in ["true", "True", "1"]:
+        expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_OFFLOAD_PARAMS=text)),
+               f"FSDP_OFFLOAD_PARAMS={text}", parallel_strategy="fsdp", fsdp_offload_params=("true", "environment"))
+    expect(probe(environment(), "parallel_strategy=fsdp", "fsdp_offload_params=true"),
+           "parameter offload option", fsdp_offload_params=("true", "options"))
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_file(directory, "offload.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                                     "  fsdp_offload_params: true\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "a file's parameter offload",
+               parallel_strategy="fsdp", fsdp_offload_params=("true", f"config file {path}"))
     # Prefetch: Accelerate's names in any case, from each source; the older key is read when the newer is unset.
     expect(probe(environment(), "parallel_strategy=fsdp"), "prefetch defaults",
            fsdp_backward_prefetch=("BACKWARD_PRE", "default"), fsdp_forward_prefetch=("false", "default"))
@@ -696,9 +710,6 @@ RUNTIME_REFUSALS = [
      "(fsdp_activation_checkpointing alone keeps each unit's inputs on its device)"),
     ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING": "true", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "true"}, [],
      "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD='true' (from the environment) asks to offload checkpointed activations"),
-    ({**FSDP_ENV, "FSDP_OFFLOAD_PARAMS": "true"}, [],
-     "FSDP_OFFLOAD_PARAMS='true' (from the environment) asks to offload parameters and gradients to the CPU, which "
-     "comes with offload in a later version of the fsdp strategy; use false for now"),
     ({**FSDP_ENV, "FSDP_IGNORED_MODULES": "head"}, [],
      "FSDP_IGNORED_MODULES='head' (from the environment) names modules FSDP should leave unsharded, which this "
      "version of the fsdp strategy does not have; remove it"),
@@ -739,7 +750,7 @@ RUNTIME_REFUSALS = [
     ({**FSDP_ENV, "FSDP_FORWARD_PREFETCH": "maybe"}, [],
      "fsdp_forward_prefetch='maybe' (from the environment) is not a boolean; use true or false"),
     ({**FSDP_ENV, "FSDP_OFFLOAD_PARAMS": "maybe"}, [],
-     "FSDP_OFFLOAD_PARAMS='maybe' (from the environment) is not a boolean; use true or false"),
+     "fsdp_offload_params='maybe' (from the environment) is not a boolean; use true or false"),
     # Settings that contradict each other: both named, with where each came from.
     ({**FSDP_ENV, "ACCELERATE_PARALLEL_STRATEGY": "ddp"}, [],
      "parallel_strategy='ddp' (from the environment) conflicts with ACCELERATE_USE_FSDP=true in the environment: FSDP "
@@ -796,11 +807,12 @@ def RuntimeRefusesWhatFsdpLacksNamingKeyValueAndSource():
               f"environment {overrides}, options {options}\n{message}")
     with tempfile.TemporaryDirectory() as directory:
         path = write_file(directory, "refused.yaml",
-                          "distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n")
+                          "distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing_offload: true\n")
         check(probe_refusal(environment(ACCELERATE_CONFIG_FILE=path)) ==
-              f"accelerate: fsdp_config.fsdp_offload_params='true' (from config file {path}) asks to offload "
-              "parameters and gradients to the CPU, which comes with offload in a later version of the fsdp "
-              "strategy; use false for now", "a file's setting is named by its key and the file")
+              f"accelerate: fsdp_config.fsdp_activation_checkpointing_offload='true' (from config file {path}) asks "
+              "to offload checkpointed activations to the CPU, which comes with offload in a later version of the "
+              "fsdp strategy; use false for now (fsdp_activation_checkpointing alone keeps each unit's inputs on its "
+              "device)", "a file's setting is named by its key and the file")
         path = write_file(directory, "deepspeed.yaml", "distributed_type: DEEPSPEED\nfsdp_config:\n  fsdp_version: 2\n")
         check(probe_refusal(environment(ACCELERATE_CONFIG_FILE=path)).startswith(
             f"accelerate: zero_stage='2' (from Accelerate's DeepSpeed default stage, for distributed_type: DEEPSPEED "
@@ -818,10 +830,10 @@ ALIKE = [
      "  fsdp_forward_prefetch: true\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_min_num_params: 100000000\n",
      None, None),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: false\n", None, None),
-    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n",
-     "3:3: fsdp_config.fsdp_offload_params true asks to offload parameters and gradients to the CPU, which comes with "
-     "offload in a later version of accelerate-cpp's fsdp strategy (use false for now)",
-     "fsdp_config.fsdp_offload_params='true' (from config file PATH) asks to offload parameters"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n", None, None),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: maybe\n",
+     "3:24: fsdp_config.fsdp_offload_params must be true or false (got 'maybe')",
+     "fsdp_offload_params='maybe' (from config file PATH) is not a boolean"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n", None, None),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing_offload: true\n",
      "3:3: fsdp_config.fsdp_activation_checkpointing_offload true asks to offload checkpointed activations to the CPU, "
@@ -1013,9 +1025,14 @@ def EnvReportsVersionsDevicesAndConfig():
         code, out, err = accel("env", "--config_file", config, env=env)
         check(code == 0 and f"- Config: invalid: {config}:3:3: fsdp_config.fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP "
               "makes units of the module classes" in out, "accel env must say why a file is refused", out)
+    code, out, err = accel("env", env=environment(ACCELERATE_USE_FSDP="true",
+                                                  FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD="true"))
+    check(code == 0 and "- Parallel strategy: invalid: FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD=true in the environment "
+          "asks to offload checkpointed activations" in out, "accel env must say why the environment is refused", out)
+    # Parameter offload is accepted (a no-op on the CPU; the fsdp strategy refuses it on a GPU when it starts).
     code, out, err = accel("env", env=environment(ACCELERATE_USE_FSDP="true", FSDP_OFFLOAD_PARAMS="true"))
-    check(code == 0 and "- Parallel strategy: invalid: FSDP_OFFLOAD_PARAMS=true in the environment asks to offload "
-          "parameters" in out, "accel env must say why the environment is refused", out)
+    check(code == 0 and "- Parallel strategy: fsdp (" in out and "invalid" not in out,
+          "accel env must accept FSDP_OFFLOAD_PARAMS=true", out)
 
 
 def OptionTableMatchesApiDoc():

@@ -449,9 +449,9 @@ FSDP_FILE = ("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_pr
              "  fsdp_state_dict_type: FULL_STATE_DICT\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
              "  fsdp_transformer_layer_cls_to_wrap: Block, Pair\n"
              "  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_cpu_ram_efficient_loading: false\n"
-             "  fsdp_activation_checkpointing: true\n")
+             "  fsdp_activation_checkpointing: true\n  fsdp_offload_params: true\n")
 FSDP_FILE_EXPORTS = {"FSDP_VERSION": "2", "FSDP_SHARDING_STRATEGY": "FULL_SHARD", "FSDP_RESHARD_AFTER_FORWARD": "false",
-                     "FSDP_OFFLOAD_PARAMS": "false", "FSDP_MIN_NUM_PARAMS": "100000000",
+                     "FSDP_OFFLOAD_PARAMS": "true", "FSDP_MIN_NUM_PARAMS": "100000000",
                      "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP", "FSDP_TRANSFORMER_CLS_TO_WRAP": "Block, Pair",
                      "FSDP_BACKWARD_PREFETCH": "BACKWARD_PRE",
                      "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_FORWARD_PREFETCH": "false",
@@ -504,7 +504,7 @@ def FsdpFlagsExportAccelerateVariables():
                     "--fsdp_state_dict_type", "full_state_dict", "--fsdp_backward_prefetch", "BACKWARD_PRE",
                     "--fsdp_cpu_ram_efficient_loading", "false", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
                     "--fsdp_transformer_layer_cls_to_wrap", "Block, Pair", "--fsdp_activation_checkpointing", "True",
-                    "env")
+                    "--fsdp_offload_params", "True", "env")
     check(result.code == 0, "accel launch --use_fsdp must run", result)
     got = env_lines(result.stdout)[0]
     check(got.get("ACCELERATE_USE_FSDP") == "true" and fsdp_variables(got) == FSDP_FILE_EXPORTS,
@@ -543,8 +543,9 @@ def FsdpFlagsExportAccelerateVariables():
           "--use_deepspeed --zero_stage 3 must launch", stage3)
 
 
-OFFLOAD = ("asks to offload parameters and gradients to the CPU, which comes with offload in a later version of "
-           "accelerate-cpp's fsdp strategy (use false for now)")
+OFFLOAD = ("asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
+           "accelerate-cpp's fsdp strategy (use false for now: fsdp_activation_checkpointing alone keeps each unit's "
+           "inputs on its device)")
 HYBRID = ("asks for hybrid sharding (sharded within each machine, replicated across machines), which comes in a later "
           "version of accelerate-cpp's fsdp strategy (use FULL_SHARD or SHARD_GRAD_OP for now)")
 
@@ -553,7 +554,7 @@ def UnsupportedFsdpSettingsAreRefused():
     # Each setting the fsdp strategy does not run yet, by the flag, variable or key that asked for it: one line, exit 2,
     # no rank started.
     refused = [
-        (["--fsdp_offload_params", "true"], f"--fsdp_offload_params true {OFFLOAD}"),
+        (["--fsdp_offload_params", "maybe"], "--fsdp_offload_params must be true or false (got 'maybe')"),
         (["--fsdp_auto_wrap_policy", "transformer_based_wrap"],
          "--fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP makes units of the module classes "
          "fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the classes, comma-separated, e.g. "
@@ -563,9 +564,7 @@ def UnsupportedFsdpSettingsAreRefused():
          "--fsdp_auto_wrap_policy must be one of TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP (got 'FOO')"),
         (["--fsdp_min_num_params", "-1"], "--fsdp_min_num_params must be a whole number >= 0 (got '-1')"),
         (["--fsdp_activation_checkpointing_offload", "true"],
-         "--fsdp_activation_checkpointing_offload true asks to offload checkpointed activations to the CPU, which "
-         "comes with offload in a later version of accelerate-cpp's fsdp strategy (use false for now: "
-         "fsdp_activation_checkpointing alone keeps each unit's inputs on its device)"),
+         f"--fsdp_activation_checkpointing_offload true {OFFLOAD}"),
         (["--fsdp_sharding_strategy", "HYBRID_SHARD"], f"--fsdp_sharding_strategy HYBRID_SHARD {HYBRID}"),
         (["--fsdp_reshard_after_forward", "hybrid_shard_zero2"],
          f"--fsdp_reshard_after_forward HYBRID_SHARD_ZERO2 {HYBRID}"),
@@ -584,15 +583,16 @@ def UnsupportedFsdpSettingsAreRefused():
     for flags, expected in refused:
         check_usage_error(launch("--use_fsdp", *flags, PROBE), f"accel launch: {expected}")
     # The same settings from the environment (the ranks would inherit them), and from a file.
-    check_usage_error(launch("--use_fsdp", PROBE, env=environment(FSDP_OFFLOAD_PARAMS="true")),
-                      f"accel launch: FSDP_OFFLOAD_PARAMS=true in the environment {OFFLOAD}")
+    check_usage_error(launch("--use_fsdp", PROBE, env=environment(FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD="true")),
+                      f"accel launch: FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD=true in the environment {OFFLOAD}")
     check_usage_error(launch(PROBE, env=environment(ACCELERATE_USE_FSDP="true", FSDP_VERSION="3")),
                       "accel launch: FSDP_VERSION=3 in the environment must be a whole number between 1 and 2 (fix or "
                       "unset it; it overrides the config file)")
-    config = write_config("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: true\n")
+    config = write_config("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing_offload: true\n")
     try:
         check_usage_error(launch("--config_file", config, PROBE),
-                          f"accel launch: {config}:3:3: fsdp_config.fsdp_offload_params true {OFFLOAD}")
+                          f"accel launch: {config}:3:3: fsdp_config.fsdp_activation_checkpointing_offload true "
+                          f"{OFFLOAD}")
     finally:
         os.unlink(config)
     # Settings that contradict each other: both named.

@@ -163,6 +163,7 @@ struct Strategy {
   std::string backward_prefetch = "NO_PREFETCH";
   Wrap wrap;
   bool checkpointing = false; // fsdp_activation_checkpointing
+  bool offload = false;       // fsdp_offload_params
   accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
     if (name == "ddp") {
       return options.parallel_strategy("ddp");
@@ -171,7 +172,8 @@ struct Strategy {
                           .fsdp_sharding_strategy(name)
                           .fsdp_forward_prefetch(forward_prefetch)
                           .fsdp_backward_prefetch(backward_prefetch)
-                          .fsdp_activation_checkpointing(checkpointing));
+                          .fsdp_activation_checkpointing(checkpointing)
+                          .fsdp_offload_params(offload));
   }
 };
 const Strategy kDdp{"ddp"};
@@ -379,6 +381,42 @@ TEST(Fsdp, ActivationCheckpointingRecomputesTheSameGradients) {
         EXPECT_EQ(recomputed.losses, stored.losses) << label;
       }
     }
+  }
+}
+
+/// fsdp_offload_params on a CPU run is accepted as a no-op (the shards and the optimizer step already live in
+/// CPU memory): the parameters and losses are bit-identical to the run without it, accelerator.state() says
+/// so, and the INFO line saying why is printed once, by the main process.
+TEST(Fsdp, OffloadParamsIsANoOpOnTheCpu) {
+  accelerate::Accelerator outer(test_options());
+  accelerate::get_logger("accelerate.fsdp", accelerate::LogLevel::info);
+  const std::string line =
+      "INFO accelerate.fsdp: fsdp_offload_params: the run is on the CPU, where the shards "
+      "and the optimizer step already live; there is nothing to offload";
+  RunSettings run;
+  run.shape = Shape{true, true, true, true};
+  run.accumulation = 2;
+  run.clip = 0.5;
+  run.no_sync_first = true;
+  for (const auto& sharding : kSharded) {
+    Strategy strategy = sharding;
+    const auto plain = train(strategy, run);
+    strategy.offload = true;
+    testing::internal::CaptureStderr();
+    const auto offloaded = train(strategy, run);
+    const std::string log = testing::internal::GetCapturedStderr();
+    int64_t printed = 0;
+    for (auto at = log.find(line); at != std::string::npos; at = log.find(line, at + 1)) {
+      ++printed;
+    }
+    EXPECT_EQ(printed, outer.is_main_process() ? 1 : 0) << sharding.name << ": " << log;
+    EXPECT_EQ(sum_over_processes(outer, printed), 1) << sharding.name;
+    EXPECT_EQ(plain.state.find("offload params"), std::string::npos) << plain.state;
+    EXPECT_NE(offloaded.state.find("offload params: on (a no-op on the CPU)"), std::string::npos)
+        << offloaded.state;
+    EXPECT_TRUE(torch::equal(offloaded.parameters, plain.parameters))
+        << sharding.name << ": ‖Δθ‖/‖θ‖ = " << relative_difference(offloaded.parameters, plain.parameters);
+    EXPECT_EQ(offloaded.losses, plain.losses) << sharding.name;
   }
 }
 

@@ -5,7 +5,7 @@ foreach(nproc IN ITEMS 2 3)
     accelerate_multirank_test(multirank.Fsdp.${name}.${nproc}proc NPROC ${nproc} FILTER Fsdp.${name})
   endforeach()
 endforeach()
-foreach(name IN ITEMS ActivationCheckpointingRecomputesTheSameGradients Float32NormWiseWithinOneMillionth TheFp16ScalerSkipsTheStepsDdpSkips Bf16MixedPrecisionMatchesDdp
+foreach(name IN ITEMS ActivationCheckpointingRecomputesTheSameGradients OffloadParamsIsANoOpOnTheCpu Float32NormWiseWithinOneMillionth TheFp16ScalerSkipsTheStepsDdpSkips Bf16MixedPrecisionMatchesDdp
                      UnitParametersHoldNoDataOutsideTheirForward AUnitOutsideEveryPreparedModelIsRefused
                      AnOptimizerWithoutAFusedStepIsRefusedByName AutoWrapPoliciesChooseTheUnits)
   accelerate_multirank_test(multirank.Fsdp.${name} NPROC 2 FILTER Fsdp.${name})

@@ -113,10 +113,6 @@ const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
        "asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
        "accelerate-cpp's fsdp strategy (use false for now: fsdp_activation_checkpointing alone keeps each "
        "unit's inputs on its device)"},
-      {"fsdp_offload_params",
-       {"false"},
-       "asks to offload parameters and gradients to the CPU, which comes with offload in a later version of "
-       "accelerate-cpp's fsdp strategy (use false for now)"},
       {"fsdp_ignored_modules",
        {},
        "names modules FSDP should leave unsharded, which accelerate-cpp's fsdp strategy does not have "

@@ -69,8 +69,8 @@ struct UnsupportedDeepSpeedKey {
 };
 const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys();
 
-/// Accelerate's FSDP settings that accelerate-cpp's fsdp strategy does not run yet (offload, of parameters
-/// or of checkpointed activations; ignored modules): the key in fsdp_config (also the `accel launch`
+/// Accelerate's FSDP settings that accelerate-cpp's fsdp strategy does not run yet (offload of checkpointed
+/// activations, ignored modules): the key in fsdp_config (also the `accel launch`
 /// flag), the canonical values accepted (they ask for nothing missing; empty: every value is refused), and
 /// why another is refused, ready to follow "<setting> <value> ". Checked where the fsdp strategy runs. The
 /// runtime refuses the same (runtime/config.cpp, fsdp_settings(): the two lists are kept alike by

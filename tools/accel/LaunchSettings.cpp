@@ -70,7 +70,8 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
            "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling; or a sharding strategy, FSDP1's "
            "(default true)"),
       fsdp("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", ValueRule::boolean(),
-           "false only: parameter offload comes in a later version"),
+           "true: parameters, gradients and the optimizer step in CPU memory; a no-op on a CPU run, refused "
+           "by the runtime on a GPU for now (default false)"),
       fsdp("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", ValueRule::wholeNumber(0, LLONG_MAX),
            "SIZE_BASED_WRAP's threshold: a unit holds at least this many parameter elements (default "
            "100000000)"),
