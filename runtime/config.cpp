@@ -979,7 +979,9 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
       {"fsdp_backward_prefetch", config.fsdp_backward_prefetch},
       {"fsdp_auto_wrap_policy", config.fsdp_auto_wrap_policy},
       {"fsdp_transformer_layer_cls_to_wrap", config.fsdp_transformer_layer_cls_to_wrap},
-      {"fsdp_min_num_params", text_of(config.fsdp_min_num_params)}};
+      {"fsdp_min_num_params", text_of(config.fsdp_min_num_params)},
+      {"fsdp_activation_checkpointing", text_of(config.fsdp_activation_checkpointing)},
+      {"fsdp_offload_params", text_of(config.fsdp_offload_params)}};
   for (const auto& [option, value] : fsdp_options) {
     if (config.sources[option] == "options") {
       refuse_conflict(

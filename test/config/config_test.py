@@ -797,6 +797,11 @@ RUNTIME_REFUSALS = [
      "AcceleratorOptions): fsdp_state_dict_type applies under the fsdp strategy only"),
     ({}, ["fsdp_reshard_after_forward=false"],
      "fsdp_reshard_after_forward='false' (from AcceleratorOptions) conflicts with parallel_strategy='ddp'"),
+    ({}, ["fsdp_activation_checkpointing=true"],
+     "fsdp_activation_checkpointing='true' (from AcceleratorOptions) conflicts with parallel_strategy='ddp' (from "
+     "the default): fsdp_activation_checkpointing applies under the fsdp strategy only"),
+    ({}, ["fsdp_offload_params=true"],
+     "fsdp_offload_params='true' (from AcceleratorOptions) conflicts with parallel_strategy='ddp'"),
 ]
 
 

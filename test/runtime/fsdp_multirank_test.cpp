@@ -158,6 +158,10 @@ struct Wrap {
 };
 
 struct Strategy {
+  Strategy(std::string name_, bool forward_prefetch_ = false, std::string backward_prefetch_ = "NO_PREFETCH",
+           Wrap wrap_ = {})
+      : name(std::move(name_)), forward_prefetch(forward_prefetch_),
+        backward_prefetch(std::move(backward_prefetch_)), wrap(std::move(wrap_)) {}
   std::string name; // "ddp", "FULL_SHARD", "SHARD_GRAD_OP"
   bool forward_prefetch = false;
   std::string backward_prefetch = "NO_PREFETCH";
