@@ -133,6 +133,20 @@ struct Masked : torch::nn::Module {
 // CHECK: {{^}}  torch::Tensor forward(torch::Tensor x, torch::Tensor /*unused*/, double scale = 1.0) { return accelerate::fsdp::unit(*this, x, scale, [&](torch::Tensor x, double scale) -> torch::Tensor { return fc->forward(x); }); }{{$}}
 // CHECK-NEXT: {{^}}  torch::Tensor forward(torch::Tensor&& x) { return accelerate::fsdp::unit(*this, [&]() -> torch::Tensor { return fc->forward(x); }); }{{$}}
 
+// A deduced result keeps its deduction (`auto`: the lambda deduces the same way; `decltype(auto)` is kept);
+// a pair and a vector of tensors are results a unit can hook.
+struct Deduced : torch::nn::Module {
+  torch::nn::Linear fc{nullptr};
+  auto forward(torch::Tensor x) { return fc->forward(x); }
+  decltype(auto) forward(torch::Tensor x, int) { return fc->forward(x); }
+  std::pair<torch::Tensor, torch::Tensor> forward(const std::vector<torch::Tensor>& xs) { return {xs[0], xs[1]}; }
+  std::vector<torch::Tensor> forward(torch::Tensor x, double) { return {x, x}; }
+};
+// CHECK: {{^}}  auto forward(torch::Tensor x) { return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) { return fc->forward(x); }); }{{$}}
+// CHECK-NEXT: {{^}}  decltype(auto) forward(torch::Tensor x, int) { return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) -> decltype(auto) { return fc->forward(x); }); }{{$}}
+// CHECK-NEXT: {{^}}  std::pair<torch::Tensor, torch::Tensor> forward(const std::vector<torch::Tensor>& xs) { return accelerate::fsdp::unit(*this, xs, [&](const std::vector<torch::Tensor>& xs) -> std::pair<torch::Tensor, torch::Tensor> { return {xs[0], xs[1]}; }); }{{$}}
+// CHECK-NEXT: {{^}}  std::vector<torch::Tensor> forward(torch::Tensor x, double) { return accelerate::fsdp::unit(*this, x, [&](torch::Tensor x) -> std::vector<torch::Tensor> { return {x, x}; }); }{{$}}
+
 // Reported, and left as they are: results a unit cannot hook, a dependent result, a macro.
 struct Scorer : torch::nn::Module {
   torch::nn::Linear fc{nullptr};
@@ -168,6 +182,6 @@ void train(torch::optim::SGD& optimizer);
 // SAID: warning: 'Generic::forward' not made an FSDP unit: its return type 'Out' depends on a template parameter
 // SAID: warning: 'FromMacro::forward' not made an FSDP unit: its body comes from a macro
 // SAID: note: [fsdp-units] 'Encoder::layer' is libtorch's TransformerEncoderLayerImpl, whose forward cannot call accelerate::fsdp::unit
-// SAID: accel-rewrite: {{.*}}fsdp-units.cpp: 9 changes, 3 not rewritten, 1 left alone
+// SAID: accel-rewrite: {{.*}}fsdp-units.cpp: 13 changes, 3 not rewritten, 1 left alone
 // AGAIN: note: [fsdp-units] 'BlockImpl::forward' left alone: its forward already calls accelerate::fsdp::unit
 // AGAIN-NOT: [fsdp-units] inserted
