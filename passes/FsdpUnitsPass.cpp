@@ -63,11 +63,6 @@ AST_MATCHER(clang::FunctionDecl, hasDependentReturnType) {
   return Node.getReturnType()->isDependentType();
 }
 
-/// A class derived from torch::nn::Module (not Module itself).
-DeclarationMatcher moduleClass() {
-  return cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"), unless(hasName("::torch::nn::Module")));
-}
-
 /// A call of accelerate::fsdp::unit, resolved or not (in a template).
 StatementMatcher unitCall() {
   auto Unit = functionDecl(hasName("::accelerate::fsdp::unit"));
@@ -78,7 +73,7 @@ StatementMatcher unitCall() {
 /// The `forward` definitions of module classes, written in a file the rewrite changes.
 DeclarationMatcher moduleForward() {
   return cxxMethodDecl(hasName("forward"), isDefinition(), unless(isStaticStorageClass()),
-                       ofClass(moduleClass()), isExpansionInRewrittenFile(),
+                       ofClass(cxxRecordDecl(isModuleClass())), isExpansionInRewrittenFile(),
                        hasBody(compoundStmt().bind(BodyId)))
       .bind(ForwardId);
 }
@@ -218,17 +213,15 @@ PassRule fsdpUnitsPass() {
   auto Forward = moduleForward();
   auto Bound = [](auto Matcher) { return traverse(clang::TK_IgnoreUnlessSpelledInSource, Matcher); };
 
-  // Already a unit (written by hand, or an earlier rewrite): left as it is.
-  auto AlreadyUnit =
-      makeRule(Bound(cxxMethodDecl(Forward, hasBody(hasDescendant(unitCall())))), noopEdit(node(ForwardId)),
-               cat(std::string(NoteMarker), "'", run([](const MatchFinder::MatchResult& Result) {
-                     return nameOf(*Result.Nodes.getNodeAs<clang::FunctionDecl>(ForwardId));
-                   }),
-                   "' left alone: its forward already calls accelerate::fsdp::unit"));
-
   auto Named = run([](const MatchFinder::MatchResult& Result) {
     return nameOf(*Result.Nodes.getNodeAs<clang::FunctionDecl>(ForwardId));
   });
+
+  // Already a unit (written by hand, or an earlier rewrite): left as it is.
+  auto AlreadyUnit =
+      makeRule(Bound(cxxMethodDecl(Forward, hasBody(hasDescendant(unitCall())))), noopEdit(node(ForwardId)),
+               cat(std::string(NoteMarker), "'", Named,
+                   "' left alone: its forward already calls accelerate::fsdp::unit"));
   auto ReturnType = run([](const MatchFinder::MatchResult& Result) {
     const auto* Found = Result.Nodes.getNodeAs<clang::FunctionDecl>(ForwardId);
     return Found->getDeclaredReturnType().getAsString(clang::PrintingPolicy(Result.Context->getLangOpts()));
@@ -277,7 +270,7 @@ PassRule fsdpUnitsPass() {
 
   // A composite module of libtorch's own (TransformerEncoderLayer, MultiheadAttention, ...) held by a module
   // of the project: nobody can put the unit call in its forward.
-  auto Libtorch = cxxRecordDecl(moduleClass(), unless(isExpansionInRewrittenFile()),
+  auto Libtorch = cxxRecordDecl(isModuleClass(), unless(isExpansionInRewrittenFile()),
                                 has(fieldDecl(hasType(isModuleType()))))
                       .bind(LayerId);
   auto HoldsLibtorch = hasUnqualifiedDesugaredType(recordType(hasDeclaration(cxxRecordDecl(anyOf(
@@ -287,7 +280,7 @@ PassRule fsdpUnitsPass() {
                                           hasTemplateArgument(0, refersToType(hasDeclaration(Libtorch))))),
       classTemplateSpecializationDecl(hasName("::std::shared_ptr"),
                                       hasTemplateArgument(0, refersToType(hasDeclaration(Libtorch)))))))));
-  auto LayerField = fieldDecl(hasParent(cxxRecordDecl(moduleClass(), isExpansionInRewrittenFile())),
+  auto LayerField = fieldDecl(hasParent(cxxRecordDecl(isModuleClass(), isExpansionInRewrittenFile())),
                               isExpansionInRewrittenFile(), hasType(qualType(HoldsLibtorch)))
                         .bind(FieldId);
   auto LibtorchLayer = makeRule(

@@ -28,8 +28,7 @@ AST_MATCHER(clang::TypeLoc, isInRewrittenFileTypeLoc) {
 /// `torch::nn::Linear` as spelled in a user module: a member's type, or a construction in its methods.
 TypeLocMatcher linearInUserModule() {
   auto Linear = loc(qualType(hasDeclaration(cxxRecordDecl(hasName("::torch::nn::Linear")))));
-  auto UserModule =
-      cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"), unless(hasName("::torch::nn::Module")));
+  auto UserModule = isModuleClass();
   // `torch::nn::Linear` is an elaborated type around the record `Linear`: take the outer one, once.
   return typeLoc(Linear, unless(qualifiedTypeLoc()), unless(hasParent(elaboratedTypeLoc())),
                  isInRewrittenFileTypeLoc(), hasAncestor(UserModule))

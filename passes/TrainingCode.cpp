@@ -158,6 +158,9 @@ const clang::VarDecl* loaderVariable(const clang::Expr* Range, int Depth = 0) {
 clang::ast_matchers::internal::Matcher<clang::QualType> isModuleType() {
   return isModuleTypeImpl();
 }
+clang::ast_matchers::internal::Matcher<clang::Decl> isModuleClass() {
+  return cxxRecordDecl(isSameOrDerivedFrom("::torch::nn::Module"), unless(hasName("::torch::nn::Module")));
+}
 clang::ast_matchers::internal::Matcher<clang::QualType> isOptimizerType() {
   return isOptimizerTypeImpl();
 }

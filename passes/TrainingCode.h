@@ -37,6 +37,8 @@ void forgetTrainingCodeFacts();
 /// A `torch::nn::Module` subclass, a module holder (`torch::nn::Linear`, a `TORCH_MODULE`), or a smart
 /// pointer to a module.
 clang::ast_matchers::internal::Matcher<clang::QualType> isModuleType();
+/// A class derived from `torch::nn::Module`, not Module itself (a module class: the user's, or libtorch's).
+clang::ast_matchers::internal::Matcher<clang::Decl> isModuleClass();
 /// A class derived from `torch::optim::Optimizer`.
 clang::ast_matchers::internal::Matcher<clang::QualType> isOptimizerType();
 /// A class derived from `torch::optim::LRScheduler`.

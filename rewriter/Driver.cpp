@@ -341,10 +341,12 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   for (const FileRewrite& Rewrite : Rewrites)
     printFindings(Rewrite, Options.Explain, !Settings.Headers.empty(), ChangedAt, Printed);
   for (const passes::PassInfo& Pass : Options.Passes) {
+    if (Pass.WhenNothingFound.empty())
+      continue;
     bool Found = llvm::any_of(Rewrites, [&](const FileRewrite& Rewrite) {
       return llvm::any_of(Rewrite.Findings, [&](const Finding& F) { return F.Pass == Pass.Name; });
     });
-    if (!Pass.WhenNothingFound.empty() && !Found)
+    if (!Found)
       llvm::errs() << Tool << ": warning: " << Pass.WhenNothingFound << " [" << Pass.Name << "]\n";
   }
   std::map<std::string, std::string> ChangedHeaders;

@@ -1224,11 +1224,12 @@ public:
           // of it (a frozen teacher, a loss module, evaluation under NoGradGuard): a plain call, so that the
           // rewriter's unit call in every module class of a project leaves those alone. Otherwise it is a
           // model that prepare never saw, whose gradients would never be synchronised.
+          if (!torch::GradMode::is_enabled()) {
+            return nullptr;
+          }
           const auto parameters = module.parameters();
-          const bool trains = torch::GradMode::is_enabled() &&
-                              std::any_of(parameters.begin(), parameters.end(),
-                                          [](const torch::Tensor& p) { return p.requires_grad(); });
-          if (!trains) {
+          if (std::none_of(parameters.begin(), parameters.end(),
+                           [](const torch::Tensor& p) { return p.requires_grad(); })) {
             return nullptr;
           }
           throw std::logic_error("accelerate::fsdp::unit: module '" + module.name() + "' (" +
@@ -1237,19 +1238,19 @@ public:
                                  "parallel_strategy 'fsdp': pass the "
                                  "model that holds it to accelerator.prepare(...) before its first forward");
         }
-        if (!fsdp::detail::is_unit_type(type)) {
-          // A class that inherits its forward, and the unit call in it, from a base class (`struct
-          // GptBlock : BlockImpl {}`): prepare made units of the classes whose own forward calls unit(), so
-          // this module is none, and its parameters train in the unit that holds it. Said once per class.
-          static std::mutex said_mutex;
-          static std::set<std::type_index> said;
-          std::lock_guard<std::mutex> said_lock(said_mutex);
+        // A class that inherits its forward, and the unit call in it, from a base class (`struct GptBlock :
+        // BlockImpl {}`): prepare made units of the classes whose own forward calls unit(), so this module is
+        // none, and its parameters train in the unit that holds it. Said once per class, in debug logging
+        // (checked first: this runs at every call of such a module).
+        static const auto logger = accelerate::get_logger("accelerate.fsdp");
+        if (logger.enabled_for(LogLevel::debug) && !fsdp::detail::is_unit_type(type)) {
+          static std::set<std::type_index> said; // under mutex_
           if (said.insert(std::type_index(type)).second) {
-            accelerate::get_logger("accelerate.fsdp")
-                .debug("module '", module.name(), "' is of type ", type_name(type),
-                       ", whose forward (and unit() call) is its base class's: it is no unit (its parameters "
-                       "train in the unit that holds it); give ",
-                       type_name(type), " a forward of its own that calls unit() to make it one");
+            logger.debug(
+                "module '", module.name(), "' is of type ", type_name(type),
+                ", whose forward (and unit() call) is its base class's: it is no unit (its parameters "
+                "train in the unit that holds it); give ",
+                type_name(type), " a forward of its own that calls unit() to make it one");
           }
         }
         return nullptr; // not a unit: a plain call
