@@ -163,8 +163,25 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<d
         [precision](torch::serialize::InputArchive& archive) { precision->load(archive); });
   }
   state.training = std::make_shared<detail::TrainingState>();
-  state.engine = make_engine(
-      detail::ParallelContext{state.device, state.process_group, state.config, state.training->tracker});
+  detail::ParallelContext context{
+      state.device, state.process_group, state.config, state.training->tracker, {}};
+  if (state.process_group) {
+    context.machine_groups = [process = std::weak_ptr<detail::ProcessState>(state.process),
+                              timeout = state.config.timeout,
+                              debug = state.config.debug](const std::string& what) {
+      auto shared = process.lock();
+      if (!shared) {
+        throw std::logic_error("accelerate: the process group is gone");
+      }
+      std::lock_guard<std::mutex> lock(shared->machine_groups_mutex);
+      if (!shared->machine_groups) {
+        shared->machine_groups = std::make_shared<detail::MachineGroups>(detail::create_machine_groups(
+            shared->process_group, shared->environment, shared->device, timeout, debug, what));
+      }
+      return shared->machine_groups;
+    };
+  }
+  state.engine = make_engine(context);
   if (state.process_group) {
     state.training->join = std::make_shared<detail::JoinCoordinator>(state.process_group, &state.models);
   }
@@ -190,6 +207,10 @@ Accelerator::~Accelerator() {
 
 namespace detail {
 ProcessState::~ProcessState() {
+  if (machine_groups) {
+    machine_groups->machine->shutdown();
+    machine_groups->replicas->shutdown();
+  }
   if (process_group) {
     process_group->shutdown();
   }

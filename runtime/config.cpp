@@ -189,7 +189,7 @@ std::string upper_case(std::string text) {
 }
 
 /// Accelerate's sharding strategies (accelerate/utils/constants.py, FSDP_SHARDING_STRATEGY), in the order of
-/// their numbers 1 to 5 (torch's ShardingStrategy). This runtime runs the first three.
+/// their numbers 1 to 5 (torch's ShardingStrategy).
 const std::vector<std::string> kShardingStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
                                                       "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
 
@@ -210,20 +210,19 @@ std::optional<std::string> sharding_strategy_name(const std::string& text) {
 }
 
 const char* const kShardingChoices =
-    "use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD (Accelerate's names, in any case, or its numbers 1, 2, 3)";
-
-const char* const kHybridRefusal =
-    "asks for hybrid sharding (sharded within each machine, replicated across machines), which comes in a "
-    "later version of the fsdp strategy; use FULL_SHARD or SHARD_GRAD_OP for now";
+    "use FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2 (Accelerate's names, in any "
+    "case, or its numbers 1 to 5)";
 
 void one_of_sharding_strategies(const std::string& key, const std::string& value, const std::string& where) {
-  const auto name = sharding_strategy_name(value);
-  if (!name) {
+  if (!sharding_strategy_name(value)) {
     refuse(key, value, where, std::string("is not a sharding strategy; ") + kShardingChoices);
   }
-  if (name->rfind("HYBRID", 0) == 0) {
-    refuse(key, value, where, kHybridRefusal);
-  }
+}
+
+/// Whether a sharding strategy's parameters are resharded after each unit's forward (Accelerate's FSDP2
+/// conversion: FULL_SHARD and HYBRID_SHARD yes, the others no).
+bool reshards_after_forward(const std::string& strategy) {
+  return strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
 }
 
 void one_of_fsdp_versions(const std::string& key, int value, const std::string& where) {
@@ -431,13 +430,10 @@ void read_reshard_text(Settings& settings, const std::string& name, const std::s
   if (!named || (it->second.size() == 1 && std::isdigit(static_cast<unsigned char>(it->second[0])))) {
     refuse("fsdp_reshard_after_forward", it->second, where,
            "is neither true nor false (FSDP2's spelling) nor a sharding strategy (FSDP1's: FULL_SHARD, "
-           "SHARD_GRAD_OP or NO_SHARD, in any case)");
-  }
-  if (named->rfind("HYBRID", 0) == 0) {
-    refuse("fsdp_reshard_after_forward", it->second, where, kHybridRefusal);
+           "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, in any case)");
   }
   strategy = *named;
-  it->second = *named == "FULL_SHARD" ? "true" : "false";
+  it->second = reshards_after_forward(*named) ? "true" : "false";
 }
 
 struct EnvironmentSettings {
@@ -719,12 +715,6 @@ std::string named(const ResolvedConfig& config, const std::string& key, const st
   return key + "='" + value + "' (from " + origin(it == config.sources.end() ? "default" : it->second) + ")";
 }
 
-/// Whether a sharding strategy's parameters are resharded after each unit's forward (Accelerate's FSDP2
-/// conversion: FULL_SHARD and HYBRID_SHARD yes, the others no).
-bool reshards_after_forward(const std::string& strategy) {
-  return strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
-}
-
 /// The fsdp strategy's settings, once parallel_strategy is "fsdp": fsdp_sharding_strategy and
 /// fsdp_reshard_after_forward as one sharding strategy (the two must agree where both are set; a value from
 /// the environment that means FULL_SHARD, what Hugging Face's launcher exports for both when neither was
@@ -749,8 +739,9 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
                                                                        : "false";
   bool strategy_set = strategy_source != "default";
   bool reshard_set = reshard_source != "default";
-  const bool agree = strategy == from_reshard ||
-                     (strategy == "NO_SHARD" && !reshard_strategy && !config.fsdp_reshard_after_forward);
+  // A boolean agrees with every strategy that reshards (or not) alike: true with FULL_SHARD and HYBRID_SHARD.
+  const bool agree = reshard_strategy ? strategy == *reshard_strategy
+                                      : reshards_after_forward(strategy) == config.fsdp_reshard_after_forward;
   if (strategy_set && reshard_set && !agree) {
     if (strategy_source == "environment" && strategy == "FULL_SHARD") {
       strategy_set = false;
@@ -760,7 +751,8 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
       refuse_conflict(
           named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy),
           named(config, "fsdp_reshard_after_forward", reshard_text),
-          "fsdp_reshard_after_forward true means FULL_SHARD, and false SHARD_GRAD_OP (or NO_SHARD). "
+          "fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), and false SHARD_GRAD_OP (or "
+          "NO_SHARD, HYBRID_SHARD_ZERO2). "
           "Set one of the two, or make them agree");
     }
   }

@@ -26,6 +26,13 @@
 // accumulation window (or `no_sync`) the staged gradients are summed across micro-steps and reduce-scattered
 // at the window's end: the full gradients are kept meanwhile (the memory cost), and the arithmetic is DDP's.
 //
+// Hybrid sharding (HYBRID_SHARD, HYBRID_SHARD_ZERO2: FULL_SHARD's and SHARD_GRAD_OP's gathers). The shares
+// split each unit among the processes of one machine (runtime/process_group.h's MachineGroups: shared memory
+// within it), and every machine holds the same shares: gathers stay within the machine, and after each
+// reduce-scatter the share's gradient is averaged with the same share on the other machines (one all-reduce
+// over the network per unit). The gradient norm is taken over one machine's shares; in a sharded checkpoint
+// the first machine's processes write the shares, once.
+//
 // Prefetch. Each training forward records the order in which units first run. With fsdp_forward_prefetch, a
 // unit's gather starts the all-gather of the unit that ran after it in the previous forward; with
 // fsdp_backward_prefetch BACKWARD_PRE (BACKWARD_POST), the start (end) of a unit's backward starts the
@@ -415,7 +422,10 @@ struct Sharded {
   std::vector<Unit> units;
   std::vector<Member> members;
   std::vector<size_t> order; // of the reduce-scatters: reverse unit order, the resident unit last
-  c10::intrusive_ptr<c10d::ProcessGroup> process_group;
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group; // the processes the shares split the units among
+  // Hybrid sharding: the processes on other machines that hold the same shares (null: none), with which the
+  // shares' gradients are averaged after each reduce-scatter.
+  c10::intrusive_ptr<c10d::ProcessGroup> replicas;
   int rank = 0;
   int world = 1;
   bool reshard_after_forward = true;
@@ -733,8 +743,12 @@ private:
         return member.place.share_length == 0 || !member.gradient.defined();
       });
       auto averaged = fresh ? group.share_gradient : torch::empty({group.share}, group.full.options());
-      reduce_scatter_average(process_group(), averaged, group.staging);
+      reduce_scatter_average(sharded_->process_group, averaged, group.staging);
       give_back(sharded_->pool, group.staging);
+      if (sharded_->replicas) {
+        const auto across = sharded_->say(unit, "all-reduce across machines");
+        all_reduce_average(sharded_->replicas, averaged);
+      }
       for (size_t m : group.members) {
         auto& member = sharded_->members[m];
         member.staged = false;
@@ -960,7 +974,7 @@ private:
 /// The units of `model` and the owner of each trainable parameter (see the file comment).
 std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
                                      const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                                     bool reshard_after_forward, const WrapPolicy& policy) {
+                                     bool reshard_after_forward, const WrapPolicy& policy, bool warn) {
   std::vector<ModuleEntry> entries{{&model, "", -1, fsdp::detail::is_unit_type(typeid(model))}};
   {
     std::map<std::string, int> index_of{{"", 0}};
@@ -973,7 +987,7 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
                          fsdp::detail::is_unit_type(typeid(*item.value()))});
     }
   }
-  const std::vector<bool> chosen = policy.choose(entries, /*warn=*/group->getRank() == 0);
+  const std::vector<bool> chosen = policy.choose(entries, warn);
   struct Candidate {
     torch::nn::Module* module;
     int parent; // the unit above it; -1 for the root
@@ -1112,13 +1126,18 @@ class FsdpEngine final : public ShardedEngine, public fsdp::detail::UnitHost {
 public:
   explicit FsdpEngine(const ParallelContext& context)
       : ShardedEngine(context), replicated_(make_ddp_engine(context)),
-        sharding_(context.config.fsdp_sharding_strategy),
+        sharding_(context.config.fsdp_sharding_strategy), hybrid_(sharding_.rfind("HYBRID_SHARD", 0) == 0),
         activation_checkpointing_(context.config.fsdp_activation_checkpointing) {
-    if (sharding_ != "FULL_SHARD" && sharding_ != "SHARD_GRAD_OP" && sharding_ != "NO_SHARD") {
+    if (sharding_ != "FULL_SHARD" && sharding_ != "SHARD_GRAD_OP" && sharding_ != "NO_SHARD" &&
+        sharding_ != "HYBRID_SHARD" && sharding_ != "HYBRID_SHARD_ZERO2") {
       throw std::invalid_argument(
           "accelerate: parallel_strategy 'fsdp' takes fsdp_sharding_strategy FULL_SHARD, "
-          "SHARD_GRAD_OP or NO_SHARD, not '" +
+          "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, not '" +
           sharding_ + "'");
+    }
+    if (hybrid_ && context.machine_groups) {
+      // Shards within each machine, replicas across machines (refused on one machine).
+      machines_ = context.machine_groups("fsdp_sharding_strategy " + sharding_);
     }
     if (context.config.find_unused_parameters && sharding_ != "NO_SHARD") {
       throw std::invalid_argument(
@@ -1159,14 +1178,17 @@ public:
     place_and_broadcast(model);
     // Every process must hold the same model (as under DDP); the message names the mismatch.
     c10d::verify_params_across_processes(job.process_group, trainable_parameters(model), std::nullopt);
-    auto sharded =
-        shard_model(model, job.process_group, sharding_ == "FULL_SHARD", WrapPolicy::of(job.config));
+    auto sharded = shard_model(model, shard_group(), sharding_ == "FULL_SHARD" || sharding_ == "HYBRID_SHARD",
+                               WrapPolicy::of(job.config), /*warn=*/job.process_group->getRank() == 0);
+    if (machines_) {
+      sharded->replicas = machines_->replicas;
+    }
     sharded->forward_prefetch = job.config.fsdp_forward_prefetch;
     sharded->backward_prefetch = job.config.fsdp_backward_prefetch;
     sharded->debug = job.config.debug;
     for (const auto& unit : sharded->units) {
       if (!unit.resident && !unit.groups.empty()) {
-        sharded->asynchronous = gathers_asynchronously(job.process_group, unit.groups.front().shard);
+        sharded->asynchronous = gathers_asynchronously(shard_group(), unit.groups.front().shard);
         break;
       }
     }
@@ -1199,8 +1221,14 @@ public:
               << (unit.resident ? " (resident)" : "");
         recomputed += activation_checkpointing_ && !unit.resident && !unit.name.empty() ? 1 : 0;
       }
+      const std::string sharding =
+          machines_ ? "; " + sharding_ + ": each unit in " + std::to_string(machines_->machine->getSize()) +
+                          " shares within each of " + std::to_string(machines_->machines) +
+                          " machines, replicated across them"
+                    : std::string();
       logger.debug("prepared a model as ", sharded->units.size(), " unit(s) (fsdp_auto_wrap_policy ",
-                   job.config.fsdp_auto_wrap_policy, "): ", units.str(), "; activation checkpointing: ",
+                   job.config.fsdp_auto_wrap_policy, "): ", units.str(), sharding,
+                   "; activation checkpointing: ",
                    activation_checkpointing_
                        ? std::to_string(recomputed) + " unit(s) recompute their forward in backward"
                        : std::string("off"));
@@ -1365,6 +1393,12 @@ public:
     return context().process_group != nullptr && sharding_ != "NO_SHARD";
   }
 
+  c10::intrusive_ptr<c10d::ProcessGroup> shard_group() const override {
+    return machines_ ? machines_->machine : context().process_group;
+  }
+
+  bool writes_shares() const override { return !machines_ || machines_->machine_index == 0; }
+
   bool reads_checkpoints_of(const std::string& strategy) const override {
     return replicated_->reads_checkpoints_of(strategy);
   }
@@ -1393,7 +1427,14 @@ public:
           units += sharded->units.size();
         }
       }
-      out << ", parameters, gradients and optimizer state in " << world << " shares, " << units << " unit(s)";
+      if (machines_) {
+        out << ", parameters, gradients and optimizer state in " << machines_->machine->getSize()
+            << " shares within each of " << machines_->machines << " machines, replicated across them, "
+            << units << " unit(s)";
+      } else {
+        out << ", parameters, gradients and optimizer state in " << world << " shares, " << units
+            << " unit(s)";
+      }
       const auto& config = context().config;
       out << "; activation checkpointing " << (activation_checkpointing_ ? "on" : "off");
       out << (config.fsdp_offload_params ? "; offload params: on (a no-op on the CPU)" : "");
@@ -1509,6 +1550,8 @@ private:
 
   std::unique_ptr<ParallelEngine> replicated_;
   std::string sharding_;
+  bool hybrid_ = false;
+  std::shared_ptr<const MachineGroups> machines_; // hybrid sharding on several machines
   bool activation_checkpointing_ = false;
   fsdp::detail::UnitHost* previous_host_ = nullptr;
   std::shared_ptr<std::set<c10::TensorImpl*>> stepped_ = std::make_shared<std::set<c10::TensorImpl*>>();
@@ -1534,8 +1577,10 @@ public:
       save_model_pieces(writer, models_, [&](size_t i) {
         std::vector<ModelPiece> pieces;
         auto* model = dynamic_cast<FsdpModel*>(models_[i].get());
-        if (model == nullptr) {
-          return pieces; // replicated (NO_SHARD, nothing trainable): the main process writes it whole
+        if (model == nullptr || !engine_.writes_shares()) {
+          // Replicated (NO_SHARD, nothing trainable): the main process writes it whole. Or another machine's
+          // process holds the same shares (hybrid sharding) and writes them.
+          return pieces;
         }
         const auto& sharded = *model->sharded();
         std::unordered_map<const c10::TensorImpl*, const Member*> members;

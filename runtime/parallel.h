@@ -21,6 +21,7 @@ namespace accelerate::detail {
 
 struct OptimizerState;
 class CheckpointComponent;
+struct MachineGroups;
 
 /// Set while `Accelerator::backward` runs its backward; gradient hooks read it to tell a synchronised
 /// backward from a plain `loss.backward()`.
@@ -39,6 +40,10 @@ struct ParallelContext {
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;
   ResolvedConfig config;
   std::shared_ptr<BackwardTracker> tracker;
+  /// The job machine by machine (runtime/process_group.h), for a strategy that shards within a machine and
+  /// replicates across machines: formed at the first call, a collective every process makes; throws when the
+  /// job runs on one machine (`what` names the setting that asked). Unset when the job has one process.
+  std::function<std::shared_ptr<const MachineGroups>(const std::string& what)> machine_groups;
 };
 
 /// One prepared model under the job's strategy: what `Accelerator::backward` arms, finishes and replays for a
@@ -160,6 +165,10 @@ public:
   virtual void zero_share_gradient(const torch::Tensor& /*parameter*/, bool /*set_to_none*/) {}
   /// Whether the optimizer state is held in shares (checkpoints then hold one file per process).
   virtual bool shards_optimizer_state() const { return false; }
+  /// Whether this process writes its shares into a sharded checkpoint: false where another process holds the
+  /// same shares and writes them (hybrid sharding: the machines after the first), so every element is written
+  /// once. Its files are still written, without those shares.
+  virtual bool writes_shares() const { return true; }
   /// After a checkpoint load gave `optimizer` the state of whole parameters: a sharded strategy keeps its
   /// shares of it.
   virtual void adopt_optimizer_state(OptimizerState& /*optimizer*/) {}

@@ -114,30 +114,110 @@ void check_world_size(c10d::Store& store, const LaunchEnvironment& env) {
 
 } // namespace
 
-c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
-                                                            const c10::Device& device,
-                                                            std::chrono::milliseconds timeout,
-                                                            bool debug_mode) {
-  auto store = connect_store(env, timeout);
-  check_world_size(*store, env);
-  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, env.rank, env.world_size);
+namespace {
+
+/// A process group of `size` processes over `store` (keys of its own): Gloo for CPU tensors, wrapped with the
+/// shared-memory collectives unless `apart` says why not (shm_allreduce.h), NCCL for CUDA tensors when
+/// `device` is a GPU; every backend checked across processes in debug mode.
+c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                  int size, const std::string& master_addr,
+                                                  const c10::Device& device,
+                                                  std::chrono::milliseconds timeout, bool debug_mode,
+                                                  const std::string& apart) {
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
   auto checked = [&](c10::intrusive_ptr<c10d::Backend> backend) {
     return debug_mode ? wrap_backend_for_debug_mode(
                             std::move(backend),
                             c10::make_intrusive<c10d::PrefixStore>("accelerate/debug", store), timeout)
                       : backend;
   };
-  // CPU tensors: Gloo, with all-reduces through shared memory when every process is on this machine.
   auto gloo = checked(wrap_backend_with_shared_memory(
-      create_gloo_backend(store, env.rank, env.world_size, env.master_addr, timeout), store, timeout));
+      create_gloo_backend(store, rank, size, master_addr, timeout), store, timeout, apart));
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   if (device.is_cuda()) {
     group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL,
-                      checked(create_nccl_backend(store, env.rank, env.world_size, timeout)));
+                      checked(create_nccl_backend(store, rank, size, timeout)));
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
   }
   return group;
+}
+
+/// Why the processes of the job must not share memory: it spans machines by the launcher's account (even
+/// when they are one host, as two "machines" on loopback addresses are); empty on one machine.
+std::string machines_apart(const LaunchEnvironment& env) {
+  if (env.local_world_size >= env.world_size) {
+    return "";
+  }
+  return "the job spans machines (WORLD_SIZE " + std::to_string(env.world_size) + ", LOCAL_WORLD_SIZE " +
+         std::to_string(env.local_world_size) + "), and shared memory is for the processes of one machine";
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
+                                                            const c10::Device& device,
+                                                            std::chrono::milliseconds timeout,
+                                                            bool debug_mode) {
+  auto store = connect_store(env, timeout);
+  check_world_size(*store, env);
+  return make_group(store, env.rank, env.world_size, env.master_addr, device, timeout, debug_mode,
+                    machines_apart(env));
+}
+
+MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>& world,
+                                    const LaunchEnvironment& env, const c10::Device& device,
+                                    std::chrono::milliseconds timeout, bool debug_mode,
+                                    const std::string& what) {
+  const int per_machine = env.local_world_size;
+  if (per_machine >= env.world_size) {
+    throw std::invalid_argument(
+        "accelerate: " + what +
+        " shards within each machine and replicates across machines, but this job runs on one machine (" +
+        std::to_string(env.world_size) + " process(es), LOCAL_WORLD_SIZE " + std::to_string(per_machine) +
+        "), where it would be FULL_SHARD with nothing to replicate: use FULL_SHARD (SHARD_GRAD_OP for "
+        "HYBRID_SHARD_ZERO2) on one machine, or launch on several (accel launch --num_machines N)");
+  }
+  // Every process must see the same machine layout; each checks its own place, and the smallest and largest
+  // LOCAL_WORLD_SIZE are compared across the job.
+  const bool in_place = env.rank % per_machine == env.local_rank && env.world_size % per_machine == 0;
+  const std::vector<int64_t> mine = {per_machine, -per_machine, in_place ? 0 : 1};
+  auto layout = at::tensor(c10::ArrayRef<int64_t>(mine), at::TensorOptions(at::kLong));
+  std::vector<at::Tensor> reduced{layout};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::MAX;
+  world->allreduce(reduced, options)->wait();
+  if (layout[0].item<int64_t>() != -layout[1].item<int64_t>() || layout[2].item<int64_t>() != 0) {
+    throw std::invalid_argument(
+        "accelerate: " + what +
+        " needs the ranks laid out machine by machine (rank = machine x LOCAL_WORLD_SIZE + LOCAL_RANK, the "
+        "same LOCAL_WORLD_SIZE on every machine), as torchrun and accel launch start them; this job's "
+        "launcher gave process " +
+        std::to_string(env.rank) + " LOCAL_RANK " + std::to_string(env.local_rank) + " of LOCAL_WORLD_SIZE " +
+        std::to_string(per_machine) + " in a world of " + std::to_string(env.world_size) +
+        ", and the machines differ or do not divide it. Start the same number of processes on every machine");
+  }
+  MachineGroups groups;
+  groups.machines = env.world_size / per_machine;
+  groups.machine_index = env.rank / per_machine;
+  auto store = world->getStore();
+  const std::string machine_prefix = "accelerate/machine/" + std::to_string(groups.machine_index) + "/";
+  groups.machine = make_group(c10::make_intrusive<c10d::PrefixStore>(machine_prefix, store), env.local_rank,
+                              per_machine, env.master_addr, device, timeout, debug_mode, "");
+  const std::string replica_prefix = "accelerate/replicas/" + std::to_string(env.local_rank) + "/";
+  groups.replicas = make_group(c10::make_intrusive<c10d::PrefixStore>(replica_prefix, store),
+                               groups.machine_index, groups.machines, env.master_addr, device, timeout,
+                               debug_mode, "the processes of this group are on different machines");
+  return groups;
+}
+
+void all_reduce_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  group->allreduce(tensors, options)->wait();
+  tensor.div_(group->getSize());
 }
 
 void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,

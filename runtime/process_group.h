@@ -5,13 +5,15 @@
 #include "environment.h"
 
 #include <chrono>
+#include <string>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 namespace accelerate::detail {
 
 /// Connects to (rank 0: hosts) the TCPStore at MASTER_ADDR:MASTER_PORT and builds a process group: Gloo for
-/// CPU tensors (all-reduces through shared memory when every process is on this machine: shm_allreduce.h),
+/// CPU tensors (all-reduces through shared memory when the job runs on one machine, WORLD_SIZE equal to
+/// LOCAL_WORLD_SIZE, and every process can map the segment: shm_allreduce.h),
 /// and NCCL for CUDA tensors when `device` is a GPU. Throws `std::runtime_error` naming the variable to fix
 /// when the address or port is unusable. With `debug_mode` (ACCELERATE_DEBUG_MODE), every collective is first
 /// checked across processes (runtime/debug_mode.h).
@@ -19,6 +21,32 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
                                                             const c10::Device& device,
                                                             std::chrono::milliseconds timeout,
                                                             bool debug_mode = false);
+
+/// The job's processes seen machine by machine, for hybrid sharding (shard within a machine, replicate across
+/// machines). A machine is what the launcher says it is: ranks come machine after machine (`rank = machine *
+/// LOCAL_WORLD_SIZE + LOCAL_RANK`, torchrun's and `accel launch`'s layout), so two "machines" on one host
+/// stay two machines.
+struct MachineGroups {
+  /// This machine's processes, by local rank (Gloo, all-reduces through shared memory; NCCL on a GPU).
+  c10::intrusive_ptr<c10d::ProcessGroup> machine;
+  /// The process of each machine with this process's local rank, by machine (Gloo over the network, never
+  /// shared memory; NCCL on a GPU).
+  c10::intrusive_ptr<c10d::ProcessGroup> replicas;
+  int machine_index = 0;
+  int machines = 1;
+};
+
+/// Forms `MachineGroups` over the job's group `world` (a collective: every process calls it once). Throws
+/// `std::invalid_argument` saying why when the job runs on one machine (`what` names the setting that asked,
+/// e.g. "fsdp_sharding_strategy HYBRID_SHARD") or when its ranks are not laid out machine by machine.
+MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>& world,
+                                    const LaunchEnvironment& env, const c10::Device& device,
+                                    std::chrono::milliseconds timeout, bool debug_mode,
+                                    const std::string& what);
+
+/// Replaces `tensor` (contiguous, on one device) by its average over the processes of `group`, through c10d
+/// (a sum, then a division by the group's size on every process).
+void all_reduce_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor);
 
 /// Copies process `source`'s values of `tensors` into every process's `tensors`, in place: one coalesced
 /// message per dtype and device (c10d's `broadcast_coalesced`, as PyTorch's DDP broadcasts a model), so a

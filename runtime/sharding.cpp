@@ -44,10 +44,11 @@ FlatPlan plan_flat(const std::vector<torch::Tensor>& parameters, int rank, int w
   return plan;
 }
 
-torch::Tensor sharded_gradient_norm(const ParallelContext& context,
-                                    const std::vector<torch::Tensor>& gradients, double norm_type) {
+torch::Tensor sharded_gradient_norm(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                    const torch::Device& device, const std::vector<torch::Tensor>& gradients,
+                                    double norm_type) {
   const bool infinity = std::isinf(norm_type);
-  auto local = torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(context.device));
+  auto local = torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(device));
   if (!gradients.empty()) {
     auto norms = torch::stack(at::_foreach_norm(gradients, norm_type)).to(torch::kFloat64);
     local = (infinity ? norms.max() : norms.pow(norm_type).sum()).reshape({1});
@@ -55,7 +56,7 @@ torch::Tensor sharded_gradient_norm(const ParallelContext& context,
   std::vector<torch::Tensor> reduced{local};
   c10d::AllreduceOptions options;
   options.reduceOp = infinity ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-  context.process_group->allreduce(reduced, options)->wait();
+  group->allreduce(reduced, options)->wait();
   auto total = reduced[0].reshape({});
   return infinity ? total : total.pow(1.0 / norm_type);
 }
@@ -141,7 +142,7 @@ torch::Tensor ShardedEngine::gradient_norm(const std::vector<torch::Tensor>& gra
     }
     return ParallelEngine::gradient_norm(gradients, norm_type);
   }
-  return sharded_gradient_norm(context(), gradients, norm_type);
+  return sharded_gradient_norm(shard_group(), context().device, gradients, norm_type);
 }
 
 std::optional<ParameterShare> ShardedEngine::share(const torch::Tensor& parameter) {

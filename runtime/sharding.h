@@ -43,10 +43,11 @@ struct FlatPlan {
 /// Lays out `parameters` (one dtype and device, in this order) for process `rank` of `world`.
 FlatPlan plan_flat(const std::vector<torch::Tensor>& parameters, int rank, int world);
 
-/// The norm of the gradients of the whole model when each process holds different elements of it
+/// The norm of the gradients of the whole model when each process of `group` holds different elements of it
 /// (`gradients`: this process's shares): every process's partial norm combined in float64 across the group.
-torch::Tensor sharded_gradient_norm(const ParallelContext& context,
-                                    const std::vector<torch::Tensor>& gradients, double norm_type);
+torch::Tensor sharded_gradient_norm(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                    const torch::Device& device, const std::vector<torch::Tensor>& gradients,
+                                    double norm_type);
 
 /// At prepare(optimizer) under a sharded strategy (`what`, e.g. "parallel_strategy 'zero' (ZeRO stage 2)"):
 /// shares are stepped through ATen's fused kernels, so an optimizer without one is refused by name.
@@ -92,6 +93,9 @@ protected:
   /// Whether gradients are kept in the shares (`Held::gradient`); false: in `.grad()`, whole on every
   /// process, and the shares' gradients are views of them (ZeRO stage 1).
   virtual bool gradients_in_shares() const { return true; }
+  /// The processes among which the shares split the model (the job's group; one machine's under hybrid
+  /// sharding, whose machines hold the same shares).
+  virtual c10::intrusive_ptr<c10d::ProcessGroup> shard_group() const { return context().process_group; }
 };
 
 } // namespace accelerate::detail

@@ -772,7 +772,7 @@ void set_string(c10d::Store& store, const std::string& key, const std::string& v
 c10::intrusive_ptr<c10d::Backend>
 wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
                                 const c10::intrusive_ptr<c10d::Store>& store,
-                                std::chrono::milliseconds timeout) {
+                                std::chrono::milliseconds timeout, const std::string& apart) {
   const int rank = inner->getRank();
   const int world = inner->getSize();
   if (world < 2) {
@@ -791,6 +791,13 @@ wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
   } else if (setting != "auto") {
     throw std::invalid_argument("accelerate: ACCELERATE_SHM_ALLREDUCE must be auto, 1 or 0 (got '" + setting +
                                 "')");
+  }
+  if (!apart.empty()) {
+    if (required) {
+      throw std::runtime_error("accelerate: ACCELERATE_SHM_ALLREDUCE=1 but " + apart +
+                               "; unset it to all-reduce through Gloo instead");
+    }
+    return inner;
   }
 
   // Rank 0 creates the segment and announces "<name> <nonce>" (or why not); each process then answers "ok"

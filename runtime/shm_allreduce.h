@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -21,11 +22,13 @@ namespace accelerate::detail {
 /// every process can map it (one machine, one /dev/shm) and quietly returns `inner` otherwise; `0` always
 /// returns `inner`; `1` throws `std::runtime_error` with the reason when the segment cannot be used. Every
 /// process reaches the same decision. An all-reduce waits at most `timeout` for the other processes, and
-/// throws at once, naming it, when one of them has exited.
+/// throws at once, naming it, when one of them has exited. A non-empty `apart` says why the processes must
+/// not share memory even where they could (they are on different machines, by the launcher's account): then
+/// `inner` is returned (with `1`, the reason is thrown), without a collective.
 c10::intrusive_ptr<c10d::Backend>
 wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
                                 const c10::intrusive_ptr<c10d::Store>& store,
-                                std::chrono::milliseconds timeout);
+                                std::chrono::milliseconds timeout, const std::string& apart = "");
 
 /// Whether `backend` (as `wrap_backend_with_shared_memory` returned it) all-reduces through shared memory.
 bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backend);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -24,6 +25,7 @@ struct SchedulerState;
 struct TrainingState;
 struct TrackingState;
 class Precision;
+struct MachineGroups;
 
 /// What every Accelerator of a process shares, as Hugging Face's `AcceleratorState` is shared: the launch
 /// environment, the device and the process group (its TCPStore). The first Accelerator creates it; one built
@@ -33,6 +35,9 @@ struct ProcessState {
   torch::Device device{torch::kCPU};
   /// Null when the job has one process.
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;
+  /// The job machine by machine (hybrid sharding), formed the first time a strategy asks for it.
+  std::shared_ptr<const MachineGroups> machine_groups;
+  std::mutex machine_groups_mutex;
   ~ProcessState();
 };
 

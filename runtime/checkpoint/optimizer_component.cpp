@@ -55,6 +55,9 @@ std::string encode_shares(const OptimizerState& prepared, int rank) {
     if (!share && rank != 0) {
       continue; // a parameter the strategy does not shard: every process holds all of it; process 0 writes it
     }
+    if (share && !prepared.engine->writes_shares()) {
+      continue; // another process holds the same share and writes it
+    }
     const int64_t offset = share ? share->offset : 0;
     const int64_t length = share ? share->values.numel() : parameter.numel();
     table.insert(table.end(), {static_cast<int64_t>(index), offset, length,

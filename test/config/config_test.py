@@ -577,12 +577,14 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
     # Each spelling Accelerate accepts, from the environment, alongside the other variable as Hugging Face's launcher
     # exports it when it was not given (FSDP_RESHARD_AFTER_FORWARD=true, FSDP_SHARDING_STRATEGY=FULL_SHARD).
     for text, name in [("FULL_SHARD", "FULL_SHARD"), ("shard_grad_op", "SHARD_GRAD_OP"), ("No_Shard", "NO_SHARD"),
-                       ("1", "FULL_SHARD"), ("2", "SHARD_GRAD_OP"), ("3", "NO_SHARD")]:
+                       ("1", "FULL_SHARD"), ("2", "SHARD_GRAD_OP"), ("3", "NO_SHARD"), ("hybrid_shard", "HYBRID_SHARD"),
+                       ("4", "HYBRID_SHARD"), ("_HYBRID_SHARD_ZERO2", "HYBRID_SHARD_ZERO2"), ("5", "HYBRID_SHARD_ZERO2")]:
         expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_SHARDING_STRATEGY=text,
                                  FSDP_RESHARD_AFTER_FORWARD="true")),
                f"FSDP_SHARDING_STRATEGY={text}", fsdp_sharding_strategy=name)
     for text, name in [("false", "SHARD_GRAD_OP"), ("true", "FULL_SHARD"), ("shard_grad_op", "SHARD_GRAD_OP"),
-                       ("no_shard", "NO_SHARD"), ("full_shard", "FULL_SHARD")]:
+                       ("no_shard", "NO_SHARD"), ("full_shard", "FULL_SHARD"), ("hybrid_shard", "HYBRID_SHARD"),
+                       ("_hybrid_shard_zero2", "HYBRID_SHARD_ZERO2")]:
         expect(probe(environment(ACCELERATE_USE_FSDP="true", FSDP_SHARDING_STRATEGY="FULL_SHARD",
                                  FSDP_RESHARD_AFTER_FORWARD=text)),
                f"FSDP_RESHARD_AFTER_FORWARD={text}", fsdp_sharding_strategy=name)
@@ -595,6 +597,11 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
                  "fsdp_sharding_strategy=shard_grad_op"), "an option beats the launcher's default",
            fsdp_sharding_strategy=("SHARD_GRAD_OP", "options"),
            fsdp_reshard_after_forward=("false", "fsdp_sharding_strategy SHARD_GRAD_OP from AcceleratorOptions"))
+    # A boolean agrees with the hybrid strategy that reshards alike (true HYBRID_SHARD, false HYBRID_SHARD_ZERO2).
+    for strategy, reshard in [("HYBRID_SHARD", "true"), ("HYBRID_SHARD_ZERO2", "false")]:
+        expect(probe(environment(), "parallel_strategy=fsdp", f"fsdp_sharding_strategy={strategy}",
+                     f"fsdp_reshard_after_forward={reshard}"), f"{strategy} agrees with {reshard}",
+               fsdp_sharding_strategy=(strategy, "options"), fsdp_reshard_after_forward=(reshard, "options"))
     expect(probe(environment(), "parallel_strategy=fsdp", "fsdp_reshard_after_forward=false"), "reshard option",
            fsdp_sharding_strategy=("SHARD_GRAD_OP", "fsdp_reshard_after_forward false from AcceleratorOptions"))
     for text, name in [("full_state_dict", "FULL_STATE_DICT"), ("SHARDED_STATE_DICT", "SHARDED_STATE_DICT"),
@@ -717,14 +724,10 @@ RUNTIME_REFUSALS = [
      "offload_optimizer_device='cpu' (from the environment) asks to keep the optimizer state on the CPU, which comes "
      "with offload in a later version of the fsdp strategy (parallel_strategy is fsdp, from ACCELERATE_USE_FSDP=true "
      "in the environment); use none for now (ZeRO, zero_stage 1 or 2, offloads the optimizer state)"),
-    ({**FSDP_ENV, "FSDP_SHARDING_STRATEGY": "HYBRID_SHARD"}, [],
-     "fsdp_sharding_strategy='HYBRID_SHARD' (from the environment) asks for hybrid sharding (sharded within each "
-     "machine, replicated across machines), which comes in a later version of the fsdp strategy; use FULL_SHARD or "
-     "SHARD_GRAD_OP for now"),
-    ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=5"],
-     "fsdp_sharding_strategy='5' (from AcceleratorOptions) asks for hybrid sharding"),
-    ({**FSDP_ENV, "FSDP_RESHARD_AFTER_FORWARD": "_hybrid_shard_zero2"}, [],
-     "fsdp_reshard_after_forward='_hybrid_shard_zero2' (from the environment) asks for hybrid sharding"),
+    ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=HYBRID_SHARD", "fsdp_reshard_after_forward=false"],
+     "fsdp_sharding_strategy='HYBRID_SHARD' (from AcceleratorOptions) conflicts with fsdp_reshard_after_forward="
+     "'false' (from AcceleratorOptions): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), and "
+     "false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2)"),
     ({**FSDP_ENV, "FSDP_STATE_DICT_TYPE": "LOCAL_STATE_DICT"}, [],
      "fsdp_state_dict_type='LOCAL_STATE_DICT' (from the environment) is FSDP1's per-process flat shards, which "
      "neither FSDP2 nor this runtime writes; use SHARDED_STATE_DICT (each process writes its shards) or "
@@ -739,14 +742,15 @@ RUNTIME_REFUSALS = [
      "fsdp_version='3' (from the environment) is not an FSDP version; use 1 or 2 (the same behaviour here)"),
     ({**FSDP_ENV, "FSDP_VERSION": "two"}, [], "fsdp_version='two' (from the environment) is not a whole number"),
     ({**FSDP_ENV, "FSDP_SHARDING_STRATEGY": "FULL"}, [],
-     "fsdp_sharding_strategy='FULL' (from the environment) is not a sharding strategy; use FULL_SHARD, SHARD_GRAD_OP "
-     "or NO_SHARD (Accelerate's names, in any case, or its numbers 1, 2, 3)"),
+     "fsdp_sharding_strategy='FULL' (from the environment) is not a sharding strategy; use FULL_SHARD, SHARD_GRAD_OP, "
+     "NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2 (Accelerate's names, in any case, or its numbers 1 to 5)"),
     ({**FSDP_ENV, "FSDP_STATE_DICT_TYPE": "FULL"}, [],
      "fsdp_state_dict_type='FULL' (from the environment) is not a state dict type; use SHARDED_STATE_DICT (each "
      "process writes its shards) or FULL_STATE_DICT (the main process writes whole models)"),
     ({**FSDP_ENV, "FSDP_RESHARD_AFTER_FORWARD": "maybe"}, [],
      "fsdp_reshard_after_forward='maybe' (from the environment) is neither true nor false (FSDP2's spelling) nor a "
-     "sharding strategy (FSDP1's: FULL_SHARD, SHARD_GRAD_OP or NO_SHARD, in any case)"),
+     "sharding strategy (FSDP1's: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, in any "
+     "case)"),
     ({**FSDP_ENV, "FSDP_FORWARD_PREFETCH": "maybe"}, [],
      "fsdp_forward_prefetch='maybe' (from the environment) is not a boolean; use true or false"),
     ({**FSDP_ENV, "FSDP_OFFLOAD_PARAMS": "maybe"}, [],
@@ -778,8 +782,8 @@ RUNTIME_REFUSALS = [
      "zero_stage 3, which is fully sharded), or the FSDP ones"),
     ({**FSDP_ENV, "FSDP_SHARDING_STRATEGY": "NO_SHARD", "FSDP_RESHARD_AFTER_FORWARD": "shard_grad_op"}, [],
      "fsdp_sharding_strategy='NO_SHARD' (from the environment) conflicts with fsdp_reshard_after_forward="
-     "'SHARD_GRAD_OP' (from the environment): fsdp_reshard_after_forward true means FULL_SHARD, and false "
-     "SHARD_GRAD_OP (or NO_SHARD). Set one of the two, or make them agree"),
+     "'SHARD_GRAD_OP' (from the environment): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), and "
+     "false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2). Set one of the two, or make them agree"),
     ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=NO_SHARD", "fsdp_reshard_after_forward=true"],
      "fsdp_sharding_strategy='NO_SHARD' (from AcceleratorOptions) conflicts with fsdp_reshard_after_forward='true' "
      "(from AcceleratorOptions)"),
@@ -869,20 +873,14 @@ ALIKE = [
      "3:3: fsdp_config.fsdp_ignored_modules head names modules FSDP should leave unsharded, which accelerate-cpp's "
      "fsdp strategy does not have (remove it)",
      "fsdp_config.fsdp_ignored_modules='head' (from config file PATH) names modules FSDP should leave unsharded"),
-    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n",
-     "3:3: fsdp_config.fsdp_sharding_strategy HYBRID_SHARD asks for hybrid sharding (sharded within each machine, "
-     "replicated across machines), which comes in a later version of accelerate-cpp's fsdp strategy (use FULL_SHARD "
-     "or SHARD_GRAD_OP for now)", "fsdp_sharding_strategy='HYBRID_SHARD' (from config file PATH) asks for hybrid"),
-    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: HYBRID_SHARD_ZERO2\n",
-     "3:3: fsdp_config.fsdp_reshard_after_forward HYBRID_SHARD_ZERO2 asks for hybrid sharding",
-     "fsdp_reshard_after_forward='HYBRID_SHARD_ZERO2' (from config file PATH) asks for hybrid sharding"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_state_dict_type: LOCAL_STATE_DICT\n",
      "3:3: fsdp_config.fsdp_state_dict_type LOCAL_STATE_DICT is FSDP1's per-process flat shards, which neither FSDP2 "
      "nor accelerate-cpp writes (use SHARDED_STATE_DICT: each process writes its shards, or FULL_STATE_DICT: the main "
      "process writes whole models)", "fsdp_state_dict_type='LOCAL_STATE_DICT' (from config file PATH) is FSDP1's"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n  fsdp_reshard_after_forward: true\n",
      "3:3: fsdp_config.fsdp_sharding_strategy NO_SHARD conflicts with fsdp_config.fsdp_reshard_after_forward true: "
-     "true means FULL_SHARD, false SHARD_GRAD_OP (or NO_SHARD) (keep one of the two, or make them agree)",
+     "true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2) (keep one of the "
+     "two, or make them agree)",
      "fsdp_sharding_strategy='NO_SHARD' (from config file PATH) conflicts with fsdp_reshard_after_forward='true' "
      "(from config file PATH)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nfsdp_config:\n  fsdp_sharding_strategy: 2\n",

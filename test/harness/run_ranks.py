@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Runs one multi-process test: N ranks of a binary started by `accel launch` on loopback.
+"""Runs one multi-process test: N ranks of a binary started by `accel launch` on loopback (with --machines M, as
+M machines: M launchers on loopback addresses, N/M ranks each).
 
 Fails with the ranks' output when any rank fails, and never hangs: past --timeout seconds the whole process
 tree (launcher and ranks, one process group) is killed and the test fails saying so.
@@ -14,8 +15,10 @@ import argparse
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 
 SKIP = 77
@@ -46,7 +49,9 @@ def skipped_somewhere(output):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--accel", required=True, help="path to the accel launcher")
-    parser.add_argument("--nproc", type=int, default=2, help="number of ranks")
+    parser.add_argument("--nproc", type=int, default=2, help="number of ranks (of all machines together)")
+    parser.add_argument("--machines", type=int, default=1,
+                        help="run the ranks as this many machines on loopback, one `accel launch` each")
     parser.add_argument("--timeout", type=float, default=120, help="hard limit in seconds for the whole run")
     parser.add_argument("--expect-exit", type=int, default=0, help="the launcher exit code that means success")
     parser.add_argument("--expect-output", action="append", default=[],
@@ -67,31 +72,50 @@ def main() -> int:
 
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    launch = [args.accel, "launch", "--num_processes", str(args.nproc), "--main_process_port", "0", *command]
-    process = subprocess.Popen(launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True, text=True, errors="replace")
+    if args.machines == 1:
+        launches = [[args.accel, "launch", "--num_processes", str(args.nproc), "--main_process_port", "0", *command]]
+    else:
+        # Every machine's launcher on loopback, machine 0 serving the rendezvous at a port free now.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        launches = [[args.accel, "launch", "--num_machines", str(args.machines), "--machine_rank", str(machine),
+                     "--num_processes", str(args.nproc), "--main_process_ip", "127.0.0.1", "--main_process_port",
+                     str(port), *command] for machine in range(args.machines)]
+    processes = [subprocess.Popen(launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True, text=True, errors="replace") for launch in launches]
+    outputs = [""] * len(processes)
+    deadline = time.monotonic() + args.timeout
     try:
-        output, _ = process.communicate(timeout=args.timeout)
+        for i, process in enumerate(processes):
+            outputs[i], _ = process.communicate(timeout=max(deadline - time.monotonic(), 0.1))
     except subprocess.TimeoutExpired:
-        process.terminate()  # the launcher stops its ranks on SIGTERM
-        try:
-            output, _ = process.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-        sys.stdout.write(output)
+        for process in processes:
+            process.terminate()  # the launcher stops its ranks on SIGTERM
+        for i, process in enumerate(processes):
+            try:
+                more, _ = process.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                more, _ = process.communicate()
+            outputs[i] += more or ""
+        sys.stdout.write("".join(outputs))
         print(f"run_ranks: FAILED: {args.nproc} ranks of {command[0]} still running after {args.timeout:g} s; "
               "killed them all (a hang: look for the collective one rank never reached)")
         return 1
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)  # nothing of the run outlives it
-        except ProcessLookupError:
-            pass
+        for process in processes:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)  # nothing of the run outlives it
+            except ProcessLookupError:
+                pass
+    output = "".join(outputs)
     sys.stdout.write(output)
-    if process.returncode != args.expect_exit:
-        print(f"run_ranks: FAILED: accel launch exited {process.returncode}, expected {args.expect_exit}")
-        return 1
+    for machine, process in enumerate(processes):
+        if process.returncode != args.expect_exit:
+            where = f" (machine {machine})" if len(processes) > 1 else ""
+            print(f"run_ranks: FAILED: accel launch{where} exited {process.returncode}, expected {args.expect_exit}")
+            return 1
     missing = [text for text in args.expect_output if text not in output]
     if missing:
         print(f"run_ranks: FAILED: output lacks {missing!r}")

@@ -546,8 +546,9 @@ def FsdpFlagsExportAccelerateVariables():
 OFFLOAD = ("asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
            "accelerate-cpp's fsdp strategy (use false for now: fsdp_activation_checkpointing alone keeps each unit's "
            "inputs on its device)")
-HYBRID = ("asks for hybrid sharding (sharded within each machine, replicated across machines), which comes in a later "
-          "version of accelerate-cpp's fsdp strategy (use FULL_SHARD or SHARD_GRAD_OP for now)")
+HYBRID = ("shards within each machine and replicates across machines, but the job runs on one machine (num_machines 1), "
+          "where there is nothing to replicate: use {} on one machine, or launch on several (--num_machines N "
+          "--machine_rank R --main_process_ip ADDRESS on each)")
 
 
 def UnsupportedFsdpSettingsAreRefused():
@@ -565,9 +566,10 @@ def UnsupportedFsdpSettingsAreRefused():
         (["--fsdp_min_num_params", "-1"], "--fsdp_min_num_params must be a whole number >= 0 (got '-1')"),
         (["--fsdp_activation_checkpointing_offload", "true"],
          f"--fsdp_activation_checkpointing_offload true {OFFLOAD}"),
-        (["--fsdp_sharding_strategy", "HYBRID_SHARD"], f"--fsdp_sharding_strategy HYBRID_SHARD {HYBRID}"),
+        (["--fsdp_sharding_strategy", "HYBRID_SHARD"],
+         f"--fsdp_sharding_strategy HYBRID_SHARD {HYBRID.format('FULL_SHARD')}"),
         (["--fsdp_reshard_after_forward", "hybrid_shard_zero2"],
-         f"--fsdp_reshard_after_forward HYBRID_SHARD_ZERO2 {HYBRID}"),
+         f"--fsdp_reshard_after_forward HYBRID_SHARD_ZERO2 {HYBRID.format('SHARD_GRAD_OP')}"),
         (["--fsdp_state_dict_type", "LOCAL_STATE_DICT"],
          "--fsdp_state_dict_type LOCAL_STATE_DICT is FSDP1's per-process flat shards, which neither FSDP2 nor "
          "accelerate-cpp writes (use SHARDED_STATE_DICT: each process writes its shards, or FULL_STATE_DICT: the main "
@@ -578,7 +580,8 @@ def UnsupportedFsdpSettingsAreRefused():
          "HYBRID_SHARD_ZERO2, or a number from 1 to 5 (got 'FULL')"),
         (["--fsdp_sharding_strategy", "SHARD_GRAD_OP", "--fsdp_reshard_after_forward", "true"],
          "--fsdp_sharding_strategy SHARD_GRAD_OP conflicts with --fsdp_reshard_after_forward true: true means "
-         "FULL_SHARD, false SHARD_GRAD_OP (or NO_SHARD) (give one of the two, or make them agree)"),
+         "FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2) (give one of the two, or "
+         "make them agree)"),
     ]
     for flags, expected in refused:
         check_usage_error(launch("--use_fsdp", *flags, PROBE), f"accel launch: {expected}")

@@ -10,6 +10,11 @@ foreach(name IN ITEMS ActivationCheckpointingRecomputesTheSameGradients OffloadP
                      AnOptimizerWithoutAFusedStepIsRefusedByName AutoWrapPoliciesChooseTheUnits)
   accelerate_multirank_test(multirank.Fsdp.${name} NPROC 2 FILTER Fsdp.${name})
 endforeach()
+# Hybrid sharding: 2 machines x 2 processes on loopback (one accel launch per machine); on one machine, refused.
+accelerate_multirank_test(multirank.Fsdp.HybridShardingMatchesDdpOnTwoMachines NPROC 4 MACHINES 2
+                          FILTER Fsdp.HybridShardingMatchesDdpOnTwoMachines)
+accelerate_multirank_test(multirank.Fsdp.HybridShardingOnOneMachineIsRefused NPROC 2
+                          FILTER Fsdp.HybridShardingOnOneMachineIsRefused)
 # Over c10d's Gloo instead of shared memory; prefetch only overlaps there.
 accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping.gloo NPROC 2
                           FILTER Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
@@ -28,6 +33,10 @@ accelerate_multirank_test(multirank.FsdpCheckpoints.LoadedOnThreeProcesses NPROC
 set_tests_properties(multirank.FsdpCheckpoints.SavedOnTwoProcesses PROPERTIES FIXTURES_SETUP fsdp_checkpoints)
 set_tests_properties(multirank.FsdpCheckpoints.LoadedOnOneProcess multirank.FsdpCheckpoints.LoadedOnThreeProcesses
                      PROPERTIES FIXTURES_REQUIRED fsdp_checkpoints)
+
+accelerate_multirank_test(multirank.FsdpCheckpoints.HybridShardsAreWrittenOnce NPROC 4 MACHINES 2
+                          FILTER FsdpCheckpoints.HybridShardsAreWrittenOnce
+                          ENVIRONMENT ACCEL_FSDP_CHECKPOINTS=${CMAKE_CURRENT_BINARY_DIR}/fsdp_hybrid_checkpoints)
 
 # Debug mode: every collective (the gathers and reduce-scatters included) checked across processes, and the
 # replica check told that parameters and optimizer state are sharded.

@@ -134,9 +134,6 @@ bool isTransformerWrapWithoutClasses(const std::string& policy, const std::optio
          (!classes || classes->find_first_not_of(" \t,") == std::string::npos);
 }
 
-const char* const kHybridShardingRefusal =
-    "asks for hybrid sharding (sharded within each machine, replicated across machines), which comes in a "
-    "later version of accelerate-cpp's fsdp strategy (use FULL_SHARD or SHARD_GRAD_OP for now)";
 const char* const kLocalStateDictRefusal =
     "is FSDP1's per-process flat shards, which neither FSDP2 nor accelerate-cpp writes (use "
     "SHARDED_STATE_DICT: each process writes its shards, or FULL_STATE_DICT: the main process writes whole "
@@ -404,18 +401,12 @@ void checkFsdpSettings(const ConfigDocument& document) {
                       "fsdp_config.fsdp_auto_wrap_policy " + *policy + " " + kTransformerWrapWithoutClasses);
   auto strategy = document.scalar("fsdp_config.fsdp_sharding_strategy");
   auto reshard = document.scalar("fsdp_config.fsdp_reshard_after_forward");
-  if (strategy && !isRunnableShardingStrategy(*fsdpShardingStrategyName(*strategy)))
-    throw ConfigError(document.where("fsdp_config.fsdp_sharding_strategy") +
-                      "fsdp_config.fsdp_sharding_strategy " + *strategy + " " + kHybridShardingRefusal);
-  if (reshard && !isRunnableShardingStrategy(*fsdpReshardStrategy(*reshard)))
-    throw ConfigError(document.where("fsdp_config.fsdp_reshard_after_forward") +
-                      "fsdp_config.fsdp_reshard_after_forward " + *reshard + " " + kHybridShardingRefusal);
   if (strategy && reshard && !fsdpShardingAgrees(*strategy, *reshard))
     throw ConfigError(
         document.where("fsdp_config.fsdp_sharding_strategy") + "fsdp_config.fsdp_sharding_strategy " +
         *strategy + " conflicts with fsdp_config.fsdp_reshard_after_forward " + *reshard +
-        ": true means FULL_SHARD, false SHARD_GRAD_OP (or NO_SHARD) (keep one of the two, or make "
-        "them agree)");
+        ": true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2) "
+        "(keep one of the two, or make them agree)");
   if (auto type = document.scalar("fsdp_config.fsdp_state_dict_type");
       type && fsdpStateDictTypeName(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
     throw ConfigError(document.where("fsdp_config.fsdp_state_dict_type") +

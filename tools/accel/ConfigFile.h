@@ -88,9 +88,8 @@ extern const char* const kTransformerWrapWithoutClasses;
 /// names no class.
 bool isTransformerWrapWithoutClasses(const std::string& policy, const std::optional<std::string>& classes);
 
-/// Why a hybrid sharding strategy, LOCAL_STATE_DICT, and optimizer offload under the fsdp strategy are
-/// refused, ready to follow "<setting> <value> ".
-extern const char* const kHybridShardingRefusal;
+/// Why LOCAL_STATE_DICT, and optimizer offload under the fsdp strategy are refused, ready to follow
+/// "<setting> <value> ".
 extern const char* const kLocalStateDictRefusal;
 extern const char* const kFsdpOptimizerOffloadRefusal;
 

@@ -290,15 +290,19 @@ void askFsdp(Prompter& prompter, Answers& answers) {
                                                  2, 1, 2);
   fsdp.set("fsdp_version", ConfigValue::number(version));
   if (version == 1) {
-    static const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
-    // Accelerate's questionnaire writes FSDP1's strategy under this key too.
-    fsdp.set(
-        "fsdp_reshard_after_forward",
-        ConfigValue::string(kStrategies[prompter.choose(
-            "What should be your sharding strategy (FULL_SHARD: parameters gathered for each unit's "
-            "forward and again for its backward, SHARD_GRAD_OP: kept from forward to backward, NO_SHARD: "
-            "replicated)?",
-            kStrategies)]));
+    // Accelerate's questionnaire writes FSDP1's strategy under this key too. The hybrid strategies (sharded
+    // within each machine, replicated across machines) are offered on several machines only.
+    std::vector<std::string> strategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+    std::string question = "What should be your sharding strategy (FULL_SHARD: parameters gathered for each "
+                           "unit's forward and again for its backward, SHARD_GRAD_OP: kept from forward to "
+                           "backward, NO_SHARD: replicated";
+    if (answers.numMachines > 1) {
+      strategies.insert(strategies.end(), {"HYBRID_SHARD", "HYBRID_SHARD_ZERO2"});
+      question += ", HYBRID_SHARD and HYBRID_SHARD_ZERO2: FULL_SHARD and SHARD_GRAD_OP within each machine, "
+                  "replicated across machines";
+    }
+    fsdp.set("fsdp_reshard_after_forward",
+             ConfigValue::string(strategies[prompter.choose(question + ")?", strategies)]));
   } else {
     fsdp.set(
         "fsdp_reshard_after_forward",

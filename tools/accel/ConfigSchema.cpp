@@ -69,13 +69,21 @@ std::optional<std::string> fsdpReshardStrategy(const std::string& text) {
 }
 
 bool fsdpShardingAgrees(const std::string& strategy, const std::string& reshard) {
-  auto meant = fsdpReshardStrategy(reshard);
   auto named = fsdpShardingStrategyName(strategy);
-  return meant && named && (*meant == *named || (*named == "NO_SHARD" && parseBool(reshard) == false));
+  if (!named)
+    return false;
+  if (auto value = parseBool(reshard))
+    return *value == reshardsAfterForward(*named);
+  auto meant = fsdpReshardStrategy(reshard);
+  return meant && *meant == *named;
 }
 
-bool isRunnableShardingStrategy(const std::string& name) {
-  return name == "FULL_SHARD" || name == "SHARD_GRAD_OP" || name == "NO_SHARD";
+bool reshardsAfterForward(const std::string& name) {
+  return name == "FULL_SHARD" || name == "HYBRID_SHARD";
+}
+
+bool isHybridSharding(const std::string& name) {
+  return name.rfind("HYBRID_SHARD", 0) == 0;
 }
 
 std::optional<std::string> fsdpStateDictTypeName(const std::string& text) {

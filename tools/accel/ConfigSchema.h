@@ -54,11 +54,15 @@ std::optional<std::string> fsdpShardingStrategyName(const std::string& text);
 /// false SHARD_GRAD_OP, a strategy's name (FSDP1's spelling, which Accelerate's questionnaire writes for
 /// version 1) that strategy; nullopt when it is none of these.
 std::optional<std::string> fsdpReshardStrategy(const std::string& text);
-/// Whether fsdp_sharding_strategy `strategy` and fsdp_reshard_after_forward `reshard` ask for the same: the
-/// strategy `reshard` means, or NO_SHARD with false (nothing is resharded without sharding either).
+/// Whether fsdp_sharding_strategy `strategy` and fsdp_reshard_after_forward `reshard` ask for the same: a
+/// boolean `reshard` agrees with every strategy that reshards after forward (true: FULL_SHARD, HYBRID_SHARD)
+/// or not (false: SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD_ZERO2); a strategy's name with that strategy.
 bool fsdpShardingAgrees(const std::string& strategy, const std::string& reshard);
-/// The sharding strategies accelerate-cpp's fsdp strategy runs: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD.
-bool isRunnableShardingStrategy(const std::string& name);
+/// Whether sharding strategy `name` frees a unit's parameters after its forward (FULL_SHARD, HYBRID_SHARD).
+bool reshardsAfterForward(const std::string& name);
+/// Whether sharding strategy `name` shards within machines and replicates across them (HYBRID_SHARD,
+/// HYBRID_SHARD_ZERO2): it needs several machines.
+bool isHybridSharding(const std::string& name);
 /// A state dict type as Accelerate reads it: one of fsdpStateDictTypes() in any case, or torch's number 1
 /// to 3; the upper-case name, or nullopt.
 std::optional<std::string> fsdpStateDictTypeName(const std::string& text);

@@ -64,7 +64,8 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
            "1 or 2 (default 1; the same behaviour in accelerate-cpp)"),
       fsdp("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY",
            ValueRule::choiceOrNumber(fsdpShardingStrategies(), 1, 5),
-           "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD, or 1-3 (default FULL_SHARD); the HYBRID ones are refused"),
+           "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, or 1-5 (default "
+           "FULL_SHARD); the HYBRID ones shard within each machine, replicate across machines"),
       fsdp("fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD",
            ValueRule::boolOrChoice(fsdpShardingStrategies()),
            "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling; or a sharding strategy, FSDP1's "
@@ -289,10 +290,6 @@ std::string fsdpShardingOf(const LaunchSettings& settings) {
     fromStrategy = fsdpShardingStrategyName(*strategy);
   if (reshard)
     fromReshard = fsdpReshardStrategy(*reshard);
-  if (fromStrategy && !isRunnableShardingStrategy(*fromStrategy))
-    throw UsageError(describeSetting(settings, "fsdp_sharding_strategy") + " " + kHybridShardingRefusal);
-  if (fromReshard && !isRunnableShardingStrategy(*fromReshard))
-    throw UsageError(describeSetting(settings, "fsdp_reshard_after_forward") + " " + kHybridShardingRefusal);
   if (fromStrategy && fromReshard && !fsdpShardingAgrees(*strategy, *reshard)) {
     if (isLauncherDefaultSharding(settings, "fsdp_sharding_strategy", *fromStrategy))
       fromStrategy.reset();
@@ -301,8 +298,8 @@ std::string fsdpShardingOf(const LaunchSettings& settings) {
     else
       throw UsageError(describeSetting(settings, "fsdp_sharding_strategy") + " conflicts with " +
                        describeSetting(settings, "fsdp_reshard_after_forward") +
-                       ": true means FULL_SHARD, false SHARD_GRAD_OP (or NO_SHARD) (give one of the two, or "
-                       "make them agree)");
+                       ": true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, "
+                       "HYBRID_SHARD_ZERO2) (give one of the two, or make them agree)");
   }
   const std::string resolved = fromStrategy ? *fromStrategy : fromReshard ? *fromReshard : "FULL_SHARD";
   if (zeroStageOf(settings) == 3 && resolved != "FULL_SHARD") {
@@ -328,14 +325,6 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
   if (auto type = settings.get("fsdp_state_dict_type");
       type && fsdpStateDictTypeName(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
     throw UsageError(describeSetting(settings, "fsdp_state_dict_type") + " " + kLocalStateDictRefusal);
-  for (const char* name : {"fsdp_sharding_strategy", "fsdp_reshard_after_forward"}) {
-    auto value = settings.get(name);
-    auto meant = value ? (std::string(name) == "fsdp_sharding_strategy" ? fsdpShardingStrategyName(*value)
-                                                                        : fsdpReshardStrategy(*value))
-                       : std::nullopt;
-    if (meant && !isRunnableShardingStrategy(*meant))
-      throw UsageError(describeSetting(settings, name) + " " + kHybridShardingRefusal);
-  }
   if (strategy != "fsdp")
     return;
   for (const UnsupportedFsdpKey& key : unsupportedFsdpKeys())
@@ -347,7 +336,23 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
       policy && isTransformerWrapWithoutClasses(*policy, settings.get("fsdp_transformer_layer_cls_to_wrap")))
     throw UsageError(describeSetting(settings, "fsdp_auto_wrap_policy") + " " +
                      kTransformerWrapWithoutClasses);
-  fsdpShardingOf(settings);
+  if (const std::string sharding = fsdpShardingOf(settings); isHybridSharding(sharding)) {
+    const auto machines = settings.get("num_machines");
+    if (!machines || *machines == "1") {
+      const char* setting =
+          settings.get("fsdp_sharding_strategy") &&
+                  fsdpShardingStrategyName(*settings.get("fsdp_sharding_strategy")) == sharding
+              ? "fsdp_sharding_strategy"
+              : "fsdp_reshard_after_forward";
+      throw UsageError(describeSetting(settings, setting) +
+                       " shards within each machine and replicates across " +
+                       "machines, but the job runs on one machine (num_machines " + machines.value_or("1") +
+                       "), where there is nothing to replicate: use " +
+                       (sharding == "HYBRID_SHARD" ? "FULL_SHARD" : "SHARD_GRAD_OP") +
+                       " on one machine, or launch on several (--num_machines N --machine_rank R "
+                       "--main_process_ip ADDRESS on each)");
+    }
+  }
   if (settings.get("offload_optimizer_device") == std::optional<std::string>("cpu") &&
       (settings.isTrue("use_deepspeed") ||
        settings.sourceOf("offload_optimizer_device") == SettingSource::Environment))

@@ -122,12 +122,15 @@ ACCELERATE_OPTION(double, gradient_clipping, gradient_clipping, 0.0,
 ACCELERATE_OPTION(std::string, fsdp_sharding_strategy, fsdp_sharding_strategy, "FULL_SHARD",
                   "FSDP_SHARDING_STRATEGY", "fsdp_config.fsdp_sharding_strategy", one_of_sharding_strategies,
                   "under parallel_strategy `\"fsdp\"`: `\"FULL_SHARD\"` (parameters gathered for each unit's "
-                  "forward and again for its backward), `\"SHARD_GRAD_OP\"` (kept from forward to backward) or "
-                  "`\"NO_SHARD\"` (replicated, as ddp); Accelerate's names in any case, or its numbers 1, 2, 3 "
-                  "(resolved to the upper-case name); `HYBRID_SHARD` and `HYBRID_SHARD_ZERO2` are refused")
+                  "forward and again for its backward), `\"SHARD_GRAD_OP\"` (kept from forward to backward), "
+                  "`\"NO_SHARD\"` (replicated, as ddp), `\"HYBRID_SHARD\"` and `\"HYBRID_SHARD_ZERO2\"` "
+                  "(FULL_SHARD and SHARD_GRAD_OP within each machine, replicated across machines; refused on "
+                  "one machine); Accelerate's names in any case, or its numbers 1 to 5 (resolved to the "
+                  "upper-case name)")
 ACCELERATE_OPTION(bool, fsdp_reshard_after_forward, fsdp_reshard_after_forward, true,
                   "FSDP_RESHARD_AFTER_FORWARD", "fsdp_config.fsdp_reshard_after_forward", any_value,
-                  "FSDP2's spelling of the sharding strategy: true is `FULL_SHARD`, false `SHARD_GRAD_OP`; from the "
+                  "FSDP2's spelling of the sharding strategy: true is `FULL_SHARD` (or `HYBRID_SHARD`), false "
+                  "`SHARD_GRAD_OP`; from the "
                   "environment or the file it may also name a strategy (FSDP1's spelling); set together with "
                   "`fsdp_sharding_strategy`, the two must agree")
 ACCELERATE_OPTION(int, fsdp_version, fsdp_version, 1,
