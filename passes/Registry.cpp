@@ -13,6 +13,7 @@
 #include "passes/LayersPass.h"
 #include "passes/MainProcessPass.h"
 #include "passes/PreparePass.h"
+#include "passes/ProgressBarPass.h"
 #include "passes/TrackingPass.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -64,6 +65,11 @@ llvm::ArrayRef<PassInfo> allPasses() {
        "with `--log-with NAME,...`: the accelerator logs to those trackers; `init_trackers` before the "
        "training loop, `end_training` after it, and each printed loss is also logged (`accelerator.log`) "
        "under its printed label, as its mean over the processes",
+       /*OnByDefault=*/false},
+      {"progress-bar", progressBarPass,
+       "with `--progress-bar`: the training loop shows an `accelerate::ProgressBar` on the main process, "
+       "over "
+       "its step count or its data loader",
        /*OnByDefault=*/false},
       {"distributed", distributedPass,
        "notes functions left alone because they already use the runtime or c10d"},

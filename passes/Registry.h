@@ -36,8 +36,8 @@ struct PassInfo {
 llvm::ArrayRef<PassInfo> allPasses();
 
 /// What a rewrite asks of the passes beyond which of them run: the command line's settings
-/// (`accel-rewrite --log-with`, `accelerate_target(... LOG_WITH ...)`). Passes read them through
-/// passSettings(); the defaults change nothing.
+/// (`accel-rewrite --log-with`, `--progress-bar`, `accelerate_target(... LOG_WITH ...)`). Passes read them
+/// through passSettings(); the defaults change nothing.
 struct PassSettings {
   /// `--log-with`: the trackers the tracking pass adds to the accelerator's options (`log_with({...})`), by
   /// the names the runtime's `log_with` takes. Empty: no tracking.
@@ -45,6 +45,8 @@ struct PassSettings {
   /// `--project-name`: the project `init_trackers` names (its directory under the project directory). Empty:
   /// the stem of the file rewritten.
   std::string ProjectName;
+  /// `--progress-bar`: the progress-bar pass gives the training loop an `accelerate::ProgressBar`.
+  bool ProgressBar = false;
   /// `--resume`: the checkpoint pass loads the checkpoint it saves on any start that finds one, not only on
   /// a launcher's restart.
   bool Resume = false;

@@ -45,89 +45,6 @@ std::string escaped(llvm::StringRef Text) {
   return Out;
 }
 
-bool isLoop(const clang::Stmt& S) {
-  return llvm::isa<clang::ForStmt, clang::CXXForRangeStmt, clang::WhileStmt, clang::DoStmt>(S);
-}
-
-/// The loops around `S` in its function, innermost first; a lambda's body ends the search (its loops run when
-/// it is called, not where it is written).
-std::vector<const clang::Stmt*> enclosingLoops(const clang::Stmt& S, clang::ASTContext& Context) {
-  std::vector<const clang::Stmt*> Loops;
-  clang::DynTypedNodeList Parents = Context.getParents(S);
-  while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>() && !Parents[0].get<clang::LambdaExpr>()) {
-    if (const auto* Parent = Parents[0].get<clang::Stmt>(); Parent && isLoop(*Parent))
-      Loops.push_back(Parent);
-    Parents = Context.getParents(Parents[0]);
-  }
-  return Loops;
-}
-
-bool isInLambda(const clang::Stmt& S, clang::ASTContext& Context) {
-  clang::DynTypedNodeList Parents = Context.getParents(S);
-  while (!Parents.empty() && !Parents[0].get<clang::FunctionDecl>()) {
-    if (Parents[0].get<clang::LambdaExpr>())
-      return true;
-    Parents = Context.getParents(Parents[0]);
-  }
-  return false;
-}
-
-/// True when `S` calls `Function` (or an instantiation of it), directly or through functions of the main
-/// file, `Depth` calls deep at most.
-bool calls(const clang::Stmt& S, const clang::FunctionDecl& Function, clang::ASTContext& Context, int Depth) {
-  const clang::SourceManager& SM = Context.getSourceManager();
-  auto Call = callExpr(callee(functionDecl().bind("callee")));
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Call))), S, Context)) {
-    const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
-    if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
-      Callee = Pattern;
-    if (Callee->getCanonicalDecl() == Function.getCanonicalDecl())
-      return true;
-    if (Depth > 0 && Callee->hasBody() && Callee->getBody() != &S &&
-        SM.isWrittenInMainFile(SM.getExpansionLoc(Callee->getLocation())) &&
-        calls(*Callee->getBody(), Function, Context, Depth - 1))
-      return true;
-  }
-  return false;
-}
-
-/// Every loop written in the main file, in source order.
-std::vector<const clang::Stmt*> mainFileLoops(clang::ASTContext& Context) {
-  const clang::SourceManager& SM = Context.getSourceManager();
-  auto Loop = stmt(anyOf(forStmt(), cxxForRangeStmt(), whileStmt(), doStmt())).bind("loop");
-  std::vector<const clang::Stmt*> Loops;
-  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
-    if (!SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
-      continue;
-    for (const BoundNodes& Found :
-         match(traverse(clang::TK_IgnoreUnlessSpelledInSource, decl(forEachDescendant(Loop))), *TopLevel,
-               Context))
-      Loops.push_back(Found.getNodeAs<clang::Stmt>("loop"));
-  }
-  return Loops;
-}
-
-/// A training run: a loop that runs a training step (see loopTrains), in no loop of its function that does
-/// too, outside lambdas, in a function that no training loop elsewhere in the file calls (a `train_epoch`
-/// called once per epoch belongs to its caller's run).
-bool isTrainingRun(const clang::Stmt& Loop, clang::ASTContext& Context) {
-  if (!isLoop(Loop) || isInLambda(Loop, Context) || !loopTrains(Loop, Context))
-    return false;
-  for (const clang::Stmt* Outer : enclosingLoops(Loop, Context))
-    if (loopTrains(*Outer, Context))
-      return false;
-  const clang::FunctionDecl* Function = enclosingFunction(Loop, Context);
-  if (!Function)
-    return false;
-  for (const clang::Stmt* Other : mainFileLoops(Context)) {
-    const clang::FunctionDecl* Caller = enclosingFunction(*Other, Context);
-    if (Caller && Caller->getCanonicalDecl() != Function->getCanonicalDecl() && loopTrains(*Other, Context) &&
-        calls(*Other, *Function, Context, /*Depth=*/2))
-      return false;
-  }
-  return true;
-}
-
 /// A training run that is a statement of a block, where statements can go before and after it.
 bool isTrackedRun(const clang::Stmt& Loop, clang::ASTContext& Context) {
   if (!isTrainingRun(Loop, Context))
@@ -144,76 +61,6 @@ const clang::Stmt* enclosingRun(const clang::Stmt& S, clang::ASTContext& Context
   return nullptr;
 }
 
-/// The innermost loop of a run that runs a training step: the run itself, or the first loop in it that
-/// trains, and so on down.
-const clang::Stmt& innermostTrainingLoop(const clang::Stmt& Run, clang::ASTContext& Context) {
-  const clang::Stmt* Current = &Run;
-  auto Loop = stmt(anyOf(forStmt(), cxxForRangeStmt(), whileStmt(), doStmt())).bind("loop");
-  while (true) {
-    const clang::Stmt* Inner = nullptr;
-    for (const BoundNodes& Found :
-         match(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(forEachDescendant(Loop))), *Current,
-               Context)) {
-      const auto* Candidate = Found.getNodeAs<clang::Stmt>("loop");
-      if (!isInLambda(*Candidate, Context) && loopTrains(*Candidate, Context)) {
-        Inner = Candidate;
-        break;
-      }
-    }
-    if (!Inner)
-      return *Current;
-    Current = Inner;
-  }
-}
-
-const clang::Stmt* loopBody(const clang::Stmt& Loop) {
-  if (const auto* For = llvm::dyn_cast<clang::ForStmt>(&Loop))
-    return For->getBody();
-  if (const auto* RangeFor = llvm::dyn_cast<clang::CXXForRangeStmt>(&Loop))
-    return RangeFor->getBody();
-  if (const auto* While = llvm::dyn_cast<clang::WhileStmt>(&Loop))
-    return While->getBody();
-  if (const auto* Do = llvm::dyn_cast<clang::DoStmt>(&Loop))
-    return Do->getBody();
-  return nullptr;
-}
-
-bool isIntegerVariable(const clang::VarDecl* Variable) {
-  return Variable && Variable->hasLocalStorage() && !llvm::isa<clang::ParmVarDecl>(Variable) &&
-         Variable->getType()->isIntegerType() && !Variable->getType()->isBooleanType();
-}
-
-/// The variable `S` adds one to, as a statement: `++n`, `n++`, `n += 1`.
-const clang::VarDecl* incrementedVariable(const clang::Stmt* S) {
-  const auto* E = llvm::dyn_cast_or_null<clang::Expr>(S);
-  if (!E)
-    return nullptr;
-  E = E->IgnoreUnlessSpelledInSource()->IgnoreParens();
-  const clang::Expr* Target = nullptr;
-  if (const auto* Unary = llvm::dyn_cast<clang::UnaryOperator>(E); Unary && Unary->isIncrementOp())
-    Target = Unary->getSubExpr();
-  if (const auto* Compound = llvm::dyn_cast<clang::CompoundAssignOperator>(E);
-      Compound && Compound->getOpcode() == clang::BO_AddAssign)
-    if (const auto* One = llvm::dyn_cast<clang::IntegerLiteral>(Compound->getRHS()->IgnoreParenImpCasts());
-        One && One->getValue() == 1)
-      Target = Compound->getLHS();
-  if (!Target)
-    return nullptr;
-  const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(Target->IgnoreParenImpCasts());
-  const auto* Variable = Reference ? llvm::dyn_cast<clang::VarDecl>(Reference->getDecl()) : nullptr;
-  return isIntegerVariable(Variable) ? Variable : nullptr;
-}
-
-/// How many times `Loop` writes `Variable` (assignments, increments, decrements).
-unsigned writesIn(const clang::Stmt& Loop, const clang::VarDecl& Variable, clang::ASTContext& Context) {
-  auto Target = ignoringParenImpCasts(declRefExpr(to(varDecl(equalsNode(&Variable)))));
-  auto Write = expr(anyOf(binaryOperator(isAssignmentOperator(), hasLHS(Target)),
-                          unaryOperator(hasAnyOperatorName("++", "--"), hasUnaryOperand(Target))));
-  return match(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(forEachDescendant(Write.bind("write")))),
-               Loop, Context)
-      .size();
-}
-
 /// The step counter of a run, and whether the pass declares it.
 struct StepCounter {
   std::string Name;
@@ -221,41 +68,6 @@ struct StepCounter {
   const clang::Stmt* IncrementAfter = nullptr; ///< Introduced: the optimizer step it is incremented after;
                                                ///< null: first in the innermost training loop's body.
 };
-
-/// The counter a run already keeps: the run's own `for` variable when the run is the innermost training loop
-/// (`for (int step = 0; ...; ++step)`), else a variable declared before the run and incremented (`++n`,
-/// `n++`, `n += 1`) as a statement of the innermost training loop's body (or in the condition of an `if`
-/// there: `if (++step % 10 == 0)`), and written nowhere else in the run.
-const clang::VarDecl* existingCounter(const clang::Stmt& Run, clang::ASTContext& Context) {
-  const clang::Stmt& Inner = innermostTrainingLoop(Run, Context);
-  if (const auto* For = llvm::dyn_cast<clang::ForStmt>(&Inner); For && &Inner == &Run) {
-    const auto* Init = llvm::dyn_cast_or_null<clang::DeclStmt>(For->getInit());
-    const auto* Variable =
-        Init && Init->isSingleDecl() ? llvm::dyn_cast<clang::VarDecl>(Init->getSingleDecl()) : nullptr;
-    if (Variable && incrementedVariable(For->getInc()) == Variable)
-      return Variable;
-  }
-  const auto* Block = llvm::dyn_cast_or_null<clang::CompoundStmt>(loopBody(Inner));
-  if (!Block)
-    return nullptr;
-  const clang::SourceManager& SM = Context.getSourceManager();
-  for (const clang::Stmt* Statement : Block->body()) {
-    const clang::VarDecl* Variable = incrementedVariable(Statement);
-    // `if (++step % 10 == 0)`: the condition runs on every step too.
-    if (const auto* If = llvm::dyn_cast<clang::IfStmt>(Statement); If && !Variable)
-      for (const BoundNodes& Found :
-           match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                          expr(anyOf(unaryOperator(hasOperatorName("++")).bind("increment"),
-                                     hasDescendant(unaryOperator(hasOperatorName("++")).bind("increment"))))),
-                 *If->getCond(), Context))
-        if ((Variable = incrementedVariable(Found.getNodeAs<clang::Stmt>("increment"))))
-          break;
-    if (Variable && SM.isBeforeInTranslationUnit(Variable->getLocation(), Run.getBeginLoc()) &&
-        writesIn(Run, *Variable, Context) == 1)
-      return Variable;
-  }
-  return nullptr;
-}
 
 /// The loop's body when it is a block, else null.
 const clang::CompoundStmt* loopBlock(const clang::Stmt& Loop) {
@@ -273,26 +85,6 @@ std::vector<const clang::Stmt*> runsOf(const clang::FunctionDecl& Function, clan
   return Runs;
 }
 
-/// The names a new local of `Function` must not take: its variables and parameters, and the main file's
-/// top-level names.
-llvm::StringSet<> takenNames(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
-  llvm::StringSet<> Taken;
-  for (const clang::ParmVarDecl* Parameter : Function.parameters())
-    Taken.insert(Parameter->getName());
-  for (const BoundNodes& Found :
-       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(namedDecl().bind("named")))),
-             *Function.getBody(), Context))
-    if (const auto* Named = Found.getNodeAs<clang::NamedDecl>("named"); Named->getDeclName().isIdentifier())
-      Taken.insert(Named->getName());
-  const clang::SourceManager& SM = Context.getSourceManager();
-  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-    if (const auto* Named = llvm::dyn_cast<clang::NamedDecl>(TopLevel))
-      if (Named->getDeclName().isIdentifier() &&
-          SM.isWrittenInMainFile(SM.getExpansionLoc(TopLevel->getLocation())))
-        Taken.insert(Named->getName());
-  return Taken;
-}
-
 /// True when a run logs something: an output statement in it prints a loss the pass logs.
 bool logsSomething(const clang::Stmt& Run, clang::ASTContext& Context);
 
@@ -301,8 +93,8 @@ bool logsSomething(const clang::Stmt& Run, clang::ASTContext& Context);
 /// step written as a statement of the innermost training loop's body, else first in that body. Null when
 /// the run needs one and has no block to count in.
 std::optional<StepCounter> stepCounter(const clang::Stmt& Run, clang::ASTContext& Context) {
-  if (const clang::VarDecl* Existing = existingCounter(Run, Context))
-    return StepCounter{Existing->getNameAsString(), false, nullptr};
+  if (std::optional<StepCounterFact> Existing = existingStepCounter(Run, Context))
+    return StepCounter{Existing->Variable->getNameAsString(), false, nullptr};
   const clang::CompoundStmt* Block = loopBlock(innermostTrainingLoop(Run, Context));
   if (!Block)
     return std::nullopt;
@@ -328,7 +120,7 @@ std::optional<StepCounter> stepCounter(const clang::Stmt& Run, clang::ASTContext
       Counter.Name = Name;
       return Counter;
     }
-    if (!existingCounter(*Other, Context) && logsSomething(*Other, Context))
+    if (!existingStepCounter(*Other, Context) && logsSomething(*Other, Context))
       Taken.insert(Name);
   }
   Counter.Name = FreeName();

@@ -5,6 +5,7 @@
 
 #include "clang/ASTMatchers/ASTMatchers.h"
 #include "clang/Basic/FileEntry.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <optional>
 
@@ -180,6 +181,47 @@ bool isInTrainingLoop(const clang::Stmt& S, clang::ASTContext& Context);
 
 /// Matches `X.step()` on a `torch::optim` optimizer (through `->` too).
 clang::ast_matchers::StatementMatcher optimizerStep();
+
+// ---- Training runs (the tracking and progress-bar passes) ----------------------------------------------
+
+/// True for a for, range-for, while or do loop.
+bool isLoop(const clang::Stmt& S);
+/// The loops around `S` in its function, innermost first; a lambda's body ends the search (its loops run when
+/// it is called, not where it is written).
+std::vector<const clang::Stmt*> enclosingLoops(const clang::Stmt& S, clang::ASTContext& Context);
+/// Every loop written in the main file, in source order.
+std::vector<const clang::Stmt*> mainFileLoops(clang::ASTContext& Context);
+
+/// A training run, the outermost training loop: a loop that runs a training step (see loopTrains), in no loop
+/// of its function that does too, outside lambdas, in a function that no training loop elsewhere in the file
+/// calls (a `train_epoch` called once per epoch belongs to its caller's run).
+bool isTrainingRun(const clang::Stmt& Loop, clang::ASTContext& Context);
+/// The training loops of a run, outermost first: the run, then the first loop in it that trains, and so on
+/// down (`while (step < steps)`, then `for (auto& batch : *loader)`).
+std::vector<const clang::Stmt*> trainingLoopsOf(const clang::Stmt& Run, clang::ASTContext& Context);
+/// The last of trainingLoopsOf(): the loop whose body is one training step.
+const clang::Stmt& innermostTrainingLoop(const clang::Stmt& Run, clang::ASTContext& Context);
+/// The body of a for, range-for, while or do loop; null for another statement.
+const clang::Stmt* loopBody(const clang::Stmt& Loop);
+/// How many times `S` writes `Variable` (assignments, increments, decrements).
+unsigned writesIn(const clang::Stmt& S, const clang::VarDecl& Variable, clang::ASTContext& Context);
+
+/// A step counter a training run already keeps, and where it counts.
+struct StepCounterFact {
+  const clang::VarDecl* Variable = nullptr;
+  /// The statement of the innermost training loop's body that increments it (`++step;`, or the
+  /// `if (++step % 10 == 0) ...` whose condition does); null when the run's `for` header does.
+  const clang::Stmt* Increment = nullptr;
+};
+/// The counter a run already keeps: the run's own `for` variable when the run is the innermost training loop
+/// (`for (int step = 0; ...; ++step)`), else a variable declared before the run and incremented (`++n`,
+/// `n++`, `n += 1`) as a statement of the innermost training loop's body (or in the condition of an `if`
+/// there: `if (++step % 10 == 0)`), and written nowhere else in the run.
+std::optional<StepCounterFact> existingStepCounter(const clang::Stmt& Run, clang::ASTContext& Context);
+
+/// The names a new local of `Function` must not take: its variables and parameters, and the main file's
+/// top-level names.
+llvm::StringSet<> takenNames(const clang::FunctionDecl& Function, clang::ASTContext& Context);
 
 } // namespace accelerate::passes
 

@@ -55,6 +55,11 @@ static cl::list<std::string> LogWith(
              "AcceleratorOptions().log_with takes: tensorboard, jsonl, csv, all, or a registered one); "
              "runs the tracking pass"),
     cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
+static cl::opt<bool> ProgressBar(
+    "progress-bar",
+    cl::desc("Show a progress bar over the training loop on the main process (accelerate::ProgressBar, over "
+             "its step count or its data loader); runs the progress-bar pass"),
+    cl::cat(Category));
 static cl::opt<std::string>
     ProjectName("project-name",
                 cl::desc("With --log-with: the project init_trackers names, where the trackers write "
@@ -121,6 +126,14 @@ bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
     usageError("--log-with needs the tracking pass, and --disable=tracking leaves it out; drop one of them");
     return false;
   }
+  // --progress-bar switches the progress-bar pass on, as --log-with does the tracking pass.
+  constexpr llvm::StringLiteral Progress = "progress-bar";
+  if (ProgressBar && llvm::is_contained(DisabledPasses, Progress)) {
+    usageError(
+        "--progress-bar needs the progress-bar pass, and --disable=progress-bar leaves it out; drop one "
+        "of them");
+    return false;
+  }
   for (const std::string& Name : EnabledPasses)
     if (llvm::is_contained(DisabledPasses, Name)) {
       usageError("--enable and --disable both name the pass '" + Name + "'; drop one of them");
@@ -132,10 +145,15 @@ bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
                "--log-with=tensorboard)");
     return false;
   }
+  if (!ProgressBar &&
+      (llvm::is_contained(OnlyPasses, Progress) || llvm::is_contained(EnabledPasses, Progress))) {
+    usageError("the progress-bar pass needs --progress-bar (it adds the bar only when asked to)");
+    return false;
+  }
   for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses()) {
     bool Wanted = OnlyPasses.empty() ? Pass.OnByDefault : llvm::is_contained(OnlyPasses, Pass.Name);
-    Wanted =
-        Wanted || llvm::is_contained(EnabledPasses, Pass.Name) || (Pass.Name == Tracking && !LogWith.empty());
+    Wanted = Wanted || llvm::is_contained(EnabledPasses, Pass.Name) ||
+             (Pass.Name == Tracking && !LogWith.empty()) || (Pass.Name == Progress && ProgressBar);
     if (Wanted && !llvm::is_contained(DisabledPasses, Pass.Name))
       Selected.push_back(Pass);
   }
@@ -244,6 +262,7 @@ int main(int argc, const char** argv) {
   if (!trackerNames(Options.Settings.LogWith) || !projectName(Options.Settings.ProjectName) ||
       !selectPasses(Options.Passes) || !resume(Options.Passes, Options.Settings.Resume))
     return 1;
+  Options.Settings.ProgressBar = ProgressBar;
   static int AddressInThisBinary;
   Options.InputFiles = Files;
   Options.Headers = Headers;

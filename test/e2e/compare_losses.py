@@ -8,9 +8,14 @@ distributed run — the single value the main process prints when the program re
 rewriter makes of a printed loss), or the mean of the values the ranks print (mean-reduced losses over equal
 per-rank batches) — must equal the plain run's within --rtol, and the value named by --must-fall must be lower at
 the last printed step than at the first. Each run works in a fresh temporary directory (examples save files).
+
+With --progress-total N (an example built with PROGRESS_BAR), the distributed run's output, a pipe, must also hold
+the progress bar's plain lines (`train:  12% 5/41 [...]`): from rank 0 only, without carriage returns or terminal
+escapes, at most one per tenth of the total and one at the end, the last at N/N.
 """
 import argparse
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -21,6 +26,24 @@ from step_lines import run as run_with_timeout, values_by_rank  # noqa: E402
 
 def run(command, timeout, cwd):
     return run_with_timeout(command, timeout, cwd, "compare_losses")
+
+
+def progress_failures(output, total):
+    """What is wrong with the progress bar's lines in a piped run's output (empty when nothing is)."""
+    failures = []
+    if "\r" in output or "\033" in output:
+        failures.append("the piped output holds carriage returns or terminal escapes (a bar drawn in place)")
+    bar = re.compile(r"^(?:\[rank(\d+)\]: )?train: +\d+% (\d+)/(\d+) \[")
+    lines = [match for match in map(bar.match, output.splitlines()) if match]
+    ranks = sorted({int(match.group(1) or 0) for match in lines})
+    if ranks != [0]:
+        failures.append(f"progress lines came from ranks {ranks}, expected rank 0 only")
+    elif not 2 <= len(lines) <= 11:
+        failures.append(f"{len(lines)} progress lines, expected one per tenth of the total (at most 11)")
+    elif (int(lines[-1].group(2)), int(lines[-1].group(3))) != (total, total):
+        failures.append(f"the last progress line reads {lines[-1].group(2)}/{lines[-1].group(3)}, expected "
+                        f"{total}/{total}")
+    return failures
 
 
 def main():
@@ -34,6 +57,7 @@ def main():
     parser.add_argument("--must-fall", default="loss", help="the printed value that must fall over the run")
     parser.add_argument("--plain-args", default="", help="arguments of the plain run")
     parser.add_argument("--distributed-args", default="", help="arguments of each rank")
+    parser.add_argument("--progress-total", type=int, help="the total of the progress bar the example shows")
     options = parser.parse_args()
     # The runs work in temporary directories: resolve the programs first.
     for name in ("plain", "distributed", "accel"):
@@ -73,6 +97,8 @@ def main():
     elif not plain[last] < plain[first]:
         failures.append(f"{options.must_fall} did not fall: step {first[0]} {plain[first]} -> "
                         f"step {last[0]} {plain[last]}")
+    if options.progress_total:
+        failures += progress_failures(distributed_output, options.progress_total)
     if failures:
         print("compare_losses: FAILED:\n  " + "\n  ".join(failures))
         return 1

@@ -19,7 +19,7 @@
 // RUN: not %accel-rewrite %s --passes=backward,bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not %accel-rewrite %s --disable=bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: accel-rewrite: unknown pass 'bogus' (known: backward, accelerator, prepare, data-loader, device,
-// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, fsdp-units, tracking, distributed)
+// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, fsdp-units, tracking, progress-bar, distributed)
 // RUN: %accel-rewrite --list-passes | FileCheck %s --check-prefix=LIST
 // LIST:      backward: `X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`
 // LIST-NEXT: accelerator: declares `accelerator`
@@ -33,6 +33,7 @@
 // LIST-NEXT: layers: {{.*}} [off by default]
 // LIST-NEXT: fsdp-units: {{.*}} [off by default]
 // LIST-NEXT: tracking: with `--log-with NAME,...`: {{.*}} [off by default]
+// LIST-NEXT: progress-bar: with `--progress-bar`: {{.*}} [off by default]
 // LIST-NEXT: distributed:
 // RUN: %accel-rewrite --help | FileCheck %s --check-prefix=HELP
 // HELP: accel-rewrite FILE [-o OUT | -i | --diff | --check] [--explain] [-p BUILD_DIR] [-- compile flags]
@@ -50,5 +51,6 @@
 // HELP: -o <file>
 // HELP: -p <string>
 // HELP: --passes=<name,...>
+// HELP: --progress-bar
 
 int main() {}

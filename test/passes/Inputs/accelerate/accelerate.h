@@ -135,6 +135,23 @@ template <typename Module, typename... InputsAndBody> decltype(auto) unit(Module
 }
 } // namespace fsdp
 
+class ProgressBar {
+public:
+  explicit ProgressBar(int64_t total = 0, std::string description = "");
+  void update(int64_t steps = 1);
+  void close();
+  int64_t count() const;
+  bool shown() const;
+};
+template <typename Range> class ProgressRange {
+public:
+  ProgressRange(Range& range, std::string description);
+  decltype(std::declval<Range&>().begin()) begin();
+  decltype(std::declval<Range&>().end()) end();
+  ProgressBar& bar();
+};
+template <typename Range> ProgressRange<Range> progress_bar(Range& range, std::string description = "");
+
 bool is_restart();
 bool checkpoint_exists(const std::string& directory);
 bool restarted_with_checkpoint(const std::string& directory);
