@@ -21,6 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 std::atomic<int> bars_shown{0};
 
+/// The bar last drawn in place on the terminal and not closed: a printed line clears it and draws it again.
+std::mutex drawn_mutex;
+ProgressState* drawn_in_place = nullptr;
+
 struct LoggedLoss {
   std::mutex mutex;
   std::string name;
@@ -112,13 +116,15 @@ struct ProgressState {
     return text;
   }
 
-  void draw(bool final) {
+  void draw(bool final, bool now_anyway = false) {
     const auto now = Clock::now();
     if (terminal) {
-      if (final || now - last_drawn >= std::chrono::milliseconds(100)) {
+      if (final || now_anyway || now - last_drawn >= std::chrono::milliseconds(100)) {
         // \r returns to the start of the line, \033[K clears what a longer earlier state left.
         write_out("\r" + render() + "\033[K" + (final ? "\n" : ""));
         last_drawn = now;
+        std::lock_guard<std::mutex> lock(drawn_mutex);
+        drawn_in_place = final ? (drawn_in_place == this ? nullptr : drawn_in_place) : this;
       }
       return;
     }
@@ -142,6 +148,22 @@ bool progress_bar_shown() {
   return bars_shown.load() > 0;
 }
 
+void before_printed_line() {
+  std::lock_guard<std::mutex> lock(drawn_mutex);
+  if (drawn_in_place != nullptr) {
+    write_out("\r\033[K"); // the line goes where the bar was
+  }
+}
+
+void after_printed_line() {
+  std::lock_guard<std::mutex> lock(drawn_mutex);
+  if (drawn_in_place != nullptr) {
+    std::fflush(stdout);
+    write_out("\r" + drawn_in_place->render() + "\033[K");
+    drawn_in_place->last_drawn = Clock::now();
+  }
+}
+
 void note_logged_loss(const std::string& name, double value) {
   auto& last = logged_loss();
   std::lock_guard<std::mutex> lock(last.mutex);
@@ -161,7 +183,7 @@ ProgressBar::ProgressBar(int64_t total, std::string description) {
   state_->terminal = ::isatty(STDOUT_FILENO) == 1;
   ++detail::bars_shown;
   if (state_->terminal) {
-    state_->draw(false);
+    state_->draw(false, /*now_anyway=*/true); // the bar shows from the start, at 0
   }
 }
 
@@ -193,6 +215,12 @@ void ProgressBar::close() {
   }
   state_->closed = true;
   state_->draw(true);
+  {
+    std::lock_guard<std::mutex> lock(detail::drawn_mutex);
+    if (detail::drawn_in_place == state_.get()) {
+      detail::drawn_in_place = nullptr;
+    }
+  }
   --detail::bars_shown;
 }
 

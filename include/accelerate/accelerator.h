@@ -34,6 +34,10 @@ namespace detail {
 struct AcceleratorState;
 /// The runtime's internal state of `accelerator`, for the runtime's own components and tests.
 AcceleratorState& internal_state(Accelerator& accelerator);
+/// Around a line `Accelerator::print` writes: a progress bar drawn in place on the terminal is cleared first
+/// and drawn again under the line, as tqdm's `write` does (runtime/progress.cpp).
+void before_printed_line();
+void after_printed_line();
 
 template <typename T, typename = void> struct is_module_holder : std::false_type {};
 template <typename T>
@@ -401,7 +405,9 @@ public:
       std::ostringstream line;
       line.copyfmt(std::cout);
       (line << ... << args);
+      detail::before_printed_line();
       std::cout << line.str() << std::endl;
+      detail::after_printed_line();
       std::cout.copyfmt(line);
     }
   }

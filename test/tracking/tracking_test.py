@@ -18,7 +18,8 @@ Scenarios (each one ctest test, see CMakeLists.txt):
                              number, a log before init_trackers: a clear message each, training goes on.
   project-dir                the default ./runs, and ACCEL_PROJECT_DIR overriding it.
   logger                     get_logger: the main process only, every process with its rank, ACCELERATE_LOG_LEVEL.
-  progress-terminal          in a pseudo-terminal (util-linux `script`) the bar redraws one line with a moving count.
+  progress-terminal          in a pseudo-terminal (util-linux `script`) the bar redraws one line with a moving count;
+                             a line accelerator.print writes clears it and the bar comes back under it.
   progress-pipe              through a pipe, plain lines from the main process; the other rank prints none.
 Exits 77 (a ctest skip) with the reason when a scenario cannot run here.
 """
@@ -382,7 +383,7 @@ def progress_terminal(runner):
         print("SKIPPED: util-linux `script` is not installed")
         return SKIP
     command = " ".join([runner.train, "--progress", "--log-with", "jsonl", "--dataset", "160", "--batch", "4",
-                        "--step-delay-ms", "40"])
+                        "--step-delay-ms", "40", "--print-every", "5"])
     typescript = os.path.join(runner.work, "typescript")
     done = subprocess.run(["script", "-q", "-e", "-c", command, typescript], cwd=runner.work, capture_output=True,
                           timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -395,6 +396,10 @@ def progress_terminal(runner):
           f"the bar did not redraw a moving count up to 40/40 in place: {counts}\n{screen!r}")
     check(re.search(r"100%\|#{20}\| 40/40 \[\d\d:\d\d<00:00, [\d.]+it/s, loss=[\d.e-]+\]", screen),
           f"the last state lacks the rate, the times or the loss:\n{screen!r}")
+    # A line accelerator.print writes clears the bar's line first, and the bar comes back under it (tqdm's write).
+    printed = re.findall(r"\r\x1b\[Kprinted step (\d+)\r\n\repoch 0:", screen)
+    check(printed == [str(step) for step in range(0, 40, 5)],
+          f"accelerator.print did not clear the bar's line and draw the bar again under it: {printed}\n{screen!r}")
 
 
 def progress_pipe(runner):

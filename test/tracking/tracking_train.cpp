@@ -31,6 +31,7 @@ struct Args {
   int text_every = 3;     // log a text every k steps (0: never)
   bool progress = false;  // iterate the loader through accelerate::progress_bar
   int64_t bar_steps = -1; // >= 0: an accelerate::ProgressBar over this many steps, updated by hand
+  int print_every = 0;    // accelerator.print a line at the start of every k-th step (0: never)
   bool bad_value = false; // also log a tensor that is not a number
   bool log_before_init = false;
   bool logger = false;                // print through accelerate::get_logger
@@ -63,7 +64,8 @@ Args parse(int argc, char** argv) {
       {"--batch", [&](const std::string& v) { args.batch = std::stoll(v); }},
       {"--step-delay-ms", [&](const std::string& v) { args.step_delay_ms = std::stoi(v); }},
       {"--text-every", [&](const std::string& v) { args.text_every = std::stoi(v); }},
-      {"--bar-steps", [&](const std::string& v) { args.bar_steps = std::stoll(v); }}};
+      {"--bar-steps", [&](const std::string& v) { args.bar_steps = std::stoll(v); }},
+      {"--print-every", [&](const std::string& v) { args.print_every = std::stoi(v); }}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (auto found = switches.find(flag); found != switches.end()) {
@@ -175,6 +177,9 @@ int run(const Args& args) {
   }
   int64_t step = 0;
   auto train_step = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    if (args.print_every > 0 && step % args.print_every == 0) {
+      accelerator.print("printed step ", step);
+    }
     optimizer.zero_grad();
     auto loss = torch::mse_loss(model->forward(x), y);
     accelerator.backward(loss);
