@@ -83,7 +83,7 @@ struct Trainer {
 struct Walk {
   Walk()
       : prepared(accelerate::detail::make_ddp_engine(
-                     {torch::kCPU, {}, {}, std::make_shared<accelerate::detail::BackwardTracker>()})
+                     {torch::kCPU, {}, {}, std::make_shared<accelerate::detail::BackwardTracker>(), {}})
                      ->prepare_model(model)) {
     checked = std::make_unique<accelerate::detail::ReachAnalysis>();
     setenv("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS", "1", 1);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs one multi-process test: N ranks of a binary started by `accel launch` on loopback (with --machines M, as
-M machines: M launchers on loopback addresses, N/M ranks each).
+M machines: M launchers, N/M ranks each, on loopback addresses of their own where a network namespace can be made:
+machines.py).
 
 Fails with the ranks' output when any rank fails, and never hangs: past --timeout seconds the whole process
 tree (launcher and ranks, one process group) is killed and the test fails saying so.
@@ -15,10 +16,11 @@ import argparse
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
+
+import machines
 
 
 SKIP = 77
@@ -58,6 +60,8 @@ def main() -> int:
                         help="a string the combined output must contain (repeatable)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- binary [args...]")
     args = parser.parse_args()
+    if args.machines > 1:
+        machines.enter_machine_namespace()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no binary given after --")
@@ -75,15 +79,10 @@ def main() -> int:
     if args.machines == 1:
         launches = [[args.accel, "launch", "--num_processes", str(args.nproc), "--main_process_port", "0", *command]]
     else:
-        # Every machine's launcher on loopback, machine 0 serving the rendezvous at a port free now.
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        launches = [[args.accel, "launch", "--num_machines", str(args.machines), "--machine_rank", str(machine),
-                     "--num_processes", str(args.nproc), "--main_process_ip", "127.0.0.1", "--main_process_port",
-                     str(port), *command] for machine in range(args.machines)]
-    processes = [subprocess.Popen(launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True, text=True, errors="replace") for launch in launches]
+        launches = machines.launch_commands(args.accel, args.machines, args.nproc, command)
+    processes = [subprocess.Popen(launch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  env=machines.env_of(machine, env), start_new_session=True, text=True,
+                                  errors="replace") for machine, launch in enumerate(launches)]
     outputs = [""] * len(processes)
     deadline = time.monotonic() + args.timeout
     try:
