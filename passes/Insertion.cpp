@@ -146,6 +146,22 @@ clang::SourceLocation braceLocationBefore(const clang::Stmt& S, clang::ASTContex
   return Token.getLocWithOffset(Length);
 }
 
+/// `Text` with `Indent` after each of its line breaks: a multi-line insertion indented like its place.
+std::string indentLines(llvm::StringRef Text, llvm::StringRef Indent) {
+  std::string Out;
+  for (char C : Text)
+    Out += C == '\n' ? "\n" + Indent.str() : std::string(1, C);
+  return Out;
+}
+
+/// An edit that inserts `Text` at `Where`.
+clang::transformer::Edit insertionAt(clang::SourceLocation Where, std::string Text) {
+  clang::transformer::Edit Edit;
+  Edit.Range = clang::CharSourceRange::getCharRange(Where, Where);
+  Edit.Replacement = std::move(Text);
+  return Edit;
+}
+
 AST_MATCHER(clang::Expr, isWholeStatementImpl) {
   clang::ASTContext& Context = Finder->getASTContext();
   clang::DynTypedNodeList Parents = Context.getParents(Node);
@@ -222,18 +238,11 @@ clang::transformer::RangeSelector statementWithSemicolon(std::string StmtId) {
 
 clang::transformer::Edit editInsertingBefore(const clang::Stmt& S, llvm::StringRef Statement,
                                              const clang::SourceManager& SM) {
-  clang::transformer::Edit Edit;
-  Edit.Range = clang::CharSourceRange::getCharRange(S.getBeginLoc(), S.getBeginLoc());
   llvm::StringRef Prefix = linePrefix(S.getBeginLoc(), SM);
-  if (!Prefix.trim().empty()) {
-    Edit.Replacement = Statement.str() + " ";
-    return Edit;
-  }
+  if (!Prefix.trim().empty())
+    return insertionAt(S.getBeginLoc(), Statement.str() + " ");
   // Each line of a multi-line insertion is indented like the statement.
-  for (char C : Statement)
-    Edit.Replacement += C == '\n' ? "\n" + Prefix.str() : std::string(1, C);
-  Edit.Replacement += "\n" + Prefix.str();
-  return Edit;
+  return insertionAt(S.getBeginLoc(), indentLines(Statement, Prefix) + "\n" + Prefix.str());
 }
 
 clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
@@ -257,27 +266,16 @@ editsInsertingAfter(const clang::Stmt& S, llvm::StringRef Statement, clang::ASTC
   clang::CharSourceRange Range = rangeWithSemicolon(S, Context);
   llvm::StringRef Prefix = linePrefix(Range.getBegin(), SM);
   std::string Indent = indentOf(Prefix).str();
-  auto Indented = [&](llvm::StringRef Text) {
-    std::string Out;
-    for (char C : Text)
-      Out += C == '\n' ? "\n" + Indent : std::string(1, C);
-    return Out;
-  };
-  auto At = [](clang::SourceLocation Where, std::string Text) {
-    clang::transformer::Edit Edit;
-    Edit.Range = clang::CharSourceRange::getCharRange(Where, Where);
-    Edit.Replacement = std::move(Text);
-    return Edit;
-  };
+  auto Indented = [&](llvm::StringRef Text) { return indentLines(Text, Indent); };
   llvm::SmallVector<clang::transformer::Edit, 1> Edits;
   clang::SourceLocation Brace = braceLocationBefore(S, Context);
   if (Brace.isValid()) {
-    Edits.push_back(At(Brace, " {"));
+    Edits.push_back(insertionAt(Brace, " {"));
     if (!Prefix.trim().empty()) // `if (c) statement;` on one line stays on one line.
-      Edits.push_back(At(Range.getEnd(), " " + Statement.str() + " }"));
+      Edits.push_back(insertionAt(Range.getEnd(), " " + Statement.str() + " }"));
     else
-      Edits.push_back(At(Range.getEnd(), "\n" + Indent + Indented(Statement) + "\n" +
-                                             indentOf(linePrefix(Brace, SM)).str() + "}"));
+      Edits.push_back(insertionAt(Range.getEnd(), "\n" + Indent + Indented(Statement) + "\n" +
+                                                      indentOf(linePrefix(Brace, SM)).str() + "}"));
     return Edits;
   }
   // After the statement; when a `//` comment ends its line, after the comment.
@@ -286,9 +284,10 @@ editsInsertingAfter(const clang::Stmt& S, llvm::StringRef Statement, clang::ASTC
       SM.getBufferData(File).drop_front(EndOffset).take_until([](char C) { return C == '\n' || C == '\r'; });
   llvm::StringRef Trimmed = Rest.ltrim(" \t");
   if (!Prefix.trim().empty() || (!Trimmed.empty() && !Trimmed.starts_with("//")))
-    Edits.push_back(At(Range.getEnd(), " " + Statement.str()));
+    Edits.push_back(insertionAt(Range.getEnd(), " " + Statement.str()));
   else
-    Edits.push_back(At(Range.getEnd().getLocWithOffset(Rest.size()), "\n" + Indent + Indented(Statement)));
+    Edits.push_back(
+        insertionAt(Range.getEnd().getLocWithOffset(Rest.size()), "\n" + Indent + Indented(Statement)));
   return Edits;
 }
 
@@ -296,10 +295,7 @@ clang::transformer::Edit editInsertingAtBlockStart(const clang::CompoundStmt& Bl
                                                    llvm::StringRef Statement,
                                                    const clang::SourceManager& SM) {
   Placement Place = placeAfterBrace(Block, SM, Statement);
-  clang::transformer::Edit Edit;
-  Edit.Range = clang::CharSourceRange::getCharRange(Place.Where, Place.Where);
-  Edit.Replacement = std::move(Place.Text);
-  return Edit;
+  return insertionAt(Place.Where, std::move(Place.Text));
 }
 
 clang::transformer::EditGenerator insertAfterStatement(std::string StmtId,

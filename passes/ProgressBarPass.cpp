@@ -236,14 +236,7 @@ BarPlan planFor(const clang::Stmt& Run, clang::ASTContext& Context) {
 std::string barName(const clang::Stmt& Run, clang::ASTContext& Context) {
   const clang::FunctionDecl* Function = enclosingFunction(Run, Context);
   llvm::StringSet<> Taken = takenNames(*Function, Context);
-  auto FreeName = [&] {
-    for (std::string Name : {"progress", "train_progress"})
-      if (!Taken.contains(Name))
-        return Name;
-    for (int Suffix = 2;; ++Suffix)
-      if (std::string Name = "progress_" + std::to_string(Suffix); !Taken.contains(Name))
-        return Name;
-  };
+  auto FreeName = [&] { return freeName(Taken, {"progress", "train_progress"}, "progress"); };
   for (const clang::Stmt* Other : mainFileLoops(Context)) {
     const clang::FunctionDecl* Owner = enclosingFunction(*Other, Context);
     if (Other == &Run || !Owner || Owner->getCanonicalDecl() != Function->getCanonicalDecl() ||

@@ -106,14 +106,7 @@ std::optional<StepCounter> stepCounter(const clang::Stmt& Run, clang::ASTContext
       Counter.IncrementAfter = Statement;
   const clang::FunctionDecl* Function = enclosingFunction(Run, Context);
   llvm::StringSet<> Taken = takenNames(*Function, Context);
-  auto FreeName = [&] {
-    for (std::string Name : {"step", "global_step"})
-      if (!Taken.contains(Name))
-        return Name;
-    for (int Suffix = 2;; ++Suffix)
-      if (std::string Name = "step_" + std::to_string(Suffix); !Taken.contains(Name))
-        return Name;
-  };
+  auto FreeName = [&] { return freeName(Taken, {"step", "global_step"}, "step"); };
   for (const clang::Stmt* Other : runsOf(*Function, Context)) {
     std::string Name = FreeName();
     if (Other == &Run) {

@@ -1198,6 +1198,16 @@ std::optional<StepCounterFact> existingStepCounter(const clang::Stmt& Run, clang
   return std::nullopt;
 }
 
+std::string freeName(const llvm::StringSet<>& Taken, std::initializer_list<const char*> Preferred,
+                     llvm::StringRef Stem) {
+  for (const char* Name : Preferred)
+    if (!Taken.contains(Name))
+      return Name;
+  for (int Suffix = 2;; ++Suffix)
+    if (std::string Name = Stem.str() + "_" + std::to_string(Suffix); !Taken.contains(Name))
+      return Name;
+}
+
 llvm::StringSet<> takenNames(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
   llvm::StringSet<> Taken;
   for (const clang::ParmVarDecl* Parameter : Function.parameters())

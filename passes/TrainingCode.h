@@ -7,6 +7,7 @@
 #include "clang/Basic/FileEntry.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <initializer_list>
 #include <optional>
 
 #include <string>
@@ -222,6 +223,10 @@ std::optional<StepCounterFact> existingStepCounter(const clang::Stmt& Run, clang
 /// The names a new local of `Function` must not take: its variables and parameters, and the main file's
 /// top-level names.
 llvm::StringSet<> takenNames(const clang::FunctionDecl& Function, clang::ASTContext& Context);
+
+/// A name for a new local: the first of `Preferred` not in `Taken`, else `<Stem>_2`, `<Stem>_3`, ...
+std::string freeName(const llvm::StringSet<>& Taken, std::initializer_list<const char*> Preferred,
+                     llvm::StringRef Stem);
 
 } // namespace accelerate::passes
 
