@@ -120,40 +120,42 @@ bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
         usageError("unknown pass '" + Name + "' (known: " + List + ")");
         return false;
       }
-  // --log-with switches the tracking pass on; the pass has nothing to do without it.
-  constexpr llvm::StringLiteral Tracking = "tracking";
-  if (!LogWith.empty() && llvm::is_contained(DisabledPasses, Tracking)) {
-    usageError("--log-with needs the tracking pass, and --disable=tracking leaves it out; drop one of them");
-    return false;
-  }
-  // --progress-bar switches the progress-bar pass on, as --log-with does the tracking pass.
-  constexpr llvm::StringLiteral Progress = "progress-bar";
-  if (ProgressBar && llvm::is_contained(DisabledPasses, Progress)) {
-    usageError(
-        "--progress-bar needs the progress-bar pass, and --disable=progress-bar leaves it out; drop one "
-        "of them");
-    return false;
-  }
+  // The passes a flag switches on, which have nothing to do without it: the flag with --disable of its pass,
+  // or the pass named without its flag, is an error.
+  struct FlagPass {
+    llvm::StringLiteral Pass;
+    bool On;
+    const char* Flag;
+    const char* Without;
+  };
+  const FlagPass FlagPasses[] = {
+      {"tracking", !LogWith.empty(), "--log-with",
+       "the tracking pass needs --log-with=NAME,... (the trackers to log to, e.g. --log-with=tensorboard)"},
+      {"progress-bar", ProgressBar, "--progress-bar",
+       "the progress-bar pass needs --progress-bar (it adds the bar only when asked to)"},
+  };
+  for (const FlagPass& Switch : FlagPasses)
+    if (Switch.On && llvm::is_contained(DisabledPasses, Switch.Pass)) {
+      usageError(std::string(Switch.Flag) + " needs the " + Switch.Pass.str() +
+                 " pass, and --disable=" + Switch.Pass.str() + " leaves it out; drop one of them");
+      return false;
+    }
   for (const std::string& Name : EnabledPasses)
     if (llvm::is_contained(DisabledPasses, Name)) {
       usageError("--enable and --disable both name the pass '" + Name + "'; drop one of them");
       return false;
     }
-  if (LogWith.empty() &&
-      (llvm::is_contained(OnlyPasses, Tracking) || llvm::is_contained(EnabledPasses, Tracking))) {
-    usageError("the tracking pass needs --log-with=NAME,... (the trackers to log to, e.g. "
-               "--log-with=tensorboard)");
-    return false;
-  }
-  if (!ProgressBar &&
-      (llvm::is_contained(OnlyPasses, Progress) || llvm::is_contained(EnabledPasses, Progress))) {
-    usageError("the progress-bar pass needs --progress-bar (it adds the bar only when asked to)");
-    return false;
-  }
+  for (const FlagPass& Switch : FlagPasses)
+    if (!Switch.On &&
+        (llvm::is_contained(OnlyPasses, Switch.Pass) || llvm::is_contained(EnabledPasses, Switch.Pass))) {
+      usageError(Switch.Without);
+      return false;
+    }
   for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses()) {
     bool Wanted = OnlyPasses.empty() ? Pass.OnByDefault : llvm::is_contained(OnlyPasses, Pass.Name);
     Wanted = Wanted || llvm::is_contained(EnabledPasses, Pass.Name) ||
-             (Pass.Name == Tracking && !LogWith.empty()) || (Pass.Name == Progress && ProgressBar);
+             llvm::any_of(FlagPasses,
+                          [&](const FlagPass& Switch) { return Switch.On && Switch.Pass == Pass.Name; });
     if (Wanted && !llvm::is_contained(DisabledPasses, Pass.Name))
       Selected.push_back(Pass);
   }
