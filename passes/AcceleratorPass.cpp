@@ -2,17 +2,9 @@
 // runs.
 #include "passes/AcceleratorPass.h"
 
-#include "passes/AccumulatePass.h"
-#include "passes/BackwardPass.h"
-#include "passes/CheckpointPass.h"
-#include "passes/ClipPass.h"
-#include "passes/DataLoaderPass.h"
-#include "passes/DevicePass.h"
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
-#include "passes/MainProcessPass.h"
-#include "passes/PreparePass.h"
-#include "passes/TrackingPass.h"
+#include "passes/Registry.h"
 #include "passes/TrainingCode.h"
 
 #include "clang/AST/ASTContext.h"
@@ -20,6 +12,10 @@
 #include "clang/ASTMatchers/ASTMatchFinder.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 #include "llvm/Support/FormatVariadic.h"
+
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace accelerate::passes {
 namespace {
@@ -65,12 +61,48 @@ AST_MATCHER(clang::FunctionDecl, isLambdaCallOperator) {
   return Method && Method->getParent()->isLambda();
 }
 
-/// Everything the other passes rewrite into a use of `accelerator`.
+/// Everything the other passes rewrite into a use of `accelerator`: the PassInfo::UsesAccelerator of every
+/// row of the registry, whether or not the pass runs in this rewrite (each such matcher asks isPassEnabled()
+/// itself where it matters).
 StatementMatcher usesAccelerator() {
-  return stmt(anyOf(rewritableBackwardCall(), preparedDeclaration(), preparedAssignment(),
-                    preparedMemberBuild(), preparedLoaderDeclaration(), deviceSiteUsingAccelerator(),
-                    accumulatedLoop(), clipCall(), mainProcessOutput(), guardedSave(),
-                    fileStreamOpenedByEveryProcess(), trackedTrainingLoop()));
+  std::vector<clang::ast_matchers::internal::DynTypedMatcher> Uses;
+  for (const PassInfo& Pass : allPasses())
+    if (Pass.UsesAccelerator)
+      Uses.push_back(Pass.UsesAccelerator());
+  if (Uses.empty())
+    return stmt(unless(stmt()));
+  return stmt(clang::ast_matchers::internal::DynTypedMatcher::constructVariadic(
+                  clang::ast_matchers::internal::DynTypedMatcher::VO_AnyOf,
+                  clang::ASTNodeKind::getFromNodeKind<clang::Stmt>(), std::move(Uses))
+                  .unconditionalConvertTo<clang::Stmt>());
+}
+
+/// The main file's top-level declarations the other passes make `main` use `accelerator` for: the
+/// PassInfo::UsesAcceleratorInMain of every row of the registry. Null when no row has one.
+std::optional<DeclarationMatcher> usesAcceleratorInMain() {
+  std::vector<clang::ast_matchers::internal::DynTypedMatcher> Uses;
+  for (const PassInfo& Pass : allPasses())
+    if (Pass.UsesAcceleratorInMain)
+      Uses.push_back(Pass.UsesAcceleratorInMain());
+  if (Uses.empty())
+    return std::nullopt;
+  return decl(clang::ast_matchers::internal::DynTypedMatcher::constructVariadic(
+                  clang::ast_matchers::internal::DynTypedMatcher::VO_AnyOf,
+                  clang::ASTNodeKind::getFromNodeKind<clang::Decl>(), std::move(Uses))
+                  .unconditionalConvertTo<clang::Decl>());
+}
+
+/// The options the other passes give the accelerator (PassInfo::AcceleratorOptions), chained onto
+/// `accelerate::AcceleratorOptions()`; empty when none gives any.
+std::string acceleratorOptions() {
+  std::string Setters;
+  for (const PassInfo& Pass : allPasses())
+    if (Pass.AcceleratorOptions) {
+      std::string Setter = Pass.AcceleratorOptions();
+      if (!Setter.empty())
+        Setters += "." + Setter;
+    }
+  return Setters.empty() ? "" : "accelerate::AcceleratorOptions()" + Setters;
 }
 
 AST_MATCHER_P(clang::FunctionDecl, hasUseOfAccelerator, StatementMatcher, Uses) {
@@ -95,17 +127,6 @@ std::vector<const clang::FunctionDecl*> functionsUsingAccelerator(clang::ASTCont
       Result.push_back(Found.getNodeAs<clang::FunctionDecl>("function"));
   }
   return Result;
-}
-
-/// `main`, defined in the main file.
-const clang::FunctionDecl* mainFunction(clang::ASTContext& Context) {
-  const clang::SourceManager& SM = Context.getSourceManager();
-  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-    if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
-      if (Function->isMain() && Function->hasBody() &&
-          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
-        return Function;
-  return nullptr;
 }
 
 /// A reference a template leaves unresolved (`run_epoch(net, ...)` with a dependent argument,
@@ -169,7 +190,7 @@ bool isCalledInMainFile(const clang::FunctionDecl& Function, clang::ASTContext& 
 bool ownsAccelerator(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
   if (Function.isMain())
     return true;
-  if (mainFunction(Context))
+  if (mainFunctionOfMainFile(Context))
     return false;
   // A header is not where a program starts, and several files include it: its functions reach the one
   // accelerator through current(), whichever file is rewritten.
@@ -213,13 +234,16 @@ bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::Fu
   return false;
 }
 
-/// The main file has a global optimizer whose models are prepared at the start of main.
+/// The rewritten files have a top-level declaration that makes main use `accelerator` (a global optimizer
+/// whose models are prepared at the start of main).
 bool hasPreparedGlobal(clang::ASTContext& Context) {
+  std::optional<DeclarationMatcher> InMain = usesAcceleratorInMain();
+  if (!InMain)
+    return false;
   const clang::SourceManager& SM = Context.getSourceManager();
   for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
     if (isInRewrittenFile(SM, TopLevel->getLocation()) &&
-        !match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                        decl(anyOf(preparedGlobalOptimizer(), hasDescendant(preparedGlobalOptimizer())))),
+        !match(traverse(clang::TK_IgnoreUnlessSpelledInSource, decl(anyOf(*InMain, hasDescendant(*InMain)))),
                *TopLevel, Context)
              .empty())
       return true;
@@ -247,7 +271,7 @@ Stencil declarationText() {
     const auto* Function = Result.Nodes.getNodeAs<clang::FunctionDecl>(FunctionId);
     if (!ownsAccelerator(*Function, *Result.Context))
       return "auto& accelerator = accelerate::Accelerator::current();";
-    std::string Options = trackedAcceleratorOptions();
+    std::string Options = acceleratorOptions();
     return Options.empty() ? "accelerate::Accelerator accelerator;"
                            : "accelerate::Accelerator accelerator(" + Options + ");";
   });
@@ -275,7 +299,7 @@ Stencil explainPlacement() {
     if (!ownsAccelerator(*Function, *Result.Context))
       return Why +
              llvm::formatv("'{0}' reaches the one {1} declared through accelerate::Accelerator::current()",
-                           Name, mainFunction(*Result.Context) ? "main" : "its caller")
+                           Name, mainFunctionOfMainFile(*Result.Context) ? "main" : "its caller")
                  .str();
     return Why +
            llvm::formatv("this file has no main, and no function of it calls '{0}', so it is declared at "

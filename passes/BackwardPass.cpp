@@ -2,7 +2,6 @@
 #include "passes/BackwardPass.h"
 
 #include "passes/Macros.h"
-#include "passes/Templates.h"
 #include "passes/TrainingCode.h"
 
 #include "clang/AST/ASTContext.h"
@@ -23,14 +22,6 @@ constexpr char CallId[] = "call";
 constexpr char TensorId[] = "tensor";
 constexpr char FirstArgId[] = "firstArg";
 constexpr char DependentCalleeId[] = "dependentCallee";
-
-/// `X.backward(...)` or `p->backward(...)` where backward is a member of at::Tensor (or of a class derived
-/// from it), in the user's code.
-StatementMatcher tensorBackwardCall() {
-  auto TensorClass = cxxRecordDecl(isSameOrDerivedFrom(hasAnyName("::at::Tensor", "::at::TensorBase")));
-  return cxxMemberCallExpr(callee(cxxMethodDecl(hasName("backward"), ofClass(TensorClass))),
-                           unless(isExpansionInSystemHeader()));
-}
 
 /// The tensor as the first argument of accelerator.backward: `*p` for a (smart) pointer, parenthesised when
 /// it is a comma expression, which would otherwise become two arguments.
@@ -67,21 +58,11 @@ Stencil trailingArguments() {
   });
 }
 
-/// A call written in a template as `X.backward(...)` with a dependent X, which every instantiation of the
-/// template makes a tensor backward call: rewriting the template as written is then right for all of them.
-AST_MATCHER(clang::CallExpr, isTensorBackwardInEveryInstantiation) {
-  clang::ASTContext& Context = Finder->getASTContext();
-  return holdsInEveryInstantiation(Node, Context, [&](const clang::Stmt& Instantiated) {
-    return !match(traverse(clang::TK_AsIs, tensorBackwardCall()), Instantiated, Context).empty();
-  });
-}
-
-/// `X.backward(...)` spelled with a dependent X, in a template.
-StatementMatcher dependentBackwardCall() {
-  return callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("backward"),
-                                                     hasObjectExpression(expr().bind(TensorId)))
+/// A dependentBackwardCall(), with its tensor, callee, first argument and call bound for the rewrite.
+StatementMatcher boundDependentBackwardCall() {
+  return callExpr(dependentBackwardCall(),
+                  callee(cxxDependentScopeMemberExpr(hasObjectExpression(expr().bind(TensorId)))
                              .bind(DependentCalleeId)),
-                  isDependentCall(), unless(isExpansionInSystemHeader()),
                   optionally(hasArgument(0, expr().bind(FirstArgId))))
       .bind(CallId);
 }
@@ -97,12 +78,6 @@ Stencil macroWarning() {
 
 } // namespace
 
-StatementMatcher rewritableBackwardCall() {
-  return stmt(anyOf(cxxMemberCallExpr(tensorBackwardCall()),
-                    callExpr(dependentBackwardCall(), isTensorBackwardInEveryInstantiation())),
-              unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()));
-}
-
 PassRule backwardPass() {
   auto Call =
       cxxMemberCallExpr(tensorBackwardCall(), on(expr().bind(TensorId)),
@@ -114,16 +89,18 @@ PassRule backwardPass() {
                  "and gradient accumulation, and synchronises gradients across processes");
   return applyFirst<std::string>({
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                        stmt(anyOf(Call, dependentBackwardCall()), isInMacroExpansion(), InScope)),
+                        stmt(anyOf(Call, boundDependentBackwardCall()), isInMacroExpansion(), InScope)),
                noopEdit(expansion(node(CallId))), macroWarning()),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                        callExpr(dependentBackwardCall(), isTensorBackwardInEveryInstantiation(), InScope)),
-               changeTo(node(CallId), Replacement), Why),
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, callExpr(dependentBackwardCall(), InScope)),
-               noopEdit(expansion(node(CallId))),
-               cat("backward call in a template not rewritten: the tensor's type depends on a template "
-                   "parameter, and not every instantiation of the template calls at::Tensor::backward; call "
-                   "accelerator.backward(<tensor>, ...) there by hand")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   callExpr(boundDependentBackwardCall(), isTensorBackwardInEveryInstantiation(), InScope)),
+          changeTo(node(CallId), Replacement), Why),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, callExpr(boundDependentBackwardCall(), InScope)),
+          noopEdit(expansion(node(CallId))),
+          cat("backward call in a template not rewritten: the tensor's type depends on a template "
+              "parameter, and not every instantiation of the template calls at::Tensor::backward; call "
+              "accelerator.backward(<tensor>, ...) there by hand")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(Call, InScope)),
                changeTo(node(CallId), Replacement), Why),
   });

@@ -4,8 +4,6 @@
 
 #include "passes/Registry.h"
 
-#include "clang/ASTMatchers/ASTMatchers.h"
-
 namespace accelerate::passes {
 
 /// Rewrites every call of `at::Tensor::backward` in the user's code, on any tensor expression, into a call
@@ -22,11 +20,6 @@ namespace accelerate::passes {
 /// functions that already use the runtime are left alone. In a template, a call whose tensor is dependent is
 /// rewritten when every instantiation calls `at::Tensor::backward`, and reported otherwise.
 PassRule backwardPass();
-
-/// Matches the calls backwardPass() rewrites: `at::Tensor::backward` (or a class derived from at::Tensor),
-/// outside system headers and macro expansions, in a training file. Other passes use it to find where the
-/// training step is.
-clang::ast_matchers::StatementMatcher rewritableBackwardCall();
 
 } // namespace accelerate::passes
 

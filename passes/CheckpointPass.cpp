@@ -337,11 +337,8 @@ AST_MATCHER(clang::FunctionDecl, isFileAnchor) {
     return false;
   if (Node.isMain())
     return true;
-  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
-    const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel);
-    if (Function && Function->isMain() && SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
-      return false;
-  }
+  if (mainFunctionOfMainFile(Context))
+    return false;
   for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls()) {
     const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel);
     if (Function && Function->doesThisDeclarationHaveABody() &&
@@ -408,6 +405,10 @@ StatementMatcher fileStreamOpenedByEveryProcess() {
                   unless(isInMacroExpansion()), isInTrainingOrEvaluationCode(),
                   unless(isInDistributedFunction()))
       .bind(StatementId);
+}
+
+StatementMatcher checkpointUsesAccelerator() {
+  return stmt(anyOf(guardedSave(), fileStreamOpenedByEveryProcess()));
 }
 
 PassRule checkpointPass() {

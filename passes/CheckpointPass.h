@@ -32,6 +32,10 @@ clang::ast_matchers::StatementMatcher guardedSave();
 /// processes other than the main one (it uses `accelerator`).
 clang::ast_matchers::StatementMatcher fileStreamOpenedByEveryProcess();
 
+/// Matches every statement checkpointPass() makes use `accelerator` (guardedSave(),
+/// fileStreamOpenedByEveryProcess()): its registry row's PassInfo::UsesAccelerator.
+clang::ast_matchers::StatementMatcher checkpointUsesAccelerator();
+
 } // namespace accelerate::passes
 
 #endif // ACCELERATE_PASSES_CHECKPOINTPASS_H

@@ -1,6 +1,8 @@
 // passes/Insertion.cpp: statement insertion at the start of a block, laid out like the surrounding code.
 #include "passes/Insertion.h"
 
+#include "passes/TrainingCode.h"
+
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/Decl.h"
 #include "clang/AST/ParentMapContext.h"
@@ -66,14 +68,10 @@ Placement placeAfterBrace(const clang::CompoundStmt& Block, const clang::SourceM
 
 /// The body of `main`, when the main file defines it.
 llvm::Expected<const clang::CompoundStmt*> mainBody(const MatchFinder::MatchResult& Result) {
-  const clang::SourceManager& SM = *Result.SourceManager;
-  for (const clang::Decl* TopLevel : Result.Context->getTranslationUnitDecl()->decls())
-    if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
-      if (Function->isMain() && Function->hasBody() &&
-          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
-        if (const auto* Body = llvm::dyn_cast<clang::CompoundStmt>(Function->getBody()))
-          if (!Body->getLBracLoc().isMacroID())
-            return Body;
+  if (const clang::FunctionDecl* Main = mainFunctionOfMainFile(*Result.Context))
+    if (const auto* Body = llvm::dyn_cast<clang::CompoundStmt>(Main->getBody()))
+      if (!Body->getLBracLoc().isMacroID())
+        return Body;
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                  "insertAtStartOfMain: the main file defines no main (outside macros)");
 }

@@ -150,18 +150,6 @@ EditGenerator prepareModels() {
   };
 }
 
-/// The main file defines `main`.
-AST_MATCHER(clang::Decl, mainFileDefinesMain) {
-  clang::ASTContext& Context = Finder->getASTContext();
-  const clang::SourceManager& SM = Context.getSourceManager();
-  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-    if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
-      if (Function->isMain() && Function->hasBody() &&
-          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
-        return true;
-  return false;
-}
-
 AST_MATCHER(clang::Decl, isInTrainingFileDecl) {
   return mainFileTrains(Finder->getASTContext());
 }
@@ -600,12 +588,16 @@ StatementMatcher preparedAssignment() {
 }
 
 DeclarationMatcher preparedGlobalOptimizer() {
-  return decl(globalOptimizer(), mainFileDefinesMain());
+  return decl(globalOptimizer(), isInFileWithMain());
 }
 
 StatementMatcher preparedDeclaration() {
   return declStmt(anyOf(declarationOf(isOptimizerType()), declarationOf(isSchedulerType())),
                   hasSingleDecl(varDecl(anyOf(hasType(isSchedulerType()), trainsSomeModel()))));
+}
+
+StatementMatcher prepareUsesAccelerator() {
+  return stmt(anyOf(preparedDeclaration(), preparedAssignment(), preparedMemberBuild()));
 }
 
 PassRule preparePass() {

@@ -57,6 +57,10 @@ clang::ast_matchers::StatementMatcher preparedMemberBuild();
 /// Matches a global optimizer whose (global) models preparePass() prepares at the start of `main`.
 clang::ast_matchers::DeclarationMatcher preparedGlobalOptimizer();
 
+/// Matches every statement preparePass() makes use `accelerator` (preparedDeclaration(),
+/// preparedAssignment(), preparedMemberBuild()): its registry row's PassInfo::UsesAccelerator.
+clang::ast_matchers::StatementMatcher prepareUsesAccelerator();
+
 } // namespace accelerate::passes
 
 #endif // ACCELERATE_PASSES_PREPAREPASS_H

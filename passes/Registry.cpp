@@ -15,64 +15,119 @@
 #include "passes/PreparePass.h"
 #include "passes/ProgressBarPass.h"
 #include "passes/TrackingPass.h"
+#include "passes/TrainingCode.h"
 
 #include "llvm/ADT/STLExtras.h"
 
 namespace accelerate::passes {
 
+// Each row: Name, MakeRule, Summary, OnByDefault, WhenNothingFound, LeavesAlone, TurnedOnBy, UsesAccelerator,
+// UsesAcceleratorInMain, AcceleratorOptions (PassInfo, in that order; later ones may be left out).
+// scripts/passes_table.py reads the rows' texts for docs/passes.md's table: after changing one, run
+// `python3 scripts/passes_table.py --update`.
 llvm::ArrayRef<PassInfo> allPasses() {
   static const PassInfo Passes[] = {
       {"backward", backwardPass,
-       "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`"},
+       "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"calls from a macro; in a template, calls not every instantiation makes a tensor call",
+       /*TurnedOnBy=*/{}, /*UsesAccelerator=*/trainingBackwardCall},
       {"accelerator", acceleratorPass,
        "declares `accelerator` (in main, or `Accelerator::current()` elsewhere) where the rewritten code "
        "uses it, "
-       "and includes <accelerate/accelerate.h>"},
+       "and includes <accelerate/accelerate.h>",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"files that already have an accelerator"},
       {"prepare", preparePass,
        "optimizers and schedulers become `accelerator.prepare(...)`; the models an optimizer trains are "
        "prepared "
-       "before it"},
+       "before it",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/
+       "optimizers over loose tensors; member optimizers used in ways a prepared one does not "
+       "support (warnings)",
+       /*TurnedOnBy=*/{}, /*UsesAccelerator=*/prepareUsesAccelerator,
+       /*UsesAcceleratorInMain=*/preparedGlobalOptimizer},
       {"data-loader", dataLoaderPass,
        "`torch::data::make_data_loader(...)` read by a training loop becomes "
-       "`accelerator.prepare_data_loader(...)`"},
+       "`accelerator.prepare_data_loader(...)`",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/
+       "evaluation loaders (note); own samplers, stateful datasets, non-`auto` declarations "
+       "(warning)",
+       /*TurnedOnBy=*/{}, /*UsesAccelerator=*/preparedLoaderDeclaration},
       {"device", devicePass,
-       "device declarations become `accelerator.device()`; manual moves of prepared models and batches go"},
+       "device declarations become `accelerator.device()`; manual moves of prepared models and batches go",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"CPU moves, dtype conversions, models only evaluated",
+       /*TurnedOnBy=*/{}, /*UsesAccelerator=*/deviceSiteUsingAccelerator},
       {"accumulate", accumulatePass,
-       "each training step runs inside `auto accumulate = accelerator.accumulate(...)`"},
-      {"clip", clipPass, "`torch::nn::utils::clip_grad_norm_/value_` become the accelerator's"},
+       "each training step runs inside `auto accumulate = accelerator.accumulate(...)`",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"loops whose step is in a helper, non-block bodies",
+       /*TurnedOnBy=*/{}, /*UsesAccelerator=*/accumulatedLoop},
+      {"clip", clipPass, "`torch::nn::utils::clip_grad_norm_/value_` become the accelerator's",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"calls with `error_if_nonfinite`",
+       /*TurnedOnBy=*/{}, /*UsesAccelerator=*/clipCall},
       {"main-process", mainProcessPass,
-       "training output is printed (`accelerator.print`) or written by the main process only"},
+       "training output is printed (`accelerator.print`) or written by the main process only",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"output in other functions",
+       /*TurnedOnBy=*/{}, /*UsesAccelerator=*/mainProcessOutput},
       {"checkpoint", checkpointPass,
        "`torch::save(...)` in training code runs on the main process only; saving a model or optimizer in "
        "the "
-       "training loop also saves a resumable `accelerator.save_state(...)`"},
+       "training loop also saves a resumable `accelerator.save_state(...)`",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/
+       "`save_state` under a tensor condition (explained); loops a restart cannot continue "
+       "(warning)",
+       /*TurnedOnBy=*/{}, /*UsesAccelerator=*/checkpointUsesAccelerator},
       {"layers", layersPass,
        "`torch::nn::Linear` in the user's modules becomes `accelerate::nn::Linear` (off by default: the "
        "member's type "
        "changes, so code that takes it as a torch::nn::Linear must change too)",
-       /*OnByDefault=*/false},
+       /*OnByDefault=*/false, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"modules the user does not define",
+       /*TurnedOnBy=*/"`--enable=layers`"},
       {"fsdp-units", fsdpUnitsPass,
        "the forward of every module class of the project runs inside `accelerate::fsdp::unit`, so that under "
        "the fsdp strategy the wrap policy can make its instances units (`accelerate_target(... FSDP)` "
        "turns it on)",
        /*OnByDefault=*/false,
-       "no class derived from torch::nn::Module with a forward is defined in the files rewritten (the "
-       "inputs, "
-       "and the headers --headers names), so no module can become an FSDP unit; rewrite the file that "
-       "defines "
-       "the model's classes, or name its header with --headers"},
+       /*WhenNothingFound=*/
+       "no class derived from torch::nn::Module with a forward is defined in the files "
+       "rewritten (the inputs, and the headers --headers names), so no module can "
+       "become an FSDP unit; rewrite the file that defines the model's classes, or name "
+       "its header with --headers",
+       /*LeavesAlone=*/
+       "forwards that return no tensors, `const` forwards, forwards written by a macro "
+       "(warnings); forwards that already call `accelerate::fsdp::unit`, libtorch's "
+       "composite modules (notes)",
+       /*TurnedOnBy=*/"`--enable=fsdp-units`, `accelerate_target(... FSDP)`"},
       {"tracking", trackingPass,
        "with `--log-with NAME,...`: the accelerator logs to those trackers; `init_trackers` before the "
        "training loop, `end_training` after it, and each printed loss is also logged (`accelerator.log`) "
        "under its printed label, as its mean over the processes",
-       /*OnByDefault=*/false},
+       /*OnByDefault=*/false, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/
+       "losses in `printf` or under a tensor condition, loops that print no loss, unbraced "
+       "loops (warnings)",
+       /*TurnedOnBy=*/"`--log-with`", /*UsesAccelerator=*/trackedTrainingLoop,
+       /*UsesAcceleratorInMain=*/nullptr,
+       /*AcceleratorOptions=*/trackedAcceleratorOptions},
       {"progress-bar", progressBarPass,
        "with `--progress-bar`: the training loop shows an `accelerate::ProgressBar` on the main process, "
        "over "
        "its step count or its data loader",
-       /*OnByDefault=*/false},
+       /*OnByDefault=*/false, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"loops whose length is not known, loaders left unprepared, unbraced loops (warnings)",
+       /*TurnedOnBy=*/"`--progress-bar`"},
       {"distributed", distributedPass,
-       "notes functions left alone because they already use the runtime or c10d"},
+       "notes functions left alone because they already use the runtime or c10d",
+       /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"functions that already call the runtime or c10d (note)"},
   };
   return Passes;
 }

@@ -2,6 +2,7 @@
 #ifndef ACCELERATE_PASSES_REGISTRY_H
 #define ACCELERATE_PASSES_REGISTRY_H
 
+#include "clang/ASTMatchers/ASTMatchers.h"
 #include "clang/Tooling/Transformer/RewriteRule.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -20,8 +21,11 @@ using PassRule = clang::transformer::RewriteRuleWith<std::string>;
 /// Starts the explanation of a case that leaves code alone on purpose (reported as a note, not a warning).
 inline constexpr llvm::StringLiteral NoteMarker = "note: ";
 
-/// One row of the pass table. Adding a pass: write `<Name>Pass.h/.cpp` and `test/passes/<name>.cpp`, add
-/// one row in Registry.cpp and a section in docs/passes.md.
+/// One row of the pass table, the only list of the passes: accel-rewrite, the clang-tidy module and the
+/// language server run allPasses(), the accelerator pass asks the rows where the others use `accelerator`,
+/// and docs/passes.md's table is generated from the rows (scripts/passes_table.py). Adding a pass: write
+/// `<Name>Pass.h/.cpp` and `test/passes/<name>.cpp`, add one row in Registry.cpp (and the source in
+/// passes/CMakeLists.txt) and a section in docs/passes.md (docs/development.md, "Adding a pass").
 struct PassInfo {
   llvm::StringRef Name;    ///< Short name used in `--explain`, `--passes=` and docs, e.g. "backward".
   PassRule (*MakeRule)();  ///< Builds the pass's rule.
@@ -30,6 +34,21 @@ struct PassInfo {
   /// When set: the warning given when the pass runs and finds nothing to do, nor anything to report, in any
   /// file of the rewrite (a pass asked for by name whose sites the code lacks).
   llvm::StringRef WhenNothingFound = {};
+  /// What the pass recognises and leaves alone, saying so (docs/passes.md's "leaves alone" column).
+  llvm::StringRef LeavesAlone = {};
+  /// For a pass off by default: what turns it on (docs/passes.md's "on" column), e.g. "`--log-with`".
+  llvm::StringRef TurnedOnBy = {};
+  /// When set: matches the statements the pass rewrites into a use of `accelerator` (`accelerator.backward(
+  /// ...)`, `accelerator.prepare(...)`); the accelerator pass declares `accelerator` in the functions that
+  /// hold them, and `main` gets it when they reach it through `accelerate::Accelerator::current()`.
+  clang::ast_matchers::StatementMatcher (*UsesAccelerator)() = nullptr;
+  /// When set: matches the main file's top-level declarations the pass makes `main` use `accelerator` for
+  /// (a global optimizer whose models are prepared at the start of main).
+  clang::ast_matchers::DeclarationMatcher (*UsesAcceleratorInMain)() = nullptr;
+  /// When set: the options the pass gives the accelerator the rewrite constructs, as setters chained onto
+  /// `accelerate::AcceleratorOptions()` (`log_with({"wandb"})`, several joined by `.`); empty when it gives
+  /// none in this rewrite.
+  std::string (*AcceleratorOptions)() = nullptr;
 };
 
 /// All passes, in the order they run. Every pass sees the original code; their edits must not overlap.

@@ -354,7 +354,7 @@ std::string trackedAcceleratorOptions() {
   std::vector<std::string> Names;
   for (const std::string& Name : passSettings().LogWith)
     Names.push_back("\"" + escaped(Name) + "\"");
-  return "accelerate::AcceleratorOptions().log_with({" + llvm::join(Names, ", ") + "})";
+  return "log_with({" + llvm::join(Names, ", ") + "})";
 }
 
 StatementMatcher trackedTrainingLoop() {

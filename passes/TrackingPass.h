@@ -37,8 +37,8 @@ namespace accelerate::passes {
 /// `if` or a loop.
 PassRule trackingPass();
 
-/// The accelerator's options when the tracking pass runs,
-/// `accelerate::AcceleratorOptions().log_with({"..."})`; empty when it does not.
+/// The accelerator's options when the tracking pass runs, `log_with({"..."})` (PassInfo::AcceleratorOptions);
+/// empty when it does not.
 std::string trackedAcceleratorOptions();
 
 /// Matches the training loops trackingPass() starts trackers around (their function uses `accelerator`).

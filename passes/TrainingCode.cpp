@@ -1,8 +1,9 @@
 // passes/TrainingCode.cpp: the facts about the user's code that several passes share.
 #include "passes/TrainingCode.h"
 
-#include "passes/BackwardPass.h"
+#include "passes/Macros.h"
 #include "passes/Registry.h"
+#include "passes/Templates.h"
 
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/DeclCXX.h"
@@ -123,6 +124,17 @@ std::vector<const NodeType*> allInMainFile(const MatcherType& Matcher, llvm::Str
   return Result;
 }
 
+AST_MATCHER(clang::Decl, inFileWithMainImpl) {
+  return mainFunctionOfMainFile(Finder->getASTContext()) != nullptr;
+}
+
+AST_MATCHER(clang::CallExpr, tensorBackwardInEveryInstantiationImpl) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  return holdsInEveryInstantiation(Node, Context, [&](const clang::Stmt& Instantiated) {
+    return !match(traverse(clang::TK_AsIs, tensorBackwardCall()), Instantiated, Context).empty();
+  });
+}
+
 AST_MATCHER(clang::Stmt, inTrainingFileImpl) {
   return mainFileTrains(Finder->getASTContext());
 }
@@ -230,6 +242,20 @@ bool mainFileTrains(clang::ASTContext& Context) {
   auto Optimizer = qualType(isOptimizerTypeImpl());
   return mainFileHas(declaratorDecl(hasType(Optimizer)), Context) ||
          mainFileHas(expr(hasType(Optimizer)), Context);
+}
+
+const clang::FunctionDecl* mainFunctionOfMainFile(clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
+    if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
+      if (Function->isMain() && Function->hasBody() &&
+          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
+        return Function;
+  return nullptr;
+}
+
+clang::ast_matchers::internal::Matcher<clang::Decl> isInFileWithMain() {
+  return inFileWithMainImpl();
 }
 
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingFile() {
@@ -375,8 +401,6 @@ const clang::Stmt* optimizerAssignment(const clang::Expr& Construction, clang::A
   return isBlockStatement(*Assignment, Context) ? Assignment : nullptr;
 }
 
-/// True when the prepare pass prepares the models of this construction: it initialises a local or (in a file
-/// with main) a global declaration, or it is assigned to a smart pointer in a statement of its own.
 bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& Context) {
   if (optimizerAssignment(Construction, Context) || preparedMemberBuiltBy(Construction, Context))
     return true;
@@ -389,15 +413,7 @@ bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& 
   const auto* Variable = Parents.empty() ? nullptr : Parents[0].get<clang::VarDecl>();
   if (!Variable)
     return false;
-  if (Variable->hasLocalStorage())
-    return true;
-  const clang::SourceManager& SM = Context.getSourceManager();
-  for (const clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-    if (const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(TopLevel))
-      if (Function->isMain() && Function->hasBody() &&
-          SM.isWrittenInMainFile(SM.getExpansionLoc(Function->getLocation())))
-        return true;
-  return false;
+  return Variable->hasLocalStorage() || mainFunctionOfMainFile(Context);
 }
 
 namespace {
@@ -770,12 +786,33 @@ bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context) {
   return false;
 }
 
+StatementMatcher tensorBackwardCall() {
+  auto TensorClass = cxxRecordDecl(isSameOrDerivedFrom(hasAnyName("::at::Tensor", "::at::TensorBase")));
+  return cxxMemberCallExpr(callee(cxxMethodDecl(hasName("backward"), ofClass(TensorClass))),
+                           unless(isExpansionInSystemHeader()));
+}
+
+StatementMatcher dependentBackwardCall() {
+  return callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("backward"), hasObjectExpression(expr()))),
+                  isDependentCall(), unless(isExpansionInSystemHeader()));
+}
+
+clang::ast_matchers::internal::Matcher<clang::CallExpr> isTensorBackwardInEveryInstantiation() {
+  return tensorBackwardInEveryInstantiationImpl();
+}
+
+StatementMatcher trainingBackwardCall() {
+  return stmt(anyOf(cxxMemberCallExpr(tensorBackwardCall()),
+                    callExpr(dependentBackwardCall(), isTensorBackwardInEveryInstantiation())),
+              unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()));
+}
+
 namespace {
 
 /// A backward call in `S`, or in a function of the main file that `S` calls, `Depth` calls deep at most.
 bool runsBackward(const clang::Stmt& S, clang::ASTContext& Context, int Depth) {
   auto DependentBackward = callExpr(callee(cxxDependentScopeMemberExpr(hasMemberName("backward"))));
-  auto Backward = stmt(anyOf(rewritableBackwardCall(), DependentBackward));
+  auto Backward = stmt(anyOf(trainingBackwardCall(), DependentBackward));
   if (!match(traverse(clang::TK_AsIs, stmt(hasDescendant(Backward))), S, Context).empty())
     return true;
   if (Depth == 0)

@@ -60,6 +60,12 @@ std::optional<llvm::StringRef> pathBelow(llvm::StringRef Path, llvm::StringRef D
 /// Matches a declaration written (where it expands) in a file the rewrite changes (isInRewrittenFile).
 clang::ast_matchers::internal::Matcher<clang::Decl> isExpansionInRewrittenFile();
 
+/// `main`, when the main file defines it: its first declaration written there (where it expands) whose
+/// function has a body. Null when the main file defines no `main` (a training function another file calls).
+const clang::FunctionDecl* mainFunctionOfMainFile(clang::ASTContext& Context);
+/// Matches any declaration when the main file defines `main` (mainFunctionOfMainFile()).
+clang::ast_matchers::internal::Matcher<clang::Decl> isInFileWithMain();
+
 /// The function a statement is in, lambdas excluded (a lambda's statements belong to the function that
 /// defines it), following the parent map up. Null at namespace scope.
 const clang::FunctionDecl* enclosingFunction(const clang::Stmt& S, clang::ASTContext& Context);
@@ -141,6 +147,30 @@ const MemberOptimizer* preparedMemberBuiltBy(const clang::Expr& Construction, cl
 /// global declaration, or an assignment statement). Models that are only evaluated (an EMA copy, a frozen
 /// feature extractor) are not.
 bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context);
+
+/// True when the prepare pass prepares the models an optimizer construction (one of optimizerConstructions())
+/// trains: it initialises a local or, in a file that defines `main`, a global declaration; it is assigned to
+/// a smart pointer in a statement of its own (optimizerAssignment()); or it builds a member that
+/// preparedMemberOptimizers() lists.
+bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& Context);
+
+// ---- The training step -----------------------------------------------------------------------------------
+
+/// `X.backward(...)` or `p->backward(...)` where backward is a member of at::Tensor (or of a class derived
+/// from it), outside system headers.
+clang::ast_matchers::StatementMatcher tensorBackwardCall();
+/// `X.backward(...)` spelled with a dependent X (not an implicit `this`), in a template, outside system
+/// headers.
+clang::ast_matchers::StatementMatcher dependentBackwardCall();
+/// Matches a call written in a template as `X.backward(...)` with a dependent X that every instantiation of
+/// the template makes a tensor backward call: rewriting the template as written is then right for all of
+/// them.
+clang::ast_matchers::internal::Matcher<clang::CallExpr> isTensorBackwardInEveryInstantiation();
+/// Matches the training step's backward calls, the ones the backward pass rewrites: a tensorBackwardCall(),
+/// or a dependentBackwardCall() that isTensorBackwardInEveryInstantiation(), outside macro expansions, in a
+/// training file, outside functions that already distribute their work. The other passes find the training
+/// step by them.
+clang::ast_matchers::StatementMatcher trainingBackwardCall();
 
 /// True when the loop's body runs a training step: a tensor `backward()` call, resolved or (in a template)
 /// spelled with a dependent type, in the loop or in a function of the main file it calls (two calls deep).

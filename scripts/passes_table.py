@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Generates docs/passes.md's table of the rewrite passes from passes/Registry.cpp's rows.
+
+    python3 scripts/passes_table.py            print the table
+    python3 scripts/passes_table.py --update   rewrite the table in docs/passes.md
+    python3 scripts/passes_table.py --check    exit 1, with the difference, when docs/passes.md's table differs
+
+The registry (allPasses() in passes/Registry.cpp) is the one list of the passes; each row gives, in PassInfo's
+order, the pass's name, rule, Summary ("rewrites"), OnByDefault, WhenNothingFound, LeavesAlone ("leaves alone")
+and TurnedOnBy ("on" for a pass off by default). The table sits in docs/passes.md between the BEGIN and END
+lines below; the lit test test/passes/passes-table.cpp runs --check.
+"""
+import argparse
+import difflib
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REGISTRY = os.path.join(ROOT, "passes", "Registry.cpp")
+PASSES_DOC = os.path.join(ROOT, "docs", "passes.md")
+BEGIN = ("<!-- passes table: generated from passes/Registry.cpp by "
+         "`python3 scripts/passes_table.py --update`; do not edit by hand -->")
+END = "<!-- end of passes table -->"
+# PassInfo's fields, in the order a row of the registry gives them (passes/Registry.h); a row may leave out
+# the last ones.
+FIELDS = ["Name", "MakeRule", "Summary", "OnByDefault", "WhenNothingFound", "LeavesAlone", "TurnedOnBy",
+          "UsesAccelerator", "UsesAcceleratorInMain", "AcceleratorOptions"]
+STRING = r'"(?:[^"\\]|\\.)*"'
+
+
+def without_comments(text):
+    """`text` without its // and /* */ comments (string literals kept as they are)."""
+    return re.sub(STRING + r"|//[^\n]*|/\*.*?\*/",
+                  lambda match: match.group(0) if match.group(0).startswith('"') else " ", text, flags=re.S)
+
+
+def closing(text, start):
+    """The index just past the bracket that closes the one at `text[start]`, skipping string literals."""
+    depth, index = 0, start
+    while True:
+        char = text[index]
+        if char == '"':
+            index = re.compile(STRING).match(text, index).end()
+            continue
+        if char in "({[":
+            depth += 1
+        elif char in ")}]":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+        index += 1
+
+
+def split_arguments(text):
+    """The items of a braced list's inside, split at top-level commas."""
+    items, depth, current, index = [], 0, "", 0
+    while index < len(text):
+        char = text[index]
+        if char == '"':
+            end = re.compile(STRING).match(text, index).end()
+            current += text[index:end]
+            index = end
+            continue
+        if char in "({[":
+            depth += 1
+        elif char in ")}]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+            index += 1
+            continue
+        current += char
+        index += 1
+    if current.strip():
+        items.append(current.strip())
+    return items
+
+
+def string_value(text, where):
+    """The value of one or more adjacent C++ string literals; `{}` is the empty string."""
+    if text == "{}":
+        return ""
+    parts = re.findall(STRING, text)
+    if not parts or re.sub(STRING, "", text).strip():
+        raise ValueError(f"{where}: expected string literals, got {text!r}")
+    return "".join(re.sub(r"\\(.)", r"\1", part[1:-1]) for part in parts)
+
+
+def read_rows(path=REGISTRY):
+    with open(path) as file:
+        text = without_comments(file.read())
+    table = re.search(r"static\s+const\s+PassInfo\s+\w+\[\]\s*=\s*\{", text)
+    if not table:
+        raise ValueError(f"{path}: no `static const PassInfo Passes[] = {{...}}` table")
+    start = table.end() - 1
+    rows = []
+    for item in split_arguments(text[start + 1:closing(text, start) - 1]):
+        if not (item.startswith("{") and item.endswith("}")):
+            raise ValueError(f"{path}: a row of the pass table is not a braced list: {item!r}")
+        values = split_arguments(item[1:-1])
+        if not 3 <= len(values) <= len(FIELDS):
+            raise ValueError(f"{path}: a row has {len(values)} fields, not 3 to {len(FIELDS)}: {values}")
+        row = dict(zip(FIELDS, values))
+        where = f"{path}, pass {row['Name']}"
+        for field in ("Name", "Summary", "WhenNothingFound", "LeavesAlone", "TurnedOnBy"):
+            row[field] = string_value(row.get(field, "{}"), where)
+        on = row.get("OnByDefault", "true")
+        if on not in ("true", "false"):
+            raise ValueError(f"{where}: OnByDefault is {on!r}, not true or false")
+        row["OnByDefault"] = on == "true"
+        if not row["OnByDefault"] and not row["TurnedOnBy"]:
+            raise ValueError(f"{where}: off by default, but TurnedOnBy does not say what turns it on")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: the pass table has no rows")
+    return rows
+
+
+def cell(text):
+    """`text` as a table cell: `|` escaped, and outside code spans `<` and `>` (which would open an HTML tag)."""
+    if not text:
+        return "—"
+    spans = text.replace("|", "\\|").split("`")
+    for index in range(0, len(spans), 2):
+        spans[index] = spans[index].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(spans)
+
+
+def markdown(rows):
+    lines = [BEGIN,
+             "| pass | rewrites | leaves alone, and says so | on |",
+             "|---|---|---|---|"]
+    for row in rows:
+        on = "yes" if row["OnByDefault"] else f"no: {row['TurnedOnBy']}"
+        lines.append(f"| `{row['Name']}` | {cell(row['Summary'])} | {cell(row['LeavesAlone'])} | {cell(on)} |")
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def split_doc(text, path):
+    """(before, table, after) of docs/passes.md's text."""
+    begin, end = text.find(BEGIN), text.find(END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"{path} has no passes table between the lines\n{BEGIN}\n{END}")
+    end += len(END) + 1
+    return text[:begin], text[begin:end], text[end:]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", action="store_true", help="rewrite the table in docs/passes.md")
+    parser.add_argument("--check", action="store_true", help="fail when docs/passes.md's table differs")
+    parser.add_argument("--registry", default=REGISTRY)
+    parser.add_argument("--doc", default=PASSES_DOC)
+    args = parser.parse_args()
+    table = markdown(read_rows(args.registry))
+    if not (args.update or args.check):
+        sys.stdout.write(table)
+        return 0
+    with open(args.doc) as file:
+        before, current, after = split_doc(file.read(), args.doc)
+    if args.update:
+        with open(args.doc, "w") as file:
+            file.write(before + table + after)
+        print(f"passes_table.py: wrote the table of {args.doc}")
+        return 0
+    if current != table:
+        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), table.splitlines(True),
+                                                   args.doc + " (now)", "generated from " + args.registry))
+        print(f"passes_table.py: {args.doc}'s passes table differs from {args.registry}; regenerate it with "
+              f"`python3 scripts/passes_table.py --update`")
+        return 1
+    print(f"passes_table.py: {args.doc}'s passes table matches {args.registry} ({len(table.splitlines()) - 4} "
+          "passes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+// docs/passes.md's table of the passes is generated from the rows of passes/Registry.cpp, the one list of the
+// passes: this fails, naming the difference, when a row changed and the table was not regenerated
+// (`python3 scripts/passes_table.py --update`).
+// RUN: python3 %S/../../scripts/passes_table.py --check | FileCheck %s
+// CHECK: passes table matches {{.*}}Registry.cpp
