@@ -491,13 +491,4 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   return 0;
 }
 
-std::string findRuntimeIncludeDir(llvm::StringRef ExecutablePath, llvm::StringRef BuiltInDir) {
-  llvm::SmallString<256> Installed =
-      llvm::sys::path::parent_path(llvm::sys::path::parent_path(ExecutablePath));
-  llvm::sys::path::append(Installed, "include");
-  llvm::SmallString<256> Header(Installed);
-  llvm::sys::path::append(Header, "accelerate", "accelerate.h");
-  return llvm::sys::fs::exists(Header) ? Installed.str().str() : BuiltInDir.str();
-}
-
 } // namespace accelerate::rewriter

@@ -43,10 +43,6 @@ struct DriverOptions {
 /// error nothing is written.
 int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverOptions& Options);
 
-/// The directory whose accelerate/accelerate.h the rewrite is checked against: `<bin>/../include` next to
-/// an installed accel-rewrite when it has the header, else `BuiltInDir` (the source tree's include/).
-std::string findRuntimeIncludeDir(llvm::StringRef ExecutablePath, llvm::StringRef BuiltInDir);
-
 } // namespace accelerate::rewriter
 
 #endif // ACCELERATE_REWRITER_DRIVER_H

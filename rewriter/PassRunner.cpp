@@ -178,92 +178,110 @@ private:
   std::set<std::tuple<std::string, unsigned, std::string, std::string>> Seen;
 };
 
-/// Runs the match finder over the user's code only: the top-level declarations of the main file and of the
-/// headers in its directory tree (user headers, whose changes are reported), outside system headers. Library
-/// headers are not the user's even when a build names them with -I (libtorch's are, in CMake builds), and a
-/// training file includes tens of thousands of their declarations that would otherwise be matched one by one.
-class UserCodeConsumer : public clang::ASTConsumer {
+/// The top-level declarations of the user's code: those of the main file and of the headers in its directory
+/// tree (user headers, whose changes are reported), outside system headers. Library headers are not the
+/// user's even when a build names them with -I (libtorch's are, in CMake builds), and a training file
+/// includes tens of thousands of their declarations that would otherwise be matched one by one.
+std::vector<clang::Decl*> userDeclarations(clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  llvm::StringRef MainDirectory;
+  if (auto Main = SM.getFileEntryRefForID(SM.getMainFileID()))
+    MainDirectory = Main->getDir().getName();
+  llvm::DenseMap<clang::FileID, bool> IsUserFile;
+  auto UserFile = [&](clang::SourceLocation Loc) {
+    clang::FileID File = SM.getFileID(Loc);
+    auto [Entry, Inserted] = IsUserFile.try_emplace(File, false);
+    if (Inserted) {
+      auto Ref = SM.getFileEntryRefForID(File);
+      Entry->second =
+          passes::isInRewrittenFile(SM, Loc) || (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
+                                                 Ref->getDir().getName().starts_with(MainDirectory));
+    }
+    return Entry->second;
+  };
+  std::vector<clang::Decl*> UserDecls;
+  for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
+    if (UserFile(SM.getExpansionLoc(TopLevel->getLocation())))
+      UserDecls.push_back(TopLevel);
+  return UserDecls;
+}
+
+/// The main file's name and text, and every file the parse read, with the text of those the rewrite may
+/// change.
+void collectFiles(const clang::SourceManager& SM, Collected& Out) {
+  clang::FileID Main = SM.getMainFileID();
+  Out.MainText = SM.getBufferData(Main).str();
+  if (auto Entry = SM.getFileEntryRefForID(Main))
+    Out.MainFile = Entry->getName().str();
+  for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end(); ++File) {
+    std::string Path = passes::realPathOf(File->first);
+    Out.ReadFiles.push_back(Path);
+    clang::FileID Included = SM.translateFile(File->first);
+    if (Included.isValid() && Included != Main &&
+        passes::isInRewrittenFile(SM, SM.getLocForStartOfFile(Included)))
+      Out.HeaderTexts[Path] = SM.getBufferData(Included).str();
+  }
+}
+
+/// Runs rewriteParsedFile once the parse is complete, and keeps its result.
+class RewriteConsumer : public clang::ASTConsumer {
 public:
-  explicit UserCodeConsumer(MatchFinder& Finder) : Finder(Finder) {}
+  RewriteConsumer(llvm::ArrayRef<passes::PassInfo> Passes, const passes::PassSettings& Settings,
+                  std::optional<llvm::Expected<FileRewrite>>& Result)
+      : Passes(Passes), Settings(Settings), Result(Result) {}
 
   void HandleTranslationUnit(clang::ASTContext& Context) override {
-    const clang::SourceManager& SM = Context.getSourceManager();
-    llvm::StringRef MainDirectory;
-    if (auto Main = SM.getFileEntryRefForID(SM.getMainFileID()))
-      MainDirectory = Main->getDir().getName();
-    llvm::DenseMap<clang::FileID, bool> IsUserFile;
-    auto UserFile = [&](clang::SourceLocation Loc) {
-      clang::FileID File = SM.getFileID(Loc);
-      auto [Entry, Inserted] = IsUserFile.try_emplace(File, false);
-      if (Inserted) {
-        auto Ref = SM.getFileEntryRefForID(File);
-        Entry->second = passes::isInRewrittenFile(SM, Loc) ||
-                        (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
-                         Ref->getDir().getName().starts_with(MainDirectory));
-      }
-      return Entry->second;
-    };
-    std::vector<clang::Decl*> UserDecls;
-    for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-      if (UserFile(SM.getExpansionLoc(TopLevel->getLocation())))
-        UserDecls.push_back(TopLevel);
-    Context.setTraversalScope(UserDecls);
-    passes::forgetTrainingCodeFacts();
-    Finder.matchAST(Context);
+    if (Context.getDiagnostics().hasErrorOccurred())
+      return; // The file does not compile; the tool run says so with the compiler's diagnostics.
+    Result.emplace(rewriteParsedFile(Context, Passes, Settings));
   }
 
 private:
-  MatchFinder& Finder;
+  llvm::ArrayRef<passes::PassInfo> Passes;
+  const passes::PassSettings& Settings;
+  std::optional<llvm::Expected<FileRewrite>>& Result;
 };
 
-/// Runs the match finder over the AST and keeps the main file's name and text before the AST goes away.
-class PassAction : public clang::ASTFrontendAction {
+class RewriteAction : public clang::ASTFrontendAction {
 public:
-  PassAction(MatchFinder& Finder, Collected& Out) : Finder(Finder), Out(Out) {}
+  RewriteAction(llvm::ArrayRef<passes::PassInfo> Passes, const passes::PassSettings& Settings,
+                std::optional<llvm::Expected<FileRewrite>>& Result)
+      : Passes(Passes), Settings(Settings), Result(Result) {}
 
   std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance&, llvm::StringRef) override {
-    return std::make_unique<UserCodeConsumer>(Finder);
-  }
-
-  void EndSourceFileAction() override {
-    const clang::SourceManager& SM = getCompilerInstance().getSourceManager();
-    clang::FileID Main = SM.getMainFileID();
-    Out.MainText = SM.getBufferData(Main).str();
-    if (auto Entry = SM.getFileEntryRefForID(Main))
-      Out.MainFile = Entry->getName().str();
-    for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end(); ++File) {
-      std::string Path = passes::realPathOf(File->first);
-      Out.ReadFiles.push_back(Path);
-      clang::FileID Included = SM.translateFile(File->first);
-      if (Included.isValid() && Included != Main &&
-          passes::isInRewrittenFile(SM, SM.getLocForStartOfFile(Included)))
-        Out.HeaderTexts[Path] = SM.getBufferData(Included).str();
-    }
+    return std::make_unique<RewriteConsumer>(Passes, Settings, Result);
   }
 
 private:
-  MatchFinder& Finder;
-  Collected& Out;
+  llvm::ArrayRef<passes::PassInfo> Passes;
+  const passes::PassSettings& Settings;
+  std::optional<llvm::Expected<FileRewrite>>& Result;
 };
 
-class PassActionFactory : public clang::tooling::FrontendActionFactory {
+class RewriteActionFactory : public clang::tooling::FrontendActionFactory {
 public:
-  PassActionFactory(MatchFinder& Finder, Collected& Out) : Finder(Finder), Out(Out) {}
+  RewriteActionFactory(llvm::ArrayRef<passes::PassInfo> Passes, const passes::PassSettings& Settings,
+                       std::optional<llvm::Expected<FileRewrite>>& Result)
+      : Passes(Passes), Settings(Settings), Result(Result) {}
   std::unique_ptr<clang::FrontendAction> create() override {
-    return std::make_unique<PassAction>(Finder, Out);
+    return std::make_unique<RewriteAction>(Passes, Settings, Result);
   }
 
 private:
-  MatchFinder& Finder;
-  Collected& Out;
+  llvm::ArrayRef<passes::PassInfo> Passes;
+  const passes::PassSettings& Settings;
+  std::optional<llvm::Expected<FileRewrite>>& Result;
 };
 
 } // namespace
 
-llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
-                                        llvm::StringRef File, const CompileFlags& Flags,
-                                        llvm::ArrayRef<passes::PassInfo> Passes,
-                                        const passes::PassSettings& Settings) {
+llvm::Expected<FileRewrite> rewriteParsedFile(clang::ASTContext& Context,
+                                              llvm::ArrayRef<passes::PassInfo> Passes,
+                                              const passes::PassSettings& Settings) {
+  if (Context.getDiagnostics().hasErrorOccurred())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the file does not compile (see the compiler's errors); nothing was "
+                                   "rewritten. Fix the errors, then rewrite it");
   passes::EnabledPasses Enabled(Passes, Settings);
   Collected Out;
   MatchFinder Finder;
@@ -272,9 +290,18 @@ llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabas
     Callbacks.push_back(std::make_unique<PassCallback>(Pass, Callbacks.size(), Out));
     Callbacks.back()->registerWith(Finder);
   }
-  PassActionFactory Factory(Finder, Out);
-  if (llvm::Error Err = runOnFile(Database, File, Flags, Factory))
-    return Err;
+  std::vector<clang::Decl*> Scope = Context.getTraversalScope();
+  Context.setTraversalScope(userDeclarations(Context));
+  passes::forgetTrainingCodeFacts();
+  Finder.matchAST(Context);
+  const clang::SourceManager& SM = Context.getSourceManager();
+  std::vector<unsigned> TrainingRuns;
+  for (const clang::Stmt* Loop : passes::mainFileLoops(Context))
+    if (passes::isTrainingRun(*Loop, Context))
+      TrainingRuns.push_back(SM.getFileOffset(SM.getExpansionLoc(Loop->getBeginLoc())));
+  passes::forgetTrainingCodeFacts();
+  Context.setTraversalScope(Scope);
+  collectFiles(SM, Out);
   if (!Out.PassFailure.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    Out.PassFailure +
@@ -303,11 +330,29 @@ llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabas
               "a bug: please report it with the input file");
   for (auto& [Path, Text] : Out.HeaderTexts)
     Result.Headers.push_back({Path, std::move(Text), std::move(Out.HeaderFileEdits[Path])});
+  Result.TrainingRuns = std::move(TrainingRuns);
   Result.Findings = std::move(Out.Findings);
   llvm::stable_sort(Result.Findings, [](const Finding& A, const Finding& B) {
     return std::tie(A.File, A.Offset) < std::tie(B.File, B.Offset);
   });
   return Result;
+}
+
+llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
+                                        llvm::StringRef File, const CompileFlags& Flags,
+                                        llvm::ArrayRef<passes::PassInfo> Passes,
+                                        const passes::PassSettings& Settings) {
+  std::optional<llvm::Expected<FileRewrite>> Result;
+  RewriteActionFactory Factory(Passes, Settings, Result);
+  if (llvm::Error Err = runOnFile(Database, File, Flags, Factory)) {
+    if (Result)
+      llvm::consumeError(Result->takeError());
+    return Err;
+  }
+  if (!Result)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the parse of " + File + " ended before the passes could run");
+  return std::move(*Result);
 }
 
 } // namespace accelerate::rewriter

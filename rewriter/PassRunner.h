@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace clang {
+class ASTContext;
+}
+
 namespace accelerate::rewriter {
 
 /// One thing a pass did, or declined to do, at one place.
@@ -49,13 +53,26 @@ struct FileRewrite {
   std::vector<PlannedEdit> Edits;     ///< What turned Original into Rewritten.
   std::vector<std::string> ReadFiles; ///< Every file the parse read: the main file and its headers.
   std::vector<HeaderEdits> Headers;   ///< The headers it may change, in path order, edited or not.
+  /// Where the main file's training runs (outermost training loops) begin, as offsets in Original, in source
+  /// order: where an editor shows the rewrite.
+  std::vector<unsigned> TrainingRuns;
 };
 
-/// Compiles `File` (see runOnFile) and runs `Passes` over it, with `Settings` (passes::passSettings()). The
-/// main file is rewritten, and the headers Settings.Headers names get their edits (FileRewrite::Headers); a
-/// change a pass makes in any other file becomes an OutsideMainFile finding, and none of its edits is made.
-/// Fails with a CompileError when the file does not compile, or with a message naming the pass and the place
-/// when a pass fails or two edits overlap.
+/// Runs `Passes` over a translation unit already parsed (by accel-rewrite, clang-tidy or the language
+/// server), with `Settings` (passes::passSettings()), over the user's code only: the main file and the
+/// headers of its directory tree, never system or library headers. The main file is rewritten, the headers
+/// Settings.Headers names get their edits (FileRewrite::Headers), and a change any other file would need
+/// becomes an OutsideMainFile finding. The traversal scope of `Context` is restored before it returns. Fails
+/// when the translation unit has errors, when a pass fails, or when two edits overlap.
+llvm::Expected<FileRewrite> rewriteParsedFile(clang::ASTContext& Context,
+                                              llvm::ArrayRef<passes::PassInfo> Passes,
+                                              const passes::PassSettings& Settings = {});
+
+/// Compiles `File` (see runOnFile) and runs `Passes` over it (rewriteParsedFile), with `Settings`
+/// (passes::passSettings()). The main file is rewritten, and the headers Settings.Headers names get their
+/// edits (FileRewrite::Headers); a change a pass makes in any other file becomes an OutsideMainFile finding,
+/// and none of its edits is made. Fails with a CompileError when the file does not compile, or with a message
+/// naming the pass and the place when a pass fails or two edits overlap.
 llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
                                         llvm::StringRef File, const CompileFlags& Flags,
                                         llvm::ArrayRef<passes::PassInfo> Passes,

@@ -1,5 +1,6 @@
 // rewriter/main.cpp: accel-rewrite's command line; the work is done in Driver.cpp.
 #include "passes/Registry.h"
+#include "rewriter/CheckCompiles.h"
 #include "rewriter/Driver.h"
 
 #include "clang/Tooling/CommonOptionsParser.h"

@@ -1,0 +1,94 @@
+// rewriter/CheckCompiles.cpp: a second compile of a rewritten main file with the options of the first.
+#include "rewriter/CheckCompiles.h"
+
+#include "rewriter/ToolRunner.h"
+
+#include "clang/Basic/FileManager.h"
+#include "clang/Basic/SourceManager.h"
+#include "clang/Basic/TargetInfo.h"
+#include "clang/Frontend/CompilerInstance.h"
+#include "clang/Frontend/CompilerInvocation.h"
+#include "clang/Frontend/FrontendActions.h"
+#include "clang/Frontend/TextDiagnosticPrinter.h"
+#include "clang/Lex/HeaderSearch.h"
+#include "clang/Lex/Preprocessor.h"
+#include "clang/Lex/PreprocessorOptions.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/VirtualFileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace accelerate::rewriter {
+
+llvm::Error checkCompilesLikeParse(const clang::Preprocessor& PP, llvm::StringRef Rewritten,
+                                   llvm::StringRef RuntimeIncludeDir) {
+  const clang::SourceManager& SM = PP.getSourceManager();
+  auto Main = SM.getFileEntryRefForID(SM.getMainFileID());
+  if (!Main)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the parse has no main file on disk to check the rewrite against");
+  // The main file under the name the parse opened it by, in the parse's file system (whose working
+  // directory is the compile command's), with the rewritten text over it.
+  llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Base = SM.getFileManager().getVirtualFileSystemPtr();
+  llvm::SmallString<256> MainPath(Main->getName());
+  if (std::error_code EC = Base->makeAbsolute(MainPath))
+    return llvm::createStringError(EC, "cannot resolve " + MainPath + ": " + EC.message());
+  auto Overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(Base);
+  auto InMemory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
+  Overlay->pushOverlay(InMemory);
+  InMemory->addFile(MainPath, 0, llvm::MemoryBuffer::getMemBufferCopy(Rewritten, MainPath));
+  if (auto Directory = Base->getCurrentWorkingDirectory())
+    Overlay->setCurrentWorkingDirectory(*Directory);
+
+  auto Invocation = std::make_shared<clang::CompilerInvocation>();
+  Invocation->getLangOpts() = PP.getLangOpts();
+  Invocation->getTargetOpts() = PP.getTargetInfo().getTargetOpts();
+  Invocation->getHeaderSearchOpts() = PP.getHeaderSearchInfo().getHeaderSearchOpts();
+  Invocation->getPreprocessorOpts() = PP.getPreprocessorOpts();
+  Invocation->getPreprocessorOpts().clearRemappedFiles();
+  if (!RuntimeIncludeDir.empty())
+    Invocation->getHeaderSearchOpts().AddPath(RuntimeIncludeDir, clang::frontend::Angled,
+                                              /*IsFramework=*/false, /*IgnoreSysRoot=*/true);
+  clang::FrontendOptions& Frontend = Invocation->getFrontendOpts();
+  Frontend.Inputs = {clang::FrontendInputFile(
+      MainPath, clang::InputKind(PP.getLangOpts().CPlusPlus ? clang::Language::CXX : clang::Language::C))};
+  Frontend.ProgramAction = clang::frontend::ParseSyntaxOnly;
+
+  Invocation->getDiagnosticOpts().ShowCarets = false;
+  Invocation->getDiagnosticOpts().ShowColors = false;
+  std::string Diagnostics;
+  llvm::raw_string_ostream DiagnosticStream(Diagnostics);
+  clang::CompilerInstance Compiler(std::make_shared<clang::PCHContainerOperations>());
+  Compiler.setInvocation(std::move(Invocation));
+  Compiler.createDiagnostics(
+      new clang::TextDiagnosticPrinter(DiagnosticStream, &Compiler.getInvocation().getDiagnosticOpts()),
+      /*ShouldOwnClient=*/true);
+  Compiler.getDiagnostics().setSuppressSystemWarnings(true);
+  Compiler.getDiagnostics().setIgnoreAllWarnings(true);
+  Compiler.createFileManager(Overlay);
+  clang::SyntaxOnlyAction Action;
+  bool Parsed = Compiler.ExecuteAction(Action);
+  if (!Parsed || Compiler.getDiagnostics().hasErrorOccurred()) {
+    DiagnosticStream.flush();
+    return llvm::make_error<CompileError>(std::move(Diagnostics));
+  }
+  return llvm::Error::success();
+}
+
+std::string findRuntimeIncludeDir(llvm::StringRef Installed, llvm::StringRef BuiltInDir) {
+  // <prefix>/bin/accel-rewrite, <prefix>/lib/<module>, <prefix>/lib/<multiarch>/<module>.
+  llvm::StringRef Directory = llvm::sys::path::parent_path(Installed);
+  for (int Up = 0; Up < 3 && !Directory.empty(); ++Up) {
+    Directory = llvm::sys::path::parent_path(Directory);
+    llvm::SmallString<256> Include(Directory);
+    llvm::sys::path::append(Include, "include");
+    llvm::SmallString<256> Header(Include);
+    llvm::sys::path::append(Header, "accelerate", "accelerate.h");
+    if (llvm::sys::fs::exists(Header))
+      return Include.str().str();
+  }
+  return BuiltInDir.str();
+}
+
+} // namespace accelerate::rewriter

@@ -1,0 +1,232 @@
+// tidy/AccelerateTidyModule.cpp: the clang-tidy module (`clang-tidy --load=<module>
+// -checks='-*,accelerate-*'`). Its checks are front ends over the rewrite library, as accel-rewrite is: they
+// run the same passes, from the same registry, over the translation unit clang-tidy parsed.
+#include "passes/Registry.h"
+#include "rewriter/CheckCompiles.h"
+#include "rewriter/PassRunner.h"
+#include "rewriter/ToolRunner.h"
+
+#include "clang-tidy/ClangTidyCheck.h"
+#include "clang-tidy/ClangTidyModule.h"
+#include "clang-tidy/ClangTidyModuleRegistry.h"
+
+#include "clang/AST/ASTContext.h"
+#include "clang/Basic/SourceManager.h"
+#include "clang/Lex/Preprocessor.h"
+#include "clang/Tooling/Core/Replacement.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <dlfcn.h>
+
+namespace accelerate::tidy {
+namespace {
+
+using clang::ast_matchers::MatchFinder;
+using rewriter::Finding;
+
+/// Where this module was loaded from, to find the runtime's headers of the package it belongs to.
+std::string modulePath() {
+  Dl_info Info;
+  if (dladdr(reinterpret_cast<void*>(&modulePath), &Info) && Info.dli_fname)
+    return Info.dli_fname;
+  return "";
+}
+
+/// The first line of a compiler's diagnostics that is an error, for a one-line reason.
+std::string firstError(llvm::StringRef Diagnostics) {
+  llvm::SmallVector<llvm::StringRef> Lines;
+  Diagnostics.split(Lines, '\n');
+  for (llvm::StringRef Line : Lines)
+    if (Line.contains("error: "))
+      return Line.trim().str();
+  return Diagnostics.trim().str();
+}
+
+/// The rewrite's edits as fix-its that clang-tidy applies as they are. Clang merges the fix-its of a
+/// diagnostic through clang::edit::EditedSource, which widens a pure removal by a space when the removal
+/// would leave whitespace on both sides; accel-rewrite removes exactly what the passes say. So edits that
+/// touch become one, and a removal that is left keeps the character after it (it replaces it with itself).
+std::vector<clang::tooling::Replacement> asFixIts(const clang::tooling::Replacements& Edits,
+                                                  llvm::StringRef Code) {
+  std::vector<clang::tooling::Replacement> Fixes;
+  for (const clang::tooling::Replacement& Edit : Edits) {
+    if (!Fixes.empty() && Fixes.back().getOffset() + Fixes.back().getLength() == Edit.getOffset()) {
+      const clang::tooling::Replacement& Last = Fixes.back();
+      Fixes.back() = clang::tooling::Replacement(
+          Last.getFilePath(), Last.getOffset(), Last.getLength() + Edit.getLength(),
+          (Last.getReplacementText() + Edit.getReplacementText()).str());
+      continue;
+    }
+    Fixes.push_back(Edit);
+  }
+  for (clang::tooling::Replacement& Fix : Fixes) {
+    unsigned End = Fix.getOffset() + Fix.getLength();
+    if (!Fix.getReplacementText().empty() || Fix.getLength() == 0 || End >= Code.size())
+      continue;
+    Fix = clang::tooling::Replacement(Fix.getFilePath(), Fix.getOffset(), Fix.getLength() + 1,
+                                      Code.substr(End, 1));
+  }
+  return Fixes;
+}
+
+/// accelerate-distribute-loop: on a plain single-device training loop, one warning at the training loop
+/// with the whole rewrite accel-rewrite makes as its fix (the passes depend on one another, so the fix is
+/// never one pass alone), offered only when the rewritten file compiles; each site the passes recognise but
+/// do not rewrite is a warning of its own, with the reason and what to do.
+class DistributeLoopCheck : public clang::tidy::ClangTidyCheck {
+public:
+  DistributeLoopCheck(llvm::StringRef Name, clang::tidy::ClangTidyContext* Context)
+      : ClangTidyCheck(Name, Context), Enable(Options.get("Enable", "")),
+        Disable(Options.get("Disable", "")) {}
+
+  void storeOptions(clang::tidy::ClangTidyOptions::OptionMap& Map) override {
+    Options.store(Map, "Enable", Enable);
+    Options.store(Map, "Disable", Disable);
+  }
+
+  void registerPPCallbacks(const clang::SourceManager&, clang::Preprocessor* PP,
+                           clang::Preprocessor*) override {
+    Preprocessor = PP;
+  }
+
+  void registerMatchers(MatchFinder* Finder) override {
+    Finder->addMatcher(clang::ast_matchers::translationUnitDecl().bind("unit"), this);
+  }
+
+  /// Only remembers the translation unit: the rewrite runs once clang-tidy's own traversal is over, since it
+  /// narrows the traversal scope to the user's code.
+  void check(const MatchFinder::MatchResult& Result) override { Context = Result.Context; }
+
+  void onEndOfTranslationUnit() override {
+    clang::ASTContext* Unit = std::exchange(Context, nullptr);
+    if (!Unit || !Preprocessor)
+      return;
+    const clang::SourceManager& SM = Unit->getSourceManager();
+    clang::SourceLocation FileStart = SM.getLocForStartOfFile(SM.getMainFileID());
+    if (Unit->getDiagnostics().hasErrorOccurred()) {
+      diag(FileStart, "this file does not compile (see the errors), so no rewrite to distribute its training "
+                      "is offered; fix the errors, or check the compile command clang-tidy uses for it");
+      return;
+    }
+    std::vector<passes::PassInfo> Passes;
+    if (!selectPasses(FileStart, Passes))
+      return;
+    llvm::Expected<rewriter::FileRewrite> Rewrite = rewriter::rewriteParsedFile(*Unit, Passes);
+    if (!Rewrite) {
+      diag(FileStart, "accel-rewrite's passes failed on this file, so no rewrite is offered: %0")
+          << llvm::toString(Rewrite.takeError());
+      return;
+    }
+    report(*Rewrite, SM);
+  }
+
+private:
+  /// The registry's passes that run by default, with the check's Enable and Disable options (pass names,
+  /// comma-separated, as accel-rewrite's --enable and --disable take them).
+  bool selectPasses(clang::SourceLocation At, std::vector<passes::PassInfo>& Selected) {
+    llvm::SmallVector<llvm::StringRef> Enabled, Disabled;
+    llvm::SplitString(Enable, Enabled, ", ");
+    llvm::SplitString(Disable, Disabled, ", ");
+    for (llvm::StringRef Name : llvm::concat<llvm::StringRef>(Enabled, Disabled))
+      if (llvm::none_of(passes::allPasses(), [&](const passes::PassInfo& P) { return P.Name == Name; })) {
+        std::string Known;
+        for (const passes::PassInfo& Pass : passes::allPasses())
+          Known += (Known.empty() ? "" : ", ") + Pass.Name.str();
+        diag(At, "the option Enable or Disable of accelerate-distribute-loop names the unknown pass '%0' "
+                 "(known: %1); no rewrite is offered")
+            << Name << Known;
+        return false;
+      }
+    for (const passes::PassInfo& Pass : passes::allPasses())
+      if ((Pass.OnByDefault || llvm::is_contained(Enabled, Pass.Name)) &&
+          !llvm::is_contained(Disabled, Pass.Name))
+        Selected.push_back(Pass);
+    return true;
+  }
+
+  void report(const rewriter::FileRewrite& Rewrite, const clang::SourceManager& SM) {
+    clang::FileID Main = SM.getMainFileID();
+    auto At = [&](unsigned Offset) { return SM.getLocForStartOfFile(Main).getLocWithOffset(Offset); };
+    // A finding in a header is reported at its place there (clang-tidy shows it when its header filter
+    // takes that header).
+    auto FindingPlace = [&](const Finding& Found) {
+      clang::FileID File = Main;
+      if (auto Entry = SM.getFileManager().getOptionalFileRef(Found.File))
+        File = SM.translateFile(*Entry);
+      return File.isValid() ? SM.getLocForStartOfFile(File).getLocWithOffset(Found.Offset) : At(0);
+    };
+    // What cannot be rewritten, and why: a warning each, as accel-rewrite gives them.
+    for (const Finding& Found : Rewrite.Findings) {
+      if (Found.What == Finding::Kind::NotRewritten)
+        diag(FindingPlace(Found), "%0 [%1]") << Found.Message << Found.Pass;
+      else if (Found.What == Finding::Kind::OutsideMainFile)
+        diag(FindingPlace(Found),
+             "not rewritten: the fix changes the file clang-tidy checks, not this header; "
+             "run accel-rewrite with --headers to rewrite it, or change this by hand: "
+             "%0 (pass '%1': %2)")
+            << llvm::join(Found.Edits, "; ") << Found.Pass << Found.Message;
+    }
+    if (Rewrite.Rewritten == Rewrite.Original)
+      return;
+
+    unsigned Changes = llvm::count_if(
+        Rewrite.Findings, [](const Finding& Found) { return Found.What == Finding::Kind::Change; });
+    unsigned Where = Rewrite.TrainingRuns.empty() ? Rewrite.Edits.front().Replacement.getOffset()
+                                                  : Rewrite.TrainingRuns.front();
+
+    llvm::Error Compiles = rewriter::checkCompilesLikeParse(
+        *Preprocessor, Rewrite.Rewritten,
+        rewriter::findRuntimeIncludeDir(modulePath(), ACCEL_RUNTIME_INCLUDE_DIR));
+    if (Compiles) {
+      std::string Why;
+      llvm::handleAllErrors(
+          std::move(Compiles),
+          [&](const rewriter::CompileError& Compile) { Why = firstError(Compile.diagnostics()); },
+          [&](const llvm::ErrorInfoBase& Other) { Why = Other.message(); });
+      diag(
+          At(Where),
+          "this training loop runs on one device; accel-rewrite would distribute it with accelerate (%0 %1), "
+          "but the rewritten file would not compile, so no fix is offered: %2 (run accel-rewrite on this "
+          "file for every diagnostic)")
+          << Changes << (Changes == 1 ? "change" : "changes") << Why;
+      return;
+    }
+
+    clang::tooling::Replacements Replacements;
+    for (const rewriter::PlannedEdit& Edit : Rewrite.Edits)
+      if (llvm::Error Err = Replacements.add(Edit.Replacement)) {
+        diag(At(Where), "the rewrite's edits conflict, so no fix is offered: %0")
+            << llvm::toString(std::move(Err));
+        return;
+      }
+    std::vector<clang::tooling::Replacement> Fixes = asFixIts(Replacements, Rewrite.Original);
+    auto Warning = diag(At(Where), "this training loop runs on one device; distribute it with accelerate "
+                                   "(%0 %1 by accel-rewrite's passes; the fix applies them all)")
+                   << Changes << (Changes == 1 ? "change" : "changes");
+    for (const clang::tooling::Replacement& Edit : Fixes) {
+      clang::SourceLocation Begin = At(Edit.getOffset());
+      Warning << clang::FixItHint::CreateReplacement(
+          clang::CharSourceRange::getCharRange(Begin, Begin.getLocWithOffset(Edit.getLength())),
+          Edit.getReplacementText());
+    }
+  }
+
+  std::string Enable, Disable;
+  clang::Preprocessor* Preprocessor = nullptr;
+  clang::ASTContext* Context = nullptr;
+};
+
+class AccelerateModule : public clang::tidy::ClangTidyModule {
+public:
+  void addCheckFactories(clang::tidy::ClangTidyCheckFactories& Factories) override {
+    Factories.registerCheck<DistributeLoopCheck>("accelerate-distribute-loop");
+  }
+};
+
+} // namespace
+} // namespace accelerate::tidy
+
+static clang::tidy::ClangTidyModuleRegistry::Add<accelerate::tidy::AccelerateModule>
+    AccelerateModuleRegistration("accelerate-module",
+                                 "Checks that distribute libtorch training with accelerate.");
