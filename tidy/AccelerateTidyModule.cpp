@@ -174,6 +174,8 @@ private:
         Rewrite.Findings, [](const Finding& Found) { return Found.What == Finding::Kind::Change; });
     unsigned Where = Rewrite.TrainingRuns.empty() ? Rewrite.Edits.front().Replacement.getOffset()
                                                   : Rewrite.TrainingRuns.front();
+    // Without a training loop (a step function, a file whose loop is elsewhere), at the first change.
+    llvm::StringRef What = Rewrite.TrainingRuns.empty() ? "code" : "loop";
 
     llvm::Error Compiles = rewriter::checkCompilesLikeParse(
         *Preprocessor, Rewrite.Rewritten,
@@ -201,9 +203,9 @@ private:
         return;
       }
     std::vector<clang::tooling::Replacement> Fixes = asFixIts(Replacements, Rewrite.Original);
-    auto Warning = diag(At(Where), "this training loop runs on one device; distribute it with accelerate "
-                                   "(%0 %1 by accel-rewrite's passes; the fix applies them all)")
-                   << Changes << (Changes == 1 ? "change" : "changes");
+    auto Warning = diag(At(Where), "this training %0 runs on one device; distribute it with accelerate "
+                                   "(%1 %2 by accel-rewrite's passes; the fix applies them all)")
+                   << What << Changes << (Changes == 1 ? "change" : "changes");
     for (const clang::tooling::Replacement& Edit : Fixes) {
       clang::SourceLocation Begin = At(Edit.getOffset());
       Warning << clang::FixItHint::CreateReplacement(
