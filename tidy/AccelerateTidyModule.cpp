@@ -1,10 +1,13 @@
 // tidy/AccelerateTidyModule.cpp: the clang-tidy module (`clang-tidy --load=<module>
 // -checks='-*,accelerate-*'`). Its checks are front ends over the rewrite library, as accel-rewrite is: they
 // run the same passes, from the same registry, over the translation unit clang-tidy parsed.
+#include "lint/Checks.h"
 #include "passes/Registry.h"
 #include "rewriter/CheckCompiles.h"
 #include "rewriter/PassRunner.h"
 #include "rewriter/ToolRunner.h"
+#include "tidy/FixIts.h"
+#include "tidy/RuleCheck.h"
 
 #include "clang-tidy/ClangTidyCheck.h"
 #include "clang-tidy/ClangTidyModule.h"
@@ -41,33 +44,6 @@ std::string firstError(llvm::StringRef Diagnostics) {
     if (Line.contains("error: "))
       return Line.trim().str();
   return Diagnostics.trim().str();
-}
-
-/// The rewrite's edits as fix-its that clang-tidy applies as they are. Clang merges the fix-its of a
-/// diagnostic through clang::edit::EditedSource, which widens a pure removal by a space when the removal
-/// would leave whitespace on both sides; accel-rewrite removes exactly what the passes say. So edits that
-/// touch become one, and a removal that is left keeps the character after it (it replaces it with itself).
-std::vector<clang::tooling::Replacement> asFixIts(const clang::tooling::Replacements& Edits,
-                                                  llvm::StringRef Code) {
-  std::vector<clang::tooling::Replacement> Fixes;
-  for (const clang::tooling::Replacement& Edit : Edits) {
-    if (!Fixes.empty() && Fixes.back().getOffset() + Fixes.back().getLength() == Edit.getOffset()) {
-      const clang::tooling::Replacement& Last = Fixes.back();
-      Fixes.back() = clang::tooling::Replacement(
-          Last.getFilePath(), Last.getOffset(), Last.getLength() + Edit.getLength(),
-          (Last.getReplacementText() + Edit.getReplacementText()).str());
-      continue;
-    }
-    Fixes.push_back(Edit);
-  }
-  for (clang::tooling::Replacement& Fix : Fixes) {
-    unsigned End = Fix.getOffset() + Fix.getLength();
-    if (!Fix.getReplacementText().empty() || Fix.getLength() == 0 || End >= Code.size())
-      continue;
-    Fix = clang::tooling::Replacement(Fix.getFilePath(), Fix.getOffset(), Fix.getLength() + 1,
-                                      Code.substr(End, 1));
-  }
-  return Fixes;
 }
 
 /// accelerate-distribute-loop: on a plain single-device training loop, one warning at the training loop
@@ -177,6 +153,20 @@ private:
     // Without a training loop (a step function, a file whose loop is elsewhere), at the first change.
     llvm::StringRef What = Rewrite.TrainingRuns.empty() ? "code" : "loop";
 
+    // A rewrite that leaves sites for the user (a backward call in a macro, a header it may not change)
+    // would not train like the original until they are changed: it is not offered as a fix.
+    unsigned Left = llvm::count_if(Rewrite.Findings, [](const Finding& Found) {
+      return Found.What == Finding::Kind::NotRewritten || Found.What == Finding::Kind::OutsideMainFile;
+    });
+    if (Left) {
+      diag(At(Where), "this training %0 runs on one device; accel-rewrite would distribute it with "
+                      "accelerate (%1 %2), but %3 %4 that it cannot rewrite (the other warnings), so no fix "
+                      "is offered: change %5 by hand as the warnings say, then apply the fix")
+          << What << Changes << (Changes == 1 ? "change" : "changes") << Left
+          << (Left == 1 ? "site needs a change" : "sites need changes") << (Left == 1 ? "it" : "them");
+      return;
+    }
+
     llvm::Error Compiles = rewriter::checkCompilesLikeParse(
         *Preprocessor, Rewrite.Rewritten,
         rewriter::findRuntimeIncludeDir(modulePath(), ACCEL_RUNTIME_INCLUDE_DIR));
@@ -186,12 +176,11 @@ private:
           std::move(Compiles),
           [&](const rewriter::CompileError& Compile) { Why = firstError(Compile.diagnostics()); },
           [&](const llvm::ErrorInfoBase& Other) { Why = Other.message(); });
-      diag(
-          At(Where),
-          "this training loop runs on one device; accel-rewrite would distribute it with accelerate (%0 %1), "
-          "but the rewritten file would not compile, so no fix is offered: %2 (run accel-rewrite on this "
-          "file for every diagnostic)")
-          << Changes << (Changes == 1 ? "change" : "changes") << Why;
+      diag(At(Where),
+           "this training %0 runs on one device; accel-rewrite would distribute it with "
+           "accelerate (%1 %2), but the rewritten file would not compile, so no fix is offered: %3 "
+           "(run accel-rewrite on this file for every diagnostic)")
+          << What << Changes << (Changes == 1 ? "change" : "changes") << Why;
       return;
     }
 
@@ -223,6 +212,12 @@ class AccelerateModule : public clang::tidy::ClangTidyModule {
 public:
   void addCheckFactories(clang::tidy::ClangTidyCheckFactories& Factories) override {
     Factories.registerCheck<DistributeLoopCheck>("accelerate-distribute-loop");
+    // The lint checks for code distributed by hand, one per row of lint::allLintChecks().
+    for (const lint::LintCheck& Check : lint::allLintChecks())
+      Factories.registerCheckFactory(("accelerate-" + Check.Name).str(),
+                                     [&Check](llvm::StringRef Name, clang::tidy::ClangTidyContext* Context) {
+                                       return std::make_unique<RuleCheck>(Check.MakeRule(), Name, Context);
+                                     });
   }
 };
 
