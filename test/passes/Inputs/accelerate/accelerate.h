@@ -77,7 +77,11 @@ public:
   static Accelerator& current();
 
   torch::Device device() const;
+  int num_processes() const;
+  int process_index() const;
+  int local_process_index() const;
   bool is_main_process() const;
+  bool is_local_main_process() const;
 
   template <typename Model> Model& prepare(Model& model);
   template <typename Opt, std::enable_if_t<std::is_base_of_v<torch::optim::Optimizer, std::decay_t<Opt>>, int> = 0>
@@ -85,6 +89,8 @@ public:
   template <typename Sched,
             std::enable_if_t<std::is_base_of_v<torch::optim::LRScheduler, std::decay_t<Sched>>, int> = 0>
   Scheduler prepare(Sched&& scheduler);
+
+  void prepare_model(torch::nn::Module& model);
 
   template <typename Dataset>
   std::unique_ptr<DataLoader<Dataset>> prepare_data_loader(Dataset dataset, DataLoaderOptions options = {});
@@ -106,11 +112,21 @@ public:
 
   std::string save_state(const std::string& directory = "");
   void load_state(const std::string& directory = "");
+  void save_model(const torch::nn::Module& model, const std::string& directory);
 
+  torch::Tensor gather(const torch::Tensor& tensor);
   torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
   torch::Tensor reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
   template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>> T reduce(T value, ReduceOp op = ReduceOp::SUM);
+  torch::Tensor broadcast(const torch::Tensor& tensor, int from_process = 0);
   void wait_for_everyone();
+
+  class MainProcessFirstGuard {
+  public:
+    MainProcessFirstGuard(MainProcessFirstGuard&& other) noexcept;
+    ~MainProcessFirstGuard() noexcept(false);
+  };
+  [[nodiscard]] MainProcessFirstGuard main_process_first();
 
   template <typename... Args> void print(const Args&... args) {
     if (is_main_process())

@@ -125,6 +125,10 @@ using Dtype = at::ScalarType;
 
 namespace autograd {
 using Variable = at::Tensor;
+using variable_list = std::vector<Variable>;                       // torch/csrc/autograd/function.h
+void backward(const variable_list& tensors, const variable_list& grad_tensors = {}, // autograd.h
+              std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+              const variable_list& inputs = {});
 } // namespace autograd
 
 struct NoGradGuard {
