@@ -51,16 +51,30 @@ def losses(output):
     return values
 
 
+def tidy(options, prefix):
+    """The installed accel-clang-tidy loads the installed module, which runs the passes and checks that its
+    rewrite compiles: the fix is offered on a plain loop (on the pass tests' small stand-in headers)."""
+    inputs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "passes", "Inputs")
+    plain = os.path.join(options.work, "tidy_train.cpp")
+    shutil.copy(os.path.join(inputs, "small_loop.cpp"), plain)
+    output = run([os.path.join(prefix, "bin", "accel-clang-tidy"), "-checks=-*,accelerate-*", plain, "--",
+                  "-std=c++17", f"-I{inputs}"]).stdout
+    if "distribute it with accelerate" not in output or "the fix applies them all" not in output:
+        fail("the installed accel-clang-tidy offered no fix for a plain training loop", output)
+
+
 def package(options):
     work = options.work
     shutil.rmtree(work, ignore_errors=True)
     prefix = os.path.join(work, "prefix")
     run([options.cmake, "--install", options.build_dir, "--prefix", prefix])
-    for path in ("bin/accel", "bin/accel-rewrite", "lib/libaccelerate_runtime.so",
+    for path in ("bin/accel", "bin/accel-rewrite", "bin/accel-clang-tidy", "lib/accelerate-tidy.so",
+                 "lib/libaccelerate_runtime.so",
                  "include/accelerate/accelerate.h", "lib/cmake/AccelerateCpp/AccelerateCppConfig.cmake",
                  "lib/cmake/AccelerateCpp/AccelerateCppConfigVersion.cmake"):
         if not os.path.exists(os.path.join(prefix, path)):
             fail(f"`cmake --install` did not install {path}; build everything first (`make build`)")
+    tidy(options, prefix)
     project = os.path.join(work, "project")
     shutil.copytree(options.project, project)
 

@@ -3,6 +3,8 @@
 // distributed gets nothing.
 // RUN: rm -rf %t && mkdir -p %t && cp %s %t/train.cpp && cp %s %t/reference.cpp
 // RUN: %tidy %t/train.cpp -- -std=c++17 -I%passes_inputs 2>&1 | FileCheck %s
+// accel-clang-tidy is clang-tidy-19 with the module loaded.
+// RUN: %accel-clang-tidy -checks=-*,accelerate-* %t/train.cpp -- -std=c++17 -I%passes_inputs 2>&1 | FileCheck %s
 // RUN: %tidy --fix --format-style=none %t/train.cpp -- -std=c++17 -I%passes_inputs > %t/fix.log 2>&1
 // RUN: %accel-rewrite %t/reference.cpp -i -- -std=c++17 -I%passes_inputs 2>/dev/null
 // RUN: diff %t/reference.cpp %t/train.cpp

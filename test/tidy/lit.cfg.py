@@ -34,6 +34,7 @@ config.substitutions.append(
     ("%tidy", "%s --load=%s -checks=-*,accelerate-* --quiet" % (config.clang_tidy, config.tidy_module))
 )
 config.substitutions.append(("%clang-tidy", config.clang_tidy))
+config.substitutions.append(("%accel-clang-tidy", os.path.join(config.accel_rewrite_dir, "accel-clang-tidy")))
 config.substitutions.append(("%tidy_module", config.tidy_module))
 config.substitutions.append(("%accel-rewrite", accel_rewrite))
 config.substitutions.append(("%passes_inputs", os.path.join(config.source_root, "test", "passes", "Inputs")))
