@@ -225,9 +225,9 @@ std::string batchMoveWhy(const MatchFinder::MatchResult& Result) {
   const auto& Call = *Result.Nodes.getNodeAs<clang::CXXMemberCallExpr>(CallId);
   return "'" + sourceText(Object, Context) + "' is a batch of " + quoted(Loader) +
          ", which accelerator.prepare_data_loader made: the prepared loader already puts every batch on this "
-         "process's device, so ." +
-         Call.getMethodDecl()->getNameAsString() +
-         "(...) copies it again at best, and with more than one process a fixed device (torch::kCUDA is GPU "
+         "process's device, so " +
+         (Call.getMethodDecl()->getName() == "cuda" ? ".cuda()" : ".to(...)") +
+         " copies it again at best, and with more than one process a fixed device (torch::kCUDA is GPU "
          "0) takes every process's batch away from its own GPU and its model";
 }
 
@@ -405,18 +405,22 @@ AST_MATCHER(clang::CallExpr, savesInDistributedCode) {
   return Node.getNumArgs() > 0 && preparedModelReachedBy(*Node.getArg(0), Context);
 }
 
-/// The save is a statement of its own in a block, and the function reads no file back (`torch::load`): only
-/// then may the main process alone write it with nothing else to change.
-AST_MATCHER(clang::CallExpr, isGuardableSave) {
+/// The save is a statement of its own in a block (so that an `if` can take its place).
+AST_MATCHER(clang::CallExpr, isBlockStatement) {
   clang::ASTContext& Context = Finder->getASTContext();
   clang::DynTypedNodeList Parents = Context.getParents(Node);
   while (!Parents.empty() && Parents[0].get<clang::ExprWithCleanups>())
     Parents = Context.getParents(Parents[0]);
-  if (Parents.empty() || !Parents[0].get<clang::CompoundStmt>())
-    return false;
+  return !Parents.empty() && Parents[0].get<clang::CompoundStmt>();
+}
+
+/// The function reads a file back (`torch::load`): the other processes would have to wait for the main
+/// process's write.
+AST_MATCHER(clang::CallExpr, inFunctionThatLoads) {
+  clang::ASTContext& Context = Finder->getASTContext();
   const clang::FunctionDecl* Function = passes::enclosingFunction(Node, Context);
   auto Load = callExpr(callee(functionDecl(hasName("::torch::load"))));
-  return Function && Function->hasBody() && !passes::containsMatch(Load, *Function->getBody(), Context);
+  return Function && Function->hasBody() && passes::containsMatch(Load, *Function->getBody(), Context);
 }
 
 std::string saveWhy() {
@@ -430,25 +434,25 @@ PassRule unguardedSaveRule() {
   Stencil Accelerator = computed([](const MatchFinder::MatchResult& Result, clang::ASTContext& Context) {
     return acceleratorAt(boundExpr(Result, CallId), nullptr, Context);
   });
+  auto Guarded = [](bool ReadBack) {
+    return computed([ReadBack](const MatchFinder::MatchResult& Result, clang::ASTContext& Context) {
+      std::string Accelerator = acceleratorAt(boundExpr(Result, CallId), nullptr, Context);
+      return saveWhy() + "; write it on the main process only: if (" + Accelerator +
+             "is_main_process()) { ... }" +
+             (ReadBack ? ", then " + Accelerator + "wait_for_everyone() before any process reads it back"
+                       : "") +
+             " (a model: " + Accelerator +
+             "save_model(model, directory), called on every process, writes it once and also gathers a "
+             "sharded model)";
+    });
+  };
   return applyFirst({
-      makeRule(callExpr(Save, isGuardableSave()).bind(CallId),
+      makeRule(callExpr(Save, isBlockStatement(), unless(inFunctionThatLoads())).bind(CallId),
                changeTo(statement(CallId),
                         cat("if (", Accelerator, "is_main_process()) { ", statement(CallId), " }")),
-               computed([](const MatchFinder::MatchResult& Result, clang::ASTContext& Context) {
-                 std::string Accelerator = acceleratorAt(boundExpr(Result, CallId), nullptr, Context);
-                 return saveWhy() + "; write it on the main process only: if (" + Accelerator +
-                        "is_main_process()) { ... } (a model: " + Accelerator +
-                        "save_model(model, directory), called on every process, writes it once and also "
-                        "gathers a sharded model)";
-               })),
-      makeRule(callExpr(Save).bind(CallId), noopEdit(node(CallId)),
-               computed([](const MatchFinder::MatchResult& Result, clang::ASTContext& Context) {
-                 std::string Accelerator = acceleratorAt(boundExpr(Result, CallId), nullptr, Context);
-                 return saveWhy() + "; write it on the main process only: if (" + Accelerator +
-                        "is_main_process()) { ... }, then " + Accelerator +
-                        "wait_for_everyone() before any process reads it back (a model: " + Accelerator +
-                        "save_model(model, directory), called on every process)";
-               })),
+               Guarded(false)),
+      makeRule(callExpr(Save, inFunctionThatLoads()).bind(CallId), noopEdit(node(CallId)), Guarded(true)),
+      makeRule(callExpr(Save).bind(CallId), noopEdit(node(CallId)), Guarded(false)),
   });
 }
 
