@@ -9,10 +9,12 @@ The table sits in docs/api.md between the BEGIN and END lines below; ctest confi
 runs --check.
 """
 import argparse
-import difflib
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generated_table import print_update_or_check, split_top_level  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADER = os.path.join(ROOT, "include", "accelerate", "detail", "option_table.h")
@@ -21,34 +23,6 @@ BEGIN = ("<!-- option table: generated from include/accelerate/detail/option_tab
          "`python3 scripts/option_table.py --update`; do not edit by hand -->")
 END = "<!-- end of option table -->"
 COLUMNS = ["TYPE", "NAME", "FIELD", "DEFAULT", "ENVIRONMENT", "YAML_KEY", "CHECK", "DOC"]
-
-
-def split_arguments(text):
-    """The macro arguments of `text` (inside the parentheses), split at top-level commas."""
-    arguments, depth, current, quoted, escaped = [], 0, "", False, False
-    for char in text:
-        if quoted:
-            current += char
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                quoted = False
-            continue
-        if char == '"':
-            quoted = True
-        elif char in "([{<":
-            depth += 1
-        elif char in ")]}>":
-            depth -= 1
-        elif char == "," and depth == 0:
-            arguments.append(current.strip())
-            current = ""
-            continue
-        current += char
-    arguments.append(current.strip())
-    return arguments
 
 
 def string_literal(text):
@@ -81,7 +55,7 @@ def read_rows(path=HEADER):
             elif char == ")":
                 depth -= 1
             end += 1
-        arguments = split_arguments(text[start:end - 1])
+        arguments = split_top_level(text[start:end - 1], "([{<", ")]}>")
         if len(arguments) != len(COLUMNS):
             raise ValueError(f"{path}: a row has {len(arguments)} arguments, not {len(COLUMNS)}: {arguments}")
         rows.append(dict(zip(COLUMNS, arguments)))
@@ -122,15 +96,6 @@ def markdown(rows):
     return "\n".join(lines) + "\n"
 
 
-def split_doc(text):
-    """(before, table, after) of docs/api.md's text."""
-    begin, end = text.find(BEGIN), text.find(END)
-    if begin < 0 or end < begin:
-        raise ValueError(f"{API_DOC} has no option table between the lines\n{BEGIN}\n{END}")
-    end += len(END) + 1
-    return text[:begin], text[begin:end], text[end:]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--update", action="store_true", help="rewrite the table in docs/api.md")
@@ -139,26 +104,8 @@ def main():
     parser.add_argument("--doc", default=API_DOC)
     args = parser.parse_args()
     table = markdown(read_rows(args.header))
-    if not (args.update or args.check):
-        sys.stdout.write(table)
-        return 0
-    with open(args.doc) as file:
-        before, current, after = split_doc(file.read())
-    if args.update:
-        with open(args.doc, "w") as file:
-            file.write(before + table + after)
-        print(f"option_table.py: wrote the table of {args.doc}")
-        return 0
-    if current != table:
-        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), table.splitlines(True),
-                                                   args.doc + " (now)", "generated from " + args.header))
-        print(f"option_table.py: {args.doc}'s option table differs from {args.header}; regenerate it with "
-              f"`python3 scripts/option_table.py --update`")
-        return 1
-    print(f"option_table.py: {args.doc}'s option table matches {args.header} ({len(table.splitlines()) - 4} "
-          "options)")
-    return 0
-
+    return print_update_or_check(table, args.doc, args.header, "option_table.py", "option table", BEGIN, END,
+                                 args.update, args.check)
 
 if __name__ == "__main__":
     sys.exit(main())

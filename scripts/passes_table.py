@@ -11,10 +11,12 @@ and TurnedOnBy ("on" for a pass off by default). The table sits in docs/passes.m
 lines below; the lit test test/passes/passes-table.cpp runs --check.
 """
 import argparse
-import difflib
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generated_table import STRING, print_update_or_check, split_top_level  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REGISTRY = os.path.join(ROOT, "passes", "Registry.cpp")
@@ -26,7 +28,6 @@ END = "<!-- end of passes table -->"
 # the last ones.
 FIELDS = ["Name", "MakeRule", "Summary", "OnByDefault", "WhenNothingFound", "LeavesAlone", "TurnedOnBy",
           "UsesAccelerator", "UsesAcceleratorInMain", "AcceleratorOptions"]
-STRING = r'"(?:[^"\\]|\\.)*"'
 
 
 def without_comments(text):
@@ -52,32 +53,6 @@ def closing(text, start):
         index += 1
 
 
-def split_arguments(text):
-    """The items of a braced list's inside, split at top-level commas."""
-    items, depth, current, index = [], 0, "", 0
-    while index < len(text):
-        char = text[index]
-        if char == '"':
-            end = re.compile(STRING).match(text, index).end()
-            current += text[index:end]
-            index = end
-            continue
-        if char in "({[":
-            depth += 1
-        elif char in ")}]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(current.strip())
-            current = ""
-            index += 1
-            continue
-        current += char
-        index += 1
-    if current.strip():
-        items.append(current.strip())
-    return items
-
-
 def string_value(text, where):
     """The value of one or more adjacent C++ string literals; `{}` is the empty string."""
     if text == "{}":
@@ -96,10 +71,10 @@ def read_rows(path=REGISTRY):
         raise ValueError(f"{path}: no `static const PassInfo Passes[] = {{...}}` table")
     start = table.end() - 1
     rows = []
-    for item in split_arguments(text[start + 1:closing(text, start) - 1]):
+    for item in split_top_level(text[start + 1:closing(text, start) - 1]):
         if not (item.startswith("{") and item.endswith("}")):
             raise ValueError(f"{path}: a row of the pass table is not a braced list: {item!r}")
-        values = split_arguments(item[1:-1])
+        values = split_top_level(item[1:-1])
         if not 3 <= len(values) <= len(FIELDS):
             raise ValueError(f"{path}: a row has {len(values)} fields, not 3 to {len(FIELDS)}: {values}")
         row = dict(zip(FIELDS, values))
@@ -139,15 +114,6 @@ def markdown(rows):
     return "\n".join(lines) + "\n"
 
 
-def split_doc(text, path):
-    """(before, table, after) of docs/passes.md's text."""
-    begin, end = text.find(BEGIN), text.find(END)
-    if begin < 0 or end < begin:
-        raise ValueError(f"{path} has no passes table between the lines\n{BEGIN}\n{END}")
-    end += len(END) + 1
-    return text[:begin], text[begin:end], text[end:]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--update", action="store_true", help="rewrite the table in docs/passes.md")
@@ -156,26 +122,8 @@ def main():
     parser.add_argument("--doc", default=PASSES_DOC)
     args = parser.parse_args()
     table = markdown(read_rows(args.registry))
-    if not (args.update or args.check):
-        sys.stdout.write(table)
-        return 0
-    with open(args.doc) as file:
-        before, current, after = split_doc(file.read(), args.doc)
-    if args.update:
-        with open(args.doc, "w") as file:
-            file.write(before + table + after)
-        print(f"passes_table.py: wrote the table of {args.doc}")
-        return 0
-    if current != table:
-        sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), table.splitlines(True),
-                                                   args.doc + " (now)", "generated from " + args.registry))
-        print(f"passes_table.py: {args.doc}'s passes table differs from {args.registry}; regenerate it with "
-              f"`python3 scripts/passes_table.py --update`")
-        return 1
-    print(f"passes_table.py: {args.doc}'s passes table matches {args.registry} ({len(table.splitlines()) - 4} "
-          "passes)")
-    return 0
-
+    return print_update_or_check(table, args.doc, args.registry, "passes_table.py", "passes table", BEGIN, END,
+                                 args.update, args.check)
 
 if __name__ == "__main__":
     sys.exit(main())
