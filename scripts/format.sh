@@ -2,7 +2,7 @@
 # The one list of sources clang-format-19 owns, and the two things done with it:
 #   scripts/format.sh           reformat them in place (`make format`)
 #   scripts/format.sh --check   fail, naming each file and line, when one differs from .clang-format (ctest format)
-# Left out: the lit inputs (test/passes/: their CHECK lines name line numbers) and what accel-rewrite generates
+# Left out: the lit inputs (test/passes/, test/tidy/: their CHECK lines name line numbers) and what accel-rewrite generates
 # (bench/generated/ and test/fixtures/generated/: byte-for-byte the rewriter's output, kept current by ctest
 # bench.generated_up_to_date and fixtures.generated_up_to_date.*).
 set -euo pipefail
@@ -16,7 +16,7 @@ if ! git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
   echo "format.sh: $(pwd) is not a git work tree; the list of sources is git's (git ls-files)" >&2
   exit 1
 fi
-mapfile -t files < <(git ls-files -- '*.cpp' '*.h' '*.hpp' '*.cu' ':!:test/passes/**' ':!:bench/generated/**' ':!:test/fixtures/generated/**')
+mapfile -t files < <(git ls-files -- '*.cpp' '*.h' '*.hpp' '*.cu' ':!:test/passes/**' ':!:test/tidy/**' ':!:bench/generated/**' ':!:test/fixtures/generated/**')
 if [ "${1:-}" = "--check" ]; then
   if ! "$CLANG_FORMAT" --dry-run -Werror "${files[@]}"; then
     echo "format.sh: the files above differ from .clang-format; run \`make format\` (scripts/format.sh) and commit" >&2
