@@ -131,9 +131,12 @@ std::string rawBackwardWhy(const MatchFinder::MatchResult& Result) {
 
 PassRule rawBackwardRule() {
   auto FromPreparedModel = expr(computedFromPreparedModel()).bind(ObjectId);
-  auto MemberBackward = cxxMemberCallExpr(passes::tensorBackwardCall(), on(FromPreparedModel)).bind(CallId);
-  auto AutogradBackward = callExpr(callee(functionDecl(hasName("::torch::autograd::backward"))),
-                                   hasArgument(0, FromPreparedModel), unless(isExpansionInSystemHeader()));
+  auto MemberBackward =
+      cxxMemberCallExpr(isExpansionInMainFile(), passes::tensorBackwardCall(), on(FromPreparedModel))
+          .bind(CallId);
+  auto AutogradBackward =
+      callExpr(isExpansionInMainFile(), callee(functionDecl(hasName("::torch::autograd::backward"))),
+               hasArgument(0, FromPreparedModel));
   return applyFirst({
       makeRule(MemberBackward, changeTo(node(CallId), run(acceleratorBackward)),
                computed([](const MatchFinder::MatchResult& Result, clang::ASTContext&) -> std::string {
@@ -233,9 +236,9 @@ std::string batchMoveWhy(const MatchFinder::MatchResult& Result) {
 
 PassRule manualBatchMoveRule() {
   auto TensorClass = cxxRecordDecl(isSameOrDerivedFrom(hasAnyName("::at::Tensor", "::at::TensorBase")));
-  auto Move = cxxMemberCallExpr(callee(cxxMethodDecl(hasAnyName("to", "cuda"), ofClass(TensorClass))),
-                                on(expr(batchOfPreparedLoader()).bind(ObjectId)), isDeviceMove(),
-                                unless(isExpansionInSystemHeader()));
+  auto Move = cxxMemberCallExpr(isExpansionInMainFile(),
+                                callee(cxxMethodDecl(hasAnyName("to", "cuda"), ofClass(TensorClass))),
+                                isDeviceMove(), on(expr(batchOfPreparedLoader()).bind(ObjectId)));
   return applyFirst({
       makeRule(cxxMemberCallExpr(Move, isMovedBackIntoItself()).bind(CallId), noopEdit(node(CallId)),
                computed([](const MatchFinder::MatchResult& Result, clang::ASTContext&) {
@@ -305,9 +308,9 @@ std::string someProcessesPlace(const clang::Stmt& S, clang::ASTContext& Context)
 }
 
 PassRule collectiveInBranchRule() {
-  auto Collective = cxxMemberCallExpr(acceleratorCall(collectiveMethods()),
-                                      unless(isExpansionInSystemHeader()), runsOnSomeProcesses())
-                        .bind(CallId);
+  auto Collective =
+      cxxMemberCallExpr(isExpansionInMainFile(), acceleratorCall(collectiveMethods()), runsOnSomeProcesses())
+          .bind(CallId);
   return makeRule(Collective, noopEdit(node(CallId)),
                   computed([](const MatchFinder::MatchResult& Result, clang::ASTContext& Context) {
                     const auto& Call = *Result.Nodes.getNodeAs<clang::CXXMemberCallExpr>(CallId);
@@ -371,9 +374,8 @@ AST_MATCHER(clang::CXXMemberCallExpr, stepsUnpreparedModel) {
 }
 
 PassRule unpreparedOptimizerStepRule() {
-  auto Step =
-      cxxMemberCallExpr(passes::optimizerStep(), unless(isExpansionInSystemHeader()), stepsUnpreparedModel())
-          .bind(CallId);
+  auto Step = cxxMemberCallExpr(isExpansionInMainFile(), passes::optimizerStep(), stepsUnpreparedModel())
+                  .bind(CallId);
   return makeRule(Step, noopEdit(node(CallId)),
                   computed([](const MatchFinder::MatchResult& Result, clang::ASTContext& Context) {
                     const auto& Call = *Result.Nodes.getNodeAs<clang::CXXMemberCallExpr>(CallId);
@@ -429,7 +431,7 @@ std::string saveWhy() {
 }
 
 PassRule unguardedSaveRule() {
-  auto Save = callExpr(callee(functionDecl(hasName("::torch::save"))), unless(isExpansionInSystemHeader()),
+  auto Save = callExpr(isExpansionInMainFile(), callee(functionDecl(hasName("::torch::save"))),
                        unless(runsOnSomeProcesses()), savesInDistributedCode());
   Stencil Accelerator = computed([](const MatchFinder::MatchResult& Result, clang::ASTContext& Context) {
     return acceleratorAt(boundExpr(Result, CallId), nullptr, Context);

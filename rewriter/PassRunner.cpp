@@ -178,34 +178,6 @@ private:
   std::set<std::tuple<std::string, unsigned, std::string, std::string>> Seen;
 };
 
-/// The top-level declarations of the user's code: those of the main file and of the headers in its directory
-/// tree (user headers, whose changes are reported), outside system headers. Library headers are not the
-/// user's even when a build names them with -I (libtorch's are, in CMake builds), and a training file
-/// includes tens of thousands of their declarations that would otherwise be matched one by one.
-std::vector<clang::Decl*> userDeclarations(clang::ASTContext& Context) {
-  const clang::SourceManager& SM = Context.getSourceManager();
-  llvm::StringRef MainDirectory;
-  if (auto Main = SM.getFileEntryRefForID(SM.getMainFileID()))
-    MainDirectory = Main->getDir().getName();
-  llvm::DenseMap<clang::FileID, bool> IsUserFile;
-  auto UserFile = [&](clang::SourceLocation Loc) {
-    clang::FileID File = SM.getFileID(Loc);
-    auto [Entry, Inserted] = IsUserFile.try_emplace(File, false);
-    if (Inserted) {
-      auto Ref = SM.getFileEntryRefForID(File);
-      Entry->second =
-          passes::isInRewrittenFile(SM, Loc) || (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
-                                                 Ref->getDir().getName().starts_with(MainDirectory));
-    }
-    return Entry->second;
-  };
-  std::vector<clang::Decl*> UserDecls;
-  for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
-    if (UserFile(SM.getExpansionLoc(TopLevel->getLocation())))
-      UserDecls.push_back(TopLevel);
-  return UserDecls;
-}
-
 /// The main file's name and text, and every file the parse read, with the text of those the rewrite may
 /// change.
 void collectFiles(const clang::SourceManager& SM, Collected& Out) {
@@ -274,6 +246,30 @@ private:
 };
 
 } // namespace
+
+std::vector<clang::Decl*> userDeclarations(clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  llvm::StringRef MainDirectory;
+  if (auto Main = SM.getFileEntryRefForID(SM.getMainFileID()))
+    MainDirectory = Main->getDir().getName();
+  llvm::DenseMap<clang::FileID, bool> IsUserFile;
+  auto UserFile = [&](clang::SourceLocation Loc) {
+    clang::FileID File = SM.getFileID(Loc);
+    auto [Entry, Inserted] = IsUserFile.try_emplace(File, false);
+    if (Inserted) {
+      auto Ref = SM.getFileEntryRefForID(File);
+      Entry->second =
+          passes::isInRewrittenFile(SM, Loc) || (Ref && !SM.isInSystemHeader(Loc) && !MainDirectory.empty() &&
+                                                 Ref->getDir().getName().starts_with(MainDirectory));
+    }
+    return Entry->second;
+  };
+  std::vector<clang::Decl*> UserDecls;
+  for (clang::Decl* TopLevel : Context.getTranslationUnitDecl()->decls())
+    if (UserFile(SM.getExpansionLoc(TopLevel->getLocation())))
+      UserDecls.push_back(TopLevel);
+  return UserDecls;
+}
 
 llvm::Expected<FileRewrite> rewriteParsedFile(clang::ASTContext& Context,
                                               llvm::ArrayRef<passes::PassInfo> Passes,

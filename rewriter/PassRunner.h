@@ -11,7 +11,8 @@
 
 namespace clang {
 class ASTContext;
-}
+class Decl;
+} // namespace clang
 
 namespace accelerate::rewriter {
 
@@ -57,6 +58,13 @@ struct FileRewrite {
   /// order: where an editor shows the rewrite.
   std::vector<unsigned> TrainingRuns;
 };
+
+/// The top-level declarations of the user's code in `Context`: those of the main file and of the headers in
+/// its directory tree or that the rewrite may change, outside system headers. Library headers are not the
+/// user's even when a build names them with -I (libtorch's are, in CMake builds); every front end matches
+/// only these (ASTContext::setTraversalScope), which spares matching tens of thousands of library
+/// declarations.
+std::vector<clang::Decl*> userDeclarations(clang::ASTContext& Context);
 
 /// Runs `Passes` over a translation unit already parsed (by accel-rewrite, clang-tidy or the language
 /// server), with `Settings` (passes::passSettings()), over the user's code only: the main file and the

@@ -1,6 +1,8 @@
 // tidy/RuleCheck.cpp: a clang-tidy check over one Clang Transformer rule (see RuleCheck.h).
 #include "tidy/RuleCheck.h"
 
+#include "passes/TrainingCode.h"
+#include "rewriter/PassRunner.h"
 #include "tidy/FixIts.h"
 
 #include "clang/AST/ASTContext.h"
@@ -9,6 +11,7 @@
 #include "clang/Tooling/Core/Replacement.h"
 #include "clang/Tooling/Transformer/RewriteRule.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,14 +24,44 @@ RuleCheck::RuleCheck(passes::PassRule Rule, llvm::StringRef Name, clang::tidy::C
     : ClangTidyCheck(Name, Context), Rule(std::move(Rule)) {}
 
 void RuleCheck::registerMatchers(clang::ast_matchers::MatchFinder* Finder) {
-  for (const clang::ast_matchers::internal::DynTypedMatcher& Matcher :
-       transformer::detail::buildMatchers(Rule))
-    Finder->addDynamicMatcher(Matcher, this);
+  Finder->addMatcher(clang::ast_matchers::translationUnitDecl().bind("unit"), this);
 }
 
 void RuleCheck::check(const clang::ast_matchers::MatchFinder::MatchResult& Result) {
-  if (Result.Context->getDiagnostics().hasErrorOccurred())
+  Unit = Result.Context;
+}
+
+namespace {
+/// Hands the rule's matches to RuleCheck::report.
+class Matches : public clang::ast_matchers::MatchFinder::MatchCallback {
+public:
+  explicit Matches(std::function<void(const clang::ast_matchers::MatchFinder::MatchResult&)> Report)
+      : Report(std::move(Report)) {}
+  void run(const clang::ast_matchers::MatchFinder::MatchResult& Result) override { Report(Result); }
+
+private:
+  std::function<void(const clang::ast_matchers::MatchFinder::MatchResult&)> Report;
+};
+} // namespace
+
+void RuleCheck::onEndOfTranslationUnit() {
+  clang::ASTContext* Context = std::exchange(Unit, nullptr);
+  if (!Context || Context->getDiagnostics().hasErrorOccurred())
     return; // What a file that does not compile means is not known.
+  Matches Callback([this](const clang::ast_matchers::MatchFinder::MatchResult& Result) { report(Result); });
+  clang::ast_matchers::MatchFinder Finder;
+  for (const clang::ast_matchers::internal::DynTypedMatcher& Matcher :
+       transformer::detail::buildMatchers(Rule))
+    Finder.addDynamicMatcher(Matcher, &Callback);
+  std::vector<clang::Decl*> Scope = Context->getTraversalScope();
+  Context->setTraversalScope(rewriter::userDeclarations(*Context));
+  passes::forgetTrainingCodeFacts(); // The facts module's caches hold nodes of the last AST matched.
+  Finder.matchAST(*Context);
+  passes::forgetTrainingCodeFacts();
+  Context->setTraversalScope(Scope);
+}
+
+void RuleCheck::report(const clang::ast_matchers::MatchFinder::MatchResult& Result) {
   const clang::SourceManager& SM = *Result.SourceManager;
   const clang::LangOptions& LangOpts = Result.Context->getLangOpts();
   clang::SourceLocation At = SM.getExpansionLoc(transformer::detail::getRuleMatchLoc(Result));
