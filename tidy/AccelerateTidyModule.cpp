@@ -114,6 +114,18 @@ private:
             << Name << Known;
         return false;
       }
+    // A pass a command-line setting turns on (tracking by --log-with, the progress bar by --progress-bar)
+    // needs that setting, which this check does not take.
+    for (const passes::PassInfo& Pass : passes::allPasses())
+      if (llvm::is_contained(Enabled, Pass.Name) && !Pass.OnByDefault &&
+          !Pass.TurnedOnBy.contains("--enable=")) {
+        diag(At,
+             "the option Enable of accelerate-distribute-loop names the pass '%0', which is turned on by "
+             "accel-rewrite's %1 and needs what that gives it; this check does not take it, so no rewrite "
+             "is offered: run accel-rewrite %1 on this file, or leave '%0' out of Enable")
+            << Pass.Name << Pass.TurnedOnBy;
+        return false;
+      }
     for (const passes::PassInfo& Pass : passes::allPasses())
       if ((Pass.OnByDefault || llvm::is_contained(Enabled, Pass.Name)) &&
           !llvm::is_contained(Disabled, Pass.Name))

@@ -38,3 +38,7 @@
 // Unknown pass names in the check's options are refused by name.
 // RUN: %tidy -config="{CheckOptions: {accelerate-distribute-loop.Enable: 'fsdp-unit'}}" %t/unsafe_rewrite.cpp -- -std=c++17 -I%passes_inputs 2>&1 | FileCheck %s --check-prefix=OPTION
 // OPTION: warning: the option Enable or Disable of accelerate-distribute-loop names the unknown pass 'fsdp-unit' (known: backward,
+//
+// A pass accel-rewrite turns on with a setting the check does not take is refused by name.
+// RUN: %tidy -config="{CheckOptions: {accelerate-distribute-loop.Enable: 'tracking'}}" %t/unsafe_rewrite.cpp -- -std=c++17 -I%passes_inputs 2>&1 | FileCheck %s --check-prefix=FLAG
+// FLAG: warning: the option Enable of accelerate-distribute-loop names the pass 'tracking', which is turned on by accel-rewrite's `--log-with` and needs what that gives it
