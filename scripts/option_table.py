@@ -107,5 +107,6 @@ def main():
     return print_update_or_check(table, args.doc, args.header, "option_table.py", "option table", BEGIN, END,
                                  args.update, args.check)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -125,5 +125,6 @@ def main():
     return print_update_or_check(table, args.doc, args.registry, "passes_table.py", "passes table", BEGIN, END,
                                  args.update, args.check)
 
+
 if __name__ == "__main__":
     sys.exit(main())
