@@ -12,6 +12,7 @@ DEBIAN_PACKAGES=(
   clang-19 libclang-19-dev libclang-cpp19-dev llvm-19-dev llvm-19-tools clang-tidy-19 clang-format-19 libclang-rt-19-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev ninja-build ccache nlohmann-json3-dev cmake make
   openmpi-bin iproute2 python3-venv
+  neovim # test/lsp: accel-lsp driven by headless Neovim
 )
 
 say() { echo "bootstrap: $*" >&2; }
