@@ -228,7 +228,7 @@ public:
     for (const lint::LintCheck& Check : lint::allLintChecks())
       Factories.registerCheckFactory(("accelerate-" + Check.Name).str(),
                                      [&Check](llvm::StringRef Name, clang::tidy::ClangTidyContext* Context) {
-                                       return std::make_unique<RuleCheck>(Check.MakeRule(), Name, Context);
+                                       return std::make_unique<RuleCheck>(Check, Name, Context);
                                      });
   }
 };
