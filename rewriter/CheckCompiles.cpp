@@ -9,6 +9,7 @@
 #include "clang/Frontend/CompilerInstance.h"
 #include "clang/Frontend/CompilerInvocation.h"
 #include "clang/Frontend/FrontendActions.h"
+#include "clang/Frontend/PrecompiledPreamble.h"
 #include "clang/Frontend/TextDiagnosticPrinter.h"
 #include "clang/Lex/HeaderSearch.h"
 #include "clang/Lex/Preprocessor.h"
@@ -29,34 +30,61 @@ llvm::Error checkCompilesLikeParse(const clang::Preprocessor& PP, llvm::StringRe
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "the parse has no main file on disk to check the rewrite against");
   // The main file under the name the parse opened it by, in the parse's file system (whose working
-  // directory is the compile command's), with the rewritten text over it.
+  // directory is the compile command's).
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Base = SM.getFileManager().getVirtualFileSystemPtr();
   llvm::SmallString<256> MainPath(Main->getName());
   if (std::error_code EC = Base->makeAbsolute(MainPath))
     return llvm::createStringError(EC, "cannot resolve " + MainPath + ": " + EC.message());
-  auto Overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(Base);
-  auto InMemory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
-  Overlay->pushOverlay(InMemory);
-  InMemory->addFile(MainPath, 0, llvm::MemoryBuffer::getMemBufferCopy(Rewritten, MainPath));
-  if (auto Directory = Base->getCurrentWorkingDirectory())
-    Overlay->setCurrentWorkingDirectory(*Directory);
 
-  auto Invocation = std::make_shared<clang::CompilerInvocation>();
-  Invocation->getLangOpts() = PP.getLangOpts();
-  Invocation->getTargetOpts() = PP.getTargetInfo().getTargetOpts();
-  Invocation->getHeaderSearchOpts() = PP.getHeaderSearchInfo().getHeaderSearchOpts();
-  Invocation->getPreprocessorOpts() = PP.getPreprocessorOpts();
-  Invocation->getPreprocessorOpts().clearRemappedFiles();
+  clang::CompilerInvocation Invocation;
+  Invocation.getLangOpts() = PP.getLangOpts();
+  Invocation.getTargetOpts() = PP.getTargetInfo().getTargetOpts();
+  Invocation.getHeaderSearchOpts() = PP.getHeaderSearchInfo().getHeaderSearchOpts();
+  Invocation.getPreprocessorOpts() = PP.getPreprocessorOpts();
+  return checkCompilesWith(Invocation, Base, MainPath, Rewritten, RuntimeIncludeDir);
+}
+
+llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
+                              llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files, llvm::StringRef MainPath,
+                              llvm::StringRef Rewritten, llvm::StringRef RuntimeIncludeDir,
+                              const clang::PrecompiledPreamble* Preamble) {
+  auto Invocation = std::make_shared<clang::CompilerInvocation>(Original);
+  clang::PreprocessorOptions& Preprocessor = Invocation->getPreprocessorOpts();
+  Preprocessor.clearRemappedFiles();
+  if (Preprocessor.PrecompiledPreambleBytes.first != 0) {
+    // The parse's own precompiled preamble (an ASTUnit's) is not this text's.
+    Preprocessor.PrecompiledPreambleBytes = {0, false};
+    Preprocessor.ImplicitPCHInclude.clear();
+  }
   if (!RuntimeIncludeDir.empty())
     Invocation->getHeaderSearchOpts().AddPath(RuntimeIncludeDir, clang::frontend::Angled,
                                               /*IsFramework=*/false, /*IgnoreSysRoot=*/true);
+  const clang::LangOptions& Lang = Invocation->getLangOpts();
   clang::FrontendOptions& Frontend = Invocation->getFrontendOpts();
   Frontend.Inputs = {clang::FrontendInputFile(
-      MainPath, clang::InputKind(PP.getLangOpts().CPlusPlus ? clang::Language::CXX : clang::Language::C))};
+      MainPath, clang::InputKind(Lang.CPlusPlus ? clang::Language::CXX : clang::Language::C))};
   Frontend.ProgramAction = clang::frontend::ParseSyntaxOnly;
-
   Invocation->getDiagnosticOpts().ShowCarets = false;
   Invocation->getDiagnosticOpts().ShowColors = false;
+
+  // The rewritten text over the main file, in the caller's file system (its working directory included, so
+  // that relative include paths resolve as they did).
+  auto Overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(Files);
+  auto InMemory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
+  Overlay->pushOverlay(InMemory);
+  InMemory->addFile(MainPath, 0, llvm::MemoryBuffer::getMemBufferCopy(Rewritten, MainPath));
+  if (auto Directory = Files->getCurrentWorkingDirectory())
+    Overlay->setCurrentWorkingDirectory(*Directory);
+  llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> CheckFiles = Overlay;
+
+  std::unique_ptr<llvm::MemoryBuffer> Text = llvm::MemoryBuffer::getMemBufferCopy(Rewritten, MainPath);
+  if (Preamble &&
+      Preamble->CanReuse(*Invocation, Text->getMemBufferRef(), Preamble->getBounds(), *CheckFiles)) {
+    // The text begins with the preamble's bytes: its PCH stands for them; the main file is `Text`.
+    Preamble->AddImplicitPreamble(*Invocation, CheckFiles, Text.get());
+    Invocation->getPreprocessorOpts().RetainRemappedFileBuffers = true;
+  }
+
   std::string Diagnostics;
   llvm::raw_string_ostream DiagnosticStream(Diagnostics);
   clang::CompilerInstance Compiler(std::make_shared<clang::PCHContainerOperations>());
@@ -66,7 +94,7 @@ llvm::Error checkCompilesLikeParse(const clang::Preprocessor& PP, llvm::StringRe
       /*ShouldOwnClient=*/true);
   Compiler.getDiagnostics().setSuppressSystemWarnings(true);
   Compiler.getDiagnostics().setIgnoreAllWarnings(true);
-  Compiler.createFileManager(Overlay);
+  Compiler.createFileManager(CheckFiles);
   clang::SyntaxOnlyAction Action;
   bool Parsed = Compiler.ExecuteAction(Action);
   if (!Parsed || Compiler.getDiagnostics().hasErrorOccurred()) {

@@ -8,9 +8,17 @@
 
 #include <string>
 
+#include "llvm/ADT/IntrusiveRefCntPtr.h"
+
 namespace clang {
+class CompilerInvocation;
+class PrecompiledPreamble;
 class Preprocessor;
 } // namespace clang
+
+namespace llvm::vfs {
+class FileSystem;
+} // namespace llvm::vfs
 
 namespace accelerate::rewriter {
 
@@ -21,6 +29,17 @@ namespace accelerate::rewriter {
 /// Fails with a CompileError holding the diagnostics when it does not compile.
 llvm::Error checkCompilesLikeParse(const clang::Preprocessor& PP, llvm::StringRef Rewritten,
                                    llvm::StringRef RuntimeIncludeDir);
+
+/// Compiles `Rewritten` (syntax only) as the main file `MainPath` of `Invocation` (whose input and action it
+/// replaces), in `Files` with the rewritten text over that file, plus `RuntimeIncludeDir` searched last. When
+/// `Preamble` is given (the precompiled preamble of the original text, built with `Invocation`'s options) and
+/// `Rewritten` begins with the very bytes it was built from, its PCH stands in for them, which spares
+/// parsing the file's includes again. Fails with a CompileError holding the diagnostics when it does not
+/// compile. The one home of "does the rewrite compile" for front ends without a compile database.
+llvm::Error checkCompilesWith(const clang::CompilerInvocation& Invocation,
+                              llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files, llvm::StringRef MainPath,
+                              llvm::StringRef Rewritten, llvm::StringRef RuntimeIncludeDir,
+                              const clang::PrecompiledPreamble* Preamble = nullptr);
 
 /// The directory whose accelerate/accelerate.h a rewrite is checked against: `<prefix>/include` when
 /// `Installed` is a file of an installed package (accel-rewrite in <prefix>/bin, the clang-tidy module in

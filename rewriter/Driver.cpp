@@ -122,7 +122,7 @@ void printFindings(const FileRewrite& Rewrite, bool Explain, bool HeadersGiven, 
     switch (Found.What) {
     case Finding::Kind::NotRewritten:
       ++Warnings;
-      OS << place(Found) << ": warning: " << Found.Message << " [" << Found.Pass << "]\n";
+      OS << describeFinding(Found) << "\n";
       break;
     case Finding::Kind::OutsideMainFile:
       ++Warnings;
@@ -137,15 +137,12 @@ void printFindings(const FileRewrite& Rewrite, bool Explain, bool HeadersGiven, 
     case Finding::Kind::Note:
       ++Notes;
       if (Explain)
-        OS << place(Found) << ": note: [" << Found.Pass << "] " << Found.Message << "\n";
+        OS << describeFinding(Found) << "\n";
       break;
     case Finding::Kind::Change:
       ++Changes;
-      if (Explain) {
-        OS << place(Found) << ": note: [" << Found.Pass << "] ";
-        llvm::interleave(Found.Edits, OS, "; ");
-        OS << ": " << Found.Message << "\n";
-      }
+      if (Explain)
+        OS << describeFinding(Found) << "\n";
       break;
     }
   }

@@ -15,6 +15,7 @@
 #include "clang/Lex/Lexer.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <map>
@@ -185,10 +186,15 @@ void collectFiles(const clang::SourceManager& SM, Collected& Out) {
   Out.MainText = SM.getBufferData(Main).str();
   if (auto Entry = SM.getFileEntryRefForID(Main))
     Out.MainFile = Entry->getName().str();
-  for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end(); ++File) {
-    std::string Path = passes::realPathOf(File->first);
+  // The files first: translateFile() loads a precompiled preamble's source entries, which adds files to the
+  // table being walked.
+  std::vector<clang::FileEntryRef> Files;
+  for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end(); ++File)
+    Files.push_back(File->first);
+  for (clang::FileEntryRef File : Files) {
+    std::string Path = passes::realPathOf(File);
     Out.ReadFiles.push_back(Path);
-    clang::FileID Included = SM.translateFile(File->first);
+    clang::FileID Included = SM.translateFile(File);
     if (Included.isValid() && Included != Main &&
         passes::isInRewrittenFile(SM, SM.getLocForStartOfFile(Included)))
       Out.HeaderTexts[Path] = SM.getBufferData(Included).str();
@@ -246,6 +252,20 @@ private:
 };
 
 } // namespace
+
+std::string describeFinding(const Finding& Found) {
+  std::string Place = Found.File + ":" + std::to_string(Found.Line) + ":" + std::to_string(Found.Column);
+  switch (Found.What) {
+  case Finding::Kind::NotRewritten:
+    return Place + ": warning: " + Found.Message + " [" + Found.Pass + "]";
+  case Finding::Kind::Note:
+    return Place + ": note: [" + Found.Pass + "] " + Found.Message;
+  case Finding::Kind::Change:
+  case Finding::Kind::OutsideMainFile:
+    break;
+  }
+  return Place + ": note: [" + Found.Pass + "] " + llvm::join(Found.Edits, "; ") + ": " + Found.Message;
+}
 
 std::vector<clang::Decl*> userDeclarations(clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();

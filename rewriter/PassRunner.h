@@ -59,6 +59,12 @@ struct FileRewrite {
   std::vector<unsigned> TrainingRuns;
 };
 
+/// A finding as accel-rewrite prints it: a change `<file>:<line>:<col>: note: [<pass>] <edits>: <why>` (its
+/// --explain line), a note `<file>:<line>:<col>: note: [<pass>] <why>`, a site not rewritten
+/// `<file>:<line>:<col>: warning: <message> [<pass>]`. Not for OutsideMainFile findings, whose text depends
+/// on the front end's settings.
+std::string describeFinding(const Finding& Found);
+
 /// The top-level declarations of the user's code in `Context`: those of the main file and of the headers in
 /// its directory tree or that the rewrite may change, outside system headers. Library headers are not the
 /// user's even when a build names them with -I (libtorch's are, in CMake builds); every front end matches

@@ -18,6 +18,24 @@ void CompileError::log(llvm::raw_ostream& OS) const {
   OS << Diagnostics;
 }
 
+std::vector<std::string> commandLineFor(const clang::tooling::CompileCommand& Command,
+                                        const CompileFlags& Flags) {
+  namespace tooling = clang::tooling;
+  // Ours go first (the command may override them); the caller's appended flags go last. Without carets in the
+  // compiler's own options, CompilerInstance does not print "N errors generated." straight to stderr ahead of
+  // the diagnostics we buffer; our printer keeps its carets.
+  std::vector<std::string> Appended = Flags.AppendedArgs;
+  Appended.push_back("-fno-caret-diagnostics");
+  tooling::ArgumentsAdjuster Adjust = tooling::getClangStripOutputAdjuster();
+  for (tooling::ArgumentsAdjuster Next :
+       {tooling::getClangStripDependencyFileAdjuster(), tooling::getClangSyntaxOnlyAdjuster(),
+        tooling::getInsertArgumentAdjuster(("-resource-dir=" + Flags.ResourceDir).c_str(),
+                                           tooling::ArgumentInsertPosition::BEGIN),
+        tooling::getInsertArgumentAdjuster(Appended, tooling::ArgumentInsertPosition::END)})
+    Adjust = tooling::combineAdjusters(std::move(Adjust), std::move(Next));
+  return Adjust(Command.CommandLine, Command.Filename);
+}
+
 llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
                       const CompileFlags& Flags, clang::tooling::ToolAction& Action,
                       std::optional<llvm::StringRef> Contents,
@@ -32,19 +50,7 @@ llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm:
   // A database may list a file several times (one entry per target); the first command is enough to parse it.
   const tooling::CompileCommand& Command = Commands.front();
 
-  // Ours go first (the command may override them); the caller's appended flags go last. Without carets in the
-  // compiler's own options, CompilerInstance does not print "N errors generated." straight to stderr ahead of
-  // the diagnostics we buffer; our printer keeps its carets.
-  std::vector<std::string> Appended = Flags.AppendedArgs;
-  Appended.push_back("-fno-caret-diagnostics");
-  tooling::ArgumentsAdjuster Adjust = tooling::getClangStripOutputAdjuster();
-  for (tooling::ArgumentsAdjuster Next :
-       {tooling::getClangStripDependencyFileAdjuster(), tooling::getClangSyntaxOnlyAdjuster(),
-        tooling::getInsertArgumentAdjuster(("-resource-dir=" + Flags.ResourceDir).c_str(),
-                                           tooling::ArgumentInsertPosition::BEGIN),
-        tooling::getInsertArgumentAdjuster(Appended, tooling::ArgumentInsertPosition::END)})
-    Adjust = tooling::combineAdjusters(std::move(Adjust), std::move(Next));
-  std::vector<std::string> CommandLine = Adjust(Command.CommandLine, Command.Filename);
+  std::vector<std::string> CommandLine = commandLineFor(Command, Flags);
 
   auto Overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(llvm::vfs::getRealFileSystem());
   auto InMemory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();

@@ -32,6 +32,13 @@ private:
   std::string Diagnostics;
 };
 
+/// `Command` as accel-rewrite runs it: syntax only, without output or dependency files, with `Flags`, and
+/// without carets in the compiler's own options (so that CompilerInstance prints no "N errors generated."
+/// of its own ahead of diagnostics a caller buffers). Every front end that parses a file by its compile
+/// command (accel-rewrite, the language server) uses these arguments.
+std::vector<std::string> commandLineFor(const clang::tooling::CompileCommand& Command,
+                                        const CompileFlags& Flags);
+
 /// Compiles `File` (syntax only) with the first compile command `Database` has for it plus `Flags`, running
 /// `Action`. `Contents`, when given, stands in for the file's text on disk, and each of `OtherFiles` (path,
 /// text) for that file's: that is how a rewrite, headers included, is checked before it is written. Fails
