@@ -48,9 +48,15 @@ llvm::Expected<FoundCommand> CompileCommands::find(llvm::StringRef File) {
               "or "
               "start accel-lsp with --compile-commands-dir=DIR naming a database that has it");
     FoundCommand Found{std::move(Commands.front()), Directory, ""};
+    if (!Found.Command.Heuristic.empty())
+      // The database lists other files; clangd parses this one with a neighbour's command, and so do we.
+      Found.Warning = "the compile database in " + Directory +
+                      " does not list this file; accel-lsp parses it " + "with a command " +
+                      Found.Command.Heuristic + ", as clangd does; add the file to its " +
+                      "build for its own flags";
     // A compiler that does not exist: the flags still say how to parse the file (accel-lsp parses with its
     // own clang), but the build would fail, and the command is probably stale.
-    if (!Found.Command.CommandLine.empty()) {
+    if (Found.Warning.empty() && !Found.Command.CommandLine.empty()) {
       const std::string& Compiler = Found.Command.CommandLine.front();
       bool Exists = llvm::sys::path::has_parent_path(Compiler)
                         ? llvm::sys::fs::exists(llvm::sys::path::is_absolute(Compiler)

@@ -11,6 +11,7 @@
            is reported at the original file and line (through the rewritten copy's #line directives).
 """
 import argparse
+import json
 import math
 import os
 import re
@@ -63,18 +64,47 @@ def tidy(options, prefix):
         fail("the installed accel-clang-tidy offered no fix for a plain training loop", output)
 
 
+def lsp(options, prefix):
+    """The installed accel-lsp offers the rewrite of a plain loop as a code action, its compile check against
+    the installed runtime headers passing (on the pass tests' small stand-in headers)."""
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(tests, "lsp"))
+    from lsp_client import Client
+
+    inputs = os.path.join(tests, "passes", "Inputs")
+    folder = os.path.join(options.work, "lsp")
+    os.makedirs(folder)
+    plain = os.path.join(folder, "train.cpp")
+    shutil.copy(os.path.join(inputs, "small_loop.cpp"), plain)
+    with open(os.path.join(folder, "compile_commands.json"), "w") as database:
+        json.dump([{"directory": folder, "file": plain,
+                    "arguments": ["clang++", "-std=c++17", f"-I{inputs}", "-c", plain]}], database)
+    client = Client([os.path.join(prefix, "bin", "accel-lsp")])
+    try:
+        client.initialize(folder)
+        client.open(plain)
+        actions = client.code_actions(plain, 0, 120).get("result") or []
+        offered = [a for a in actions if a.get("title") == "Distribute this training loop with accelerate"]
+        if not offered or "edit" not in offered[0]:
+            fail("the installed accel-lsp offered no rewrite for a plain training loop", json.dumps(actions)[:1000])
+        client.shutdown()
+    finally:
+        client.kill()
+
+
 def package(options):
     work = options.work
     shutil.rmtree(work, ignore_errors=True)
     prefix = os.path.join(work, "prefix")
     run([options.cmake, "--install", options.build_dir, "--prefix", prefix])
-    for path in ("bin/accel", "bin/accel-rewrite", "bin/accel-clang-tidy", "lib/accelerate-tidy.so",
+    for path in ("bin/accel", "bin/accel-rewrite", "bin/accel-clang-tidy", "bin/accel-lsp", "lib/accelerate-tidy.so",
                  "lib/libaccelerate_runtime.so",
                  "include/accelerate/accelerate.h", "lib/cmake/AccelerateCpp/AccelerateCppConfig.cmake",
                  "lib/cmake/AccelerateCpp/AccelerateCppConfigVersion.cmake"):
         if not os.path.exists(os.path.join(prefix, path)):
             fail(f"`cmake --install` did not install {path}; build everything first (`make build`)")
     tidy(options, prefix)
+    lsp(options, prefix)
     project = os.path.join(work, "project")
     shutil.copytree(options.project, project)
 

@@ -114,7 +114,7 @@ class Client:
         )["params"]["diagnostics"]
 
     # ---- A session. ----
-    def initialize(self, root, capabilities=None):
+    def initialize(self, root, capabilities=None, folders=None):
         caps = capabilities or {
             "workspace": {"workspaceEdit": {"documentChanges": True}, "applyEdit": True},
             "textDocument": {
@@ -125,11 +125,10 @@ class Client:
             },
             "general": {"positionEncodings": ["utf-16"]},
         }
-        result = self.request(
-            "initialize",
-            {"processId": os.getpid(), "rootUri": uri_of(root), "capabilities": caps},
-            timeout=60,
-        )
+        params = {"processId": os.getpid(), "rootUri": uri_of(root), "capabilities": caps}
+        if folders:
+            params["workspaceFolders"] = [{"uri": uri_of(f), "name": os.path.basename(f)} for f in folders]
+        result = self.request("initialize", params, timeout=60)
         self.notify("initialized", {})
         return result
 
