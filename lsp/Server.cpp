@@ -61,7 +61,7 @@ std::string pathOfUri(llvm::StringRef Uri) {
   std::string Path;
   for (size_t I = 0; I < Uri.size(); ++I) {
     unsigned Byte = 0;
-    if (Uri[I] == '%' && I + 2 < Uri.size() + 0 && !Uri.substr(I + 1, 2).getAsInteger(16, Byte)) {
+    if (Uri[I] == '%' && I + 2 < Uri.size() && !Uri.substr(I + 1, 2).getAsInteger(16, Byte)) {
       Path += static_cast<char>(Byte);
       I += 2;
     } else {
@@ -116,16 +116,6 @@ unsigned wordEnd(const std::string& Text, unsigned Offset) {
   while (End < Text.size() && (llvm::isAlnum(Text[End]) || Text[End] == '_'))
     ++End;
   return End;
-}
-
-/// The first line of a compiler's diagnostics that is an error.
-std::string firstError(llvm::StringRef Diagnostics) {
-  llvm::SmallVector<llvm::StringRef> Lines;
-  Diagnostics.split(Lines, '\n');
-  for (llvm::StringRef Line : Lines)
-    if (Line.contains("error: "))
-      return Line.trim().str();
-  return Diagnostics.trim().str();
 }
 
 } // namespace
@@ -631,7 +621,7 @@ private:
           *A.Invocation, A.Files, A.MainPath, Rewrite.Rewritten, Options.RuntimeIncludeDir, A.Preamble.get());
       llvm::handleAllErrors(
           std::move(Compiles),
-          [&](const rewriter::CompileError& Compile) { A.CheckFailure = firstError(Compile.diagnostics()); },
+          [&](const rewriter::CompileError& Compile) { A.CheckFailure = Compile.firstError(); },
           [&](const llvm::ErrorInfoBase& Other) { A.CheckFailure = Other.message(); });
       A.Checked = true;
       log(llvm::formatv("{0}: the rewrite's compile check took {1:f2} s", A.MainPath, secondsSince(Start))

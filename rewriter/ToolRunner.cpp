@@ -18,6 +18,15 @@ void CompileError::log(llvm::raw_ostream& OS) const {
   OS << Diagnostics;
 }
 
+std::string CompileError::firstError() const {
+  llvm::SmallVector<llvm::StringRef> Lines;
+  llvm::StringRef(Diagnostics).split(Lines, '\n');
+  for (llvm::StringRef Line : Lines)
+    if (Line.contains("error: "))
+      return Line.trim().str();
+  return llvm::StringRef(Diagnostics).trim().str();
+}
+
 std::vector<std::string> commandLineFor(const clang::tooling::CompileCommand& Command,
                                         const CompileFlags& Flags) {
   namespace tooling = clang::tooling;

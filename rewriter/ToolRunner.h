@@ -25,6 +25,8 @@ public:
   static char ID;
   explicit CompileError(std::string Diagnostics) : Diagnostics(std::move(Diagnostics)) {}
   const std::string& diagnostics() const { return Diagnostics; }
+  /// The first line of the diagnostics that is an error, for a one-line reason.
+  std::string firstError() const;
   void log(llvm::raw_ostream& OS) const override;
   std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
 

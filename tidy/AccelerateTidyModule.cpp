@@ -36,16 +36,6 @@ std::string modulePath() {
   return "";
 }
 
-/// The first line of a compiler's diagnostics that is an error, for a one-line reason.
-std::string firstError(llvm::StringRef Diagnostics) {
-  llvm::SmallVector<llvm::StringRef> Lines;
-  Diagnostics.split(Lines, '\n');
-  for (llvm::StringRef Line : Lines)
-    if (Line.contains("error: "))
-      return Line.trim().str();
-  return Diagnostics.trim().str();
-}
-
 /// accelerate-distribute-loop: on a plain single-device training loop, one warning at the training loop
 /// with the whole rewrite accel-rewrite makes as its fix (the passes depend on one another, so the fix is
 /// never one pass alone), offered only when the rewritten file compiles; each site the passes recognise but
@@ -185,8 +175,7 @@ private:
     if (Compiles) {
       std::string Why;
       llvm::handleAllErrors(
-          std::move(Compiles),
-          [&](const rewriter::CompileError& Compile) { Why = firstError(Compile.diagnostics()); },
+          std::move(Compiles), [&](const rewriter::CompileError& Compile) { Why = Compile.firstError(); },
           [&](const llvm::ErrorInfoBase& Other) { Why = Other.message(); });
       diag(At(Where),
            "this training %0 runs on one device; accel-rewrite would distribute it with "
