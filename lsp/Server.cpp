@@ -531,27 +531,6 @@ private:
     return Out;
   }
 
-  /// How many sites of the rewrite need the user (not rewritten, or in a header the rewrite does not change).
-  static unsigned sitesLeft(const rewriter::FileRewrite& Rewrite) {
-    return llvm::count_if(Rewrite.Findings, [](const rewriter::Finding& Found) {
-      return Found.What == rewriter::Finding::Kind::NotRewritten ||
-             Found.What == rewriter::Finding::Kind::OutsideMainFile;
-    });
-  }
-
-  static unsigned changes(const rewriter::FileRewrite& Rewrite) {
-    return llvm::count_if(Rewrite.Findings, [](const rewriter::Finding& Found) {
-      return Found.What == rewriter::Finding::Kind::Change;
-    });
-  }
-
-  /// Where the rewrite is shown: the first training loop, else the first edit.
-  static unsigned rewritePlace(const rewriter::FileRewrite& Rewrite) {
-    if (!Rewrite.TrainingRuns.empty())
-      return Rewrite.TrainingRuns.front();
-    return Rewrite.Edits.empty() ? 0 : Rewrite.Edits.front().Replacement.getOffset();
-  }
-
   json diagnostics(const Document& Doc, const Analysis& A) const {
     const LineTable& Lines = *A.Lines;
     json Out = json::array();
@@ -569,7 +548,7 @@ private:
     const rewriter::FileRewrite& Rewrite = *A.Rewrite;
     for (const rewriter::Finding& Found : Rewrite.Findings) {
       bool Here = Found.File == Rewrite.File;
-      unsigned At = Here ? Found.Offset : rewritePlace(Rewrite);
+      unsigned At = Here ? Found.Offset : Rewrite.shownAt();
       if (Found.What == rewriter::Finding::Kind::NotRewritten)
         Out.push_back(diagnostic(
             Lines, At, wordEnd(Doc.Text, At), Warning,
@@ -584,7 +563,7 @@ private:
             Found.Pass));
     }
     if (Rewrite.Rewritten != Rewrite.Original) {
-      unsigned At = rewritePlace(Rewrite), Changes = changes(Rewrite), Left = sitesLeft(Rewrite);
+      unsigned At = Rewrite.shownAt(), Changes = Rewrite.changes(), Left = Rewrite.sitesLeft();
       std::string What = Rewrite.TrainingRuns.empty() ? "training code" : "training loop";
       std::string Message = "this " + What + " runs on one device; the code action '" + DistributeTitle +
                             "' distributes it (" + std::to_string(Changes) +
@@ -611,7 +590,7 @@ private:
       return "nothing to do: accel-rewrite's passes find nothing to change in this file (its training "
              "already "
              "runs with accelerate, or it has no training loop)";
-    if (unsigned Left = sitesLeft(Rewrite))
+    if (unsigned Left = Rewrite.sitesLeft())
       return std::to_string(Left) + (Left == 1 ? " site needs a change" : " sites need changes") +
              " that accel-rewrite cannot make (see the warnings); change " + (Left == 1 ? "it" : "them") +
              " by hand, then distribute the loop";
@@ -669,7 +648,7 @@ private:
         Out += Found.File + ":" + std::to_string(Found.Line) + ":" + std::to_string(Found.Column) +
                ": warning: not rewritten (a header the rewrite does not change): " +
                llvm::join(Found.Edits, "; ") + " [" + Found.Pass + "]\n";
-    unsigned Changes = changes(*A.Rewrite), Left = sitesLeft(*A.Rewrite);
+    unsigned Changes = A.Rewrite->changes(), Left = A.Rewrite->sitesLeft();
     Out += "accel-rewrite: " + A.Rewrite->File + ": " + std::to_string(Changes) +
            (Changes == 1 ? " change" : " changes") + ", " + std::to_string(Left) + " not rewritten";
     return Out;

@@ -253,6 +253,22 @@ private:
 
 } // namespace
 
+unsigned FileRewrite::changes() const {
+  return llvm::count_if(Findings, [](const Finding& Found) { return Found.What == Finding::Kind::Change; });
+}
+
+unsigned FileRewrite::sitesLeft() const {
+  return llvm::count_if(Findings, [](const Finding& Found) {
+    return Found.What == Finding::Kind::NotRewritten || Found.What == Finding::Kind::OutsideMainFile;
+  });
+}
+
+unsigned FileRewrite::shownAt() const {
+  if (!TrainingRuns.empty())
+    return TrainingRuns.front();
+  return Edits.empty() ? 0 : Edits.front().Replacement.getOffset();
+}
+
 std::string describeFinding(const Finding& Found) {
   std::string Place = Found.File + ":" + std::to_string(Found.Line) + ":" + std::to_string(Found.Column);
   switch (Found.What) {

@@ -57,6 +57,15 @@ struct FileRewrite {
   /// Where the main file's training runs (outermost training loops) begin, as offsets in Original, in source
   /// order: where an editor shows the rewrite.
   std::vector<unsigned> TrainingRuns;
+
+  /// How many changes the passes made (Change findings).
+  unsigned changes() const;
+  /// How many sites need the user before the rewrite trains like the original: sites not rewritten, and
+  /// changes in headers the rewrite may not change. A front end offers no fix while there is one.
+  unsigned sitesLeft() const;
+  /// Where an editor shows the rewrite: the first training loop, else the first edit (training code without
+  /// a loop of its own, e.g. a step function), as an offset in Original.
+  unsigned shownAt() const;
 };
 
 /// A finding as accel-rewrite prints it: a change `<file>:<line>:<col>: note: [<pass>] <edits>: <why>` (its

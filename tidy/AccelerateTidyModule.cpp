@@ -148,18 +148,13 @@ private:
     if (Rewrite.Rewritten == Rewrite.Original)
       return;
 
-    unsigned Changes = llvm::count_if(
-        Rewrite.Findings, [](const Finding& Found) { return Found.What == Finding::Kind::Change; });
-    unsigned Where = Rewrite.TrainingRuns.empty() ? Rewrite.Edits.front().Replacement.getOffset()
-                                                  : Rewrite.TrainingRuns.front();
+    unsigned Changes = Rewrite.changes(), Where = Rewrite.shownAt();
     // Without a training loop (a step function, a file whose loop is elsewhere), at the first change.
     llvm::StringRef What = Rewrite.TrainingRuns.empty() ? "code" : "loop";
 
     // A rewrite that leaves sites for the user (a backward call in a macro, a header it may not change)
     // would not train like the original until they are changed: it is not offered as a fix.
-    unsigned Left = llvm::count_if(Rewrite.Findings, [](const Finding& Found) {
-      return Found.What == Finding::Kind::NotRewritten || Found.What == Finding::Kind::OutsideMainFile;
-    });
+    unsigned Left = Rewrite.sitesLeft();
     if (Left) {
       diag(At(Where), "this training %0 runs on one device; accel-rewrite would distribute it with "
                       "accelerate (%1 %2), but %3 %4 that it cannot rewrite (the other warnings), so no fix "
