@@ -596,14 +596,17 @@ private:
              " by hand, then distribute the loop";
     if (!A.Checked) {
       auto Start = std::chrono::steady_clock::now();
-      llvm::Error Compiles = rewriter::checkCompilesWith(
-          *A.Invocation, A.Files, A.MainPath, Rewrite.Rewritten, Options.RuntimeIncludeDir, A.Preamble.get());
+      bool Reused = false;
+      llvm::Error Compiles =
+          rewriter::checkCompilesWith(*A.Invocation, A.Files, A.MainPath, Rewrite.Rewritten,
+                                      Options.RuntimeIncludeDir, A.Preamble.get(), Rewrite.Original, &Reused);
       llvm::handleAllErrors(
           std::move(Compiles),
           [&](const rewriter::CompileError& Compile) { A.CheckFailure = Compile.firstError(); },
           [&](const llvm::ErrorInfoBase& Other) { A.CheckFailure = Other.message(); });
       A.Checked = true;
-      log(llvm::formatv("{0}: the rewrite's compile check took {1:f2} s", A.MainPath, secondsSince(Start))
+      log(llvm::formatv("{0}: the rewrite's compile check took {1:f2} s ({2})", A.MainPath,
+                        secondsSince(Start), Reused ? "preamble reused" : "without the preamble")
               .str());
     }
     if (!A.CheckFailure.empty())

@@ -14,6 +14,7 @@
 #include "clang/Lex/HeaderSearch.h"
 #include "clang/Lex/Preprocessor.h"
 #include "clang/Lex/PreprocessorOptions.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -47,7 +48,16 @@ llvm::Error checkCompilesLikeParse(const clang::Preprocessor& PP, llvm::StringRe
 llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
                               llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files, llvm::StringRef MainPath,
                               llvm::StringRef Rewritten, llvm::StringRef RuntimeIncludeDir,
-                              const clang::PrecompiledPreamble* Preamble) {
+                              const clang::PrecompiledPreamble* Preamble, llvm::StringRef PreambleSource,
+                              bool* ReusedPreamble) {
+  if (ReusedPreamble)
+    *ReusedPreamble = false;
+  std::string Checked = Rewritten.str();
+  if (Preamble && !PreambleSource.empty()) {
+    if (std::optional<std::string> Over =
+            textOverPreamble(PreambleSource, Preamble->getBounds().Size, Rewritten))
+      Checked = std::move(*Over);
+  }
   auto Invocation = std::make_shared<clang::CompilerInvocation>(Original);
   clang::PreprocessorOptions& Preprocessor = Invocation->getPreprocessorOpts();
   Preprocessor.clearRemappedFiles();
@@ -72,17 +82,19 @@ llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
   auto Overlay = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(Files);
   auto InMemory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
   Overlay->pushOverlay(InMemory);
-  InMemory->addFile(MainPath, 0, llvm::MemoryBuffer::getMemBufferCopy(Rewritten, MainPath));
+  InMemory->addFile(MainPath, 0, llvm::MemoryBuffer::getMemBufferCopy(Checked, MainPath));
   if (auto Directory = Files->getCurrentWorkingDirectory())
     Overlay->setCurrentWorkingDirectory(*Directory);
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> CheckFiles = Overlay;
 
-  std::unique_ptr<llvm::MemoryBuffer> Text = llvm::MemoryBuffer::getMemBufferCopy(Rewritten, MainPath);
+  std::unique_ptr<llvm::MemoryBuffer> Text = llvm::MemoryBuffer::getMemBufferCopy(Checked, MainPath);
   if (Preamble &&
       Preamble->CanReuse(*Invocation, Text->getMemBufferRef(), Preamble->getBounds(), *CheckFiles)) {
     // The text begins with the preamble's bytes: its PCH stands for them; the main file is `Text`.
     Preamble->AddImplicitPreamble(*Invocation, CheckFiles, Text.get());
     Invocation->getPreprocessorOpts().RetainRemappedFileBuffers = true;
+    if (ReusedPreamble)
+      *ReusedPreamble = true;
   }
 
   std::string Diagnostics;
@@ -102,6 +114,37 @@ llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
     return llvm::make_error<CompileError>(std::move(Diagnostics));
   }
   return llvm::Error::success();
+}
+
+std::optional<std::string> textOverPreamble(llvm::StringRef Original, unsigned PreambleSize,
+                                            llvm::StringRef Rewritten) {
+  PreambleSize = std::min<size_t>(PreambleSize, Original.size());
+  llvm::StringRef Preamble = Original.take_front(PreambleSize);
+  if (Rewritten.starts_with(Preamble))
+    return Rewritten.str();
+  // Where the rewrite first differs: the start of the lines it inserted.
+  size_t Common = 0;
+  while (Common < PreambleSize && Common < Rewritten.size() && Original[Common] == Rewritten[Common])
+    ++Common;
+  if (Common > 0 && Original[Common - 1] != '\n')
+    return std::nullopt;
+  // What the preamble ends with after that point: whitespace and comments only (the preamble ends at the
+  // first token that is not a directive, with the comments before it), no directive.
+  llvm::StringRef Tail = Preamble.drop_front(Common);
+  if (Tail.contains('#'))
+    return std::nullopt;
+  // The inserted lines: whole lines, each a directive, followed by the same tail.
+  for (size_t Length = 1; Length <= 4096 && Common + Length + Tail.size() <= Rewritten.size(); ++Length) {
+    if (Rewritten[Common + Length - 1] != '\n' || Rewritten.substr(Common + Length, Tail.size()) != Tail)
+      continue;
+    llvm::StringRef Inserted = Rewritten.substr(Common, Length);
+    llvm::SmallVector<llvm::StringRef> Lines;
+    Inserted.drop_back().split(Lines, '\n');
+    if (!llvm::all_of(Lines, [](llvm::StringRef Line) { return Line.ltrim().starts_with("#"); }))
+      return std::nullopt;
+    return (Preamble + Inserted + Rewritten.drop_front(Common + Length + Tail.size())).str();
+  }
+  return std::nullopt;
 }
 
 std::string findRuntimeIncludeDir(llvm::StringRef Installed, llvm::StringRef BuiltInDir) {

@@ -6,6 +6,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 
 #include "llvm/ADT/IntrusiveRefCntPtr.h"
@@ -32,14 +33,25 @@ llvm::Error checkCompilesLikeParse(const clang::Preprocessor& PP, llvm::StringRe
 
 /// Compiles `Rewritten` (syntax only) as the main file `MainPath` of `Invocation` (whose input and action it
 /// replaces), in `Files` with the rewritten text over that file, plus `RuntimeIncludeDir` searched last. When
-/// `Preamble` is given (the precompiled preamble of the original text, built with `Invocation`'s options) and
-/// `Rewritten` begins with the very bytes it was built from, its PCH stands in for them, which spares
-/// parsing the file's includes again. Fails with a CompileError holding the diagnostics when it does not
-/// compile. The one home of "does the rewrite compile" for front ends without a compile database.
+/// `Preamble` is given (the precompiled preamble of `PreambleSource`, the original text, built with
+/// `Invocation`'s options) and the rewritten text begins with the preamble's bytes (textOverPreamble), its
+/// PCH stands in for them, which spares parsing the file's includes again; `ReusedPreamble`, when given, says
+/// whether it did. Fails with a CompileError holding the diagnostics when it does not compile. The one home
+/// of "does the rewrite compile" for front ends without a compile database.
 llvm::Error checkCompilesWith(const clang::CompilerInvocation& Invocation,
                               llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files, llvm::StringRef MainPath,
                               llvm::StringRef Rewritten, llvm::StringRef RuntimeIncludeDir,
-                              const clang::PrecompiledPreamble* Preamble = nullptr);
+                              const clang::PrecompiledPreamble* Preamble = nullptr,
+                              llvm::StringRef PreambleSource = "", bool* ReusedPreamble = nullptr);
+
+/// `Rewritten` as a text that begins with the first `PreambleSize` bytes of `Original` (its preamble), so
+/// that the preamble's PCH can stand for them: `Rewritten` itself when it does; else, when the rewrite only
+/// inserted directive lines (the runtime's `#include`) at a line start in the blank lines and comments that
+/// end the preamble, the same text with those lines moved to just after the preamble, past nothing but
+/// whitespace and comments, so it compiles as `Rewritten` does. nullopt when the rewrite changed the
+/// preamble otherwise.
+std::optional<std::string> textOverPreamble(llvm::StringRef Original, unsigned PreambleSize,
+                                            llvm::StringRef Rewritten);
 
 /// The directory whose accelerate/accelerate.h a rewrite is checked against: `<prefix>/include` when
 /// `Installed` is a file of an installed package (accel-rewrite in <prefix>/bin, the clang-tidy module in

@@ -131,6 +131,10 @@ def main():
         files[name] = os.path.join(ws, name)
         with open(files[name], "w", encoding="utf-8") as f:
             f.write(text)
+    # A rewrite that would not compile (the function has an accelerator under another name).
+    files["unsafe"] = os.path.join(ws, "unsafe.cpp")
+    shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tidy", "Inputs",
+                             "unsafe_rewrite.cpp"), files["unsafe"])
     files["stale"] = os.path.join(ws, "stale", "train.cpp")
     with open(files["stale"], "w") as f:
         f.write(TRAIN)
@@ -157,7 +161,7 @@ def main():
         f.write(TRAIN)
     entries = [
         {"directory": ws, "file": files[n], "arguments": ["clang++"] + flags + ["-c", files[n]]}
-        for n in ("train.cpp", "unicode.cpp", "big")
+        for n in ("train.cpp", "unicode.cpp", "big", "unsafe")
     ]
     with open(os.path.join(ws, "build", "compile_commands.json"), "w") as f:
         json.dump(entries, f)
@@ -184,6 +188,14 @@ def main():
         check(status == 0, "exit after shutdown ends the server with status 0", str(status))
     finally:
         client.kill()
+
+    # The compile check of the rewrite of train.cpp, whose runtime include the rewrite inserts among the blank
+    # lines that end the preamble, ran over the preamble's PCH (the server logs how each check ran).
+    with open(stderr_log, errors="replace") as f:
+        log = f.read()
+    check(any("workspace/train.cpp: the rewrite's compile check" in line and "(preamble reused)" in line
+              for line in log.splitlines()),
+          "the rewrite's compile check reuses the preamble", log[-1500:])
 
     # exit without shutdown: status 1, at once.
     quick = Client([server])
@@ -319,6 +331,16 @@ def run(client, ws, files, outside, flags, args):
     check(distribute is not None and "edit" not in distribute
           and "does not compile" in distribute.get("disabled", {}).get("reason", ""),
           "and the action is disabled with the reason", json.dumps(actions)[:400])
+
+    # A rewrite that would not compile: no fix, the compiler's reason shown.
+    client.open(files["unsafe"])
+    client.wait_diagnostics(uri_of(files["unsafe"]), 1, 120)
+    actions = client.code_actions(files["unsafe"], 8, 120)["result"]
+    distribute = action(actions, DISTRIBUTE)
+    reason = (distribute or {}).get("disabled", {}).get("reason", "")
+    check(distribute is not None and "edit" not in distribute and "would not compile" in reason
+          and "error: " in reason, "a rewrite that would not compile is not offered; the first error is shown",
+          json.dumps(actions)[:400])
 
     # ---- Superseded and cancelled requests. ----
     client.change(train, TRAIN, 4)  # The worker parses version 4 ...
