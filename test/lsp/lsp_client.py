@@ -33,9 +33,21 @@ class Client:
         self.process.stdin.write(data)
         self.process.stdin.flush()
 
-    def send(self, message):
+    @staticmethod
+    def encode(message):
         body = json.dumps(message).encode("utf-8")
-        self.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    def send(self, message):
+        self.send_raw(self.encode(message))
+
+    def send_together(self, messages):
+        """Several messages in one write: the server finds them in its input at once."""
+        self.send_raw(b"".join(self.encode(m) for m in messages))
+
+    def new_id(self):
+        self.next_id += 1
+        return self.next_id
 
     def _read(self):
         stream = self.process.stdout
@@ -66,9 +78,9 @@ class Client:
 
     # ---- Requests and notifications. ----
     def request_async(self, method, params):
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        return self.next_id
+        request_id = self.new_id()
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return request_id
 
     def wait_response(self, request_id, timeout):
         deadline = time.monotonic() + timeout

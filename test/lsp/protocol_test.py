@@ -343,18 +343,27 @@ def run(client, ws, files, outside, flags, args):
           json.dumps(actions)[:400])
 
     # ---- Superseded and cancelled requests. ----
-    client.change(train, TRAIN, 4)  # The worker parses version 4 ...
-    stale = client.request_async("textDocument/codeAction", {
-        "textDocument": {"uri": train_uri},
-        "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "context": {"diagnostics": []}})
-    client.change(train, TRAIN + "\n", 5)  # ... while the request for version 4 waits and version 5 arrives.
+    # Each change below adds an include, so the worker builds a new preamble (most of a second) while the
+    # messages sent with it, in the same write, reach the server.
+    def change(version, text):
+        return {"jsonrpc": "2.0", "method": "textDocument/didChange",
+                "params": {"textDocument": {"uri": train_uri, "version": version}, "contentChanges": [{"text": text}]}}
+
+    def code_action(request_id):
+        return {"jsonrpc": "2.0", "id": request_id, "method": "textDocument/codeAction",
+                "params": {"textDocument": {"uri": train_uri},
+                           "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                           "context": {"diagnostics": []}}}
+
+    stale = client.new_id()
+    client.send_together([change(4, "#include <vector>\n" + TRAIN), code_action(stale), change(5, TRAIN)])
     response = client.wait_response(stale, 120)
     check(error_code(response) == -32801, "a request the document's next change superseded gets ContentModified",
           json.dumps(response)[:300])
-    cancelled = client.request_async("textDocument/codeAction", {
-        "textDocument": {"uri": train_uri},
-        "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "context": {"diagnostics": []}})
-    client.notify("$/cancelRequest", {"id": cancelled})
+    cancelled = client.new_id()
+    client.send_together([change(6, "#include <string>\n" + TRAIN), code_action(cancelled),
+                          {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": cancelled}},
+                          change(7, TRAIN)])
     response = client.wait_response(cancelled, 120)
     check(error_code(response) == -32800, "a cancelled request gets RequestCancelled", json.dumps(response)[:300])
     actions = client.code_actions(train, 9, 120)["result"]
