@@ -660,15 +660,15 @@ private:
   json codeActions(const Document& Doc, const json& Params) {
     Analysis& A = analyse(Doc);
     json Actions = json::array();
-    // The lint checks' fixes whose place is in the range asked about.
+    // The lint checks' fixes on the lines asked about (an editor asks with the cursor's place, anywhere on
+    // the line of the diagnostic).
     const json& Range = Params.at("range");
-    unsigned Begin = A.Lines->offset(
-        {Range["start"].at("line").get<unsigned>(), Range["start"].at("character").get<unsigned>()});
-    unsigned End = A.Lines->offset(
-        {Range["end"].at("line").get<unsigned>(), Range["end"].at("character").get<unsigned>()});
+    unsigned FirstLine = Range["start"].at("line").get<unsigned>(),
+             LastLine = Range["end"].at("line").get<unsigned>();
     for (const lint::LintFinding& Found : A.Lint) {
       unsigned FoundEnd = wordEnd(Doc.Text, Found.Offset);
-      if (!Found.Fix || FoundEnd < Begin || Found.Offset > End)
+      if (!Found.Fix || A.Lines->position(FoundEnd).Line < FirstLine ||
+          A.Lines->position(Found.Offset).Line > LastLine)
         continue;
       Actions.push_back({{"title", "Fix: " + Found.Message.substr(0, Found.Message.find(';'))},
                          {"kind", "quickfix"},

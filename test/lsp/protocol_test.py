@@ -67,6 +67,25 @@ int main() {
 }
 """
 
+# Distributed by hand, with one raw backward left: the lint check accelerate-raw-backward finds it and offers
+# its fix as a quick fix.
+LINT = """#include <accelerate/accelerate.h>
+#include <torch/torch.h>
+
+int main() {
+  accelerate::Accelerator accelerator;
+  torch::nn::Linear model(4, 1);
+  accelerator.prepare(model);
+  auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));
+  for (int step = 0; step < 10; ++step) {
+    optimizer.zero_grad();
+    auto loss = model->forward(torch::randn({8, 4})).sum();
+    loss.backward();
+    optimizer.step();
+  }
+}
+"""
+
 failures = []
 
 
@@ -127,7 +146,7 @@ def main():
     os.makedirs(os.path.join(ws, "build"))
     os.makedirs(os.path.join(ws, "stale"))
     files = {}
-    for name, text in (("train.cpp", TRAIN), ("unicode.cpp", UNICODE), ("unlisted.cpp", TRAIN)):
+    for name, text in (("train.cpp", TRAIN), ("unicode.cpp", UNICODE), ("unlisted.cpp", TRAIN), ("lint.cpp", LINT)):
         files[name] = os.path.join(ws, name)
         with open(files[name], "w", encoding="utf-8") as f:
             f.write(text)
@@ -161,7 +180,7 @@ def main():
         f.write(TRAIN)
     entries = [
         {"directory": ws, "file": files[n], "arguments": ["clang++"] + flags + ["-c", files[n]]}
-        for n in ("train.cpp", "unicode.cpp", "big", "unsafe")
+        for n in ("train.cpp", "unicode.cpp", "big", "unsafe", "lint.cpp")
     ]
     with open(os.path.join(ws, "build", "compile_commands.json"), "w") as f:
         json.dump(entries, f)
@@ -341,6 +360,23 @@ def run(client, ws, files, outside, flags, args):
     check(distribute is not None and "edit" not in distribute and "would not compile" in reason
           and "error: " in reason, "a rewrite that would not compile is not offered; the first error is shown",
           json.dumps(actions)[:400])
+
+    # A lint check's finding: a diagnostic with the check's name, and its fix as a quick fix on that line.
+    lint = files["lint.cpp"]
+    client.open(lint, LINT)
+    diagnostics = client.wait_diagnostics(uri_of(lint), 1, 120)
+    raw = [d for d in diagnostics if d.get("code") == "accelerate-raw-backward"]
+    check(len(raw) == 1 and raw[0]["range"]["start"] == {"line": 11, "character": 4}
+          and "call accelerator.backward(loss) instead" in raw[0]["message"],
+          "a lint finding is a diagnostic with the check's name, at its place", json.dumps(diagnostics)[:600])
+    actions = client.code_actions(lint, 11, 120)["result"]
+    fixes = [a for a in actions if a.get("kind") == "quickfix"]
+    check(len(fixes) == 1 and fixes[0]["diagnostics"][0].get("code") == "accelerate-raw-backward"
+          and apply_text_edits(LINT, edits_of(fixes[0]["edit"], uri_of(lint)))
+          == LINT.replace("loss.backward();", "accelerator.backward(loss);"),
+          "its fix is a quick fix on its line", json.dumps(actions)[:600])
+    check(not [a for a in client.code_actions(lint, 3, 120)["result"] if a.get("kind") == "quickfix"],
+          "and only there")
 
     # ---- Superseded and cancelled requests. ----
     # Each change below adds an include, so the worker builds a new preamble (most of a second) while the
