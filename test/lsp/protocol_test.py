@@ -44,28 +44,14 @@ int main() {
 }
 """
 
-# Text before the loop that is not ASCII: two-byte, three-byte and four-byte (surrogate pair in UTF-16) UTF-8
-# sequences, on lines the rewrite edits after them.
-UNICODE = """// Données d'entraînement: π ≈ 3.14159, 😀 — a comment the rewrite keeps.
-#include <torch/torch.h>
-
-#include <iostream>
-
-int main() {
-  const char* name = "modèle 😀"; torch::Device device(torch::kCPU);
-  auto model = torch::nn::Linear(4, 2);
-  model->to(device);
-  torch::optim::SGD optimizer(model->parameters(), 0.1);
-  for (int epoch = 0; epoch < 3; ++epoch) {
-    auto x = torch::randn({8, 4}).to(device);
-    auto loss = model->forward(x).sum();
-    optimizer.zero_grad();
-    /* 😀😀 é */ loss.backward();
-    optimizer.step();
-    std::cout << name << " loss " << loss.item<float>() << std::endl;
-  }
-}
-"""
+# TRAIN with text that is not ASCII before the loop: two-byte, three-byte and four-byte (a surrogate pair in
+# UTF-16) UTF-8 sequences, on lines the rewrite edits after them.
+UNICODE = "// Données d'entraînement: π ≈ 3.14159, 😀 — a comment the rewrite keeps.\n" + (
+    TRAIN.replace("  torch::Device device", '  const char* name = "modèle 😀"; torch::Device device')
+    .replace("    loss.backward();", "    /* 😀😀 é */ loss.backward();")
+    .replace('std::cout << "loss "', 'std::cout << name << " loss "')
+)
+assert UNICODE.count("😀") == 4
 
 # Distributed by hand, with one raw backward left: the lint check accelerate-raw-backward finds it and offers
 # its fix as a quick fix.
