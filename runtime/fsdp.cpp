@@ -19,12 +19,16 @@
 //
 // A step. unit(): all-gather the unit's shards into `full`, run the body, hook its outputs, release `full`
 // (FULL_SHARD; SHARD_GRAD_OP keeps it until the unit's backward). Backward: the first output hook of a
-// released unit gathers it again; each parameter's gradient is staged into a full-size gradient buffer of its
-// unit (its AccumulateGrad post hook) and dropped from `.grad()`; once every parameter of the unit has its
-// gradient the unit is released, and the units' buffers are reduce-scattered, in one order on every process
-// (reverse order of the units, the resident unit last), into each process's share gradients. Inside an
-// accumulation window (or `no_sync`) the staged gradients are summed across micro-steps and reduce-scattered
-// at the window's end: the full gradients are kept meanwhile (the memory cost), and the arithmetic is DDP's.
+// released unit gathers it again; each parameter's incoming gradient is taken before AccumulateGrad (a pre
+// hook of its node; AccumulateGrad gets none, so makes no copy of its own) and held; once every parameter of
+// the unit has its gradient the unit is released first, and then the held gradients are staged into one
+// full-size gradient buffer of the unit, which takes the memory the release gave back: so a unit's backward
+// holds two unit-sized buffers at most (its parameters and its gradients), not three. The units' buffers are
+// reduce-scattered, in one order on every process (reverse order of the units, the resident unit last), into
+// each process's share gradients. Inside an accumulation window (or `no_sync`) the staged gradients are
+// summed across micro-steps (a gradient arriving for a unit already staged in the window is added straight
+// into its buffer) and reduce-scattered at the window's end: the full gradients are kept meanwhile (the
+// memory cost), and the arithmetic is DDP's.
 //
 // Hybrid sharding (HYBRID_SHARD, HYBRID_SHARD_ZERO2: FULL_SHARD's and SHARD_GRAD_OP's gathers). The shares
 // split each unit among the processes of one machine (runtime/process_group.h's MachineGroups: shared memory
@@ -293,11 +297,15 @@ std::string type_name(const std::type_info& type) {
 
 /// CPU memory released by units, kept for the next gather or staging buffer of the same size. A large block
 /// given back to glibc is unmapped, and the next one is a fresh mapping whose every page faults on first
-/// touch: per step that was four times the parameters in page faults (docs/benchmarks.md). At most two blocks
-/// of a size are kept (the gathered unit and the staging buffer in flight), so memory between steps grows by
-/// at most that much. CUDA memory goes back to its caching allocator, which already reuses blocks.
+/// touch: per step that was four times the parameters in page faults (docs/benchmarks.md). As many blocks of
+/// a size are kept as are in flight at once: one (a unit's gathered parameters, whose memory its staging
+/// buffer takes over once they are released), two with prefetch (the next unit's gather starts while one is
+/// gathered); so memory between steps grows by one unit, or two. CUDA memory goes back to its caching
+/// allocator, which already reuses blocks.
 class SparePool {
 public:
+  /// How many blocks of each size to keep (1 unless set).
+  void keep(size_t blocks) { keep_ = blocks; }
   /// A block of `bytes` for `device`: a kept one, or a fresh one from `allocator`.
   at::DataPtr take(size_t bytes, const c10::Device& device, c10::Allocator* allocator) {
     if (device.is_cpu()) {
@@ -318,13 +326,14 @@ public:
     }
     const auto same =
         std::count_if(blocks_.begin(), blocks_.end(), [&](const auto& kept) { return kept.first == bytes; });
-    if (same < 2) {
+    if (static_cast<size_t>(same) < keep_) {
       blocks_.emplace_back(bytes, std::move(block));
     }
   }
 
 private:
   std::vector<std::pair<size_t, at::DataPtr>> blocks_;
+  size_t keep_ = 1;
 };
 
 /// Gives `tensor`'s storage `bytes` bytes (contents undefined) unless it has them.
@@ -348,14 +357,18 @@ void release_storage(const torch::Tensor& tensor, SparePool& pool) {
   storage->set_nbytes(0);
 }
 
-/// A zero-filled 1-D tensor like `like`, of its numel, on memory from `pool`.
-torch::Tensor zeros_from(SparePool& pool, const torch::Tensor& like) {
+/// A 1-D tensor like `like`, of its numel, on memory from `pool` (contents undefined).
+torch::Tensor empty_from(SparePool& pool, const torch::Tensor& like) {
   const size_t bytes = static_cast<size_t>(like.numel()) * like.element_size();
   auto* allocator = like.storage().unsafeGetStorageImpl()->allocator();
   c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, pool.take(bytes, like.device(), allocator),
                        allocator, /*resizable=*/true);
-  auto tensor = torch::empty({0}, like.options()).set_(storage, 0, {like.numel()}, {1});
-  return tensor.zero_();
+  return torch::empty({0}, like.options()).set_(storage, 0, {like.numel()}, {1});
+}
+
+/// A zero-filled 1-D tensor like `like`, of its numel, on memory from `pool`.
+torch::Tensor zeros_from(SparePool& pool, const torch::Tensor& like) {
+  return empty_from(pool, like).zero_();
 }
 
 /// Gives the memory of `tensor` (made by zeros_from) back to `pool`.
@@ -398,6 +411,7 @@ struct Member {
   FlatPlan::Member place;
   torch::Tensor values;   // the share: a 1-D view of `shard`
   torch::Tensor gradient; // the share's gradient, a view of `share_gradient`
+  torch::Tensor held;     // its whole gradient as AccumulateGrad made it, until its unit's backward is done
   bool arrived = false;   // its gradient came in the armed backward
   bool staged = false;    // `staging` holds gradients of it from this window
 };
@@ -608,18 +622,29 @@ public:
         stepped_(std::move(stepped)) {
     for (size_t i = 0; i < sharded_->members.size(); ++i) {
       auto accumulator = torch::autograd::impl::grad_accumulator(sharded_->members[i].parameter);
+      auto taker = std::make_unique<TakeGradient>(
+          [this, i](const torch::autograd::variable_list& gradients) { return take_gradient(i, gradients); });
+      const auto* pre = taker.get();
+      accumulator->add_pre_hook(std::move(taker));
       const auto key = accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
           [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-            gradient_arrived(i);
+            auto& gradient = sharded_->members[i].parameter.mutable_grad();
+            if (gradient.defined() && gradient_arrived(i, gradient)) {
+              gradient.reset();
+            }
             return outputs;
           }));
-      hooks_.emplace_back(std::move(accumulator), key);
+      hooks_.push_back({std::move(accumulator), pre, key});
     }
   }
 
   ~FsdpModel() override {
-    for (auto& [accumulator, key] : hooks_) {
-      accumulator->del_post_hook(key);
+    for (auto& hook : hooks_) {
+      auto& pre_hooks = hook.accumulator->pre_hooks();
+      pre_hooks.erase(std::remove_if(pre_hooks.begin(), pre_hooks.end(),
+                                     [&](const auto& pre) { return pre.get() == hook.pre; }),
+                      pre_hooks.end());
+      hook.accumulator->del_post_hook(hook.post);
     }
   }
 
@@ -657,6 +682,7 @@ public:
     for (auto& unit : sharded_->units) {
       unit.complete = true;
       sharded_->reshard(unit); // prefetched units included
+      stage_held(unit);
     }
     if (reduce_) {
       while (next_ < sharded_->order.size()) {
@@ -675,6 +701,7 @@ public:
     }
     for (auto& member : sharded_->members) {
       member.staged = false;
+      member.held.reset();
     }
   }
 
@@ -689,35 +716,111 @@ public:
   }
 
 private:
-  void gradient_arrived(size_t index) {
+  /// A pre hook of a parameter's AccumulateGrad node.
+  struct TakeGradient final : torch::autograd::FunctionPreHook {
+    explicit TakeGradient(
+        std::function<torch::autograd::variable_list(const torch::autograd::variable_list&)> take)
+        : take_(std::move(take)) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& gradients) override {
+      return take_(gradients);
+    }
+    std::function<torch::autograd::variable_list(const torch::autograd::variable_list&)> take_;
+  };
+  struct Hooks {
+    std::shared_ptr<torch::autograd::Node> accumulator;
+    const torch::autograd::FunctionPreHook* pre = nullptr;
+    uintptr_t post = 0;
+  };
+
+  /// Before AccumulateGrad: the incoming gradient of parameter `index` is taken as it is and AccumulateGrad
+  /// gets none, so it neither clones it into `.grad()`'s layout (a transposed Linear weight gradient would
+  /// be: one more unit-sized buffer, written once more) nor keeps it. Where `.grad()` already holds a
+  /// gradient (made outside accelerator.backward), or the gradient is not a dense tensor, AccumulateGrad
+  /// runs as usual and its post hook takes `.grad()` instead.
+  torch::autograd::variable_list take_gradient(size_t index,
+                                               const torch::autograd::variable_list& gradients) {
+    const auto& member = sharded_->members[index];
+    if (gradients.size() != 1 || !gradients[0].defined() || gradients[0].layout() != torch::kStrided ||
+        member.parameter.grad().defined() || !gradient_arrived(index, gradients[0])) {
+      return gradients;
+    }
+    return {torch::Tensor()};
+  }
+
+  /// Takes `gradient`, the whole gradient of parameter `index` from the armed backward (false: not armed,
+  /// or the parameter's gradient came already: the caller leaves it where it is, and the optimizer step
+  /// refuses a gradient made outside accelerator.backward).
+  bool gradient_arrived(size_t index, const torch::Tensor& gradient) {
     auto& member = sharded_->members[index];
-    auto& gradient = member.parameter.mutable_grad();
-    if (!armed_ || !gradient.defined() || member.arrived) {
-      return; // a backward outside accelerator.backward: the gradient stays, and the optimizer step refuses
+    if (!armed_ || member.arrived) {
+      return false;
     }
     torch::NoGradGuard no_grad;
     auto& unit = sharded_->units[member.unit];
     auto& group = unit.groups[member.group];
-    if (!group.staging.defined()) {
-      group.staging = zeros_from(sharded_->pool, group.full);
-    }
-    auto slot = group.staging.narrow(0, member.place.offset, member.place.numel);
-    if (member.staged) {
-      slot.add_(gradient.reshape(-1));
+    if (group.staging.defined()) {
+      stage(member, group, gradient); // the window staged this unit already
     } else {
-      slot.copy_(gradient.reshape(-1));
-      member.staged = true;
+      member.held = gradient; // staged once the unit is released, into the memory it gives back
     }
-    gradient.reset();
     member.arrived = true;
     if (--unit.waiting == 0) {
       unit.complete = true;
       sharded_->reshard(unit);
+      stage_held(unit);
       if (sharded_->backward_prefetch == "BACKWARD_POST") {
         sharded_->prefetch_previous(member.unit);
       }
       while (reduce_ && next_ < sharded_->order.size() && sharded_->units[sharded_->order[next_]].complete) {
         reduce(sharded_->order[next_++]);
+      }
+    }
+    return true;
+  }
+
+  /// Adds (copies, the first time in the window) `gradient` into `member`'s place in `group`'s staging
+  /// buffer.
+  static void stage(Member& member, Group& group, const torch::Tensor& gradient) {
+    // In the parameter's shape: the gradient may be strided differently (a Linear weight's comes transposed),
+    // and reshaping it flat would copy it first.
+    auto slot = group.staging.narrow(0, member.place.offset, member.place.numel).view(gradient.sizes());
+    if (member.staged) {
+      slot.add_(gradient);
+    } else {
+      slot.copy_(gradient);
+      member.staged = true;
+    }
+  }
+
+  /// Stages the gradients held for `unit` (after its release, so a new staging buffer takes the memory of
+  /// the gathered parameters). A new buffer is written once: the held gradients are copied into it and only
+  /// the rest (parameters without one, alignment gaps, padding) is zero-filled.
+  void stage_held(Unit& unit) {
+    torch::NoGradGuard no_grad;
+    for (auto& group : unit.groups) {
+      const bool any = std::any_of(group.members.begin(), group.members.end(),
+                                   [&](size_t m) { return sharded_->members[m].held.defined(); });
+      if (!any) {
+        continue;
+      }
+      if (!group.staging.defined()) {
+        group.staging = empty_from(sharded_->pool, group.full);
+        int64_t written = 0; // the buffer is filled up to here; members lie in increasing offsets
+        for (size_t m : group.members) {
+          const auto& place = sharded_->members[m].place;
+          if (sharded_->members[m].held.defined()) {
+            group.staging.narrow(0, written, place.offset - written).zero_();
+            written = place.offset + place.numel;
+          }
+        }
+        group.staging.narrow(0, written, group.staging.numel() - written).zero_();
+      }
+      for (size_t m : group.members) {
+        auto& member = sharded_->members[m];
+        if (member.held.defined()) {
+          stage(member, group, member.held);
+          member.held.reset();
+        }
       }
     }
   }
@@ -771,7 +874,7 @@ private:
 
   std::shared_ptr<Sharded> sharded_;
   std::shared_ptr<const std::set<c10::TensorImpl*>> stepped_;
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::vector<Hooks> hooks_;
   std::function<void(size_t)> observer_;
   size_t next_ = 0;
   bool armed_ = false;
@@ -1192,6 +1295,9 @@ public:
         break;
       }
     }
+    const bool prefetching =
+        sharded->asynchronous && (sharded->forward_prefetch || sharded->backward_prefetch != "NO_PREFETCH");
+    sharded->pool.keep(prefetching ? 2 : 1);
     auto prepared = std::make_shared<FsdpModel>(model, sharded, stepped_, job);
     // Released only now that the parameters' gradient accumulators exist: autograd records a leaf's shape
     // when its accumulator is made, and checks every gradient against it.

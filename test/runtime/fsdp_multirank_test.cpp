@@ -7,6 +7,7 @@
 // Preconditions: one intra-op thread, models without dropout or BatchNorm.
 #include <accelerate/accelerate.h>
 
+#include "../../bench/counting_allocator.h"
 #include "../../runtime/durable_file.h"
 #include "../../runtime/parallel.h"
 #include "../../runtime/process_group.h"
@@ -706,6 +707,74 @@ TEST(Fsdp, UnitParametersHoldNoDataOutsideTheirForward) {
   }
   EXPECT_EQ(weight.numel(), 0);
   EXPECT_NE(accelerator.state().find("fsdp: FULL_SHARD"), std::string::npos) << accelerator.state();
+}
+
+// ---- Memory ------------------------------------------------------------------------------------------
+
+/// A layer of the memory test: Linear(W, W) and tanh, one unit.
+struct WideLayerImpl : torch::nn::Module {
+  explicit WideLayerImpl(int64_t width) { fc = register_module("fc", torch::nn::Linear(width, width)); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return accelerate::fsdp::unit(*this, x, [&](const torch::Tensor& x) { return torch::tanh(fc(x)); });
+  }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(WideLayer);
+
+/// The memory bound, counted exactly: under FULL_SHARD a process's training peak is its share of the
+/// replicated state (16 bytes a parameter for fp32 parameters, gradients and AdamW's two moments, over N)
+/// plus two unit-sized buffers while a unit's backward runs (its gathered parameters, and its gradients: the
+/// ones AccumulateGrad made, staged after the unit is released, into the memory it gave back) and the small
+/// activations of a 2-row batch. A third unit-sized buffer (a staging buffer allocated while the gathered
+/// parameters and the incoming gradient are alive) breaks it. Every CPU tensor is counted by a counting
+/// allocator installed before the model exists (bench/counting_allocator.h); the counts are bytes asked
+/// for, the same on every machine.
+TEST(Fsdp, AUnitsBackwardHoldsTwoUnitSizedBuffersAtMost) {
+  namespace counting = accelerate_bench::counting;
+  static counting::CountingAllocator allocator(c10::GetDefaultCPUAllocator());
+  c10::Allocator* previous = c10::GetCPUAllocator();
+  c10::SetCPUAllocator(&allocator, std::numeric_limits<uint8_t>::max());
+  at::set_num_threads(1);
+  constexpr int64_t kWide = 384, kLayers = 4, kRows = 2;
+  {
+    accelerate::Accelerator accelerator(kSharded[0].apply(test_options()));
+    const int64_t baseline = counting::live_bytes.load();
+    torch::manual_seed(3);
+    torch::nn::Sequential model;
+    for (int64_t i = 0; i < kLayers; ++i) {
+      model->push_back(WideLayer(kWide));
+    }
+    accelerator.prepare(model);
+    auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 1e-3));
+    const int world = accelerator.num_processes();
+    const int64_t unit_bytes = (kWide * kWide + kWide) * 4;
+    const int64_t parameters = kLayers * (kWide * kWide + kWide);
+    const auto x = torch::randn({kRows, kWide});
+    int64_t peak = 0;
+    for (int step = 0; step < 3; ++step) {
+      counting::reset_peak();
+      optimizer.zero_grad();
+      accelerator.backward(model->forward(x).pow(2).mean());
+      optimizer.step();
+      if (step > 0) { // the first step also makes the optimizer state and the shares' gradients
+        peak = std::max(peak, counting::peak_bytes.load() - baseline);
+      }
+    }
+    const int64_t shares = 16 * parameters / world;
+    // The activations and the loss: 2.042 units measured in all (24.6 KB over two units; the batch's
+    // tensors are 3 KB each); a quarter of a unit leaves room for kernels that keep other temporaries, and
+    // a third unit-sized buffer still breaks the bound by three quarters of a unit.
+    const int64_t activations = unit_bytes / 4;
+    std::printf("[fsdp] training peak over the baseline: %lld bytes = replicated / %d (%lld) + %.3f units "
+                "(%lld bytes each)\n",
+                static_cast<long long>(peak), world, static_cast<long long>(shares),
+                static_cast<double>(peak - shares) / static_cast<double>(unit_bytes),
+                static_cast<long long>(unit_bytes));
+    EXPECT_LE(peak, shares + 2 * unit_bytes + activations)
+        << "a unit's backward holds more than its parameters and its gradients";
+    EXPECT_GE(peak, shares + unit_bytes) << "the count missed the gathered unit: the test measures nothing";
+  }
+  c10::SetCPUAllocator(previous, std::numeric_limits<uint8_t>::max());
 }
 
 // ---- Which modules are units (fsdp_auto_wrap_policy) ---------------------------------------------------
