@@ -298,9 +298,11 @@ std::string type_name(const std::type_info& type) {
 /// CPU memory released by units, kept for the next gather or staging buffer of the same size. A large block
 /// given back to glibc is unmapped, and the next one is a fresh mapping whose every page faults on first
 /// touch: per step that was four times the parameters in page faults (docs/benchmarks.md). As many blocks of
-/// a size are kept as are in flight at once: one (a unit's gathered parameters, whose memory its staging
-/// buffer takes over once they are released), two with prefetch (the next unit's gather starts while one is
-/// gathered); so memory between steps grows by one unit, or two. CUDA memory goes back to its caching
+/// a size are kept as are in flight at once: under FULL_SHARD one (a unit's gathered parameters, whose memory
+/// its staging buffer takes over once they are released), so memory between steps grows by one unit; under
+/// SHARD_GRAD_OP every unit (forward gathers them all and keeps them until backward), so between steps it
+/// holds the memory its next forward takes again, and its training peak does not change; one more with
+/// prefetch (the next unit's gather starts while one is gathered). CUDA memory goes back to its caching
 /// allocator, which already reuses blocks.
 class SparePool {
 public:
@@ -1297,7 +1299,8 @@ public:
     }
     const bool prefetching =
         sharded->asynchronous && (sharded->forward_prefetch || sharded->backward_prefetch != "NO_PREFETCH");
-    sharded->pool.keep(prefetching ? 2 : 1);
+    const size_t in_flight = sharded->reshard_after_forward ? 1 : sharded->units.size();
+    sharded->pool.keep(in_flight + (prefetching ? 1 : 0));
     auto prepared = std::make_shared<FsdpModel>(model, sharded, stepped_, job);
     // Released only now that the parameters' gradient accumulators exist: autograd records a leaf's shape
     // when its accumulator is made, and checks every gradient against it.
