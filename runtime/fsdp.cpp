@@ -359,13 +359,19 @@ void release_storage(const torch::Tensor& tensor, SparePool& pool) {
   storage->set_nbytes(0);
 }
 
+/// A 1-D tensor of `numel` elements of `options`, on memory from `pool` (contents undefined; a fresh block
+/// comes from `allocator`).
+torch::Tensor empty_from(SparePool& pool, int64_t numel, const torch::TensorOptions& options,
+                         c10::Allocator* allocator) {
+  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, pool.take(bytes, options.device(), allocator),
+                       allocator, /*resizable=*/true);
+  return torch::empty({0}, options).set_(storage, 0, {numel}, {1});
+}
+
 /// A 1-D tensor like `like`, of its numel, on memory from `pool` (contents undefined).
 torch::Tensor empty_from(SparePool& pool, const torch::Tensor& like) {
-  const size_t bytes = static_cast<size_t>(like.numel()) * like.element_size();
-  auto* allocator = like.storage().unsafeGetStorageImpl()->allocator();
-  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, pool.take(bytes, like.device(), allocator),
-                       allocator, /*resizable=*/true);
-  return torch::empty({0}, like.options()).set_(storage, 0, {like.numel()}, {1});
+  return empty_from(pool, like.numel(), like.options(), like.storage().unsafeGetStorageImpl()->allocator());
 }
 
 /// A zero-filled 1-D tensor like `like`, of its numel, on memory from `pool`.
@@ -414,8 +420,11 @@ struct Member {
   torch::Tensor values;   // the share: a 1-D view of `shard`
   torch::Tensor gradient; // the share's gradient, a view of `share_gradient`
   torch::Tensor held;     // its whole gradient as AccumulateGrad made it, until its unit's backward is done
-  bool arrived = false;   // its gradient came in the armed backward
-  bool staged = false;    // `staging` holds gradients of it from this window
+  // Its AccumulateGrad node, made while the parameter had its whole shape (autograd records a leaf's shape
+  // when the node is made and checks every gradient against it) and kept here: autograd holds it weakly.
+  std::shared_ptr<torch::autograd::Node> accumulator;
+  bool arrived = false; // its gradient came in the armed backward
+  bool staged = false;  // `staging` holds gradients of it from this window
 };
 
 struct Unit {
@@ -623,7 +632,7 @@ public:
       : PreparedModel(model, context.process_group, context.tracker), sharded_(std::move(sharded)),
         stepped_(std::move(stepped)) {
     for (size_t i = 0; i < sharded_->members.size(); ++i) {
-      auto accumulator = torch::autograd::impl::grad_accumulator(sharded_->members[i].parameter);
+      auto accumulator = sharded_->members[i].accumulator;
       auto taker = std::make_unique<TakeGradient>(
           [this, i](const torch::autograd::variable_list& gradients) { return take_gradient(i, gradients); });
       const auto* pre = taker.get();
@@ -1188,7 +1197,10 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
       const FlatPlan plan = plan_flat(tensors, sharded->rank, sharded->world);
       Group flat;
       flat.share = plan.share;
-      flat.full = torch::zeros({plan.share * sharded->world}, tensors.front().options().requires_grad(false));
+      const auto options = tensors.front().options().requires_grad(false);
+      flat.full = empty_from(sharded->pool, plan.share * sharded->world, options,
+                             tensors.front().storage().unsafeGetStorageImpl()->allocator())
+                      .zero_();
       flat.full_bytes = static_cast<size_t>(flat.full.numel()) * flat.full.element_size();
       for (size_t i = 0; i < tensors.size(); ++i) {
         auto view = flat.full.narrow(0, plan.members[i].offset, plan.members[i].numel);
@@ -1213,6 +1225,17 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
     }
     unit.gathered = true;
     sharded->units.push_back(std::move(unit));
+    // Released as soon as it is sharded (the resident unit stays gathered), its memory kept for the next
+    // unit's buffer: so sharding holds one unit's whole buffer at a time beyond the part of the model not
+    // sharded yet. Its parameters' gradient accumulators are made first, while they have their whole shape.
+    auto& added = sharded->units.back();
+    for (const auto& group : added.groups) {
+      for (size_t m : group.members) {
+        auto& member = sharded->members[m];
+        member.accumulator = torch::autograd::impl::grad_accumulator(member.parameter);
+      }
+    }
+    sharded->reshard(added);
   }
   for (size_t u = sharded->units.size(); u-- > 0;) {
     if (!sharded->units[u].resident) {
@@ -1280,7 +1303,9 @@ public:
     if (!job.process_group || trainable_parameters(model).empty() || sharding_ == "NO_SHARD") {
       return replicated_->prepare_model(model); // nothing to shard: replicated, as DDP
     }
-    place_and_broadcast(model);
+    // In messages of 32 MiB, not DDP's 250 MiB: the model exists whole on every process until it is sharded,
+    // and two messages in flight are all the broadcast adds to it (docs/benchmarks.md, setup peak).
+    place_and_broadcast(model, size_t{32} << 20);
     // Every process must hold the same model (as under DDP); the message names the mismatch.
     c10d::verify_params_across_processes(job.process_group, trainable_parameters(model), std::nullopt);
     auto sharded = shard_model(model, shard_group(), sharding_ == "FULL_SHARD" || sharding_ == "HYBRID_SHARD",
@@ -1302,11 +1327,6 @@ public:
     const size_t in_flight = sharded->reshard_after_forward ? 1 : sharded->units.size();
     sharded->pool.keep(in_flight + (prefetching ? 1 : 0));
     auto prepared = std::make_shared<FsdpModel>(model, sharded, stepped_, job);
-    // Released only now that the parameters' gradient accumulators exist: autograd records a leaf's shape
-    // when its accumulator is made, and checks every gradient against it.
-    for (auto& unit : sharded->units) {
-      sharded->reshard(unit); // the resident unit stays gathered
-    }
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& unit : sharded->units) {
       if (!unit.resident) {

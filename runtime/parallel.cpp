@@ -26,12 +26,12 @@ Registry& registry() {
 
 /// Makes every process's parameters and buffers of `model` process `source`'s.
 void broadcast_module_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
-                            const torch::nn::Module& model, int source) {
+                            const torch::nn::Module& model, int source, size_t bucket_bytes) {
   std::vector<torch::Tensor> tensors = model.parameters();
   for (const auto& buffer : model.buffers()) {
     tensors.push_back(buffer);
   }
-  broadcast_model_state(process_group, tensors, source);
+  broadcast_model_state(process_group, tensors, source, bucket_bytes);
 }
 
 } // namespace
@@ -71,7 +71,7 @@ void PreparedModel::broadcast_state_from(int source) {
   if (!process_group_) {
     return;
   }
-  broadcast_module_state(process_group_, *model_, source);
+  broadcast_module_state(process_group_, *model_, source, kModelBroadcastBucketBytes);
 }
 
 void PreparedModel::observe_bucket_launches(std::function<void(size_t)> /*observer*/) {}
@@ -113,10 +113,10 @@ std::map<std::string, torch::Tensor> ParallelEngine::whole_tensors(torch::nn::Mo
   return module_tensors(model);
 }
 
-void ParallelEngine::place_and_broadcast(torch::nn::Module& model) const {
+void ParallelEngine::place_and_broadcast(torch::nn::Module& model, size_t bucket_bytes) const {
   model.to(context_.device);
   if (context_.process_group) {
-    broadcast_module_state(context_.process_group, model, /*source=*/0);
+    broadcast_module_state(context_.process_group, model, /*source=*/0, bucket_bytes);
   }
 }
 

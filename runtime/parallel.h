@@ -4,6 +4,7 @@
 #pragma once
 
 #include "config.h"
+#include "process_group.h"
 
 #include <atomic>
 #include <functional>
@@ -198,8 +199,9 @@ public:
   const ParallelContext& context() const { return context_; }
 
 protected:
-  /// `model.to(device)`, then parameters and buffers broadcast from process 0 (with several processes).
-  void place_and_broadcast(torch::nn::Module& model) const;
+  /// `model.to(device)`, then parameters and buffers broadcast from process 0 (with several processes), in
+  /// messages of up to `bucket_bytes` (broadcast_model_state).
+  void place_and_broadcast(torch::nn::Module& model, size_t bucket_bytes = kModelBroadcastBucketBytes) const;
 
 private:
   ParallelContext context_;

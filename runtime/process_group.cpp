@@ -221,7 +221,7 @@ void all_reduce_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group, con
 }
 
 void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
-                           const std::vector<at::Tensor>& tensors, int source) {
+                           const std::vector<at::Tensor>& tensors, int source, size_t bucket_bytes) {
   if (tensors.empty()) {
     return;
   }
@@ -231,14 +231,13 @@ void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process
   // the saved tensors, so a shared counter (detach()) would make that backward fail ("modified by an inplace
   // operation"). Its gradient does not read them in training mode, and in evaluation mode they are not
   // updated, so every process already holds the main process's values there.
-  constexpr size_t kBucketBytes = size_t{250} << 20;
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> detached;
   detached.reserve(tensors.size());
   for (const auto& tensor : tensors) {
     detached.push_back(tensor.variable_data());
   }
-  c10d::broadcast_coalesced(process_group, detached, kBucketBytes, source);
+  c10d::broadcast_coalesced(process_group, detached, bucket_bytes, source);
 }
 
 void reduce_scatter_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& output,

@@ -52,9 +52,13 @@ void all_reduce_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group, con
 /// message per dtype and device (c10d's `broadcast_coalesced`, as PyTorch's DDP broadcasts a model), so a
 /// model whose tensors mix dtypes (fp32 and bf16 parameters, an int64 buffer) arrives bit-identical. Every
 /// process passes its tensors in the same order, with the same shapes and dtypes. The one place the runtime
-/// broadcasts model state.
+/// broadcasts model state. Each message holds up to `bucket_bytes` (a larger tensor goes alone), two are in
+/// flight: 250 MiB, PyTorch DDP's, unless a strategy that must not hold much more than the model asks for
+/// less.
+constexpr size_t kModelBroadcastBucketBytes = size_t{250} << 20;
 void broadcast_model_state(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
-                           const std::vector<at::Tensor>& tensors, int source);
+                           const std::vector<at::Tensor>& tensors, int source,
+                           size_t bucket_bytes = kModelBroadcastBucketBytes);
 
 /// Reduce-scatter with averaging, the gradient step of sharded strategies: process r's `output` (S elements)
 /// becomes the average over the processes of elements [r * S, (r + 1) * S) of their `input` (world * S
