@@ -419,7 +419,7 @@ struct Member {
   FlatPlan::Member place;
   torch::Tensor values;   // the share: a 1-D view of `shard`
   torch::Tensor gradient; // the share's gradient, a view of `share_gradient`
-  torch::Tensor held;     // its whole gradient as AccumulateGrad made it, until its unit's backward is done
+  torch::Tensor held;     // its whole gradient as backward produced it, until its unit's backward is done
   // Its AccumulateGrad node, made while the parameter had its whole shape (autograd records a leaf's shape
   // when the node is made and checks every gradient against it) and kept here: autograd holds it weakly.
   std::shared_ptr<torch::autograd::Node> accumulator;
