@@ -351,14 +351,6 @@ struct FsdpSetting {
 const std::vector<FsdpSetting>& fsdp_settings() {
   using Kind = FsdpSetting::Kind;
   static const std::vector<FsdpSetting> kSettings = {
-      {"fsdp_activation_checkpointing_offload",
-       "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
-       Kind::Flag,
-       {},
-       {"false"},
-       "asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
-       "the fsdp strategy; use false for now (fsdp_activation_checkpointing alone keeps each unit's "
-       "inputs on its device)"},
       {"fsdp_ignored_modules",
        "FSDP_IGNORED_MODULES",
        Kind::Text,
@@ -720,6 +712,13 @@ std::string named(const ResolvedConfig& config, const std::string& key, const st
 /// the environment that means FULL_SHARD, what Hugging Face's launcher exports for both when neither was
 /// given, gives way to the other; zero_stage 3 means FULL_SHARD), the names upper-case, and Accelerate's
 /// other FSDP settings (fsdp_settings()) from the environment, else the file.
+/// Why fsdp_activation_checkpointing_offload needs fsdp_activation_checkpointing (tools/accel says the same).
+constexpr const char* kActivationOffloadWithoutCheckpointing =
+    "only the inputs a checkpointed unit keeps can be offloaded, and without activation checkpointing no "
+    "unit "
+    "keeps them. Set fsdp_activation_checkpointing true as well, or fsdp_activation_checkpointing_offload "
+    "false";
+
 void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
   std::string& strategy_source = config.sources["fsdp_sharding_strategy"];
   std::string& reshard_source = config.sources["fsdp_reshard_after_forward"];
@@ -839,6 +838,11 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
         named(config, "fsdp_transformer_layer_cls_to_wrap", config.fsdp_transformer_layer_cls_to_wrap) +
         "): name the classes, comma-separated (FSDP_TRANSFORMER_CLS_TO_WRAP=Block, or "
         "fsdp_transformer_layer_cls_to_wrap: Block in fsdp_config), or use SIZE_BASED_WRAP or NO_WRAP");
+  }
+  if (config.fsdp_activation_checkpointing_offload && !config.fsdp_activation_checkpointing) {
+    refuse_conflict(named(config, "fsdp_activation_checkpointing_offload", "true"),
+                    named(config, "fsdp_activation_checkpointing", "false"),
+                    std::string(kActivationOffloadWithoutCheckpointing));
   }
   const std::string older = "fsdp_config.fsdp_backward_prefetch_policy";
   if (auto text = lookup(sources.file.settings, older);
@@ -973,6 +977,7 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
       {"fsdp_transformer_layer_cls_to_wrap", config.fsdp_transformer_layer_cls_to_wrap},
       {"fsdp_min_num_params", text_of(config.fsdp_min_num_params)},
       {"fsdp_activation_checkpointing", text_of(config.fsdp_activation_checkpointing)},
+      {"fsdp_activation_checkpointing_offload", text_of(config.fsdp_activation_checkpointing_offload)},
       {"fsdp_offload_params", text_of(config.fsdp_offload_params)}};
   for (const auto& [option, value] : fsdp_options) {
     if (config.sources[option] == "options") {

@@ -68,6 +68,7 @@
 #include <unordered_set>
 
 #include <ATen/autocast_mode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Type.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -178,18 +179,50 @@ namespace {
 /// edges.
 class CheckpointBackward final : public torch::autograd::Node {
 public:
-  CheckpointBackward(std::vector<torch::Tensor> inputs, std::vector<torch::Tensor> parameters,
-                     bool placeholder, Recompute recompute, ForwardState state)
-      : inputs_(std::move(inputs)), parameters_(std::move(parameters)), placeholder_(placeholder),
-        recompute_(std::move(recompute)), state_(std::move(state)) {}
+  /// An input as the unit keeps it: itself, or (offloaded) a copy in CPU memory and where it came from.
+  struct Kept {
+    torch::Tensor tensor;
+    c10::Device device = c10::Device(c10::kCPU);
+    bool requires_grad = false;
+    bool offloaded = false;
+  };
+
+  CheckpointBackward(const std::vector<torch::Tensor>& inputs, bool offload,
+                     std::vector<torch::Tensor> parameters, bool placeholder, Recompute recompute,
+                     ForwardState state)
+      : parameters_(std::move(parameters)), placeholder_(placeholder), recompute_(std::move(recompute)),
+        state_(std::move(state)) {
+    kept_.reserve(inputs.size());
+    for (const auto& input : inputs) {
+      Kept kept{input.detach(), input.defined() ? input.device() : c10::Device(c10::kCPU),
+                input.defined() && input.requires_grad(), false};
+      if (offload && input.defined()) {
+        // Pinned and not waited for from a GPU: the copy runs on the current stream, before anything later
+        // on it can reuse the input's memory, and the copy back in backward is ordered after it.
+        kept.tensor =
+            torch::empty(
+                input.sizes(),
+                input.options().device(torch::kCPU).requires_grad(false).pinned_memory(input.is_cuda()))
+                .copy_(input.detach(), /*non_blocking=*/true);
+        kept.offloaded = true;
+      }
+      kept_.push_back(std::move(kept));
+    }
+  }
 
   std::string name() const override { return "accelerate::fsdp::CheckpointBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& gradients) override {
     std::vector<torch::Tensor> detached;
-    detached.reserve(inputs_.size());
-    for (const auto& input : inputs_) {
-      detached.push_back(input.defined() ? input.detach().requires_grad_(input.requires_grad()) : input);
+    detached.reserve(kept_.size());
+    for (const auto& kept : kept_) {
+      if (!kept.tensor.defined()) {
+        detached.push_back(kept.tensor);
+        continue;
+      }
+      auto input = kept.offloaded ? kept.tensor.to(kept.device, /*non_blocking=*/true, /*copy=*/true)
+                                  : kept.tensor.detach();
+      detached.push_back(input.requires_grad_(kept.requires_grad));
     }
     std::vector<torch::Tensor> outputs;
     {
@@ -214,8 +247,8 @@ public:
       }
     }
     torch::autograd::variable_list wanted;
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      if (inputs_[i].defined() && inputs_[i].requires_grad()) {
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      if (kept_[i].requires_grad) {
         wanted.push_back(detached[i]);
       }
     }
@@ -228,14 +261,14 @@ public:
     if (placeholder_) {
       result.emplace_back();
     }
-    inputs_.clear(); // what the unit kept is freed with its backward
+    kept_.clear(); // what the unit kept is freed with its backward
     parameters_.clear();
     recompute_ = nullptr;
     return result;
   }
 
 private:
-  std::vector<torch::Tensor> inputs_;
+  std::vector<Kept> kept_;
   std::vector<torch::Tensor> parameters_;
   bool placeholder_;
   Recompute recompute_;
@@ -264,8 +297,10 @@ std::vector<torch::Tensor> checkpoint(const std::shared_ptr<ForwardState>& state
   if (placeholder) {
     edges.push_back(torch::empty({0}, torch::TensorOptions().requires_grad(true)));
   }
+  const auto* host = active_host();
   auto node = std::shared_ptr<CheckpointBackward>(
-      new CheckpointBackward(inputs, std::move(parameters), placeholder, std::move(recompute), *state),
+      new CheckpointBackward(inputs, host != nullptr && host->offloads_inputs(), std::move(parameters),
+                             placeholder, std::move(recompute), *state),
       torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(edges));
   std::vector<torch::Tensor> attached;
@@ -409,6 +444,8 @@ struct Group {
   torch::Tensor share_gradient;
   // A started all-gather into `full` (prefetch), until it is waited for.
   c10::intrusive_ptr<c10d::Work> pending;
+  // With offload, the copy of `shard` on the device that a started all-gather reads, until it is waited for.
+  torch::Tensor pending_share;
 };
 
 struct Member {
@@ -462,11 +499,47 @@ struct Sharded {
   bool forward_prefetch = false;
   std::string backward_prefetch = "NO_PREFETCH";
   bool debug = false; // debug mode: each collective says which unit it is for
+  // fsdp_offload_params on a GPU: `shard` and `share_gradient` live in CPU memory (pinned), where the
+  // optimizer steps them; a gather copies the share to the device first, and the reduce-scatter's result is
+  // copied back (see `share_on_device`, `to_host`).
+  bool offload = false;
   bool asynchronous = false;
   std::vector<size_t> forward_order;
   std::vector<int64_t> position;
   std::vector<size_t> recording;
   int64_t prefetches = 0;
+
+  /// A group's share on the device its unit computes on, for an all-gather to read: `shard` itself, or with
+  /// offload a copy of it on memory from the pool, made on the device's current stream without waiting
+  /// (from pinned memory), so the all-gather that reads it is ordered after it.
+  torch::Tensor share_on_device(const Group& group) {
+    if (!offload) {
+      return group.shard;
+    }
+    auto copy = empty_from(pool, group.share, group.full.options(),
+                           group.full.storage().unsafeGetStorageImpl()->allocator());
+    copy.copy_(group.shard, /*non_blocking=*/true);
+    return copy;
+  }
+
+  /// Waits until the copies to and from CPU memory issued so far are done, before the CPU writes what they
+  /// read or reads what they write (an optimizer step, a checkpoint): with offload on a GPU, the copies of
+  /// the shares to the device are not waited for where they are made.
+  void settle_host_copies() const {
+    if (!offload) {
+      return;
+    }
+    for (const auto& unit : units) {
+      if (!unit.groups.empty()) {
+        const auto device = unit.groups.front().full.device();
+        if (!device.is_cpu()) {
+          c10::impl::VirtualGuardImpl guard(device.type());
+          guard.getStream(device).synchronize();
+        }
+        return;
+      }
+    }
+  }
 
   /// Starts the all-gather of unit `u` ahead of its use, where the transport overlaps it.
   void prefetch(int64_t u) {
@@ -481,7 +554,8 @@ struct Sharded {
     const auto purpose = say(unit, "all-gather (prefetch)");
     for (auto& group : unit.groups) {
       allocate_storage(group.full, group.full_bytes, pool);
-      group.pending = start_all_gather_into(process_group, group.full, group.shard);
+      group.pending_share = share_on_device(group);
+      group.pending = start_all_gather_into(process_group, group.full, group.pending_share);
     }
     unit.prefetched = true;
     ++prefetches;
@@ -557,9 +631,14 @@ struct Sharded {
       if (unit.prefetched) {
         group.pending->wait();
         group.pending.reset();
+        give_back(pool, group.pending_share);
       } else {
         allocate_storage(group.full, group.full_bytes, pool);
-        all_gather_into(process_group, group.full, group.shard);
+        auto share = share_on_device(group);
+        all_gather_into(process_group, group.full, share);
+        if (offload) {
+          give_back(pool, share);
+        }
       }
       for (size_t m : group.members) {
         auto& member = members[m];
@@ -583,6 +662,7 @@ struct Sharded {
       if (group.pending) {
         group.pending->wait(); // the collective writes into `full` until then
         group.pending.reset();
+        give_back(pool, group.pending_share);
       }
       release_storage(group.full, pool);
       for (size_t m : group.members) {
@@ -598,7 +678,11 @@ struct Sharded {
     torch::NoGradGuard no_grad;
     const auto purpose = say(unit, "all-gather after the optimizer step");
     for (auto& group : unit.groups) {
-      all_gather_into(process_group, group.full, group.shard);
+      auto share = share_on_device(group);
+      all_gather_into(process_group, group.full, share);
+      if (offload) {
+        give_back(pool, share);
+      }
     }
   }
 
@@ -850,18 +934,28 @@ private:
         group.staging = zeros_from(sharded_->pool, group.full);
       }
       if (!group.share_gradient.defined()) {
-        group.share_gradient = torch::empty({group.share}, group.full.options());
+        group.share_gradient = torch::empty({group.share}, group.shard.options());
       }
       const bool fresh = std::all_of(group.members.begin(), group.members.end(), [&](size_t m) {
         const auto& member = sharded_->members[m];
         return member.place.share_length == 0 || !member.gradient.defined();
       });
-      auto averaged = fresh ? group.share_gradient : torch::empty({group.share}, group.full.options());
+      // With offload the collectives write a buffer on the device, copied into CPU memory afterwards.
+      auto averaged = sharded_->offload ? empty_from(sharded_->pool, group.share, group.full.options(),
+                                                     group.full.storage().unsafeGetStorageImpl()->allocator())
+                      : fresh           ? group.share_gradient
+                                        : torch::empty({group.share}, group.full.options());
       reduce_scatter_average(sharded_->process_group, averaged, group.staging);
       give_back(sharded_->pool, group.staging);
       if (sharded_->replicas) {
         const auto across = sharded_->say(unit, "all-reduce across machines");
         all_reduce_average(sharded_->replicas, averaged);
+      }
+      if (sharded_->offload) {
+        // Waits for the copy: the optimizer reads it on the CPU next.
+        auto on_device = averaged;
+        averaged = fresh ? group.share_gradient.copy_(on_device) : on_device.to(group.shard.device());
+        give_back(sharded_->pool, on_device);
       }
       for (size_t m : group.members) {
         auto& member = sharded_->members[m];
@@ -1088,7 +1182,8 @@ private:
 /// The units of `model` and the owner of each trainable parameter (see the file comment).
 std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
                                      const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                                     bool reshard_after_forward, const WrapPolicy& policy, bool warn) {
+                                     bool reshard_after_forward, bool offload, const WrapPolicy& policy,
+                                     bool warn) {
   std::vector<ModuleEntry> entries{{&model, "", -1, fsdp::detail::is_unit_type(typeid(model))}};
   {
     std::map<std::string, int> index_of{{"", 0}};
@@ -1161,6 +1256,7 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
   sharded->rank = group->getRank();
   sharded->world = group->getSize();
   sharded->reshard_after_forward = reshard_after_forward;
+  sharded->offload = offload;
   std::vector<int> unit_of_candidate(candidates.size(), -1);
   torch::NoGradGuard no_grad;
   for (size_t c = 0; c < candidates.size(); ++c) {
@@ -1207,7 +1303,11 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
         view.copy_(tensors[i].detach().reshape(-1));
         tensors[i].set_data(view.view(tensors[i].sizes()));
       }
-      flat.shard = flat.full.narrow(0, sharded->rank * plan.share, plan.share).clone();
+      const auto mine = flat.full.narrow(0, sharded->rank * plan.share, plan.share);
+      flat.shard = offload
+                       ? torch::empty({plan.share}, options.device(torch::kCPU).pinned_memory(mine.is_cuda()))
+                             .copy_(mine)
+                       : mine.clone();
       flat.placeholder = torch::empty({0}, flat.full.options());
       for (size_t i = 0; i < tensors.size(); ++i) {
         Member member;
@@ -1274,16 +1374,31 @@ public:
           "of the runtime: a parameter no process reached takes part with a zero gradient. Leave "
           "find_unused_parameters off (or use parallel_strategy 'ddp' or 'zero')");
     }
-    if (context.config.fsdp_offload_params) {
-      if (context.device.is_cuda()) {
-        throw std::invalid_argument(
-            "accelerate: fsdp_offload_params on a GPU (shards and the optimizer step in CPU memory) comes "
-            "in a later version of the fsdp strategy; use false, or run on the CPU (cpu(true), accel "
-            "launch --cpu), where it is a no-op");
+    // On the CPU both offloads are no-ops, said once; ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 (a test hook,
+    // docs/development.md) takes their code paths there anyway, with CPU memory standing in for the device's.
+    const char* path_on_cpu = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
+    const bool offload_path = context.device.is_cuda() || (path_on_cpu && std::string(path_on_cpu) == "1");
+    offload_params_ = context.config.fsdp_offload_params && offload_path;
+    offload_inputs_ = context.config.fsdp_activation_checkpointing_offload && offload_path;
+    for (const auto& [asked, name, what] :
+         {std::tuple{context.config.fsdp_offload_params, "fsdp_offload_params",
+                     "the shards and the optimizer step"},
+          std::tuple{context.config.fsdp_activation_checkpointing_offload,
+                     "fsdp_activation_checkpointing_offload", "the inputs checkpointed units keep"}}) {
+      if (asked && !offload_path) {
+        accelerate::get_logger("accelerate.fsdp")
+            .info(name, ": the run is on the CPU, where ", what,
+                  " already live; there is nothing to offload");
       }
+    }
+    if (offload_params_ && (!context.process_group || sharding_ == "NO_SHARD")) {
       accelerate::get_logger("accelerate.fsdp")
-          .info("fsdp_offload_params: the run is on the CPU, where the shards and the optimizer step already "
-                "live; there is nothing to offload");
+          .warning(
+              "fsdp_offload_params: ", context.process_group ? "NO_SHARD" : "one process",
+              " shards nothing, so the parameters and the optimizer step stay on ", context.device.str(),
+              ": nothing is offloaded (offload applies to the shards of FULL_SHARD, SHARD_GRAD_OP and the "
+              "hybrid strategies on several processes)");
+      offload_params_ = false;
     }
     if (context.process_group && sharding_ != "NO_SHARD") {
       // From now on a unit's forward is this engine's (the previous one's again when this one goes).
@@ -1308,8 +1423,9 @@ public:
     place_and_broadcast(model, size_t{32} << 20);
     // Every process must hold the same model (as under DDP); the message names the mismatch.
     c10d::verify_params_across_processes(job.process_group, trainable_parameters(model), std::nullopt);
-    auto sharded = shard_model(model, shard_group(), sharding_ == "FULL_SHARD" || sharding_ == "HYBRID_SHARD",
-                               WrapPolicy::of(job.config), /*warn=*/job.process_group->getRank() == 0);
+    auto sharded =
+        shard_model(model, shard_group(), sharding_ == "FULL_SHARD" || sharding_ == "HYBRID_SHARD",
+                    offload_params_, WrapPolicy::of(job.config), /*warn=*/job.process_group->getRank() == 0);
     if (machines_) {
       sharded->replicas = machines_->replicas;
     }
@@ -1456,6 +1572,8 @@ public:
     return activation_checkpointing_ && !unit.name.empty(); // every unit but the model itself
   }
 
+  bool offloads_inputs() const override { return offload_inputs_; }
+
   void abandon(void* handle) noexcept override {
     auto& unit = *static_cast<Unit*>(handle);
     if (--unit.depth == 0) {
@@ -1478,6 +1596,7 @@ public:
       (void)module;
       if (auto sharded = weak.lock()) {
         sharded->settle();
+        sharded->settle_host_copies(); // with offload the step writes the shards the gathers read
       }
     }
   }
@@ -1565,8 +1684,17 @@ public:
             << " unit(s)";
       }
       const auto& config = context().config;
-      out << "; activation checkpointing " << (activation_checkpointing_ ? "on" : "off");
-      out << (config.fsdp_offload_params ? "; offload params: on (a no-op on the CPU)" : "");
+      out << "; activation checkpointing " << (activation_checkpointing_ ? "on" : "off")
+          << (config.fsdp_activation_checkpointing_offload ? offload_inputs_
+                                                                 ? " (its inputs offloaded to CPU memory)"
+                                                                 : " (offload: a no-op on the CPU)"
+                                                           : "");
+      if (config.fsdp_offload_params) {
+        out << (offload_params_
+                    ? "; offload params: on (shards, their gradients and the optimizer step in CPU "
+                      "memory)"
+                    : "; offload params: on (a no-op on the CPU)");
+      }
       out << "; prefetch: forward " << (config.fsdp_forward_prefetch ? "on" : "off") << ", backward "
           << config.fsdp_backward_prefetch;
       bool asynchronous = false;
@@ -1682,6 +1810,8 @@ private:
   bool hybrid_ = false;
   std::shared_ptr<const MachineGroups> machines_; // hybrid sharding on several machines
   bool activation_checkpointing_ = false;
+  bool offload_params_ = false; // fsdp_offload_params, where it moves something (a GPU run)
+  bool offload_inputs_ = false; // fsdp_activation_checkpointing_offload, likewise
   fsdp::detail::UnitHost* previous_host_ = nullptr;
   std::shared_ptr<std::set<c10::TensorImpl*>> stepped_ = std::make_shared<std::set<c10::TensorImpl*>>();
   std::mutex mutex_;

@@ -23,13 +23,16 @@ struct FusedBatch {
 
 using BatchKey = std::pair<c10::Device, c10::ScalarType>;
 
+struct DeviceLess {
+  bool operator()(const c10::Device& a, const c10::Device& b) const {
+    return a.type() != b.type() ? a.type() < b.type() : a.index() < b.index();
+  }
+};
+
 struct BatchKeyLess {
   bool operator()(const BatchKey& a, const BatchKey& b) const {
-    if (a.first.type() != b.first.type()) {
-      return a.first.type() < b.first.type();
-    }
-    if (a.first.index() != b.first.index()) {
-      return a.first.index() < b.first.index();
+    if (a.first != b.first) {
+      return DeviceLess()(a.first, b.first);
     }
     return a.second < b.second;
   }
@@ -467,8 +470,13 @@ torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision,
     total = total / *loss_scale;
   }
   auto coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  if (!gradients.empty()) {
-    at::_foreach_mul_(gradients, coefficient);
+  // Per device: the gradients may be in CPU memory while the norm is on the GPU (fsdp_offload_params).
+  std::map<c10::Device, std::vector<torch::Tensor>, DeviceLess> by_device;
+  for (const auto& gradient : gradients) {
+    by_device[gradient.device()].push_back(gradient);
+  }
+  for (auto& [device, group] : by_device) {
+    at::_foreach_mul_(group, device == coefficient.device() ? coefficient : coefficient.to(device));
   }
   return total;
 }

@@ -50,7 +50,8 @@ torch::Tensor sharded_gradient_norm(const c10::intrusive_ptr<c10d::ProcessGroup>
   const bool infinity = std::isinf(norm_type);
   auto local = torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(device));
   if (!gradients.empty()) {
-    auto norms = torch::stack(at::_foreach_norm(gradients, norm_type)).to(torch::kFloat64);
+    // On the collective's device: the shares' gradients may be in CPU memory (fsdp_offload_params).
+    auto norms = torch::stack(at::_foreach_norm(gradients, norm_type)).to(device, torch::kFloat64);
     local = (infinity ? norms.max() : norms.pow(norm_type).sum()).reshape({1});
   }
   std::vector<torch::Tensor> reduced{local};
@@ -94,8 +95,7 @@ void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std:
 
 void keep_optimizer_state_shares(
     OptimizerState& optimizer,
-    const std::function<std::optional<std::pair<int64_t, int64_t>>(const torch::Tensor& parameter)>&
-        range_of) {
+    const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of) {
   auto& state = optimizer.optimizer->state();
   for (const auto& group : optimizer.optimizer->param_groups()) {
     for (const auto& parameter : group.params()) {
@@ -107,12 +107,15 @@ void keep_optimizer_state_shares(
       if (!range) {
         continue;
       }
-      if (range->second == 0) {
+      if (range->length == 0) {
         state.erase(slot);
         continue;
       }
       map_state_tensors(optimizer.fused, *slot->second, [&](const std::string&, const torch::Tensor& whole) {
-        return whole.reshape(-1).narrow(0, range->first, range->second).clone();
+        return whole.reshape(-1)
+            .narrow(0, range->begin, range->length)
+            .to(range->device, /*non_blocking=*/false,
+                /*copy=*/true);
       });
     }
   }
@@ -176,9 +179,9 @@ void ShardedEngine::zero_share_gradient(const torch::Tensor& parameter, bool set
 
 void ShardedEngine::adopt_optimizer_state(OptimizerState& optimizer) {
   keep_optimizer_state_shares(optimizer, [&](const torch::Tensor& parameter) {
-    std::optional<std::pair<int64_t, int64_t>> range;
+    std::optional<StateShare> range;
     if (auto share = held(parameter)) {
-      range = std::make_pair(share->begin, share->length);
+      range = StateShare{share->begin, share->length, share->values.device()};
     }
     return range;
   });

@@ -58,13 +58,20 @@ void refuse_optimizer_without_fused_step(const OptimizerState& optimizer, const 
 void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std::string& what,
                                           const std::set<c10::TensorImpl*>& stepped);
 
+/// Where a process keeps the optimizer state of its share of a parameter: elements [begin, begin + length)
+/// of the flattened parameter, on `device` (the share's: CPU memory under fsdp_offload_params).
+struct StateShare {
+  int64_t begin = 0;
+  int64_t length = 0; // 0: none of it is this process's
+  torch::Device device = torch::kCPU;
+};
+
 /// After a checkpoint load gave `optimizer` whole-parameter state: keeps, of each parameter `range_of`
-/// returns a range for, that range of the flattened state ({0, 0}: none of it is this process's, the state
-/// is dropped); parameters it returns nullopt for keep their whole state.
+/// returns a share for, that range of the flattened state, on the share's device (length 0: the state is
+/// dropped); parameters it returns nullopt for keep their whole state.
 void keep_optimizer_state_shares(
     OptimizerState& optimizer,
-    const std::function<std::optional<std::pair<int64_t, int64_t>>(const torch::Tensor& parameter)>&
-        range_of);
+    const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of);
 
 /// The half of a sharded strategy that faces the optimizer, clipping and checkpoints: this process's share of
 /// each parameter, its gradient, the norm across processes and the adoption of loaded state, all from one

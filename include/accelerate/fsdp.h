@@ -45,6 +45,9 @@ public:
   /// Whether `unit` keeps only its inputs and computes its body again in backward (activation
   /// checkpointing).
   virtual bool recomputes(void* unit) const = 0;
+  /// Whether the inputs a recomputed unit keeps are held in CPU memory until its backward
+  /// (fsdp_activation_checkpointing_offload on a GPU).
+  virtual bool offloads_inputs() const { return false; }
 };
 
 /// Runs a body again in backward: takes the inputs (detached copies of the tensors the body was given, in
@@ -129,8 +132,21 @@ Result run_checkpointed(torch::nn::Module& module, const Body& body, const Input
   }
   std::vector<torch::Tensor> outputs;
   collect(*result, outputs);
-  Recompute recompute = [body, inputs](const std::vector<torch::Tensor>& detached) {
-    Inputs copy = inputs;
+  // The recomputation gets the kept inputs from checkpoint(), which may hold them elsewhere (offload): the
+  // copy of the inputs it captures holds no tensor, only the other arguments.
+  Inputs others = inputs;
+  std::apply(
+      [](auto&... input) {
+        (([](auto& item) {
+           if constexpr (is_tensor_v<decltype(item)>) {
+             item = torch::Tensor();
+           }
+         }(input)),
+         ...);
+      },
+      others);
+  Recompute recompute = [body, others](const std::vector<torch::Tensor>& detached) {
+    Inputs copy = others;
     size_t next = 0;
     std::apply(
         [&](auto&... input) {

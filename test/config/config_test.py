@@ -652,9 +652,22 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
                                                            "  fsdp_activation_checkpointing: true\n"
                                                            "  fsdp_activation_checkpointing_offload: false\n")
         expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "a file's activation checkpointing",
-               parallel_strategy="fsdp", fsdp_activation_checkpointing=("true", f"config file {path}"))
+               parallel_strategy="fsdp", fsdp_activation_checkpointing=("true", f"config file {path}"),
+               fsdp_activation_checkpointing_offload=("false", f"config file {path}"))
+        # With its offload (the inputs checkpointed units keep, in CPU memory on a GPU run): from the file, and
+        # Accelerate's variable over the file.
+        path = write_file(directory, "offload.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                                     "  fsdp_activation_checkpointing: true\n"
+                                                     "  fsdp_activation_checkpointing_offload: true\n")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path)), "a file's activation checkpointing offload",
+               fsdp_activation_checkpointing_offload=("true", f"config file {path}"))
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=path, FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD="false")),
+               "the environment's activation checkpointing offload over the file's",
+               fsdp_activation_checkpointing_offload=("false", "environment"))
+    expect(probe(environment(), "parallel_strategy=fsdp"), "activation checkpointing offload default",
+           fsdp_activation_checkpointing_offload=("false", "default"))
     # Parameter offload: off by default; Accelerate's variable (its flag's spellings), the file's key and the option
-    # turn it on, each named as the source (the fsdp strategy takes it as a no-op on the CPU, refuses it on a GPU).
+    # turn it on, each named as the source (the fsdp strategy takes it as a no-op on the CPU).
     expect(probe(environment(), "parallel_strategy=fsdp"), "parameter offload default",
            fsdp_offload_params=("false", "default"))
     for text in ["true", "True", "1"]:
@@ -710,13 +723,17 @@ RUNTIME_REFUSALS = [
      "the environment)): name the classes"),
     ({}, ["parallel_strategy=ddp", "fsdp_min_num_params=1000"],
      "fsdp_min_num_params='1000' (from AcceleratorOptions) conflicts with parallel_strategy='ddp'"),
-    # What comes in a later version, from the environment and from the file.
+    # Offloading what checkpointed units keep, without activation checkpointing.
     ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "true"}, [],
-     "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD='true' (from the environment) asks to offload checkpointed activations "
-     "to the CPU, which comes with offload in a later version of the fsdp strategy; use false for now "
-     "(fsdp_activation_checkpointing alone keeps each unit's inputs on its device)"),
-    ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING": "true", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "true"}, [],
-     "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD='true' (from the environment) asks to offload checkpointed activations"),
+     "fsdp_activation_checkpointing_offload='true' (from the environment) conflicts with "
+     "fsdp_activation_checkpointing='false' (from the default): only the inputs a checkpointed unit keeps can be "
+     "offloaded, and without activation checkpointing no unit keeps them. Set fsdp_activation_checkpointing true as "
+     "well, or fsdp_activation_checkpointing_offload false"),
+    ({}, ["parallel_strategy=fsdp", "fsdp_activation_checkpointing_offload=true",
+          "fsdp_activation_checkpointing=false"],
+     "fsdp_activation_checkpointing_offload='true' (from AcceleratorOptions) conflicts with "
+     "fsdp_activation_checkpointing='false' (from AcceleratorOptions)"),
+    # What comes in a later version, from the environment and from the file.
     ({**FSDP_ENV, "FSDP_IGNORED_MODULES": "head"}, [],
      "FSDP_IGNORED_MODULES='head' (from the environment) names modules FSDP should leave unsharded, which this "
      "version of the fsdp strategy does not have; remove it"),
@@ -816,12 +833,11 @@ def RuntimeRefusesWhatFsdpLacksNamingKeyValueAndSource():
               f"environment {overrides}, options {options}\n{message}")
     with tempfile.TemporaryDirectory() as directory:
         path = write_file(directory, "refused.yaml",
-                          "distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing_offload: true\n")
+                          "distributed_type: FSDP\nfsdp_config:\n  fsdp_ignored_modules: head\n")
         check(probe_refusal(environment(ACCELERATE_CONFIG_FILE=path)) ==
-              f"accelerate: fsdp_config.fsdp_activation_checkpointing_offload='true' (from config file {path}) asks "
-              "to offload checkpointed activations to the CPU, which comes with offload in a later version of the "
-              "fsdp strategy; use false for now (fsdp_activation_checkpointing alone keeps each unit's inputs on its "
-              "device)", "a file's setting is named by its key and the file")
+              f"accelerate: fsdp_config.fsdp_ignored_modules='head' (from config file {path}) names modules FSDP "
+              "should leave unsharded, which this version of the fsdp strategy does not have; remove it",
+              "a file's setting is named by its key and the file")
         path = write_file(directory, "deepspeed.yaml", "distributed_type: DEEPSPEED\nfsdp_config:\n  fsdp_version: 2\n")
         check(probe_refusal(environment(ACCELERATE_CONFIG_FILE=path)).startswith(
             f"accelerate: zero_stage='2' (from Accelerate's DeepSpeed default stage, for distributed_type: DEEPSPEED "
@@ -845,14 +861,18 @@ ALIKE = [
      "fsdp_offload_params='maybe' (from config file PATH) is not a boolean"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n", None, None),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing_offload: true\n",
-     "3:3: fsdp_config.fsdp_activation_checkpointing_offload true asks to offload checkpointed activations to the CPU, "
-     "which comes with offload in a later version of accelerate-cpp's fsdp strategy (use false for now: "
-     "fsdp_activation_checkpointing alone keeps each unit's inputs on its device)",
-     "fsdp_config.fsdp_activation_checkpointing_offload='true' (from config file PATH) asks to offload checkpointed"),
-    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n"
+     "3:3: fsdp_config.fsdp_activation_checkpointing_offload true conflicts with fsdp_activation_checkpointing false: "
+     "only the inputs a checkpointed unit keeps can be offloaded, and without activation checkpointing no unit keeps "
+     "them (set fsdp_activation_checkpointing true as well, or fsdp_activation_checkpointing_offload false)",
+     "fsdp_activation_checkpointing_offload='true' (from config file PATH) conflicts with "
+     "fsdp_activation_checkpointing='false' (from the default)"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: false\n"
      "  fsdp_activation_checkpointing_offload: true\n",
-     "4:3: fsdp_config.fsdp_activation_checkpointing_offload true asks to offload checkpointed activations",
-     "fsdp_config.fsdp_activation_checkpointing_offload='true' (from config file PATH) asks to offload checkpointed"),
+     "4:3: fsdp_config.fsdp_activation_checkpointing_offload true conflicts with fsdp_activation_checkpointing false",
+     "fsdp_activation_checkpointing_offload='true' (from config file PATH) conflicts with "
+     "fsdp_activation_checkpointing='false' (from config file PATH)"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n"
+     "  fsdp_activation_checkpointing_offload: true\n", None, None),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: size_based_wrap\n  fsdp_min_num_params: 1000\n",
      None, None),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
@@ -1031,8 +1051,9 @@ def EnvReportsVersionsDevicesAndConfig():
     code, out, err = accel("env", env=environment(ACCELERATE_USE_FSDP="true",
                                                   FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD="true"))
     check(code == 0 and "- Parallel strategy: invalid: FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD=true in the environment "
-          "asks to offload checkpointed activations" in out, "accel env must say why the environment is refused", out)
-    # Parameter offload is accepted (a no-op on the CPU; the fsdp strategy refuses it on a GPU when it starts).
+          "conflicts with fsdp_activation_checkpointing false" in out,
+          "accel env must say why the environment is refused", out)
+    # Parameter offload is accepted (a no-op on the CPU; on a GPU the shards and the optimizer step in CPU memory).
     code, out, err = accel("env", env=environment(ACCELERATE_USE_FSDP="true", FSDP_OFFLOAD_PARAMS="true"))
     check(code == 0 and "- Parallel strategy: fsdp (" in out and "invalid" not in out,
           "accel env must accept FSDP_OFFLOAD_PARAMS=true", out)

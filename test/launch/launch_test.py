@@ -543,9 +543,9 @@ def FsdpFlagsExportAccelerateVariables():
           "--use_deepspeed --zero_stage 3 must launch", stage3)
 
 
-OFFLOAD = ("asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
-           "accelerate-cpp's fsdp strategy (use false for now: fsdp_activation_checkpointing alone keeps each unit's "
-           "inputs on its device)")
+OFFLOAD = ("conflicts with fsdp_activation_checkpointing false: only the inputs a checkpointed unit keeps can be "
+           "offloaded, and without activation checkpointing no unit keeps them (set fsdp_activation_checkpointing true "
+           "as well, or fsdp_activation_checkpointing_offload false)")
 HYBRID = ("shards within each machine and replicates across machines, but the job runs on one machine (num_machines 1), "
           "where there is nothing to replicate: use {} on one machine, or launch on several (--num_machines N "
           "--machine_rank R --main_process_ip ADDRESS on each)")
@@ -585,6 +585,12 @@ def UnsupportedFsdpSettingsAreRefused():
     ]
     for flags, expected in refused:
         check_usage_error(launch("--use_fsdp", *flags, PROBE), f"accel launch: {expected}")
+    # With activation checkpointing its offload is taken, and exported as Accelerate does.
+    both = launch("-q", "--use_fsdp", "--fsdp_activation_checkpointing", "true",
+                  "--fsdp_activation_checkpointing_offload", "true", PROBE, "--print-env", "FSDP_")
+    check(both.code == 0 and env_lines(both.stdout)[0].get("FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD") == "true",
+          "activation checkpointing with its offload must launch and export FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
+          both)
     # The same settings from the environment (the ranks would inherit them), and from a file.
     check_usage_error(launch("--use_fsdp", PROBE, env=environment(FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD="true")),
                       f"accel launch: FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD=true in the environment {OFFLOAD}")

@@ -169,8 +169,9 @@ struct Strategy {
   bool forward_prefetch = false;
   std::string backward_prefetch = "NO_PREFETCH";
   Wrap wrap;
-  bool checkpointing = false; // fsdp_activation_checkpointing
-  bool offload = false;       // fsdp_offload_params
+  bool checkpointing = false;         // fsdp_activation_checkpointing
+  bool offload = false;               // fsdp_offload_params
+  bool checkpointing_offload = false; // fsdp_activation_checkpointing_offload
   accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
     if (name == "ddp") {
       return options.parallel_strategy("ddp");
@@ -180,6 +181,7 @@ struct Strategy {
                           .fsdp_forward_prefetch(forward_prefetch)
                           .fsdp_backward_prefetch(backward_prefetch)
                           .fsdp_activation_checkpointing(checkpointing)
+                          .fsdp_activation_checkpointing_offload(checkpointing_offload)
                           .fsdp_offload_params(offload));
   }
 };
@@ -495,6 +497,78 @@ TEST(Fsdp, OffloadParamsIsANoOpOnTheCpu) {
         << sharding.name << ": ‖Δθ‖/‖θ‖ = " << relative_difference(offloaded.parameters, plain.parameters);
     EXPECT_EQ(offloaded.losses, plain.losses) << sharding.name;
   }
+}
+
+/// The offload code paths, run on the CPU through ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 (registered with it):
+/// with fsdp_offload_params each gather copies the share into a buffer of its own first and each
+/// reduce-scattered gradient is copied out of one, and with fsdp_activation_checkpointing_offload a
+/// checkpointed unit keeps copies of its inputs made in forward, as on a GPU, where the copies cross to CPU
+/// memory and back. The arithmetic is unchanged, so parameters and losses are bit-identical to the runs
+/// without them: both sharding strategies, tied, frozen, reused and nested units, accumulation with no_sync
+/// and clipping that triggers, prefetch (which overlaps over Gloo, where it is registered too). And the bad
+/// input: offloading the inputs of checkpointed units without checkpointing.
+TEST(Fsdp, OffloadPathsTrainAsWithoutThem) {
+  const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
+  ASSERT_TRUE(hook != nullptr && std::string(hook) == "1")
+      << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
+  accelerate::Accelerator outer(test_options());
+  RunSettings run;
+  run.shape = Shape{true, true, true, true};
+  run.accumulation = 2;
+  run.micro_steps = 8;
+  run.clip = 0.5;
+  run.no_sync_first = true;
+  for (Strategy sharding :
+       {Strategy{"FULL_SHARD"}, Strategy{"SHARD_GRAD_OP"}, Strategy{"FULL_SHARD", true, "BACKWARD_PRE"}}) {
+    const std::string label = sharding.name + (sharding.forward_prefetch ? " with prefetch" : "");
+    const auto plain = train(sharding, run);
+    EXPECT_GT(plain.clipped_steps, 0) << "the clip bound never triggers: the test would not test clipping";
+    Strategy offloaded = sharding;
+    offloaded.offload = true;
+    const auto moved = train(offloaded, run);
+    EXPECT_NE(
+        moved.state.find("offload params: on (shards, their gradients and the optimizer step in CPU memory)"),
+        std::string::npos)
+        << moved.state;
+    EXPECT_TRUE(torch::equal(moved.parameters, plain.parameters))
+        << label << ": ‖Δθ‖/‖θ‖ = " << relative_difference(moved.parameters, plain.parameters);
+    EXPECT_EQ(moved.losses, plain.losses) << label;
+    EXPECT_EQ(moved.norms, plain.norms) << label;
+    if (sharding.forward_prefetch && moved.state.find("(skipped") == std::string::npos) {
+      // Over Gloo: the prefetched gathers read the share copies they started with.
+      EXPECT_EQ(moved.state.find(", 0 all-gather(s) started ahead"), std::string::npos) << moved.state;
+    }
+
+    Strategy recomputing = sharding;
+    recomputing.checkpointing = true;
+    const auto recomputed = train(recomputing, run);
+    recomputing.checkpointing_offload = true;
+    recomputing.offload = true;
+    const auto both = train(recomputing, run);
+    EXPECT_NE(both.state.find("activation checkpointing on (its inputs offloaded to CPU memory)"),
+              std::string::npos)
+        << both.state;
+    EXPECT_EQ(both.recomputed_units, recomputed.recomputed_units) << label;
+    EXPECT_GT(both.recomputed_units, 0) << label;
+    EXPECT_TRUE(torch::equal(both.parameters, recomputed.parameters))
+        << label << ": ‖Δθ‖/‖θ‖ = " << relative_difference(both.parameters, recomputed.parameters);
+    EXPECT_TRUE(torch::equal(both.parameters, plain.parameters)) << label;
+    EXPECT_EQ(both.losses, plain.losses) << label;
+  }
+  try {
+    Strategy alone{"FULL_SHARD"};
+    alone.checkpointing_offload = true;
+    accelerate::Accelerator accelerator(alone.apply(test_options()));
+    FAIL() << "fsdp_activation_checkpointing_offload without fsdp_activation_checkpointing was accepted";
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("fsdp_activation_checkpointing_offload='true' (from AcceleratorOptions) conflicts "
+                           "with fsdp_activation_checkpointing='false' (from AcceleratorOptions)"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("Set fsdp_activation_checkpointing true as well"), std::string::npos) << message;
+  }
+  outer.wait_for_everyone();
 }
 
 /// Prefetch changes when gathers start, never what they gather: forward prefetch and each backward policy,

@@ -16,6 +16,12 @@ accelerate_multirank_test(multirank.Fsdp.HybridShardingMatchesDdpOnTwoMachines N
                           FILTER Fsdp.HybridShardingMatchesDdpOnTwoMachines)
 accelerate_multirank_test(multirank.Fsdp.HybridShardingOnOneMachineIsRefused NPROC 2
                           FILTER Fsdp.HybridShardingOnOneMachineIsRefused)
+# The offload code paths on the CPU (a test hook: there they are no-ops), on shared memory and over Gloo.
+accelerate_multirank_test(multirank.Fsdp.OffloadPathsTrainAsWithoutThem NPROC 2
+                          FILTER Fsdp.OffloadPathsTrainAsWithoutThem ENVIRONMENT ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1)
+accelerate_multirank_test(multirank.Fsdp.OffloadPathsTrainAsWithoutThem.gloo NPROC 2
+                          FILTER Fsdp.OffloadPathsTrainAsWithoutThem
+                          ENVIRONMENT ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 ACCELERATE_SHM_ALLREDUCE=0)
 # Over c10d's Gloo instead of shared memory; prefetch only overlaps there.
 accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping.gloo NPROC 2
                           FILTER Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)

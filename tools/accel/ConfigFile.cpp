@@ -108,11 +108,6 @@ const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
 
 const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
   static const std::vector<UnsupportedFsdpKey> kKeys = {
-      {"fsdp_activation_checkpointing_offload",
-       {"false"},
-       "asks to offload checkpointed activations to the CPU, which comes with offload in a later version of "
-       "accelerate-cpp's fsdp strategy (use false for now: fsdp_activation_checkpointing alone keeps each "
-       "unit's inputs on its device)"},
       {"fsdp_ignored_modules",
        {},
        "names modules FSDP should leave unsharded, which accelerate-cpp's fsdp strategy does not have "
@@ -126,6 +121,19 @@ const char* const kTransformerWrapWithoutClasses =
     "makes units of the module classes fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the "
     "classes, comma-separated, e.g. fsdp_transformer_layer_cls_to_wrap: Block; accelerate-cpp has no "
     "Transformers `_no_split_modules` to take them from; or use SIZE_BASED_WRAP or NO_WRAP)";
+
+const char* const kActivationOffloadWithoutCheckpointing =
+    "conflicts with fsdp_activation_checkpointing false: only the inputs a checkpointed unit keeps can be "
+    "offloaded, and without activation checkpointing no unit keeps them (set fsdp_activation_checkpointing "
+    "true as well, or fsdp_activation_checkpointing_offload false)";
+
+bool isActivationOffloadWithoutCheckpointing(const std::optional<std::string>& offload,
+                                             const std::optional<std::string>& checkpointing) {
+  const auto on = [](const std::optional<std::string>& text) {
+    return text && parseBool(*text).value_or(false);
+  };
+  return on(offload) && !on(checkpointing);
+}
 
 bool isTransformerWrapWithoutClasses(const std::string& policy, const std::optional<std::string>& classes) {
   std::string upper = policy;
@@ -399,6 +407,12 @@ void checkFsdpSettings(const ConfigDocument& document) {
                     *policy, document.scalar("fsdp_config.fsdp_transformer_layer_cls_to_wrap")))
     throw ConfigError(document.where("fsdp_config.fsdp_auto_wrap_policy") +
                       "fsdp_config.fsdp_auto_wrap_policy " + *policy + " " + kTransformerWrapWithoutClasses);
+  if (auto offload = document.scalar("fsdp_config.fsdp_activation_checkpointing_offload");
+      isActivationOffloadWithoutCheckpointing(offload,
+                                              document.scalar("fsdp_config.fsdp_activation_checkpointing")))
+    throw ConfigError(document.where("fsdp_config.fsdp_activation_checkpointing_offload") +
+                      "fsdp_config.fsdp_activation_checkpointing_offload " + *offload + " " +
+                      kActivationOffloadWithoutCheckpointing);
   auto strategy = document.scalar("fsdp_config.fsdp_sharding_strategy");
   auto reshard = document.scalar("fsdp_config.fsdp_reshard_after_forward");
   if (strategy && reshard && !fsdpShardingAgrees(*strategy, *reshard))

@@ -71,8 +71,8 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
            "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling; or a sharding strategy, FSDP1's "
            "(default true)"),
       fsdp("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", ValueRule::boolean(),
-           "true: parameters, gradients and the optimizer step in CPU memory; a no-op on a CPU run, refused "
-           "by the runtime on a GPU for now (default false)"),
+           "true: on a GPU each process's shards, their gradients and the optimizer step in CPU memory; a "
+           "no-op on a CPU run (default false)"),
       fsdp("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", ValueRule::wholeNumber(0, LLONG_MAX),
            "SIZE_BASED_WRAP's threshold: a unit holds at least this many parameter elements (default "
            "100000000)"),
@@ -100,7 +100,10 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
            "true: every unit but the model keeps only its inputs and runs its body again in backward "
            "(default false)"),
       fsdp("fsdp_activation_checkpointing_offload", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
-           ValueRule::boolean(), "false only: offload of checkpointed activations comes in a later version"),
+           ValueRule::boolean(),
+           "true (with --fsdp_activation_checkpointing true): on a GPU the inputs checkpointed units keep "
+           "live "
+           "in CPU memory until their backward; a no-op on the CPU (default false)"),
       fsdp("fsdp_ignored_modules", "FSDP_IGNORED_MODULES", ValueRule::text(), "refused: no ignored modules"),
       // ZeRO (Accelerate's DeepSpeed flags and deepspeed_config keys).
       toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED",
@@ -336,6 +339,10 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
       policy && isTransformerWrapWithoutClasses(*policy, settings.get("fsdp_transformer_layer_cls_to_wrap")))
     throw UsageError(describeSetting(settings, "fsdp_auto_wrap_policy") + " " +
                      kTransformerWrapWithoutClasses);
+  if (isActivationOffloadWithoutCheckpointing(settings.get("fsdp_activation_checkpointing_offload"),
+                                              settings.get("fsdp_activation_checkpointing")))
+    throw UsageError(describeSetting(settings, "fsdp_activation_checkpointing_offload") + " " +
+                     kActivationOffloadWithoutCheckpointing);
   if (const std::string sharding = fsdpShardingOf(settings); isHybridSharding(sharding)) {
     const auto machines = settings.get("num_machines");
     if (!machines || *machines == "1") {

@@ -174,9 +174,18 @@ ACCELERATE_OPTION(bool, fsdp_activation_checkpointing, fsdp_activation_checkpoin
                   "at a time, for a second forward of each unit); a unit whose forward passes its inputs to "
                   "`accelerate::fsdp::unit` (as the fsdp-units pass writes it) is recomputed, the form without "
                   "inputs never is")
+ACCELERATE_OPTION(bool, fsdp_activation_checkpointing_offload, fsdp_activation_checkpointing_offload, false,
+                  "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD", "fsdp_config.fsdp_activation_checkpointing_offload",
+                  any_value,
+                  "with fsdp_activation_checkpointing on a GPU, the inputs each checkpointed unit keeps for its "
+                  "backward are copied to pinned CPU memory in forward and back to the device in backward; on a "
+                  "CPU run accepted as a no-op, said once at INFO; without fsdp_activation_checkpointing refused")
 ACCELERATE_OPTION(bool, fsdp_offload_params, fsdp_offload_params, false,
                   "FSDP_OFFLOAD_PARAMS", "fsdp_config.fsdp_offload_params", any_value,
-                  "under parallel_strategy `\"fsdp\"`, Accelerate's offload of parameters, gradients and the "
-                  "optimizer step to CPU memory: on a CPU run (where they already live) accepted as a no-op, "
-                  "said once at INFO; on a GPU refused for now (it comes in a later version)")
+                  "under parallel_strategy `\"fsdp\"` on a GPU, Accelerate's offload of parameters, gradients "
+                  "and the optimizer step to CPU memory: each process's shards, their gradients and the "
+                  "optimizer state live in pinned CPU memory and the optimizer steps there; a unit's share is "
+                  "copied to the GPU for its all-gather, its reduce-scattered gradient back. On a CPU run "
+                  "(where they already live) accepted as a no-op, said once at INFO; with one process or "
+                  "NO_SHARD (nothing sharded) said once at WARNING")
 // clang-format on
