@@ -8,9 +8,9 @@
 #
 # OUT_DIR receives, in this order: environment.txt, configure.log, build.log, then one file per stage
 # (fixtures.txt, side-by-side.txt/.md/.json/.png, checks.txt, cuda-graph.txt, gpt-small-losses.txt, gpt-86m.txt,
-# fp8-linear.txt, data-loader.txt), and summary.txt, one line per step, appended as each finishes. --quick keeps
-# fixtures within 1 minute, side-by-side within 4 and the other stages within 6 (the build is timed separately); --only
-# side-by-side runs just that stage. Without a GPU: the build, then fixtures and side-by-side smoke runs on the CPU.
+# fp8-linear.txt, data-loader.txt, fsdp-offload.txt on 2 GPUs), and summary.txt, one line per step, appended as each
+# finishes. --quick keeps fixtures within 1 minute, side-by-side within 4 and the other stages within 7 (the build is
+# timed separately); --only side-by-side runs just that stage. Without a GPU: the build, then fixtures and side-by-side smoke runs on the CPU.
 # Exit status: 0 all passed, 1 a check failed, 2 bad usage or the build failed, 3 no CUDA device.
 set -uo pipefail
 
@@ -92,13 +92,14 @@ grep -E "accelerate-cpp: (Torch|NCCL|CUDA kernels)" "$OUT/configure.log" | sed '
 FIXTURE_PROGRAMS=(trains_like_original trainer_main unmovable_batch member_optimizers)
 FIXTURE_TARGETS=()
 for name in "${FIXTURE_PROGRAMS[@]}"; do FIXTURE_TARGETS+=("fixture_$name" "fixture_${name}_plain"); done
-if ! cmake --build "$BUILD_DIR" --target bench_precision bench_train_plain bench_train_accel bench_data_loader accel \
+if ! cmake --build "$BUILD_DIR" --target bench_precision bench_train_plain bench_train_accel bench_data_loader \
+  bench_fsdp_offload accel \
   "${FIXTURE_TARGETS[@]}" -j "$JOBS" > "$OUT/build.log" 2>&1; then
   note "build failed after $(($(now) - start)) s: see build.log"
   grep -E "error|Error" "$OUT/build.log" | head -n 20 >&2
   exit 2
 fi
-note "build: $(($(now) - start)) s (configure + runtime + bench_precision + bench_train_{plain,accel} + bench_data_loader + fixtures, $JOBS jobs)"
+note "build: $(($(now) - start)) s (configure + runtime + bench_precision + bench_train_{plain,accel} + bench_data_loader + bench_fsdp_offload + fixtures, $JOBS jobs)"
 BENCH="$BUILD_DIR/bin/bench_precision"
 HAVE_ACCELERATE=1
 if ! "$PYTHON" -c 'import accelerate' >/dev/null 2>&1; then
@@ -174,11 +175,11 @@ fi
 # ---- Stages, each written as soon as it ends; --quick fits them in 5 minutes ---------------------------------
 # name, seconds allowed
 STAGES=("fixtures 60" "side-by-side 240" "checks 80" "cuda-graph 45" "gpt-small-losses 45" "gpt-86m 120"
-  "fp8-linear 50" "data-loader 30")
+  "fp8-linear 50" "data-loader 30" "fsdp-offload 60")
 [ -n "$QUICK" ] || STAGES=("fixtures 180" "side-by-side 900" "checks 150" "cuda-graph 150" "gpt-small-losses 90"
-  "gpt-86m 300" "fp8-linear 150" "data-loader 90")
-BUDGET=675
-[ -n "$QUICK" ] || BUDGET=2070
+  "gpt-86m 300" "fp8-linear 150" "data-loader 90" "fsdp-offload 150")
+BUDGET=735
+[ -n "$QUICK" ] || BUDGET=2220
 # One process per GPU (NCCL refuses two processes on one device), two at most.
 GPUS="$("$PYTHON" -c 'import torch; print(min(2, torch.cuda.device_count()))' 2>/dev/null || echo 1)"
 # The side-by-side benchmark of bench/compare.py: (a) plain C++, (b) the rewritten C++ through the runtime,
@@ -193,6 +194,11 @@ status=0
 for entry in "${STAGES[@]}"; do
   read -r stage limit <<< "$entry"
   if [ -n "$ONLY" ] && [[ "$ONLY" != *",$stage,"* ]]; then
+    continue
+  fi
+  if [ "$stage" = fsdp-offload ] && [ "$GPUS" -lt 2 ]; then
+    # Not a pass: NCCL takes one process per GPU, and fsdp shards nothing on one process.
+    note "fsdp-offload: not run, it needs 2 GPUs (this machine has $GPUS); its code paths run on the CPU in make test"
     continue
   fi
   if [ "$stage" = side-by-side ] && [ "$HAVE_ACCELERATE" = 0 ]; then
@@ -212,6 +218,12 @@ for entry in "${STAGES[@]}"; do
     run_fixtures "$GPUS" "$limit" > "$OUT/$stage.txt" 2>&1
   elif [ "$stage" = side-by-side ]; then
     timeout --kill-after=10 "$limit" "$PYTHON" "$REPO/bench/compare.py" "${SIDE_BY_SIDE[@]}" > "$OUT/$stage.txt" 2>&1
+  elif [ "$stage" = fsdp-offload ]; then
+    # FULL_SHARD with and without fsdp_offload_params and fsdp_activation_checkpointing_offload on 2 GPUs: the
+    # parameters within fp32's 1e-5 of FULL_SHARD's, and the device memory peaks side by side.
+    timeout --kill-after=10 "$limit" "$BUILD_DIR/bin/accel" launch --num_processes 2 \
+      "$BUILD_DIR/bin/bench_fsdp_offload" --width 2048 --layers 8 --batch 16 \
+      --steps "$([ -n "$QUICK" ] && echo 4 || echo 10)" > "$OUT/$stage.txt" 2>&1
   elif [ "$stage" = data-loader ]; then
     # Pinned batches from 2 workers copied with non_blocking equal the CPU's; the rate with pin_memory off and on.
     timeout --kill-after=10 "$limit" "$BUILD_DIR/bin/bench_data_loader" --cuda --batches 32 --batch-size 64 \
