@@ -111,7 +111,8 @@ ANSWERS = {
                         ("clipping value", ENTER), ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
     "fsdp": [("compute environment", ENTER), ("type of machine", "multi-GPU"), ("How many machines", ENTER),
              ("checked while running", "no"), ("use DeepSpeed", ENTER), ("FullyShardedDataParallel", "yes"),
-             ("FSDP version", ENTER), ("resharding after forward", ENTER), ("auto wrap policy", ENTER),
+             ("FSDP version", ENTER), ("resharding after forward", ENTER), ("offload parameters", ENTER),
+             ("auto wrap policy", ENTER),
              ("layer class names", "Block"), ("state dict type", ENTER), ("activation checkpointing", ENTER),
              ("How many GPU(s)", "2"), ("mixed precision", "bf16")],
     "multi-node": [("compute environment", ENTER), ("type of machine", "1"), ("How many machines", "2"),
@@ -216,8 +217,8 @@ def QuestionnaireOffersFsdp():
         # Multi-GPU, no DeepSpeed, FSDP: version 1, whose strategy menu leaves out the hybrid ones (typed, it is
         # asked again) and which Accelerate writes under fsdp_reshard_after_forward; Accelerate's wrap policies;
         # its state dict menu leaves out LOCAL_STATE_DICT; activation checkpointing, Accelerate's last question.
-        # What the fsdp strategy does not run yet (offload) is not asked, and written as off.
-        answers = ["0", "2", "1", "no", "no", "yes", "1", "HYBRID_SHARD", "shard_grad_op", "NO_WRAP",
+        # Parameter offload is asked where Accelerate asks it (after the sharding strategy).
+        answers = ["0", "2", "1", "no", "no", "yes", "1", "HYBRID_SHARD", "shard_grad_op", "yes", "NO_WRAP",
                    "LOCAL_STATE_DICT", ENTER, "yes", "2", "no"]
         code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
         check(code == 0, "accel config must write an FSDP file", out + err)
@@ -229,13 +230,15 @@ def QuestionnaireOffersFsdp():
         questions = "\n".join(line for line in out.splitlines() if "?" in line)
         check("Do you want to enable FSDP activation checkpointing" in questions,
               "accel config must ask Accelerate's activation checkpointing question", out)
-        for question in ["offload", "prefetch", "RAM efficient"]:
+        check("Do you want to offload parameters and gradients to CPU" in questions,
+              "accel config must ask Accelerate's offload question", out)
+        for question in ["prefetch", "RAM efficient"]:
             check(question not in questions, f"accel config must not ask about {question!r}", out)
         written = load_yaml(path)
         check(written["distributed_type"] == "FSDP" and written["num_processes"] == 2 and "gpu_ids" not in written
               and written["fsdp_config"] == {"fsdp_version": 1, "fsdp_reshard_after_forward": "SHARD_GRAD_OP",
                                              "fsdp_state_dict_type": "FULL_STATE_DICT",
-                                             "fsdp_auto_wrap_policy": "NO_WRAP", "fsdp_offload_params": False,
+                                             "fsdp_auto_wrap_policy": "NO_WRAP", "fsdp_offload_params": True,
                                              "fsdp_activation_checkpointing": True},
               f"an FSDP1 file with Accelerate's keys: {written}")
         code, out, err = accel("config", "--validate", path)
@@ -248,14 +251,15 @@ def QuestionnaireOffersFsdp():
               f"the runtime must run the file's FSDP1 settings: {resolved}")
         # FSDP2 with SIZE_BASED_WRAP: the threshold is asked (Accelerate's default 100000000), and written;
         # activation checkpointing is off by default.
-        answers = ["0", "2", "1", "no", "no", "yes", ENTER, ENTER, "1", "-5", "5000", ENTER, ENTER, "2", "no"]
+        answers = ["0", "2", "1", "no", "no", "yes", ENTER, ENTER, ENTER, "1", "-5", "5000", ENTER, ENTER, "2", "no"]
         code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
         check(code == 0 and "minimum number of parameters" in out, "accel config must ask SIZE_BASED_WRAP's threshold",
               out + err)
         written = load_yaml(path)["fsdp_config"]
         check(written.get("fsdp_auto_wrap_policy") == "SIZE_BASED_WRAP" and written.get("fsdp_min_num_params") == 5000
               and "fsdp_transformer_layer_cls_to_wrap" not in written
-              and written.get("fsdp_activation_checkpointing") is False, f"SIZE_BASED_WRAP's keys: {written}")
+              and written.get("fsdp_activation_checkpointing") is False and written.get("fsdp_offload_params") is False,
+              f"SIZE_BASED_WRAP's keys: {written}")
         resolved = probe(environment(ACCELERATE_CONFIG_FILE=path))
         check(resolved["fsdp_auto_wrap_policy"][0] == "SIZE_BASED_WRAP" and resolved["fsdp_min_num_params"][0] == "5000"
               and resolved["fsdp_activation_checkpointing"][0] == "false",

@@ -283,7 +283,7 @@ void askFsdp(Prompter& prompter, Answers& answers) {
   prompter.note(
       "accelerate-cpp's FSDP shards the model unit by unit: the units are chosen among the modules whose "
       "forward calls accelerate::fsdp::unit(*this, ...) (accel-rewrite adds that call to every module class "
-      "of a project) by the auto wrap policy. Offload comes in a later version, so it is not asked.");
+      "of a project) by the auto wrap policy.");
   ConfigValue fsdp = ConfigValue::map();
   const long long version = prompter.wholeNumber("What should be your FSDP version (1 or 2: the same in "
                                                  "accelerate-cpp)?",
@@ -309,6 +309,12 @@ void askFsdp(Prompter& prompter, Answers& answers) {
         ConfigValue::boolean(prompter.yesNo(
             "Do you want to enable resharding after forward (yes: FULL_SHARD, no: SHARD_GRAD_OP)?", true)));
   }
+  // Accelerate's question, in its place (written where the file has always had the key).
+  const bool offload = prompter.yesNo(
+      "Do you want to offload parameters and gradients to CPU (on a GPU each process's shards, their "
+      "gradients "
+      "and the optimizer step live in CPU memory: less GPU memory, slower steps; a no-op on the CPU)?",
+      false);
   // Accelerate's menu, in its order, with its default.
   const auto& policies = fsdpAutoWrapPolicies();
   const std::string policy = policies[prompter.choose(
@@ -330,7 +336,7 @@ void askFsdp(Prompter& prompter, Answers& answers) {
                  "What should be your FSDP's minimum number of parameters for Default Auto Wrapping Policy?",
                  100000000, 0, LLONG_MAX)));
   }
-  fsdp.set("fsdp_offload_params", ConfigValue::boolean(false));
+  fsdp.set("fsdp_offload_params", ConfigValue::boolean(offload));
   // Accelerate's menus, without LOCAL_STATE_DICT, and its defaults (FULL for FSDP1, SHARDED for FSDP2).
   const std::vector<std::string> types =
       version == 1 ? std::vector<std::string>{"FULL_STATE_DICT", "SHARDED_STATE_DICT"}
