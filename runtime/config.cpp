@@ -315,8 +315,9 @@ const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings()
        "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps in the deepspeed_config "
        "section (or their ACCELERATE_* variables) instead"},
       {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none",
-       "asks to offload parameters, which comes with offload in a later version of the fsdp strategy (which "
-       "runs ZeRO stage 3); use none for now"},
+       "asks to offload parameters, which the fsdp strategy (ZeRO stage 3) does with fsdp_offload_params; "
+       "use "
+       "none, and fsdp_offload_params true (fsdp_config, FSDP_OFFLOAD_PARAMS=true)"},
       {"offload_optimizer_nvme_path", nullptr, "none",
        "is for NVMe offload, which this runtime does not have; remove it (offload_optimizer_device takes "
        "none or "
@@ -944,11 +945,12 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
   if (config.offload_optimizer_device != "none" && config.parallel_strategy == "fsdp") {
     refuse("offload_optimizer_device", config.offload_optimizer_device,
            origin(config.sources["offload_optimizer_device"]),
-           "asks to keep the optimizer state on the CPU, which comes with offload in a later version of the "
-           "fsdp "
-           "strategy (parallel_strategy is fsdp, from " +
+           "asks to keep the optimizer state on the CPU, which the fsdp strategy (parallel_strategy is fsdp, "
+           "from " +
                origin(strategy_source) +
-               "); use none for now (ZeRO, zero_stage 1 or 2, offloads the optimizer state)");
+               ") does with fsdp_offload_params; use none, and fsdp_offload_params true (fsdp_config, "
+               "FSDP_OFFLOAD_PARAMS=true) for the shards, their gradients and the optimizer state in CPU "
+               "memory (ZeRO, zero_stage 1 or 2, offloads the optimizer state alone)");
   }
   if (config.offload_optimizer_device != "none" && config.parallel_strategy != "zero") {
     throw std::invalid_argument(

@@ -472,8 +472,9 @@ BAD_FILES = [
      "f.yaml:3:3: deepspeed_config.offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe (use none "
      "or cpu)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: cpu\n",
-     "f.yaml:3:3: deepspeed_config.offload_param_device cpu offloads parameters, which comes with offload in a later "
-     "version of accelerate-cpp's fsdp strategy (which runs ZeRO stage 3; use none for now)"),
+     "f.yaml:3:3: deepspeed_config.offload_param_device cpu offloads parameters, which accelerate-cpp's fsdp strategy "
+     "(ZeRO stage 3) does with fsdp_offload_params (use none, and fsdp_offload_params true in fsdp_config, "
+     "FSDP_OFFLOAD_PARAMS=true or --fsdp_offload_params true)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds_config.json\n",
      "f.yaml:3:3: deepspeed_config.deepspeed_config_file ds_config.json names a DeepSpeed JSON config, which "
      "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, gradient_clipping and "
@@ -742,9 +743,11 @@ RUNTIME_REFUSALS = [
      "FSDP_IGNORED_MODULES='head' (from the environment) names modules FSDP should leave unsharded, which this "
      "version of the fsdp strategy does not have; remove it"),
     ({**FSDP_ENV, "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu"}, [],
-     "offload_optimizer_device='cpu' (from the environment) asks to keep the optimizer state on the CPU, which comes "
-     "with offload in a later version of the fsdp strategy (parallel_strategy is fsdp, from ACCELERATE_USE_FSDP=true "
-     "in the environment); use none for now (ZeRO, zero_stage 1 or 2, offloads the optimizer state)"),
+     "offload_optimizer_device='cpu' (from the environment) asks to keep the optimizer state on the CPU, which the fsdp "
+     "strategy (parallel_strategy is fsdp, from ACCELERATE_USE_FSDP=true "
+     "in the environment) does with fsdp_offload_params; use none, and fsdp_offload_params true (fsdp_config, "
+     "FSDP_OFFLOAD_PARAMS=true) for the shards, their gradients and the optimizer state in CPU memory (ZeRO, zero_stage "
+     "1 or 2, offloads the optimizer state alone)"),
     ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=HYBRID_SHARD", "fsdp_reshard_after_forward=false"],
      "fsdp_sharding_strategy='HYBRID_SHARD' (from AcceleratorOptions) conflicts with fsdp_reshard_after_forward="
      "'false' (from AcceleratorOptions): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), and "
@@ -917,8 +920,9 @@ ALIKE = [
      "sharded)", "zero_stage='2' (from config file PATH) conflicts with distributed_type: FSDP in config file PATH"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n",
      "4:3: deepspeed_config.offload_optimizer_device cpu with zero_stage 3 asks to keep the optimizer state on the "
-     "CPU, which comes with offload in a later version of accelerate-cpp's fsdp strategy (use none for now; ZeRO "
-     "stage 1 or 2 offloads the optimizer state)",
+     "CPU, which accelerate-cpp's fsdp strategy does with fsdp_offload_params (use none, and fsdp_offload_params true "
+     "in fsdp_config, FSDP_OFFLOAD_PARAMS=true or --fsdp_offload_params true: the shards, their gradients and the "
+     "optimizer state in CPU memory; ZeRO stage 1 or 2 offloads the optimizer state alone)",
      "offload_optimizer_device='cpu' (from config file PATH) asks to keep the optimizer state on the CPU"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n",
      "3:17: fsdp_config.fsdp_version must be a whole number between 1 and 2 (got '3')",

@@ -620,8 +620,10 @@ def UnsupportedFsdpSettingsAreRefused():
                       "DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully sharded)")
     check_usage_error(launch("--use_deepspeed", "--zero_stage", "3", "--offload_optimizer_device", "cpu", PROBE),
                       "accel launch: --offload_optimizer_device cpu with the fsdp strategy asks to keep the optimizer "
-                      "state on the CPU, which comes with offload in a later version of accelerate-cpp's fsdp strategy "
-                      "(use none for now; ZeRO stage 1 or 2 offloads the optimizer state)")
+                      "state on the CPU, which accelerate-cpp's fsdp strategy does with fsdp_offload_params (use none, "
+                      "and fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or --fsdp_offload_params "
+                      "true: the shards, their gradients and the optimizer state in CPU memory; ZeRO stage 1 or 2 "
+                      "offloads the optimizer state alone)")
 
 
 # The variables Hugging Face's launcher (accelerate/utils/launch.py, prepare_deepspeed_cmd_env) exports for

@@ -86,8 +86,10 @@ const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
        "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps instead)"},
       {"offload_optimizer_device", "", ""}, // checked below: none and cpu are supported, nvme is not
       {"offload_param_device", "none",
-       "offloads parameters, which comes with offload in a later version of accelerate-cpp's fsdp strategy "
-       "(which runs ZeRO stage 3; use none for now)"},
+       "offloads parameters, which accelerate-cpp's fsdp strategy (ZeRO stage 3) does with "
+       "fsdp_offload_params "
+       "(use none, and fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or "
+       "--fsdp_offload_params true)"},
       {"offload_optimizer_nvme_path", "none",
        "is for NVMe offload, which accelerate-cpp does not have (remove it; offload_optimizer_device takes "
        "none or cpu)"},
@@ -147,8 +149,10 @@ const char* const kLocalStateDictRefusal =
     "SHARDED_STATE_DICT: each process writes its shards, or FULL_STATE_DICT: the main process writes whole "
     "models)";
 const char* const kFsdpOptimizerOffloadRefusal =
-    "asks to keep the optimizer state on the CPU, which comes with offload in a later version of "
-    "accelerate-cpp's fsdp strategy (use none for now; ZeRO stage 1 or 2 offloads the optimizer state)";
+    "asks to keep the optimizer state on the CPU, which accelerate-cpp's fsdp strategy does with "
+    "fsdp_offload_params (use none, and fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or "
+    "--fsdp_offload_params true: the shards, their gradients and the optimizer state in CPU memory; ZeRO "
+    "stage 1 or 2 offloads the optimizer state alone)";
 
 // ------------------------------------------------------------------------------------------- the path
 

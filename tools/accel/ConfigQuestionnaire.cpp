@@ -243,8 +243,10 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
             kDevices)]));
     deepspeed.set("offload_param_device", ConfigValue::string("none")); // parameter offload needs stage 3
   } else if (stage == 3) {
-    prompter.note("ZeRO stage 3 runs accelerate-cpp's fsdp strategy (FULL_SHARD). Offload comes in a later "
-                  "version, so it is not asked.");
+    prompter.note(
+        "ZeRO stage 3 runs accelerate-cpp's fsdp strategy (FULL_SHARD). Its offload is "
+        "fsdp_offload_params (in an fsdp_config section, or FSDP_OFFLOAD_PARAMS=true), so DeepSpeed's "
+        "offload is not asked.");
     deepspeed.set("offload_optimizer_device", ConfigValue::string("none"));
     deepspeed.set("offload_param_device", ConfigValue::string("none"));
     deepspeed.set("zero3_save_16bit_model", ConfigValue::boolean(false));
@@ -266,11 +268,11 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
 }
 
 /// FSDP, offered where Accelerate offers it (several GPUs, DeepSpeed not chosen): the version, the sharding
-/// strategy (FSDP1's menu, which Accelerate writes as fsdp_reshard_after_forward, or FSDP2's yes/no), the
-/// auto wrap policy (and its classes or threshold), the state dict type and activation checkpointing, with
-/// Accelerate's keys and spellings. What the fsdp strategy does not run yet (offload) is not asked, and
-/// written as off; settings without effect here (use_orig_params, sync_module_states, CPU RAM efficient
-/// loading) and prefetching (the runtime's defaults: backward BACKWARD_PRE, forward off) are left out.
+/// strategy (FSDP1's menu, which Accelerate writes as fsdp_reshard_after_forward, or FSDP2's yes/no),
+/// parameter offload, the auto wrap policy (and its classes or threshold), the state dict type and activation
+/// checkpointing, with Accelerate's keys and spellings; settings without effect here (use_orig_params,
+/// sync_module_states, CPU RAM efficient loading) and prefetching (the runtime's defaults: backward
+/// BACKWARD_PRE, forward off) are left out.
 void askFsdp(Prompter& prompter, Answers& answers) {
   if (answers.distributedType != "MULTI_GPU")
     return;

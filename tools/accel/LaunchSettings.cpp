@@ -117,7 +117,7 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
                 ValueRule::choice(offloadDevices()), "where the optimizer state and step live: none or cpu"),
       deepspeed("offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
                 ValueRule::choice(offloadDevices()),
-                "none only (parameter offload comes in a later version)"),
+                "none only (parameter offload is --fsdp_offload_params)"),
       deepspeed("offload_optimizer_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
       deepspeed("offload_param_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
       deepspeed("gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", ValueRule::number(),
