@@ -410,14 +410,19 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
   auto synchronises = [&](detail::PreparedModel* model) {
     return model->synchronises_every_backward() || window_synchronises(model);
   };
-  if (state_->process_group &&
-      (window_ends || std::any_of(state_->models.begin(), state_->models.end(),
-                                  [&](const auto& model) { return synchronises(model.get()); }))) {
+  // A prepared model synchronises over its strategy's group: the job's, or with one process a group of one
+  // (fsdp with fsdp_offload_params); without one there is nothing to arm.
+  const bool grouped = std::any_of(state_->models.begin(), state_->models.end(),
+                                   [](const auto& model) { return model->distributed(); });
+  if (grouped && (window_ends || std::any_of(state_->models.begin(), state_->models.end(),
+                                             [&](const auto& model) { return synchronises(model.get()); }))) {
     for (auto* model : training.reach.reached_by(loss, state_->config.find_unused_parameters)) {
-      if (synchronises(model)) {
+      if (model->distributed() && synchronises(model)) {
         model->synchronising = window_synchronises(model);
         model->arm(loss);
-        training.join->record_armed(model);
+        if (training.join) { // the job's processes (none with one process)
+          training.join->record_armed(model);
+        }
         armed.push_back(model);
       }
     }

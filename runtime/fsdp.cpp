@@ -1350,10 +1350,29 @@ std::shared_ptr<Sharded> shard_model(torch::nn::Module& model,
   return sharded;
 }
 
+/// Whether the offloads move anything: on a GPU; on the CPU, where they are no-ops, only under the test hook
+/// ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 (docs/development.md), with CPU memory standing in for the device's.
+bool takes_offload_path(const ParallelContext& context) {
+  const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
+  return context.device.is_cuda() || (hook != nullptr && std::string(hook) == "1");
+}
+
+/// The engine's context: the job's; or, with one process and fsdp_offload_params where it moves something,
+/// the job's with a group of this process alone. As PyTorch FSDP on one GPU, each unit is then sharded into
+/// one share, kept in CPU memory with its gradient and the optimizer step, and gathered to the device for its
+/// forward and backward: a model larger than the device's memory trains on one device.
+ParallelContext with_group_of_one(ParallelContext context) {
+  if (!context.process_group && context.config.fsdp_offload_params && takes_offload_path(context) &&
+      context.config.fsdp_sharding_strategy != "NO_SHARD") {
+    context.process_group = create_group_of_one(context.device, context.config.timeout);
+  }
+  return context;
+}
+
 class FsdpEngine final : public ShardedEngine, public fsdp::detail::UnitHost {
 public:
   explicit FsdpEngine(const ParallelContext& context)
-      : ShardedEngine(context), replicated_(make_ddp_engine(context)),
+      : ShardedEngine(with_group_of_one(context)), replicated_(make_ddp_engine(context)),
         sharding_(context.config.fsdp_sharding_strategy), hybrid_(sharding_.rfind("HYBRID_SHARD", 0) == 0),
         activation_checkpointing_(context.config.fsdp_activation_checkpointing) {
     if (sharding_ != "FULL_SHARD" && sharding_ != "SHARD_GRAD_OP" && sharding_ != "NO_SHARD" &&
@@ -1374,10 +1393,8 @@ public:
           "of the runtime: a parameter no process reached takes part with a zero gradient. Leave "
           "find_unused_parameters off (or use parallel_strategy 'ddp' or 'zero')");
     }
-    // On the CPU both offloads are no-ops, said once; ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 (a test hook,
-    // docs/development.md) takes their code paths there anyway, with CPU memory standing in for the device's.
-    const char* path_on_cpu = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
-    const bool offload_path = context.device.is_cuda() || (path_on_cpu && std::string(path_on_cpu) == "1");
+    // On the CPU both offloads are no-ops, said once (see takes_offload_path).
+    const bool offload_path = takes_offload_path(context);
     offload_params_ = context.config.fsdp_offload_params && offload_path;
     offload_inputs_ = context.config.fsdp_activation_checkpointing_offload && offload_path;
     for (const auto& [asked, name, what] :
@@ -1391,16 +1408,18 @@ public:
                   " already live; there is nothing to offload");
       }
     }
-    if (offload_params_ && (!context.process_group || sharding_ == "NO_SHARD")) {
+    if (offload_params_ && sharding_ == "NO_SHARD") {
       accelerate::get_logger("accelerate.fsdp")
           .warning(
-              "fsdp_offload_params: ", context.process_group ? "NO_SHARD" : "one process",
-              " shards nothing, so the parameters and the optimizer step stay on ", context.device.str(),
+              "fsdp_offload_params: NO_SHARD shards nothing, so the parameters and the optimizer step stay "
+              "on ",
+              context.device.str(),
               ": nothing is offloaded (offload applies to the shards of FULL_SHARD, SHARD_GRAD_OP and the "
-              "hybrid strategies on several processes)");
+              "hybrid strategies)");
       offload_params_ = false;
     }
-    if (context.process_group && sharding_ != "NO_SHARD") {
+    // The job's group, or the group of one that offload on one process works over.
+    if (ParallelEngine::context().process_group && sharding_ != "NO_SHARD") {
       // From now on a unit's forward is this engine's (the previous one's again when this one goes).
       previous_host_ = fsdp::detail::host.exchange(this);
     }
@@ -1663,7 +1682,7 @@ public:
     std::ostringstream out;
     const int world = context().process_group ? context().process_group->getSize() : 1;
     out << "fsdp: " << sharding_;
-    if (world == 1) {
+    if (!context().process_group) {
       out << ", one process: nothing to shard";
     } else if (sharding_ == "NO_SHARD") {
       out << ": replicated, as ddp";
@@ -1679,6 +1698,8 @@ public:
         out << ", parameters, gradients and optimizer state in " << machines_->machine->getSize()
             << " shares within each of " << machines_->machines << " machines, replicated across them, "
             << units << " unit(s)";
+      } else if (world == 1) {
+        out << ", one process: each of " << units << " unit(s) one share (for fsdp_offload_params)";
       } else {
         out << ", parameters, gradients and optimizer state in " << world << " shares, " << units
             << " unit(s)";

@@ -10,6 +10,7 @@
 
 #include <ATen/MemoryOverlap.h>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
@@ -163,6 +164,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
   check_world_size(*store, env);
   return make_group(store, env.rank, env.world_size, env.master_addr, device, timeout, debug_mode,
                     machines_apart(env));
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> create_group_of_one(const c10::Device& device,
+                                                           std::chrono::milliseconds timeout) {
+  return make_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, "127.0.0.1", device, timeout,
+                    /*debug_mode=*/false, "a group of one process has nothing to share");
 }
 
 MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>& world,

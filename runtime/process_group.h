@@ -22,6 +22,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
                                                             std::chrono::milliseconds timeout,
                                                             bool debug_mode = false);
 
+/// A group of this process alone (an in-memory store; Gloo, and NCCL on a GPU), for a strategy that runs its
+/// collectives on one process too (fsdp with fsdp_offload_params keeps a single share per unit in CPU
+/// memory).
+c10::intrusive_ptr<c10d::ProcessGroup> create_group_of_one(const c10::Device& device,
+                                                           std::chrono::milliseconds timeout);
+
 /// The job's processes seen machine by machine, for hybrid sharding (shard within a machine, replicate across
 /// machines). A machine is what the launcher says it is: ranks come machine after machine (`rank = machine *
 /// LOCAL_WORLD_SIZE + LOCAL_RANK`, torchrun's and `accel launch`'s layout), so two "machines" on one host

@@ -1045,14 +1045,16 @@ std::string checkpoints() {
 
 /// A strategy and the form its checkpoints take.
 struct Saving {
-  std::string name; // "ddp", "sharded" (FULL_SHARD, SHARDED_STATE_DICT), "full" (SHARD_GRAD_OP,
-                    // FULL_STATE_DICT), "hybrid" (HYBRID_SHARD, SHARDED_STATE_DICT)
+  std::string name;     // "ddp", "sharded" (FULL_SHARD, SHARDED_STATE_DICT), "full" (SHARD_GRAD_OP,
+                        // FULL_STATE_DICT), "hybrid" (HYBRID_SHARD, SHARDED_STATE_DICT)
+  bool offload = false; // fsdp_offload_params
   accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
     if (name == "ddp") {
       return options.parallel_strategy("ddp");
     }
     const bool sharded = name == "sharded" || name == "hybrid";
     return options.parallel_strategy("fsdp")
+        .fsdp_offload_params(offload)
         .fsdp_sharding_strategy(name == "hybrid"    ? "HYBRID_SHARD"
                                 : name == "sharded" ? "FULL_SHARD"
                                                     : "SHARD_GRAD_OP")
@@ -1119,6 +1121,75 @@ void resume_everywhere(int saved_world) {
       std::cout << "[fsdp] saved " << saved.name << " resumed " << saving.name << " on "
                 << trainer.accelerator.num_processes() << ": ||dtheta||/||theta|| = " << difference
                 << std::endl;
+    }
+  }
+}
+
+/// fsdp_offload_params on one process, as PyTorch FSDP on one GPU: each unit sharded into one share, kept
+/// with its gradient and the optimizer step in CPU memory (here, on the CPU, through the offload code paths
+/// of ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1, which the test is registered with), over a group of this process
+/// alone. It trains bit for bit as the run without it (one process: the model replicated, nothing sharded),
+/// accumulation and clipping included; a checkpoint saved under it resumes bit for bit under it, and within
+/// 1e-10 without it (float64).
+TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
+  const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
+  ASSERT_TRUE(hook != nullptr && std::string(hook) == "1")
+      << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
+  accelerate::Accelerator outer(test_options());
+  ASSERT_EQ(outer.num_processes(), 1);
+  RunSettings run;
+  run.shape = Shape{true, true, true, true};
+  run.accumulation = 2;
+  run.micro_steps = 8;
+  run.clip = 0.5;
+  for (const auto& sharding : kSharded) {
+    Strategy strategy = sharding;
+    const auto plain = train(strategy, run);
+    EXPECT_NE(plain.state.find("one process: nothing to shard"), std::string::npos) << plain.state;
+    EXPECT_GT(plain.clipped_steps, 0) << "the clip bound never triggers: the test would not test clipping";
+    strategy.offload = true;
+    strategy.checkpointing = true;
+    strategy.checkpointing_offload = true;
+    const auto offloaded = train(strategy, run);
+    EXPECT_NE(offloaded.state.find("one process: each of 7 unit(s) one share (for fsdp_offload_params)"),
+              std::string::npos)
+        << offloaded.state;
+    EXPECT_NE(
+        offloaded.state.find("offload params: on (shards, their gradients and the optimizer step in CPU "
+                             "memory)"),
+        std::string::npos)
+        << offloaded.state;
+    EXPECT_GT(offloaded.recomputed_units, 0) << sharding.name;
+    EXPECT_TRUE(torch::equal(offloaded.parameters, plain.parameters))
+        << sharding.name << ": ‖Δθ‖/‖θ‖ = " << relative_difference(offloaded.parameters, plain.parameters);
+    EXPECT_EQ(offloaded.losses, plain.losses) << sharding.name;
+    EXPECT_EQ(offloaded.norms, plain.norms) << sharding.name;
+    EXPECT_EQ(offloaded.state_elements, plain.trainable)
+        << sharding.name << ": one share holds all the state";
+  }
+  const std::string directory = accelerate::detail::join_path(checkpoints(), "offload_one_process");
+  accelerate::detail::remove_tree(directory);
+  accelerate::detail::make_directories(checkpoints());
+  const Saving offloading{"sharded", /*offload=*/true};
+  torch::Tensor expected;
+  {
+    Trainer trainer(offloading, /*seed=*/5);
+    trainer.steps(0, 5);
+    trainer.accelerator.save_state(directory);
+    trainer.steps(5, 10);
+    expected = trainer.parameters();
+  }
+  EXPECT_TRUE(accelerate::detail::path_exists(
+      accelerate::detail::join_path(directory, "model_shards_0.safetensors")));
+  for (const auto& resuming : {offloading, Saving{"sharded"}, Saving{"ddp"}}) {
+    Trainer trainer(resuming, /*seed=*/99); // other weights: the checkpoint must replace them
+    trainer.accelerator.load_state(directory);
+    trainer.steps(5, 10);
+    const auto actual = trainer.parameters();
+    if (resuming.offload) {
+      EXPECT_TRUE(torch::equal(actual, expected)) << relative_difference(actual, expected);
+    } else {
+      EXPECT_LE(relative_difference(actual, expected), 1e-10) << "resumed under " << resuming.name;
     }
   }
 }

@@ -22,6 +22,11 @@ accelerate_multirank_test(multirank.Fsdp.OffloadPathsTrainAsWithoutThem NPROC 2
 accelerate_multirank_test(multirank.Fsdp.OffloadPathsTrainAsWithoutThem.gloo NPROC 2
                           FILTER Fsdp.OffloadPathsTrainAsWithoutThem
                           ENVIRONMENT ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 ACCELERATE_SHM_ALLREDUCE=0)
+# fsdp_offload_params on one process: each unit one share, in CPU memory (the offload paths, on the CPU).
+accelerate_multirank_test(multirank.FsdpCheckpoints.OffloadOnOneProcessShardsIntoOneShare NPROC 1
+                          FILTER FsdpCheckpoints.OffloadOnOneProcessShardsIntoOneShare
+                          ENVIRONMENT ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1
+                                      ACCEL_FSDP_CHECKPOINTS=${CMAKE_CURRENT_BINARY_DIR}/fsdp_offload_checkpoints)
 # Over c10d's Gloo instead of shared memory; prefetch only overlaps there.
 accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping.gloo NPROC 2
                           FILTER Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
