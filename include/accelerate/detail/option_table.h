@@ -185,7 +185,8 @@ ACCELERATE_OPTION(bool, fsdp_offload_params, fsdp_offload_params, false,
                   "under parallel_strategy `\"fsdp\"` on a GPU, Accelerate's offload of parameters, gradients "
                   "and the optimizer step to CPU memory: each process's shards, their gradients and the "
                   "optimizer state live in pinned CPU memory and the optimizer steps there; a unit's share is "
-                  "copied to the GPU for its all-gather, its reduce-scattered gradient back. On a CPU run "
-                  "(where they already live) accepted as a no-op, said once at INFO; with one process or "
-                  "NO_SHARD (nothing sharded) said once at WARNING")
+                  "copied to the GPU for its all-gather, its reduce-scattered gradient back; with one process "
+                  "each unit is one share (a model larger than the GPU trains on it). On a CPU run (where they "
+                  "already live) accepted as a no-op, said once at INFO; with NO_SHARD (nothing sharded) said "
+                  "once at WARNING")
 // clang-format on
