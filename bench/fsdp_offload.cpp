@@ -24,6 +24,8 @@
 //
 // On the CPU every offload is a no-op unless ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 (a test hook) takes its
 // code path; the smoke test (bench.fsdp_offload.smoke) runs it that way, where the four agree bit for bit.
+#include "arguments.h"
+
 #include <accelerate/accelerate.h>
 
 #if __has_include(<c10/cuda/CUDACachingAllocator.h>)
@@ -173,12 +175,7 @@ int run(int argc, char** argv) {
   int layers = 8, steps = 6;
   double rtol = 1e-5;
   for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* name) -> const char* {
-      if (!std::strcmp(argv[i], name) && i + 1 < argc) {
-        return argv[++i];
-      }
-      return nullptr;
-    };
+    auto value = [&](const char* name) { return accelerate_bench::option_value(argc, argv, i, name); };
     if (const char* v = value("--width")) {
       width = std::stoll(v);
     } else if (const char* v = value("--layers")) {

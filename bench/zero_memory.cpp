@@ -51,6 +51,7 @@
 //     (getrusage: freshly allocated large tensors are fresh pages, faulted in on first touch).
 //
 // Rank 0 gathers the figures of every process and prints a table and one `ZERO_MEMORY_RESULT {json}` line.
+#include "arguments.h"
 #include "counting_allocator.h"
 
 #include <accelerate/accelerate.h>
@@ -239,12 +240,7 @@ int run(int argc, char** argv) {
   double bucket_cap_mb = 0; // 0: the runtime's default
   std::string block = "linear";
   for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* name) -> const char* {
-      if (!std::strcmp(argv[i], name) && i + 1 < argc) {
-        return argv[++i];
-      }
-      return nullptr;
-    };
+    auto value = [&](const char* name) { return accelerate_bench::option_value(argc, argv, i, name); };
     if (const char* v = value("--strategy")) {
       strategy = v;
     } else if (const char* v = value("--width")) {

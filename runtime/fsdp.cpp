@@ -522,6 +522,15 @@ struct Sharded {
     return copy;
   }
 
+  /// All-gathers every process's share of `group` into its `full` (which has its memory).
+  void gather_shares(Group& group) {
+    auto share = share_on_device(group);
+    all_gather_into(process_group, group.full, share);
+    if (offload) {
+      give_back(pool, share);
+    }
+  }
+
   /// Waits until the copies to and from CPU memory issued so far are done, before the CPU writes what they
   /// read or reads what they write (an optimizer step, a checkpoint): with offload on a GPU, the copies of
   /// the shares to the device are not waited for where they are made.
@@ -634,11 +643,7 @@ struct Sharded {
         give_back(pool, group.pending_share);
       } else {
         allocate_storage(group.full, group.full_bytes, pool);
-        auto share = share_on_device(group);
-        all_gather_into(process_group, group.full, share);
-        if (offload) {
-          give_back(pool, share);
-        }
+        gather_shares(group);
       }
       for (size_t m : group.members) {
         auto& member = members[m];
@@ -678,11 +683,7 @@ struct Sharded {
     torch::NoGradGuard no_grad;
     const auto purpose = say(unit, "all-gather after the optimizer step");
     for (auto& group : unit.groups) {
-      auto share = share_on_device(group);
-      all_gather_into(process_group, group.full, share);
-      if (offload) {
-        give_back(pool, share);
-      }
+      gather_shares(group);
     }
   }
 
