@@ -257,12 +257,5 @@ int run(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& error) {
-    const std::string message = error.what();
-    std::cerr << "bench_fsdp_offload: rank " << (std::getenv("RANK") ? std::getenv("RANK") : "?")
-              << " failed: " << message.substr(0, message.find('\n')) << std::endl;
-    return 1;
-  }
+  return accelerate_bench::run_saying_failure("bench_fsdp_offload", run, argc, argv);
 }

@@ -217,16 +217,8 @@ constexpr int kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 int run(int argc, char** argv);
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& error) {
-    // An allocation refused under a memory limit lands here: the message's first line (libtorch's go on
-    // with a backtrace), and a failed exit.
-    const std::string message = error.what();
-    std::cerr << "bench_zero_memory: rank " << (std::getenv("RANK") ? std::getenv("RANK") : "?")
-              << " failed: " << message.substr(0, message.find('\n')) << std::endl;
-    return 1;
-  }
+  // An allocation refused under a memory limit lands in its one-line failure.
+  return accelerate_bench::run_saying_failure("bench_zero_memory", run, argc, argv);
 }
 
 int run(int argc, char** argv) {
