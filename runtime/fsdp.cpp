@@ -1358,12 +1358,14 @@ bool takes_offload_path(const ParallelContext& context) {
   return context.device.is_cuda() || (hook != nullptr && std::string(hook) == "1");
 }
 
-/// The engine's context: the job's; or, with one process and fsdp_offload_params where it moves something,
-/// the job's with a group of this process alone. As PyTorch FSDP on one GPU, each unit is then sharded into
-/// one share, kept in CPU memory with its gradient and the optimizer step, and gathered to the device for its
-/// forward and backward: a model larger than the device's memory trains on one device.
+/// The engine's context: the job's; or, with one process and fsdp_offload_params where it moves something or
+/// fsdp_activation_checkpointing, the job's with a group of this process alone. As PyTorch FSDP on one GPU,
+/// each unit is then sharded into one share (with offload kept in CPU memory with its gradient and the
+/// optimizer step) and gathered for its forward and backward, and its units can recompute: a model larger
+/// than the device's memory, or whose activations are, trains on one device.
 ParallelContext with_group_of_one(ParallelContext context) {
-  if (!context.process_group && context.config.fsdp_offload_params && takes_offload_path(context) &&
+  const bool offloading = context.config.fsdp_offload_params && takes_offload_path(context);
+  if (!context.process_group && (offloading || context.config.fsdp_activation_checkpointing) &&
       context.config.fsdp_sharding_strategy != "NO_SHARD") {
     context.process_group = create_group_of_one(context.device, context.config.timeout);
   }
@@ -1700,7 +1702,8 @@ public:
             << " shares within each of " << machines_->machines << " machines, replicated across them, "
             << units << " unit(s)";
       } else if (world == 1) {
-        out << ", one process: each of " << units << " unit(s) one share (for fsdp_offload_params)";
+        out << ", one process: each of " << units << " unit(s) one share (for "
+            << (offload_params_ ? "fsdp_offload_params" : "activation checkpointing") << ")";
       } else {
         out << ", parameters, gradients and optimizer state in " << world << " shares, " << units
             << " unit(s)";

@@ -1129,8 +1129,9 @@ void resume_everywhere(int saved_world) {
 /// with its gradient and the optimizer step in CPU memory (here, on the CPU, through the offload code paths
 /// of ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1, which the test is registered with), over a group of this process
 /// alone. It trains bit for bit as the run without it (one process: the model replicated, nothing sharded),
-/// accumulation and clipping included; a checkpoint saved under it resumes bit for bit under it, and within
-/// 1e-10 without it (float64).
+/// accumulation and clipping included, and so does activation checkpointing alone (units recompute on one
+/// process too); a checkpoint saved under offload resumes bit for bit under it, and within 1e-10 without it
+/// (float64).
 TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
   const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
   ASSERT_TRUE(hook != nullptr && std::string(hook) == "1")
@@ -1166,6 +1167,17 @@ TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
     EXPECT_EQ(offloaded.norms, plain.norms) << sharding.name;
     EXPECT_EQ(offloaded.state_elements, plain.trainable)
         << sharding.name << ": one share holds all the state";
+    // Activation checkpointing alone on one process: each unit one share too, and its units recompute.
+    Strategy recomputing = sharding;
+    recomputing.checkpointing = true;
+    const auto recomputed = train(recomputing, run);
+    EXPECT_NE(
+        recomputed.state.find("one process: each of 7 unit(s) one share (for activation checkpointing)"),
+        std::string::npos)
+        << recomputed.state;
+    EXPECT_EQ(recomputed.recomputed_units, offloaded.recomputed_units) << sharding.name;
+    EXPECT_TRUE(torch::equal(recomputed.parameters, plain.parameters)) << sharding.name;
+    EXPECT_EQ(recomputed.losses, plain.losses) << sharding.name;
   }
   const std::string directory = accelerate::detail::join_path(checkpoints(), "offload_one_process");
   accelerate::detail::remove_tree(directory);
