@@ -1045,23 +1045,24 @@ std::string checkpoints() {
 
 /// A strategy and the form its checkpoints take.
 struct Saving {
-  std::string name;     // "ddp", "sharded" (FULL_SHARD, SHARDED_STATE_DICT), "full" (SHARD_GRAD_OP,
-                        // FULL_STATE_DICT), "hybrid" (HYBRID_SHARD, SHARDED_STATE_DICT)
-  bool offload = false; // fsdp_offload_params
+  std::string name; // "ddp", "sharded" (FULL_SHARD, SHARDED_STATE_DICT), "full" (SHARD_GRAD_OP,
+                    // FULL_STATE_DICT), "hybrid" (HYBRID_SHARD, SHARDED_STATE_DICT), "offload" ("sharded"
+                    // with fsdp_offload_params: its code path where the test hook
+                    // ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 is set, as for the tests below)
   accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
     if (name == "ddp") {
       return options.parallel_strategy("ddp");
     }
-    const bool sharded = name == "sharded" || name == "hybrid";
+    const bool sharded = name == "sharded" || name == "hybrid" || name == "offload";
     return options.parallel_strategy("fsdp")
-        .fsdp_offload_params(offload)
-        .fsdp_sharding_strategy(name == "hybrid"    ? "HYBRID_SHARD"
-                                : name == "sharded" ? "FULL_SHARD"
-                                                    : "SHARD_GRAD_OP")
+        .fsdp_offload_params(name == "offload")
+        .fsdp_sharding_strategy(name == "hybrid" ? "HYBRID_SHARD"
+                                : sharded        ? "FULL_SHARD"
+                                                 : "SHARD_GRAD_OP")
         .fsdp_state_dict_type(sharded ? "SHARDED_STATE_DICT" : "FULL_STATE_DICT");
   }
 };
-const std::vector<Saving> kSavings = {{"ddp"}, {"sharded"}, {"full"}};
+const std::vector<Saving> kSavings = {{"ddp"}, {"sharded"}, {"full"}, {"offload"}};
 
 struct Trainer {
   Trainer(const Saving& saving, int seed) : accelerator(saving.apply(test_options())) {
@@ -1182,7 +1183,7 @@ TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
   const std::string directory = accelerate::detail::join_path(checkpoints(), "offload_one_process");
   accelerate::detail::remove_tree(directory);
   accelerate::detail::make_directories(checkpoints());
-  const Saving offloading{"sharded", /*offload=*/true};
+  const Saving offloading{"offload"};
   torch::Tensor expected;
   {
     Trainer trainer(offloading, /*seed=*/5);
@@ -1198,7 +1199,7 @@ TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
     trainer.accelerator.load_state(directory);
     trainer.steps(5, 10);
     const auto actual = trainer.parameters();
-    if (resuming.offload) {
+    if (resuming.name == "offload") {
       EXPECT_TRUE(torch::equal(actual, expected)) << relative_difference(actual, expected);
     } else {
       EXPECT_LE(relative_difference(actual, expected), 1e-10) << "resumed under " << resuming.name;
@@ -1226,7 +1227,8 @@ TEST(FsdpCheckpoints, SavedOnTwoProcesses) {
     trainer.accelerator.wait_for_everyone();
   }
   // SHARDED_STATE_DICT: one file of model pieces per process; FULL_STATE_DICT and DDP: one whole model.
-  for (const auto& [saving, sharded] : {std::pair{"ddp", false}, {"sharded", true}, {"full", false}}) {
+  for (const auto& [saving, sharded] :
+       {std::pair{"ddp", false}, {"sharded", true}, {"full", false}, {"offload", true}}) {
     for (int rank = 0; rank < 2; ++rank) {
       EXPECT_EQ(accelerate::detail::path_exists(accelerate::detail::join_path(
                     checkpoint_of(saving), "model_shards_" + std::to_string(rank) + ".safetensors")),

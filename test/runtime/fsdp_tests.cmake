@@ -33,9 +33,10 @@ accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClip
 accelerate_multirank_test(multirank.Fsdp.PrefetchGathersTheSameParameters.gloo NPROC 2
                           FILTER Fsdp.PrefetchGathersTheSameParameters ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
 
-# Checkpoints: saved under DDP and FSDP (sharded and full state dicts) on 2 processes and resumed there, then
-# resumed on 1 and 3.
-set(fsdp_checkpoints ACCEL_FSDP_CHECKPOINTS=${CMAKE_CURRENT_BINARY_DIR}/fsdp_checkpoints)
+# Checkpoints: saved under DDP and FSDP (sharded and full state dicts, and sharded with offload's code path) on 2
+# processes and resumed there, then resumed on 1 and 3.
+set(fsdp_checkpoints ACCEL_FSDP_CHECKPOINTS=${CMAKE_CURRENT_BINARY_DIR}/fsdp_checkpoints
+                     ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1)
 accelerate_multirank_test(multirank.FsdpCheckpoints.SavedOnTwoProcesses NPROC 2
                           FILTER FsdpCheckpoints.SavedOnTwoProcesses ENVIRONMENT ${fsdp_checkpoints})
 accelerate_multirank_test(multirank.FsdpCheckpoints.LoadedOnOneProcess NPROC 1
