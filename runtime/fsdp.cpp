@@ -194,9 +194,12 @@ public:
         state_(std::move(state)) {
     kept_.reserve(inputs.size());
     for (const auto& input : inputs) {
-      Kept kept{input.detach(), input.defined() ? input.device() : c10::Device(c10::kCPU),
-                input.defined() && input.requires_grad(), false};
-      if (offload && input.defined()) {
+      if (!input.defined()) { // an undefined tensor among the inputs: passed on as it is
+        kept_.push_back(Kept{});
+        continue;
+      }
+      Kept kept{input.detach(), input.device(), input.requires_grad(), false};
+      if (offload) {
         // Pinned and not waited for from a GPU: the copy runs on the current stream, before anything later
         // on it can reuse the input's memory, and the copy back in backward is ordered after it.
         kept.tensor =

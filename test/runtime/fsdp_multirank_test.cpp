@@ -1207,6 +1207,64 @@ TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
   }
 }
 
+/// A unit given an undefined tensor among its inputs (an optional mask left out): checkpointed, with its
+/// inputs offloaded (the code path, through the hook), it keeps the undefined input as it is and recomputes;
+/// the gradients equal those of the run without checkpointing, on one process (each unit one share).
+struct MaskedImpl : torch::nn::Module {
+  MaskedImpl() { fc = register_module("fc", torch::nn::Linear(kWidth, kWidth)); }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
+    return accelerate::fsdp::unit(*this, x, mask, [&](const torch::Tensor& x, const torch::Tensor& mask) {
+      auto y = torch::tanh(fc(x));
+      return mask.defined() ? y * mask : y;
+    });
+  }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(Masked);
+
+struct MaskedModel : torch::nn::Module {
+  MaskedModel() {
+    first = register_module("first", Masked());
+    second = register_module("second", Masked());
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return second(first(x, torch::Tensor()), torch::ones_like(x));
+  }
+  Masked first{nullptr}, second{nullptr};
+};
+
+TEST(FsdpCheckpoints, ACheckpointedUnitKeepsAnUndefinedInput) {
+  const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
+  ASSERT_TRUE(hook != nullptr && std::string(hook) == "1")
+      << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
+  at::set_num_threads(1);
+  std::vector<torch::Tensor> results;
+  for (const bool checkpointing : {false, true}) {
+    accelerate::Accelerator accelerator(test_options()
+                                            .parallel_strategy("fsdp")
+                                            .fsdp_activation_checkpointing(checkpointing)
+                                            .fsdp_activation_checkpointing_offload(checkpointing));
+    torch::manual_seed(3);
+    auto model = std::make_shared<MaskedModel>();
+    model->to(torch::kFloat64);
+    accelerator.prepare(model);
+    auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));
+    const auto x = torch::randn({4, kWidth}, torch::kFloat64);
+    for (int step = 0; step < 3; ++step) {
+      optimizer.zero_grad();
+      auto loss = model->forward(x).pow(2).mean();
+      if (step == 0) {
+        EXPECT_EQ(count_nodes(loss, "accelerate::fsdp::CheckpointBackward"), checkpointing ? 2 : 0);
+      }
+      accelerator.backward(loss);
+      optimizer.step();
+    }
+    auto whole = accelerator.unshard(model);
+    results.push_back(flat(*model));
+  }
+  EXPECT_TRUE(torch::equal(results[0], results[1])) << relative_difference(results[1], results[0]);
+}
+
 TEST(FsdpCheckpoints, SavedOnTwoProcesses) {
   accelerate::Accelerator outer(test_options());
   ASSERT_EQ(outer.num_processes(), 2);

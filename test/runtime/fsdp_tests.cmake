@@ -27,6 +27,9 @@ accelerate_multirank_test(multirank.FsdpCheckpoints.OffloadOnOneProcessShardsInt
                           FILTER FsdpCheckpoints.OffloadOnOneProcessShardsIntoOneShare
                           ENVIRONMENT ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1
                                       ACCEL_FSDP_CHECKPOINTS=${CMAKE_CURRENT_BINARY_DIR}/fsdp_offload_checkpoints)
+accelerate_multirank_test(multirank.FsdpCheckpoints.ACheckpointedUnitKeepsAnUndefinedInput NPROC 1
+                          FILTER FsdpCheckpoints.ACheckpointedUnitKeepsAnUndefinedInput
+                          ENVIRONMENT ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1)
 # Over c10d's Gloo instead of shared memory; prefetch only overlaps there.
 accelerate_multirank_test(multirank.Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping.gloo NPROC 2
                           FILTER Fsdp.MatchesDdpWithAccumulationNoSyncAndClipping ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
