@@ -179,12 +179,11 @@ namespace {
 /// edges.
 class CheckpointBackward final : public torch::autograd::Node {
 public:
-  /// An input as the unit keeps it: itself, or (offloaded) a copy in CPU memory and where it came from.
+  /// An input as the unit keeps it (itself, or offloaded, a copy in CPU memory) and where it came from.
   struct Kept {
     torch::Tensor tensor;
     c10::Device device = c10::Device(c10::kCPU);
     bool requires_grad = false;
-    bool offloaded = false;
   };
 
   CheckpointBackward(const std::vector<torch::Tensor>& inputs, bool offload,
@@ -198,7 +197,7 @@ public:
         kept_.push_back(Kept{});
         continue;
       }
-      Kept kept{input.detach(), input.device(), input.requires_grad(), false};
+      Kept kept{input.detach(), input.device(), input.requires_grad()};
       if (offload) {
         // Pinned and not waited for from a GPU: the copy runs on the current stream, before anything later
         // on it can reuse the input's memory, and the copy back in backward is ordered after it.
@@ -207,7 +206,6 @@ public:
                 input.sizes(),
                 input.options().device(torch::kCPU).requires_grad(false).pinned_memory(input.is_cuda()))
                 .copy_(input.detach(), /*non_blocking=*/true);
-        kept.offloaded = true;
       }
       kept_.push_back(std::move(kept));
     }
@@ -223,9 +221,9 @@ public:
         detached.push_back(kept.tensor);
         continue;
       }
-      auto input = kept.offloaded ? kept.tensor.to(kept.device, /*non_blocking=*/true, /*copy=*/true)
-                                  : kept.tensor.detach();
-      detached.push_back(input.requires_grad_(kept.requires_grad));
+      // Back on its device (a copy when offloaded; the tensor itself otherwise), detached for the second run.
+      detached.push_back(
+          kept.tensor.to(kept.device, /*non_blocking=*/true).detach().requires_grad_(kept.requires_grad));
     }
     std::vector<torch::Tensor> outputs;
     {
@@ -503,8 +501,8 @@ struct Sharded {
   std::string backward_prefetch = "NO_PREFETCH";
   bool debug = false; // debug mode: each collective says which unit it is for
   // fsdp_offload_params on a GPU: `shard` and `share_gradient` live in CPU memory (pinned), where the
-  // optimizer steps them; a gather copies the share to the device first, and the reduce-scatter's result is
-  // copied back (see `share_on_device`, `to_host`).
+  // optimizer steps them; a gather copies the share to the device first (`share_on_device`), and the
+  // reduce-scatter's result is copied back (FsdpModel::reduce).
   bool offload = false;
   bool asynchronous = false;
   std::vector<size_t> forward_order;
@@ -519,10 +517,14 @@ struct Sharded {
     if (!offload) {
       return group.shard;
     }
-    auto copy = empty_from(pool, group.share, group.full.options(),
-                           group.full.storage().unsafeGetStorageImpl()->allocator());
-    copy.copy_(group.shard, /*non_blocking=*/true);
-    return copy;
+    return share_sized(group).copy_(group.shard, /*non_blocking=*/true);
+  }
+
+  /// A buffer of one share's elements of `group` on its unit's device, on memory from the pool (contents
+  /// undefined).
+  torch::Tensor share_sized(const Group& group) {
+    return empty_from(pool, group.share, group.full.options(),
+                      group.full.storage().unsafeGetStorageImpl()->allocator());
   }
 
   /// All-gathers every process's share of `group` into its `full` (which has its memory).
@@ -945,8 +947,7 @@ private:
         return member.place.share_length == 0 || !member.gradient.defined();
       });
       // With offload the collectives write a buffer on the device, copied into CPU memory afterwards.
-      auto averaged = sharded_->offload ? empty_from(sharded_->pool, group.share, group.full.options(),
-                                                     group.full.storage().unsafeGetStorageImpl()->allocator())
+      auto averaged = sharded_->offload ? sharded_->share_sized(group)
                       : fresh           ? group.share_gradient
                                         : torch::empty({group.share}, group.full.options());
       reduce_scatter_average(sharded_->process_group, averaged, group.staging);

@@ -476,7 +476,7 @@ torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision,
     by_device[gradient.device()].push_back(gradient);
   }
   for (auto& [device, group] : by_device) {
-    at::_foreach_mul_(group, device == coefficient.device() ? coefficient : coefficient.to(device));
+    at::_foreach_mul_(group, coefficient.to(device)); // the tensor itself where it is on that device
   }
   return total;
 }

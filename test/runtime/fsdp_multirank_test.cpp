@@ -29,6 +29,13 @@
 
 namespace {
 
+/// Whether the test hook that runs FSDP's offload code paths on the CPU is set (the offload tests are
+/// registered with it).
+bool offload_path_on_cpu() {
+  const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
+  return hook != nullptr && std::string(hook) == "1";
+}
+
 accelerate::AcceleratorOptions test_options() {
   return accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(30));
 }
@@ -508,9 +515,7 @@ TEST(Fsdp, OffloadParamsIsANoOpOnTheCpu) {
 /// and clipping that triggers, prefetch (which overlaps over Gloo, where it is registered too). And the bad
 /// input: offloading the inputs of checkpointed units without checkpointing.
 TEST(Fsdp, OffloadPathsTrainAsWithoutThem) {
-  const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
-  ASSERT_TRUE(hook != nullptr && std::string(hook) == "1")
-      << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
+  ASSERT_TRUE(offload_path_on_cpu()) << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
   accelerate::Accelerator outer(test_options());
   RunSettings run;
   run.shape = Shape{true, true, true, true};
@@ -1134,9 +1139,7 @@ void resume_everywhere(int saved_world) {
 /// checkpointing alone (units recompute on one process too); a checkpoint saved under offload resumes bit for
 /// bit under it, and within 1e-10 without it (float64).
 TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
-  const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
-  ASSERT_TRUE(hook != nullptr && std::string(hook) == "1")
-      << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
+  ASSERT_TRUE(offload_path_on_cpu()) << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
   accelerate::Accelerator outer(test_options());
   ASSERT_EQ(outer.num_processes(), 1);
   RunSettings run;
@@ -1235,9 +1238,7 @@ struct MaskedModel : torch::nn::Module {
 };
 
 TEST(FsdpCheckpoints, ACheckpointedUnitKeepsAnUndefinedInput) {
-  const char* hook = std::getenv("ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU");
-  ASSERT_TRUE(hook != nullptr && std::string(hook) == "1")
-      << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
+  ASSERT_TRUE(offload_path_on_cpu()) << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
   at::set_num_threads(1);
   std::vector<torch::Tensor> results;
   for (const bool checkpointing : {false, true}) {
