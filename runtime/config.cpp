@@ -2,6 +2,8 @@
 // defaults, for every row of <accelerate/detail/option_table.h>.
 #include "config.h"
 
+#include "settings_spelling.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
@@ -70,16 +72,11 @@ template <> struct Parser<std::string> {
   static std::string parse(const std::string&, const std::string& text, const std::string&) { return text; }
 };
 
+/// Accelerate's str_to_bool: true, yes, on, y, t, 1 and their opposites, in any case.
 template <> struct Parser<bool> {
   static bool parse(const std::string& key, const std::string& text, const std::string& where) {
-    std::string lower = text;
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char c) { return std::tolower(c); });
-    if (lower == "1" || lower == "true" || lower == "yes") {
-      return true;
-    }
-    if (lower == "0" || lower == "false" || lower == "no") {
-      return false;
+    if (auto value = spelling::boolean(text)) {
+      return *value;
     }
     refuse(key, text, where, "is not a boolean; use true or false");
   }
@@ -183,46 +180,14 @@ void one_of_zero_stages(const std::string& key, int value, const std::string& wh
   }
 }
 
-std::string upper_case(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::toupper(c); });
-  return text;
-}
-
-/// Accelerate's sharding strategies (accelerate/utils/constants.py, FSDP_SHARDING_STRATEGY), in the order of
-/// their numbers 1 to 5 (torch's ShardingStrategy).
-const std::vector<std::string> kShardingStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
-                                                      "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
-
-/// A sharding strategy as Accelerate reads it: a name in any case (torch's `_HYBRID_SHARD_ZERO2` too) or its
-/// number; the upper-case name, or nullopt.
-std::optional<std::string> sharding_strategy_name(const std::string& text) {
-  const std::string upper = upper_case(text);
-  if (upper == "_HYBRID_SHARD_ZERO2") {
-    return kShardingStrategies[4];
-  }
-  if (std::find(kShardingStrategies.begin(), kShardingStrategies.end(), upper) != kShardingStrategies.end()) {
-    return upper;
-  }
-  if (upper.size() == 1 && upper[0] >= '1' && upper[0] <= '5') {
-    return kShardingStrategies[static_cast<std::size_t>(upper[0] - '1')];
-  }
-  return std::nullopt;
-}
-
 const char* const kShardingChoices =
     "use FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2 (Accelerate's names, in any "
     "case, or its numbers 1 to 5)";
 
 void one_of_sharding_strategies(const std::string& key, const std::string& value, const std::string& where) {
-  if (!sharding_strategy_name(value)) {
+  if (!spelling::sharding_strategy(value)) {
     refuse(key, value, where, std::string("is not a sharding strategy; ") + kShardingChoices);
   }
-}
-
-/// Whether a sharding strategy's parameters are resharded after each unit's forward (Accelerate's FSDP2
-/// conversion: FULL_SHARD and HYBRID_SHARD yes, the others no).
-bool reshards_after_forward(const std::string& strategy) {
-  return strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
 }
 
 void one_of_fsdp_versions(const std::string& key, int value, const std::string& where) {
@@ -231,47 +196,27 @@ void one_of_fsdp_versions(const std::string& key, int value, const std::string& 
   }
 }
 
-/// A state dict type as Accelerate reads it: a name in any case or torch's number (1 FULL, 2 LOCAL, 3
-/// SHARDED); the upper-case name, or nullopt.
-std::optional<std::string> state_dict_type_name(const std::string& text) {
-  static const std::vector<std::string> kTypes = {"FULL_STATE_DICT", "LOCAL_STATE_DICT",
-                                                  "SHARDED_STATE_DICT"};
-  const std::string upper = upper_case(text);
-  if (std::find(kTypes.begin(), kTypes.end(), upper) != kTypes.end()) {
-    return upper;
-  }
-  if (upper.size() == 1 && upper[0] >= '1' && upper[0] <= '3') {
-    return kTypes[static_cast<std::size_t>(upper[0] - '1')];
-  }
-  return std::nullopt;
-}
-
 void one_of_state_dict_types(const std::string& key, const std::string& value, const std::string& where) {
-  const auto name = state_dict_type_name(value);
+  const auto name = spelling::state_dict_type(value);
   if (!name) {
     refuse(key, value, where,
            "is not a state dict type; use SHARDED_STATE_DICT (each process writes its shards) or "
            "FULL_STATE_DICT (the main process writes whole models)");
   }
   if (*name == "LOCAL_STATE_DICT") {
-    refuse(key, value, where,
-           "is FSDP1's per-process flat shards, which neither FSDP2 nor this runtime writes; use "
-           "SHARDED_STATE_DICT (each process writes its shards) or FULL_STATE_DICT (the main process writes "
-           "whole models)");
+    refuse(key, value, where, spelling::kLocalStateDict);
   }
 }
 
 void one_of_backward_prefetches(const std::string& key, const std::string& value, const std::string& where) {
-  const std::string upper = upper_case(value);
-  if (upper != "BACKWARD_PRE" && upper != "BACKWARD_POST" && upper != "NO_PREFETCH") {
+  if (!spelling::choice(spelling::backward_prefetch_policies(), value)) {
     refuse(key, value, where,
            "is not a backward prefetch policy; use BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH");
   }
 }
 
 void one_of_auto_wrap_policies(const std::string& key, const std::string& value, const std::string& where) {
-  const std::string upper = upper_case(value);
-  if (upper != "NO_WRAP" && upper != "TRANSFORMER_BASED_WRAP" && upper != "SIZE_BASED_WRAP") {
+  if (!spelling::choice(spelling::auto_wrap_policies(), value)) {
     refuse(key, value, where,
            "is not an automatic wrapping policy; use TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP "
            "(Accelerate's names, in any case)");
@@ -371,23 +316,19 @@ const std::vector<FsdpSetting>& fsdp_settings() {
       {"fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", Kind::Flag, {}, {"true", "false"}, nullptr},
       {"fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", Kind::Flag, {}, {"true", "false"}, nullptr},
       // Accelerate's older name for fsdp_backward_prefetch: read in its place when that is not set.
-      {"fsdp_backward_prefetch_policy",
-       nullptr,
-       Kind::Choice,
-       {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"},
-       {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"},
-       nullptr},
+      {"fsdp_backward_prefetch_policy", nullptr, Kind::Choice, spelling::backward_prefetch_policies(),
+       spelling::backward_prefetch_policies(), nullptr},
   };
   return kSettings;
 }
 
 /// Whether `text` is `default_text` as Hugging Face would read it (a flag as a boolean, else case-blind).
 bool is_default_text(const std::string& text, const std::string& default_text) {
+  if (default_text == "false") {
+    return spelling::boolean(text) == std::optional<bool>(false);
+  }
   std::string lower = text;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (default_text == "false") {
-    return lower == "false" || lower == "0" || lower == "no";
-  }
   return lower == default_text;
 }
 
@@ -402,31 +343,23 @@ using Settings = std::map<std::string, std::string>;
 constexpr const char* kReshardVariable = "FSDP_RESHARD_AFTER_FORWARD";
 constexpr const char* kReshardKey = "fsdp_config.fsdp_reshard_after_forward";
 
-/// Whether `text` is a boolean to Parser<bool>.
-bool is_boolean_text(const std::string& text) {
-  std::string lower = text;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return lower == "1" || lower == "true" || lower == "yes" || lower == "0" || lower == "false" ||
-         lower == "no";
-}
-
 /// Reads fsdp_reshard_after_forward's text in `settings` under `name`: a boolean stays; a sharding strategy
 /// (FSDP1's spelling) becomes the boolean Accelerate's FSDP2 conversion gives it (FULL_SHARD and HYBRID_SHARD
 /// true, the others false), and the strategy goes to `strategy`; anything else is refused.
 void read_reshard_text(Settings& settings, const std::string& name, const std::string& where,
                        std::optional<std::string>& strategy) {
   auto it = settings.find(name);
-  if (it == settings.end() || is_boolean_text(it->second)) {
+  if (it == settings.end() || spelling::boolean(it->second)) {
     return;
   }
-  const auto named = sharding_strategy_name(it->second);
-  if (!named || (it->second.size() == 1 && std::isdigit(static_cast<unsigned char>(it->second[0])))) {
+  const auto named = spelling::reshard_strategy(it->second);
+  if (!named) {
     refuse("fsdp_reshard_after_forward", it->second, where,
            "is neither true nor false (FSDP2's spelling) nor a sharding strategy (FSDP1's: FULL_SHARD, "
            "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, in any case)");
   }
   strategy = *named;
-  it->second = reshards_after_forward(*named) ? "true" : "false";
+  it->second = spelling::reshards_after_forward(*named) ? "true" : "false";
 }
 
 struct EnvironmentSettings {
@@ -713,17 +646,10 @@ std::string named(const ResolvedConfig& config, const std::string& key, const st
 /// the environment that means FULL_SHARD, what Hugging Face's launcher exports for both when neither was
 /// given, gives way to the other; zero_stage 3 means FULL_SHARD), the names upper-case, and Accelerate's
 /// other FSDP settings (fsdp_settings()) from the environment, else the file.
-/// Why fsdp_activation_checkpointing_offload needs fsdp_activation_checkpointing (tools/accel says the same).
-constexpr const char* kActivationOffloadWithoutCheckpointing =
-    "only the inputs a checkpointed unit keeps can be offloaded, and without activation checkpointing no "
-    "unit "
-    "keeps them. Set fsdp_activation_checkpointing true as well, or fsdp_activation_checkpointing_offload "
-    "false";
-
 void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
   std::string& strategy_source = config.sources["fsdp_sharding_strategy"];
   std::string& reshard_source = config.sources["fsdp_reshard_after_forward"];
-  const std::string strategy = *sharding_strategy_name(config.fsdp_sharding_strategy);
+  const std::string strategy = *spelling::sharding_strategy(config.fsdp_sharding_strategy);
   std::optional<std::string>
       reshard_strategy; // FSDP1's spelling in the source fsdp_reshard_after_forward came from
   if (reshard_source == "environment") {
@@ -740,20 +666,18 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
   bool strategy_set = strategy_source != "default";
   bool reshard_set = reshard_source != "default";
   // A boolean agrees with every strategy that reshards (or not) alike: true with FULL_SHARD and HYBRID_SHARD.
-  const bool agree = reshard_strategy ? strategy == *reshard_strategy
-                                      : reshards_after_forward(strategy) == config.fsdp_reshard_after_forward;
+  const bool agree = reshard_strategy
+                         ? strategy == *reshard_strategy
+                         : spelling::reshards_after_forward(strategy) == config.fsdp_reshard_after_forward;
   if (strategy_set && reshard_set && !agree) {
     if (strategy_source == "environment" && strategy == "FULL_SHARD") {
       strategy_set = false;
     } else if (reshard_source == "environment" && from_reshard == "FULL_SHARD") {
       reshard_set = false;
     } else {
-      refuse_conflict(
-          named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy),
-          named(config, "fsdp_reshard_after_forward", reshard_text),
-          "fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), and false SHARD_GRAD_OP (or "
-          "NO_SHARD, HYBRID_SHARD_ZERO2). "
-          "Set one of the two, or make them agree");
+      refuse_conflict(named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy),
+                      named(config, "fsdp_reshard_after_forward", reshard_text),
+                      spelling::kShardingDisagreement);
     }
   }
   std::string resolved = strategy_set ? strategy : reshard_set ? from_reshard : strategy;
@@ -776,7 +700,7 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
                                                : std::string("default");
   }
   if (!reshard_set) {
-    config.fsdp_reshard_after_forward = reshards_after_forward(resolved);
+    config.fsdp_reshard_after_forward = spelling::reshards_after_forward(resolved);
     if (strategy_set || config.zero_stage == 3) {
       reshard_source = strategy_set
                            ? "fsdp_sharding_strategy " + resolved + " from " + origin(strategy_source)
@@ -814,8 +738,10 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
       value = std::to_string(std::stoull(*text));
       break;
     case FsdpSetting::Kind::Choice: {
-      value = upper_case(*text);
-      if (std::find(setting.choices.begin(), setting.choices.end(), value) == setting.choices.end()) {
+      const auto chosen = spelling::choice(setting.choices, *text);
+      if (chosen) {
+        value = *chosen;
+      } else {
         std::string choices;
         for (const std::string& choice : setting.choices) {
           choices += (choices.empty() ? "" : ", ") + choice;
@@ -831,24 +757,22 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
       refuse(key, *text, where, setting.problem);
     }
   }
-  if (config.fsdp_auto_wrap_policy == "TRANSFORMER_BASED_WRAP" &&
-      config.fsdp_transformer_layer_cls_to_wrap.find_first_not_of(" \t,") == std::string::npos) {
+  if (spelling::transformer_wrap_without_classes(config.fsdp_auto_wrap_policy,
+                                                 config.fsdp_transformer_layer_cls_to_wrap)) {
     throw std::invalid_argument(
-        "accelerate: " + named(config, "fsdp_auto_wrap_policy", config.fsdp_auto_wrap_policy) +
-        " makes units of the module classes fsdp_transformer_layer_cls_to_wrap lists, and it lists none (" +
-        named(config, "fsdp_transformer_layer_cls_to_wrap", config.fsdp_transformer_layer_cls_to_wrap) +
-        "): name the classes, comma-separated (FSDP_TRANSFORMER_CLS_TO_WRAP=Block, or "
-        "fsdp_transformer_layer_cls_to_wrap: Block in fsdp_config), or use SIZE_BASED_WRAP or NO_WRAP");
+        "accelerate: " + named(config, "fsdp_auto_wrap_policy", config.fsdp_auto_wrap_policy) + " " +
+        spelling::kTransformerWrapWithoutClasses);
   }
   if (config.fsdp_activation_checkpointing_offload && !config.fsdp_activation_checkpointing) {
     refuse_conflict(named(config, "fsdp_activation_checkpointing_offload", "true"),
                     named(config, "fsdp_activation_checkpointing", "false"),
-                    std::string(kActivationOffloadWithoutCheckpointing));
+                    spelling::kActivationOffloadWithoutCheckpointing);
   }
   const std::string older = "fsdp_config.fsdp_backward_prefetch_policy";
   if (auto text = lookup(sources.file.settings, older);
       text && !text->empty() && config.sources["fsdp_backward_prefetch"] == "default") {
-    config.fsdp_backward_prefetch = upper_case(*text); // checked with the settings above
+    config.fsdp_backward_prefetch = // checked with the settings above
+        *spelling::choice(spelling::backward_prefetch_policies(), *text);
     config.sources["fsdp_backward_prefetch"] = sources.file_source(older);
   }
 }
@@ -961,9 +885,11 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
         "): set zero_stage to 1 or 2 (or distributed_type: DEEPSPEED in the config file), or use none");
   }
   // The names are upper case whatever the strategy (the engine reads these fields).
-  config.fsdp_state_dict_type = *state_dict_type_name(config.fsdp_state_dict_type);
-  config.fsdp_backward_prefetch = upper_case(config.fsdp_backward_prefetch);
-  config.fsdp_auto_wrap_policy = upper_case(config.fsdp_auto_wrap_policy);
+  config.fsdp_state_dict_type = *spelling::state_dict_type(config.fsdp_state_dict_type);
+  config.fsdp_backward_prefetch =
+      *spelling::choice(spelling::backward_prefetch_policies(), config.fsdp_backward_prefetch);
+  config.fsdp_auto_wrap_policy =
+      *spelling::choice(spelling::auto_wrap_policies(), config.fsdp_auto_wrap_policy);
   if (config.parallel_strategy == "fsdp") {
     resolve_fsdp(config, sources);
     return;
@@ -992,7 +918,7 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
               option + " unset");
     }
   }
-  config.fsdp_sharding_strategy = *sharding_strategy_name(config.fsdp_sharding_strategy);
+  config.fsdp_sharding_strategy = *spelling::sharding_strategy(config.fsdp_sharding_strategy);
 }
 
 } // namespace

@@ -541,6 +541,13 @@ def RuntimeSelectsFsdpAndReadsAccelerateSpellings():
            parallel_strategy=("fsdp", "environment"))
     expect(probe(environment(ACCELERATE_USE_FSDP="true")), "ACCELERATE_USE_FSDP=true",
            parallel_strategy=("fsdp", "ACCELERATE_USE_FSDP=true in the environment"))
+    # Booleans as Accelerate's str_to_bool reads them (what accel accepts too).
+    expect(probe(environment(ACCELERATE_USE_FSDP="T", FSDP_OFFLOAD_PARAMS="on", FSDP_FORWARD_PREFETCH="Y",
+                             FSDP_ACTIVATION_CHECKPOINTING="yes", FSDP_SYNC_MODULE_STATES="off")),
+           "ACCELERATE_USE_FSDP=T, FSDP_OFFLOAD_PARAMS=on, FSDP_FORWARD_PREFETCH=Y",
+           parallel_strategy=("fsdp", "ACCELERATE_USE_FSDP=T in the environment"),
+           fsdp_offload_params=("true", "environment"), fsdp_forward_prefetch=("true", "environment"),
+           fsdp_activation_checkpointing=("true", "environment"))
     expect(probe(environment(), "zero_stage=3"), "zero_stage(3)",
            parallel_strategy=("fsdp", "zero_stage 3 from AcceleratorOptions"),
            fsdp_sharding_strategy=("FULL_SHARD", "zero_stage 3 from AcceleratorOptions"))
@@ -724,16 +731,15 @@ RUNTIME_REFUSALS = [
      "fsdp_min_num_params='1e8' (from the environment) is not a whole number"),
     ({**FSDP_ENV, "FSDP_AUTO_WRAP_POLICY": "transformer_based_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP": " , "}, [],
      "fsdp_auto_wrap_policy='TRANSFORMER_BASED_WRAP' (from the environment) makes units of the module classes "
-     "fsdp_transformer_layer_cls_to_wrap lists, and it lists none (fsdp_transformer_layer_cls_to_wrap=' , ' (from "
-     "the environment)): name the classes"),
+     "fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the classes, comma-separated"),
     ({}, ["parallel_strategy=ddp", "fsdp_min_num_params=1000"],
      "fsdp_min_num_params='1000' (from AcceleratorOptions) conflicts with parallel_strategy='ddp'"),
     # Offloading what checkpointed units keep, without activation checkpointing.
     ({**FSDP_ENV, "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "true"}, [],
      "fsdp_activation_checkpointing_offload='true' (from the environment) conflicts with "
      "fsdp_activation_checkpointing='false' (from the default): only the inputs a checkpointed unit keeps can be "
-     "offloaded, and without activation checkpointing no unit keeps them. Set fsdp_activation_checkpointing true as "
-     "well, or fsdp_activation_checkpointing_offload false"),
+     "offloaded, and without activation checkpointing no unit keeps them (set fsdp_activation_checkpointing true as "
+     "well, or fsdp_activation_checkpointing_offload false)"),
     ({}, ["parallel_strategy=fsdp", "fsdp_activation_checkpointing_offload=true",
           "fsdp_activation_checkpointing=false"],
      "fsdp_activation_checkpointing_offload='true' (from AcceleratorOptions) conflicts with "
@@ -750,12 +756,12 @@ RUNTIME_REFUSALS = [
      "1 or 2, offloads the optimizer state alone)"),
     ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=HYBRID_SHARD", "fsdp_reshard_after_forward=false"],
      "fsdp_sharding_strategy='HYBRID_SHARD' (from AcceleratorOptions) conflicts with fsdp_reshard_after_forward="
-     "'false' (from AcceleratorOptions): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), and "
+     "'false' (from AcceleratorOptions): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), "
      "false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2)"),
     ({**FSDP_ENV, "FSDP_STATE_DICT_TYPE": "LOCAL_STATE_DICT"}, [],
      "fsdp_state_dict_type='LOCAL_STATE_DICT' (from the environment) is FSDP1's per-process flat shards, which "
-     "neither FSDP2 nor this runtime writes; use SHARDED_STATE_DICT (each process writes its shards) or "
-     "FULL_STATE_DICT (the main process writes whole models)"),
+     "neither FSDP2 nor accelerate-cpp writes (use SHARDED_STATE_DICT: each process writes its shards, or "
+     "FULL_STATE_DICT: the main process writes whole models)"),
     ({}, ["parallel_strategy=fsdp", "fsdp_state_dict_type=2"], "fsdp_state_dict_type='2' (from AcceleratorOptions) "
      "is FSDP1's per-process flat shards"),
     # Bad values: the key, the value, where it came from and what is accepted.
@@ -806,8 +812,8 @@ RUNTIME_REFUSALS = [
      "zero_stage 3, which is fully sharded), or the FSDP ones"),
     ({**FSDP_ENV, "FSDP_SHARDING_STRATEGY": "NO_SHARD", "FSDP_RESHARD_AFTER_FORWARD": "shard_grad_op"}, [],
      "fsdp_sharding_strategy='NO_SHARD' (from the environment) conflicts with fsdp_reshard_after_forward="
-     "'SHARD_GRAD_OP' (from the environment): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), and "
-     "false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2). Set one of the two, or make them agree"),
+     "'SHARD_GRAD_OP' (from the environment): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), "
+     "false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2) (set one of the two, or make them agree)"),
     ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=NO_SHARD", "fsdp_reshard_after_forward=true"],
      "fsdp_sharding_strategy='NO_SHARD' (from AcceleratorOptions) conflicts with fsdp_reshard_after_forward='true' "
      "(from AcceleratorOptions)"),
@@ -853,8 +859,24 @@ def RuntimeRefusesWhatFsdpLacksNamingKeyValueAndSource():
 
 
 # Files both accel and the runtime must judge alike: (YAML, accel's refusal after "PATH:" or None, the start of the
-# runtime's refusal after "accelerate: " or None). Their rules are two copies (tools/accel and runtime/config.cpp).
+# runtime's refusal after "accelerate: " or None). The values' spellings and the FSDP rules between them have one
+# home, runtime/settings_spelling.cpp, which both compile in; how each source is read is each one's own.
 ALIKE = [
+    # Accelerate's str_to_bool spellings of a boolean, and torch's numbers written as YAML may write them.
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: on\n  fsdp_forward_prefetch: Y\n"
+     "  fsdp_sync_module_states: off\n  fsdp_use_orig_params: f\n", None, None),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: '01'\n  fsdp_state_dict_type: '+3'\n", None,
+     None),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: _hybrid_shard_zero2\n"
+     "  fsdp_reshard_after_forward: off\n", None, None),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 6\n",
+     "3:27: fsdp_config.fsdp_sharding_strategy must be one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+     "HYBRID_SHARD_ZERO2, or a number from 1 to 5 (got '6')",
+     "fsdp_sharding_strategy='6' (from config file PATH) is not a sharding strategy"),
+    ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: shard_grad_op\n"
+     "  fsdp_reshard_after_forward: yes\n",
+     "3:3: fsdp_config.fsdp_sharding_strategy SHARD_GRAD_OP conflicts with fsdp_config.fsdp_reshard_after_forward true",
+     "fsdp_sharding_strategy='shard_grad_op' (from config file PATH) conflicts with fsdp_reshard_after_forward='true'"),
     ("distributed_type: FSDP\n", None, None),
     ("distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n", None, None),
     ("distributed_type: FSDP\nfsdp_config:\n  sharding_strategy: 3\n  fsdp_reshard_after_forward: false\n"
@@ -906,8 +928,8 @@ ALIKE = [
      "process writes whole models)", "fsdp_state_dict_type='LOCAL_STATE_DICT' (from config file PATH) is FSDP1's"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n  fsdp_reshard_after_forward: true\n",
      "3:3: fsdp_config.fsdp_sharding_strategy NO_SHARD conflicts with fsdp_config.fsdp_reshard_after_forward true: "
-     "true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2) (keep one of the "
-     "two, or make them agree)",
+     "fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, "
+     "HYBRID_SHARD_ZERO2) (set one of the two, or make them agree)",
      "fsdp_sharding_strategy='NO_SHARD' (from config file PATH) conflicts with fsdp_reshard_after_forward='true' "
      "(from config file PATH)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nfsdp_config:\n  fsdp_sharding_strategy: 2\n",

@@ -579,9 +579,9 @@ def UnsupportedFsdpSettingsAreRefused():
          "--fsdp_sharding_strategy must be one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
          "HYBRID_SHARD_ZERO2, or a number from 1 to 5 (got 'FULL')"),
         (["--fsdp_sharding_strategy", "SHARD_GRAD_OP", "--fsdp_reshard_after_forward", "true"],
-         "--fsdp_sharding_strategy SHARD_GRAD_OP conflicts with --fsdp_reshard_after_forward true: true means "
-         "FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2) (give one of the two, or "
-         "make them agree)"),
+         "--fsdp_sharding_strategy SHARD_GRAD_OP conflicts with --fsdp_reshard_after_forward true: "
+         "fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, "
+         "HYBRID_SHARD_ZERO2) (set one of the two, or make them agree)"),
     ]
     for flags, expected in refused:
         check_usage_error(launch("--use_fsdp", *flags, PROBE), f"accel launch: {expected}")

@@ -571,7 +571,7 @@ TEST(Fsdp, OffloadPathsTrainAsWithoutThem) {
                            "with fsdp_activation_checkpointing='false' (from AcceleratorOptions)"),
               std::string::npos)
         << message;
-    EXPECT_NE(message.find("Set fsdp_activation_checkpointing true as well"), std::string::npos) << message;
+    EXPECT_NE(message.find("set fsdp_activation_checkpointing true as well"), std::string::npos) << message;
   }
   outer.wait_for_everyone();
 }

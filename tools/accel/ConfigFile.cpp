@@ -2,6 +2,7 @@
 #include "ConfigFile.h"
 
 #include "ConfigSchema.h"
+#include "settings_spelling.h"
 
 #ifdef ACCEL_HAVE_YAML_CPP
 #include <yaml-cpp/yaml.h>
@@ -119,35 +120,18 @@ const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
   return kKeys;
 }
 
-const char* const kTransformerWrapWithoutClasses =
-    "makes units of the module classes fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the "
-    "classes, comma-separated, e.g. fsdp_transformer_layer_cls_to_wrap: Block; accelerate-cpp has no "
-    "Transformers `_no_split_modules` to take them from; or use SIZE_BASED_WRAP or NO_WRAP)";
-
-const char* const kActivationOffloadWithoutCheckpointing =
-    "conflicts with fsdp_activation_checkpointing false: only the inputs a checkpointed unit keeps can be "
-    "offloaded, and without activation checkpointing no unit keeps them (set fsdp_activation_checkpointing "
-    "true as well, or fsdp_activation_checkpointing_offload false)";
-
 bool isActivationOffloadWithoutCheckpointing(const std::optional<std::string>& offload,
                                              const std::optional<std::string>& checkpointing) {
   const auto on = [](const std::optional<std::string>& text) {
-    return text && parseBool(*text).value_or(false);
+    return text && accelerate::spelling::boolean(*text).value_or(false);
   };
   return on(offload) && !on(checkpointing);
 }
 
-bool isTransformerWrapWithoutClasses(const std::string& policy, const std::optional<std::string>& classes) {
-  std::string upper = policy;
-  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
-  return upper == "TRANSFORMER_BASED_WRAP" &&
-         (!classes || classes->find_first_not_of(" \t,") == std::string::npos);
+std::string activationOffloadWithoutCheckpointing() {
+  return std::string("conflicts with fsdp_activation_checkpointing false: ") +
+         accelerate::spelling::kActivationOffloadWithoutCheckpointing;
 }
-
-const char* const kLocalStateDictRefusal =
-    "is FSDP1's per-process flat shards, which neither FSDP2 nor accelerate-cpp writes (use "
-    "SHARDED_STATE_DICT: each process writes its shards, or FULL_STATE_DICT: the main process writes whole "
-    "models)";
 const char* const kFsdpOptimizerOffloadRefusal =
     "asks to keep the optimizer state on the CPU, which accelerate-cpp's fsdp strategy does with "
     "fsdp_offload_params (use none, and fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or "
@@ -342,7 +326,7 @@ ConfigValue ConfigReader::readValue(const ConfigKey& key, const YAML::Node& valu
   if (!canonical)
     throw ConfigError(where + name + " must be " + problem.mustBe + " (got '" + value.Scalar() + "')");
   bool isString = key.rule.type == ValueType::Text || key.rule.type == ValueType::Choice ||
-                  (key.rule.type == ValueType::BoolOrChoice && !parseBool(*canonical)) ||
+                  (key.rule.type == ValueType::BoolOrChoice && !accelerate::spelling::boolean(*canonical)) ||
                   (key.rule.type == ValueType::ChoiceOrNumber &&
                    !std::isdigit(static_cast<unsigned char>(canonical->front())));
   return ConfigValue::scalar(*canonical, isString);
@@ -407,30 +391,31 @@ void checkFsdpSettings(const ConfigDocument& document) {
       throw ConfigError(document.where(dotted) + dotted + " " + *value + " " + key.problem);
   }
   if (auto policy = document.scalar("fsdp_config.fsdp_auto_wrap_policy");
-      policy && isTransformerWrapWithoutClasses(
+      policy && accelerate::spelling::transformer_wrap_without_classes(
                     *policy, document.scalar("fsdp_config.fsdp_transformer_layer_cls_to_wrap")))
     throw ConfigError(document.where("fsdp_config.fsdp_auto_wrap_policy") +
-                      "fsdp_config.fsdp_auto_wrap_policy " + *policy + " " + kTransformerWrapWithoutClasses);
+                      "fsdp_config.fsdp_auto_wrap_policy " + *policy + " " +
+                      accelerate::spelling::kTransformerWrapWithoutClasses);
   if (auto offload = document.scalar("fsdp_config.fsdp_activation_checkpointing_offload");
       isActivationOffloadWithoutCheckpointing(offload,
                                               document.scalar("fsdp_config.fsdp_activation_checkpointing")))
     throw ConfigError(document.where("fsdp_config.fsdp_activation_checkpointing_offload") +
                       "fsdp_config.fsdp_activation_checkpointing_offload " + *offload + " " +
-                      kActivationOffloadWithoutCheckpointing);
+                      activationOffloadWithoutCheckpointing());
   auto strategy = document.scalar("fsdp_config.fsdp_sharding_strategy");
   auto reshard = document.scalar("fsdp_config.fsdp_reshard_after_forward");
-  if (strategy && reshard && !fsdpShardingAgrees(*strategy, *reshard))
-    throw ConfigError(
-        document.where("fsdp_config.fsdp_sharding_strategy") + "fsdp_config.fsdp_sharding_strategy " +
-        *strategy + " conflicts with fsdp_config.fsdp_reshard_after_forward " + *reshard +
-        ": true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, HYBRID_SHARD_ZERO2) "
-        "(keep one of the two, or make them agree)");
+  if (strategy && reshard && !accelerate::spelling::sharding_agrees(*strategy, *reshard))
+    throw ConfigError(document.where("fsdp_config.fsdp_sharding_strategy") +
+                      "fsdp_config.fsdp_sharding_strategy " + *strategy +
+                      " conflicts with fsdp_config.fsdp_reshard_after_forward " + *reshard + ": " +
+                      accelerate::spelling::kShardingDisagreement);
   if (auto type = document.scalar("fsdp_config.fsdp_state_dict_type");
-      type && fsdpStateDictTypeName(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
+      type && accelerate::spelling::state_dict_type(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
     throw ConfigError(document.where("fsdp_config.fsdp_state_dict_type") +
-                      "fsdp_config.fsdp_state_dict_type " + *type + " " + kLocalStateDictRefusal);
-  const std::string resolved = strategy  ? *fsdpShardingStrategyName(*strategy)
-                               : reshard ? *fsdpReshardStrategy(*reshard)
+                      "fsdp_config.fsdp_state_dict_type " + *type + " " +
+                      accelerate::spelling::kLocalStateDict);
+  const std::string resolved = strategy  ? *accelerate::spelling::sharding_strategy(*strategy)
+                               : reshard ? *accelerate::spelling::reshard_strategy(*reshard)
                                          : "FULL_SHARD";
   if (stage == "3" && resolved != "FULL_SHARD") {
     const std::string dotted =

@@ -82,22 +82,14 @@ struct UnsupportedFsdpKey {
 };
 const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys();
 
-/// Why TRANSFORMER_BASED_WRAP without classes is refused, ready to follow "<setting> <value> ".
-extern const char* const kTransformerWrapWithoutClasses;
-/// Why fsdp_activation_checkpointing_offload true without fsdp_activation_checkpointing is refused, ready to
-/// follow "<setting> true ".
-extern const char* const kActivationOffloadWithoutCheckpointing;
 /// Whether `offload` (fsdp_activation_checkpointing_offload) is true while `checkpointing`
-/// (fsdp_activation_checkpointing, unset: false) is not.
+/// (fsdp_activation_checkpointing, unset: false) is not; then the refusal follows "<offload setting> ":
+/// "conflicts with fsdp_activation_checkpointing false: " and accelerate::spelling's reason.
 bool isActivationOffloadWithoutCheckpointing(const std::optional<std::string>& offload,
                                              const std::optional<std::string>& checkpointing);
-/// Whether `policy` is TRANSFORMER_BASED_WRAP (any case) and `classes` (fsdp_transformer_layer_cls_to_wrap)
-/// names no class.
-bool isTransformerWrapWithoutClasses(const std::string& policy, const std::optional<std::string>& classes);
+std::string activationOffloadWithoutCheckpointing();
 
-/// Why LOCAL_STATE_DICT, and optimizer offload under the fsdp strategy are refused, ready to follow
-/// "<setting> <value> ".
-extern const char* const kLocalStateDictRefusal;
+/// Why optimizer offload under the fsdp strategy is refused, ready to follow "<setting> <value> ".
 extern const char* const kFsdpOptimizerOffloadRefusal;
 
 /// Where `accel config` writes and `accel launch` reads by default, as Accelerate decides it:

@@ -3,6 +3,7 @@
 
 #include "ConfigSchema.h"
 #include "ConfigValues.h"
+#include "settings_spelling.h"
 
 #include <climits>
 #include <cstdio>
@@ -57,7 +58,7 @@ bool Prompter::yesNo(const std::string& question, bool defaultAnswer) {
     std::string typed = answer(prompt);
     if (typed.empty())
       return defaultAnswer;
-    if (auto value = parseBool(typed))
+    if (auto value = accelerate::spelling::boolean(typed))
       return *value;
     note("Please enter yes or no.");
   }
@@ -318,7 +319,7 @@ void askFsdp(Prompter& prompter, Answers& answers) {
       "and the optimizer step live in CPU memory: less GPU memory, slower steps; a no-op on the CPU)?",
       false);
   // Accelerate's menu, in its order, with its default.
-  const auto& policies = fsdpAutoWrapPolicies();
+  const auto& policies = accelerate::spelling::auto_wrap_policies();
   const std::string policy = policies[prompter.choose(
       "What should be your auto wrap policy (TRANSFORMER_BASED_WRAP: the modules of the classes you name are "
       "units, SIZE_BASED_WRAP: the modules holding at least a number of parameters, NO_WRAP: every module "

@@ -1,6 +1,8 @@
 // The keys of Accelerate's config file and what each accepts (see ConfigSchema.h).
 #include "ConfigSchema.h"
 
+#include "settings_spelling.h"
+
 namespace accel {
 
 const std::vector<std::string>& accelerateDistributedTypes() {
@@ -15,33 +17,6 @@ const std::vector<std::string>& supportedDistributedTypes() {
   return kTypes;
 }
 
-const std::vector<std::string>& fsdpShardingStrategies() {
-  static const std::vector<std::string> kValues = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
-                                                   "HYBRID_SHARD_ZERO2"};
-  return kValues;
-}
-
-const std::vector<std::string>& fsdpAutoWrapPolicies() {
-  static const std::vector<std::string> kValues = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
-  return kValues;
-}
-
-const std::vector<std::string>& fsdpBackwardPrefetchPolicies() {
-  static const std::vector<std::string> kValues = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
-  return kValues;
-}
-
-const std::vector<std::string>& fsdpStateDictTypes() {
-  static const std::vector<std::string> kValues = {"FULL_STATE_DICT", "LOCAL_STATE_DICT",
-                                                   "SHARDED_STATE_DICT"};
-  return kValues;
-}
-
-const std::vector<std::string>& fsdp2StateDictTypes() {
-  static const std::vector<std::string> kValues = {"SHARDED_STATE_DICT", "FULL_STATE_DICT"};
-  return kValues;
-}
-
 const std::vector<std::string>& offloadDevices() {
   static const std::vector<std::string> kValues = {"none", "cpu", "nvme"};
   return kValues;
@@ -52,61 +27,21 @@ const std::vector<std::string>& mixedPrecisionModes() {
   return kValues;
 }
 
-std::optional<std::string> fsdpShardingStrategyName(const std::string& text) {
-  if (auto name = canonicalValue(ValueRule::choice(fsdpShardingStrategies()), text))
-    return name;
-  if (canonicalValue(ValueRule::choice({"_HYBRID_SHARD_ZERO2"}), text))
-    return fsdpShardingStrategies()[4];
-  if (auto number = canonicalValue(ValueRule::wholeNumber(1, 5), text))
-    return fsdpShardingStrategies()[static_cast<size_t>(std::stoi(*number) - 1)];
-  return std::nullopt;
-}
-
-std::optional<std::string> fsdpReshardStrategy(const std::string& text) {
-  if (auto value = parseBool(text))
-    return *value ? "FULL_SHARD" : "SHARD_GRAD_OP";
-  return canonicalValue(ValueRule::choice(fsdpShardingStrategies()), text);
-}
-
-bool fsdpShardingAgrees(const std::string& strategy, const std::string& reshard) {
-  auto named = fsdpShardingStrategyName(strategy);
-  if (!named)
-    return false;
-  if (auto value = parseBool(reshard))
-    return *value == reshardsAfterForward(*named);
-  auto meant = fsdpReshardStrategy(reshard);
-  return meant && *meant == *named;
-}
-
-bool reshardsAfterForward(const std::string& name) {
-  return name == "FULL_SHARD" || name == "HYBRID_SHARD";
-}
-
-bool isHybridSharding(const std::string& name) {
-  return name.rfind("HYBRID_SHARD", 0) == 0;
-}
-
-std::optional<std::string> fsdpStateDictTypeName(const std::string& text) {
-  if (auto name = canonicalValue(ValueRule::choice(fsdpStateDictTypes()), text))
-    return name;
-  static const char* const kByNumber[] = {"FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"};
-  if (auto number = canonicalValue(ValueRule::wholeNumber(1, 3), text))
-    return std::string(kByNumber[std::stoi(*number) - 1]);
-  return std::nullopt;
-}
-
 const std::vector<ConfigKey>& fsdpConfigKeys() {
   static const std::vector<ConfigKey> kKeys = {
       {"fsdp_version", ValueRule::wholeNumber(1, 2)},
-      {"fsdp_sharding_strategy", ValueRule::choiceOrNumber(fsdpShardingStrategies(), 1, 5)},
-      {"fsdp_reshard_after_forward", ValueRule::boolOrChoice(fsdpShardingStrategies())},
+      {"fsdp_sharding_strategy", ValueRule::choiceOrNumber(accelerate::spelling::sharding_strategies(), 1, 5)
+                                     .spelledAlsoAs(accelerate::spelling::sharding_strategy)},
+      {"fsdp_reshard_after_forward", ValueRule::boolOrChoice(accelerate::spelling::sharding_strategies())
+                                         .spelledAlsoAs(accelerate::spelling::reshard_strategy)},
       {"fsdp_offload_params", ValueRule::boolean()},
-      {"fsdp_auto_wrap_policy", ValueRule::choice(fsdpAutoWrapPolicies())},
+      {"fsdp_auto_wrap_policy", ValueRule::choice(accelerate::spelling::auto_wrap_policies())},
       {"fsdp_transformer_layer_cls_to_wrap", ValueRule::text()},
       {"fsdp_min_num_params", ValueRule::wholeNumber(0, LLONG_MAX)},
-      {"fsdp_backward_prefetch", ValueRule::choice(fsdpBackwardPrefetchPolicies())},
-      {"fsdp_backward_prefetch_policy", ValueRule::choice(fsdpBackwardPrefetchPolicies())},
-      {"fsdp_state_dict_type", ValueRule::choiceOrNumber(fsdpStateDictTypes(), 1, 3)},
+      {"fsdp_backward_prefetch", ValueRule::choice(accelerate::spelling::backward_prefetch_policies())},
+      {"fsdp_backward_prefetch_policy",
+       ValueRule::choice(accelerate::spelling::backward_prefetch_policies())},
+      {"fsdp_state_dict_type", ValueRule::choiceOrNumber(accelerate::spelling::state_dict_types(), 1, 3)},
       {"fsdp_forward_prefetch", ValueRule::boolean()},
       {"fsdp_use_orig_params", ValueRule::boolean()},
       {"fsdp_cpu_ram_efficient_loading", ValueRule::boolean()},

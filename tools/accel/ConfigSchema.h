@@ -34,37 +34,11 @@ const ConfigKey* findConfigKey(const std::vector<ConfigKey>& keys, const std::st
 const std::vector<std::string>& accelerateDistributedTypes();
 const std::vector<std::string>& supportedDistributedTypes();
 
-// Accelerate's FSDP and DeepSpeed option lists (accelerate/utils/constants.py).
-const std::vector<std::string>& fsdpShardingStrategies();
-const std::vector<std::string>& fsdpAutoWrapPolicies();
-const std::vector<std::string>& fsdpBackwardPrefetchPolicies();
-const std::vector<std::string>& fsdpStateDictTypes();  ///< FSDP1
-const std::vector<std::string>& fsdp2StateDictTypes(); ///< FSDP2
+// Accelerate's DeepSpeed and precision option lists (accelerate/utils/constants.py).
 const std::vector<std::string>& offloadDevices();
 const std::vector<std::string>& mixedPrecisionModes();
 
-// The rules of the fsdp_* values both accel and the runtime (runtime/config.cpp, which keeps its own copy:
-// the two are not linked together) read, with Accelerate's spellings.
-
-/// A sharding strategy as Accelerate reads it (FullyShardedDataParallelPlugin): one of
-/// fsdpShardingStrategies() in any case, torch's `_HYBRID_SHARD_ZERO2`, or its number 1 to 5; the
-/// upper-case name of fsdpShardingStrategies(), or nullopt.
-std::optional<std::string> fsdpShardingStrategyName(const std::string& text);
-/// The sharding strategy an fsdp_reshard_after_forward value means: true (FSDP2's spelling) FULL_SHARD,
-/// false SHARD_GRAD_OP, a strategy's name (FSDP1's spelling, which Accelerate's questionnaire writes for
-/// version 1) that strategy; nullopt when it is none of these.
-std::optional<std::string> fsdpReshardStrategy(const std::string& text);
-/// Whether fsdp_sharding_strategy `strategy` and fsdp_reshard_after_forward `reshard` ask for the same: a
-/// boolean `reshard` agrees with every strategy that reshards after forward (true: FULL_SHARD, HYBRID_SHARD)
-/// or not (false: SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD_ZERO2); a strategy's name with that strategy.
-bool fsdpShardingAgrees(const std::string& strategy, const std::string& reshard);
-/// Whether sharding strategy `name` frees a unit's parameters after its forward (FULL_SHARD, HYBRID_SHARD).
-bool reshardsAfterForward(const std::string& name);
-/// Whether sharding strategy `name` shards within machines and replicates across them (HYBRID_SHARD,
-/// HYBRID_SHARD_ZERO2): it needs several machines.
-bool isHybridSharding(const std::string& name);
-/// A state dict type as Accelerate reads it: one of fsdpStateDictTypes() in any case, or torch's number 1
-/// to 3; the upper-case name, or nullopt.
-std::optional<std::string> fsdpStateDictTypeName(const std::string& text);
+// The fsdp_* values' spellings and the rules between them are the runtime's (runtime/settings_spelling.h,
+// accelerate::spelling), which accel compiles in: the two judge a setting alike.
 
 } // namespace accel

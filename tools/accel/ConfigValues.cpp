@@ -1,6 +1,8 @@
 // Checking and spelling config and flag values (see ConfigValues.h).
 #include "ConfigValues.h"
 
+#include "settings_spelling.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -12,12 +14,6 @@
 namespace accel {
 namespace {
 
-std::string lowercase(std::string text) {
-  for (char& c : text)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
 std::string joined(const std::vector<std::string>& items) {
   std::string text;
   for (const std::string& item : items)
@@ -25,22 +21,10 @@ std::string joined(const std::vector<std::string>& items) {
   return text;
 }
 
-std::optional<std::string> matchChoice(const std::vector<std::string>& choices, const std::string& text) {
-  for (const std::string& choice : choices)
-    if (lowercase(choice) == lowercase(text))
-      return choice;
-  return std::nullopt;
-}
-
 std::optional<std::string> canonicalWholeNumber(const ValueRule& rule, const std::string& text) {
-  static const std::regex kInteger("[-+]?[0-9]+");
-  if (!std::regex_match(text, kInteger))
-    return std::nullopt;
-  errno = 0;
-  long long value = std::strtoll(text.c_str(), nullptr, 10);
-  if (errno == ERANGE || value < rule.min || value > rule.max)
-    return std::nullopt;
-  return std::to_string(value);
+  if (auto value = accelerate::spelling::whole_number(text, rule.min, rule.max))
+    return std::to_string(*value);
+  return std::nullopt;
 }
 
 std::optional<std::string> canonicalNumber(const std::string& text) {
@@ -83,25 +67,12 @@ std::string ValueRule::describe() const {
   return "a text value";
 }
 
-std::optional<bool> parseBool(const std::string& text) {
-  static const char* const kTrue[] = {"true", "yes", "on", "y", "t", "1"};
-  static const char* const kFalse[] = {"false", "no", "off", "n", "f", "0"};
-  std::string lower = lowercase(text);
-  for (const char* word : kTrue)
-    if (lower == word)
-      return true;
-  for (const char* word : kFalse)
-    if (lower == word)
-      return false;
-  return std::nullopt;
-}
-
 std::optional<std::string> canonicalValue(const ValueRule& rule, const std::string& text,
                                           ValueProblem* problem) {
   std::optional<std::string> result;
   switch (rule.type) {
   case ValueType::Bool:
-    if (auto value = parseBool(text))
+    if (auto value = accelerate::spelling::boolean(text))
       result = *value ? "true" : "false";
     break;
   case ValueType::WholeNumber:
@@ -111,16 +82,16 @@ std::optional<std::string> canonicalValue(const ValueRule& rule, const std::stri
     result = canonicalNumber(text);
     break;
   case ValueType::Choice:
-    result = matchChoice(rule.choices, text);
+    result = accelerate::spelling::choice(rule.choices, text);
     break;
   case ValueType::BoolOrChoice:
-    if (auto value = parseBool(text))
+    if (auto value = accelerate::spelling::boolean(text))
       result = *value ? "true" : "false";
     else
-      result = matchChoice(rule.choices, text);
+      result = accelerate::spelling::choice(rule.choices, text);
     break;
   case ValueType::ChoiceOrNumber:
-    result = matchChoice(rule.choices, text);
+    result = accelerate::spelling::choice(rule.choices, text);
     if (!result)
       result = canonicalWholeNumber(rule, text);
     break;
@@ -130,6 +101,10 @@ std::optional<std::string> canonicalValue(const ValueRule& rule, const std::stri
     result = text;
     break;
   }
+  if (!result && rule.otherSpelling &&
+      (rule.type == ValueType::Choice || rule.type == ValueType::BoolOrChoice ||
+       rule.type == ValueType::ChoiceOrNumber))
+    result = rule.otherSpelling(text);
   if (!result && problem)
     problem->mustBe = rule.describe();
   return result;

@@ -27,6 +27,9 @@ struct ValueRule {
   std::vector<std::string> choices;
   long long min = LLONG_MIN;
   long long max = LLONG_MAX;
+  /// Choice, BoolOrChoice, ChoiceOrNumber: the canonical choice for another spelling Accelerate also reads
+  /// (torch's `_HYBRID_SHARD_ZERO2`), tried when `text` is none of the rule's values; null: none.
+  std::optional<std::string> (*otherSpelling)(const std::string& text) = nullptr;
 
   static ValueRule boolean() { return {ValueType::Bool, {}, LLONG_MIN, LLONG_MAX}; }
   static ValueRule text() { return {ValueType::Text, {}, LLONG_MIN, LLONG_MAX}; }
@@ -42,6 +45,12 @@ struct ValueRule {
   }
   static ValueRule choiceOrNumber(std::vector<std::string> choices, long long min, long long max) {
     return {ValueType::ChoiceOrNumber, std::move(choices), min, max};
+  }
+  /// This rule, also taking what `spelling` reads as one of its choices.
+  ValueRule spelledAlsoAs(std::optional<std::string> (*spelling)(const std::string&)) const {
+    ValueRule rule = *this;
+    rule.otherSpelling = spelling;
+    return rule;
   }
   static ValueRule map() { return {ValueType::Map, {}, LLONG_MIN, LLONG_MAX}; }
   static ValueRule any() { return {ValueType::Any, {}, LLONG_MIN, LLONG_MAX}; }
@@ -59,9 +68,6 @@ struct ValueProblem {
 /// the problem. Map and Any accept any text unchanged.
 std::optional<std::string> canonicalValue(const ValueRule& rule, const std::string& text,
                                           ValueProblem* problem = nullptr);
-
-/// Reads true/false the way PyYAML and Accelerate's str_to_bool do (true/yes/on/y/1, false/no/off/n/0).
-std::optional<bool> parseBool(const std::string& text);
 
 /// `text` as a YAML scalar PyYAML reads back as this same string: plain when that is safe, else single-quoted
 /// ('no', '1', '', 'a: b').

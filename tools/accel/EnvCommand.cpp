@@ -6,6 +6,7 @@
 #include "Flags.h"
 #include "LaunchSettings.h"
 #include "SystemInfo.h"
+#include "settings_spelling.h"
 
 #include <iostream>
 #include <sys/stat.h>
@@ -83,7 +84,8 @@ void printParallelStrategy(const LaunchSettings& settings) {
   else if (strategy == "fsdp")
     std::cout << " (" << fsdpShardingOf(settings) << (stage == 3 ? " for ZeRO stage 3" : "")
               << ", fsdp_version " << settings.get("fsdp_version").value_or("1") << ", "
-              << fsdpStateDictTypeName(settings.get("fsdp_state_dict_type").value_or("SHARDED_STATE_DICT"))
+              << accelerate::spelling::state_dict_type(
+                     settings.get("fsdp_state_dict_type").value_or("SHARDED_STATE_DICT"))
                      .value_or("SHARDED_STATE_DICT")
               << ")";
   else if (settings.isTrue("use_deepspeed"))

@@ -9,6 +9,7 @@
 #include "Launch.h"
 #include "LaunchSettings.h"
 #include "SystemInfo.h"
+#include "settings_spelling.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -293,7 +294,7 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
   for (const auto& [variable, name] : {std::pair<const char*, const char*>{"ACCELERATE_USE_FSDP", "use_fsdp"},
                                        {"ACCELERATE_USE_DEEPSPEED", "use_deepspeed"}})
     if (auto value = environment.get(variable);
-        value && parseBool(*value) == std::optional<bool>(true) && !settings.isTrue(name))
+        value && accelerate::spelling::boolean(*value) == std::optional<bool>(true) && !settings.isTrue(name))
       options.exportedVariables.emplace_back(variable, "false");
 
   if (flags.positionals.empty())

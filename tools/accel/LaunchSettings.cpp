@@ -3,6 +3,7 @@
 #include "LaunchSettings.h"
 
 #include "ConfigSchema.h"
+#include "settings_spelling.h"
 
 #include <algorithm>
 
@@ -63,11 +64,13 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
       fsdp("fsdp_version", "FSDP_VERSION", ValueRule::wholeNumber(1, 2),
            "1 or 2 (default 1; the same behaviour in accelerate-cpp)"),
       fsdp("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY",
-           ValueRule::choiceOrNumber(fsdpShardingStrategies(), 1, 5),
+           ValueRule::choiceOrNumber(accelerate::spelling::sharding_strategies(), 1, 5)
+               .spelledAlsoAs(accelerate::spelling::sharding_strategy),
            "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, or 1-5 (default "
            "FULL_SHARD); the HYBRID ones shard within each machine, replicate across machines"),
       fsdp("fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD",
-           ValueRule::boolOrChoice(fsdpShardingStrategies()),
+           ValueRule::boolOrChoice(accelerate::spelling::sharding_strategies())
+               .spelledAlsoAs(accelerate::spelling::reshard_strategy),
            "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling; or a sharding strategy, FSDP1's "
            "(default true)"),
       fsdp("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", ValueRule::boolean(),
@@ -76,18 +79,19 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
       fsdp("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", ValueRule::wholeNumber(0, LLONG_MAX),
            "SIZE_BASED_WRAP's threshold: a unit holds at least this many parameter elements (default "
            "100000000)"),
-      fsdp("fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", ValueRule::choice(fsdpAutoWrapPolicies()),
+      fsdp("fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY",
+           ValueRule::choice(accelerate::spelling::auto_wrap_policies()),
            "which modules calling accelerate::fsdp::unit are units: TRANSFORMER_BASED_WRAP (the listed "
            "classes), SIZE_BASED_WRAP (by parameter count) or NO_WRAP (all of them; the runtime's default)"),
       fsdp("fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", ValueRule::text(),
            "TRANSFORMER_BASED_WRAP's module classes, comma-separated (Block also names BlockImpl)"),
       fsdp("fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH",
-           ValueRule::choice(fsdpBackwardPrefetchPolicies()),
+           ValueRule::choice(accelerate::spelling::backward_prefetch_policies()),
            "BACKWARD_PRE (the runtime's default), BACKWARD_POST or NO_PREFETCH: when the next unit's "
            "all-gather "
            "starts in backward"),
       fsdp("fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE",
-           ValueRule::choiceOrNumber(fsdpStateDictTypes(), 1, 3),
+           ValueRule::choiceOrNumber(accelerate::spelling::state_dict_types(), 1, 3),
            "SHARDED_STATE_DICT (the runtime's default) or FULL_STATE_DICT; LOCAL_STATE_DICT is refused"),
       fsdp("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", ValueRule::boolean(),
            "true: a unit's forward starts the next unit's all-gather (default false)"),
@@ -290,19 +294,18 @@ std::string fsdpShardingOf(const LaunchSettings& settings) {
   auto reshard = settings.get("fsdp_reshard_after_forward");
   std::optional<std::string> fromStrategy, fromReshard;
   if (strategy)
-    fromStrategy = fsdpShardingStrategyName(*strategy);
+    fromStrategy = accelerate::spelling::sharding_strategy(*strategy);
   if (reshard)
-    fromReshard = fsdpReshardStrategy(*reshard);
-  if (fromStrategy && fromReshard && !fsdpShardingAgrees(*strategy, *reshard)) {
+    fromReshard = accelerate::spelling::reshard_strategy(*reshard);
+  if (fromStrategy && fromReshard && !accelerate::spelling::sharding_agrees(*strategy, *reshard)) {
     if (isLauncherDefaultSharding(settings, "fsdp_sharding_strategy", *fromStrategy))
       fromStrategy.reset();
     else if (isLauncherDefaultSharding(settings, "fsdp_reshard_after_forward", *fromReshard))
       fromReshard.reset();
     else
       throw UsageError(describeSetting(settings, "fsdp_sharding_strategy") + " conflicts with " +
-                       describeSetting(settings, "fsdp_reshard_after_forward") +
-                       ": true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, "
-                       "HYBRID_SHARD_ZERO2) (give one of the two, or make them agree)");
+                       describeSetting(settings, "fsdp_reshard_after_forward") + ": " +
+                       accelerate::spelling::kShardingDisagreement);
   }
   const std::string resolved = fromStrategy ? *fromStrategy : fromReshard ? *fromReshard : "FULL_SHARD";
   if (zeroStageOf(settings) == 3 && resolved != "FULL_SHARD") {
@@ -326,8 +329,9 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
       throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
   // The runtime checks these options' values wherever the strategy (the ranks inherit the environment).
   if (auto type = settings.get("fsdp_state_dict_type");
-      type && fsdpStateDictTypeName(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
-    throw UsageError(describeSetting(settings, "fsdp_state_dict_type") + " " + kLocalStateDictRefusal);
+      type && accelerate::spelling::state_dict_type(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
+    throw UsageError(describeSetting(settings, "fsdp_state_dict_type") + " " +
+                     accelerate::spelling::kLocalStateDict);
   if (strategy != "fsdp")
     return;
   for (const UnsupportedFsdpKey& key : unsupportedFsdpKeys())
@@ -336,19 +340,21 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
         std::find(key.accepted.begin(), key.accepted.end(), *value) == key.accepted.end())
       throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
   if (auto policy = settings.get("fsdp_auto_wrap_policy");
-      policy && isTransformerWrapWithoutClasses(*policy, settings.get("fsdp_transformer_layer_cls_to_wrap")))
+      policy && accelerate::spelling::transformer_wrap_without_classes(
+                    *policy, settings.get("fsdp_transformer_layer_cls_to_wrap")))
     throw UsageError(describeSetting(settings, "fsdp_auto_wrap_policy") + " " +
-                     kTransformerWrapWithoutClasses);
+                     accelerate::spelling::kTransformerWrapWithoutClasses);
   if (isActivationOffloadWithoutCheckpointing(settings.get("fsdp_activation_checkpointing_offload"),
                                               settings.get("fsdp_activation_checkpointing")))
     throw UsageError(describeSetting(settings, "fsdp_activation_checkpointing_offload") + " " +
-                     kActivationOffloadWithoutCheckpointing);
-  if (const std::string sharding = fsdpShardingOf(settings); isHybridSharding(sharding)) {
+                     activationOffloadWithoutCheckpointing());
+  if (const std::string sharding = fsdpShardingOf(settings);
+      accelerate::spelling::is_hybrid_sharding(sharding)) {
     const auto machines = settings.get("num_machines");
     if (!machines || *machines == "1") {
       const char* setting =
           settings.get("fsdp_sharding_strategy") &&
-                  fsdpShardingStrategyName(*settings.get("fsdp_sharding_strategy")) == sharding
+                  accelerate::spelling::sharding_strategy(*settings.get("fsdp_sharding_strategy")) == sharding
               ? "fsdp_sharding_strategy"
               : "fsdp_reshard_after_forward";
       throw UsageError(describeSetting(settings, setting) +

@@ -1,0 +1,165 @@
+// How Hugging Face Accelerate spells its settings' values (see settings_spelling.h).
+#include "settings_spelling.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+namespace accelerate::spelling {
+namespace {
+
+std::string lower_case(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+std::string upper_case(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::toupper(c); });
+  return text;
+}
+
+} // namespace
+
+std::optional<bool> boolean(const std::string& text) {
+  static const char* const kTrue[] = {"y", "yes", "t", "true", "on", "1"};
+  static const char* const kFalse[] = {"n", "no", "f", "false", "off", "0"};
+  const std::string lower = lower_case(text);
+  for (const char* word : kTrue) {
+    if (lower == word) {
+      return true;
+    }
+  }
+  for (const char* word : kFalse) {
+    if (lower == word) {
+      return false;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> choice(const std::vector<std::string>& choices, const std::string& text) {
+  const std::string upper = upper_case(text);
+  for (const std::string& candidate : choices) {
+    if (upper_case(candidate) == upper) {
+      return candidate;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<long long> whole_number(const std::string& text, long long min, long long max) {
+  const std::size_t digits = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  if (text.size() == digits || text.find_first_not_of("0123456789", digits) != std::string::npos) {
+    return std::nullopt;
+  }
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || value < min || value > max) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+const std::vector<std::string>& sharding_strategies() {
+  static const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
+                                                       "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
+  return kStrategies;
+}
+
+std::optional<std::string> sharding_strategy(const std::string& text) {
+  if (auto name = choice(sharding_strategies(), text)) {
+    return name;
+  }
+  if (upper_case(text) == "_HYBRID_SHARD_ZERO2") {
+    return sharding_strategies()[4];
+  }
+  if (auto number = whole_number(text, 1, 5)) {
+    return sharding_strategies()[static_cast<std::size_t>(*number - 1)];
+  }
+  return std::nullopt;
+}
+
+bool reshards_after_forward(const std::string& name) {
+  return name == "FULL_SHARD" || name == "HYBRID_SHARD";
+}
+
+bool is_hybrid_sharding(const std::string& name) {
+  return name.rfind("HYBRID_SHARD", 0) == 0;
+}
+
+std::optional<std::string> reshard_strategy(const std::string& text) {
+  if (auto value = boolean(text)) {
+    return *value ? "FULL_SHARD" : "SHARD_GRAD_OP";
+  }
+  if (whole_number(text, LLONG_MIN, LLONG_MAX)) {
+    return std::nullopt;
+  }
+  return sharding_strategy(text);
+}
+
+bool sharding_agrees(const std::string& strategy, const std::string& reshard) {
+  const auto named = sharding_strategy(strategy);
+  if (!named) {
+    return false;
+  }
+  if (auto value = boolean(reshard)) {
+    return *value == reshards_after_forward(*named);
+  }
+  const auto meant = reshard_strategy(reshard);
+  return meant && *meant == *named;
+}
+
+const std::vector<std::string>& state_dict_types() {
+  static const std::vector<std::string> kTypes = {"FULL_STATE_DICT", "LOCAL_STATE_DICT",
+                                                  "SHARDED_STATE_DICT"};
+  return kTypes;
+}
+
+std::optional<std::string> state_dict_type(const std::string& text) {
+  if (auto name = choice(state_dict_types(), text)) {
+    return name;
+  }
+  if (auto number = whole_number(text, 1, 3)) {
+    return state_dict_types()[static_cast<std::size_t>(*number - 1)];
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string>& auto_wrap_policies() {
+  static const std::vector<std::string> kPolicies = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
+  return kPolicies;
+}
+
+const std::vector<std::string>& backward_prefetch_policies() {
+  static const std::vector<std::string> kPolicies = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
+  return kPolicies;
+}
+
+bool transformer_wrap_without_classes(const std::string& policy, const std::optional<std::string>& classes) {
+  return upper_case(policy) == "TRANSFORMER_BASED_WRAP" &&
+         (!classes || classes->find_first_not_of(" \t,") == std::string::npos);
+}
+
+const char* const kShardingDisagreement =
+    "fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, "
+    "HYBRID_SHARD_ZERO2) (set one of the two, or make them agree)";
+
+const char* const kTransformerWrapWithoutClasses =
+    "makes units of the module classes fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the "
+    "classes, comma-separated, e.g. fsdp_transformer_layer_cls_to_wrap: Block; accelerate-cpp has no "
+    "Transformers `_no_split_modules` to take them from; or use SIZE_BASED_WRAP or NO_WRAP)";
+
+const char* const kActivationOffloadWithoutCheckpointing =
+    "only the inputs a checkpointed unit keeps can be offloaded, and without activation checkpointing no "
+    "unit "
+    "keeps them (set fsdp_activation_checkpointing true as well, or fsdp_activation_checkpointing_offload "
+    "false)";
+
+const char* const kLocalStateDict =
+    "is FSDP1's per-process flat shards, which neither FSDP2 nor accelerate-cpp writes (use "
+    "SHARDED_STATE_DICT: "
+    "each process writes its shards, or FULL_STATE_DICT: the main process writes whole models)";
+
+} // namespace accelerate::spelling
