@@ -225,7 +225,7 @@ void one_of_auto_wrap_policies(const std::string& key, const std::string& value,
 
 void one_of_offload_devices(const std::string& key, const std::string& value, const std::string& where) {
   if (value != "none" && value != "cpu") {
-    refuse(key, value, where, "is not an optimizer offload device this runtime has; use none or cpu");
+    refuse(key, value, where, "is not an offload device this runtime has; use none or cpu (no NVMe offload)");
   }
 }
 
@@ -259,10 +259,6 @@ const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings()
        "names a DeepSpeed JSON config, which this runtime does not read; remove it and give zero_stage, "
        "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps in the deepspeed_config "
        "section (or their ACCELERATE_* variables) instead"},
-      {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none",
-       "asks to offload parameters, which the fsdp strategy (ZeRO stage 3) does with fsdp_offload_params; "
-       "use "
-       "none, and fsdp_offload_params true (fsdp_config, FSDP_OFFLOAD_PARAMS=true)"},
       {"offload_optimizer_nvme_path", nullptr, "none",
        "is for NVMe offload, which this runtime does not have; remove it (offload_optimizer_device takes "
        "none or "
@@ -777,6 +773,34 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
   }
 }
 
+/// DeepSpeed's offload devices: offload_param_device "cpu" needs zero_stage 3, as in DeepSpeed; under
+/// zero_stage 3 (the fsdp strategy) either device "cpu" runs as fsdp_offload_params true, which must not be
+/// set false.
+void resolve_zero_offload(ResolvedConfig& config) {
+  const bool parameters = config.offload_param_device == "cpu";
+  if (parameters && config.zero_stage != 3) {
+    refuse_conflict(named(config, "offload_param_device", config.offload_param_device),
+                    named(config, "zero_stage", std::to_string(config.zero_stage)),
+                    spelling::kParameterOffloadBelowStage3);
+  }
+  if (config.zero_stage != 3 || (!parameters && config.offload_optimizer_device != "cpu")) {
+    return;
+  }
+  const std::string device = parameters ? "offload_param_device" : "offload_optimizer_device";
+  std::string& offload_source = config.sources["fsdp_offload_params"];
+  if (config.fsdp_offload_params) {
+    return;
+  }
+  // false from the environment gives way: Hugging Face's launcher exports FSDP_OFFLOAD_PARAMS=false when
+  // it was not given.
+  if (offload_source != "default" && offload_source != "environment") {
+    refuse_conflict(named(config, device, "cpu"), named(config, "fsdp_offload_params", "false"),
+                    spelling::kZeroOffloadAgainstFsdpOffload);
+  }
+  config.fsdp_offload_params = true;
+  offload_source = device + " cpu with zero_stage 3 from " + origin(config.sources[device]);
+}
+
 /// The rules between zero_stage, parallel_strategy, Accelerate's FSDP settings and offload_optimizer_device,
 /// after each was resolved:
 /// - DeepSpeed on (distributed_type: DEEPSPEED, a deepspeed_config section, ACCELERATE_USE_DEEPSPEED=true)
@@ -786,7 +810,8 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
 /// - parallel_strategy "zero" with zero_stage not set: zero_stage 2;
 /// - refused: zero_stage 1 or 2 with FSDP asked for; parallel_strategy "zero" with zero_stage 0 set
 ///   explicitly, zero_stage 3 or FSDP asked for; "fsdp" with zero_stage 1 or 2; another parallel_strategy
-///   with any of them; offload_optimizer_device "cpu" without ZeRO; an fsdp_* option set in
+///   with any of them; offload_optimizer_device "cpu" without ZeRO (under zero_stage 3 it runs as
+///   fsdp_offload_params, resolve_zero_offload); an fsdp_* option set in
 ///   AcceleratorOptions without the fsdp strategy;
 /// - under "fsdp": resolve_fsdp.
 /// A derived value's source names what it was derived from.
@@ -866,17 +891,15 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
         "out the FSDP settings (distributed_type MULTI_GPU or MULTI_CPU without an fsdp_config "
         "section, ACCELERATE_USE_FSDP unset)");
   }
-  if (config.offload_optimizer_device != "none" && config.parallel_strategy == "fsdp") {
-    refuse("offload_optimizer_device", config.offload_optimizer_device,
-           origin(config.sources["offload_optimizer_device"]),
-           "asks to keep the optimizer state on the CPU, which the fsdp strategy (parallel_strategy is fsdp, "
-           "from " +
-               origin(strategy_source) +
-               ") does with fsdp_offload_params; use none, and fsdp_offload_params true (fsdp_config, "
-               "FSDP_OFFLOAD_PARAMS=true) for the shards, their gradients and the optimizer state in CPU "
-               "memory (ZeRO, zero_stage 1 or 2, offloads the optimizer state alone)");
+  resolve_zero_offload(config);
+  if (config.offload_optimizer_device != "none" && config.parallel_strategy == "fsdp" &&
+      config.zero_stage != 3) {
+    refuse_conflict(named(config, "offload_optimizer_device", config.offload_optimizer_device),
+                    named(config, "parallel_strategy", config.parallel_strategy),
+                    spelling::kOptimizerOffloadUnderFsdp);
   }
-  if (config.offload_optimizer_device != "none" && config.parallel_strategy != "zero") {
+  if (config.offload_optimizer_device != "none" && config.parallel_strategy != "zero" &&
+      config.parallel_strategy != "fsdp") {
     throw std::invalid_argument(
         "accelerate: offload_optimizer_device='" + config.offload_optimizer_device + "' (from " +
         origin(config.sources["offload_optimizer_device"]) +

@@ -146,6 +146,22 @@ const char* const kShardingDisagreement =
     "fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, "
     "HYBRID_SHARD_ZERO2) (set one of the two, or make them agree)";
 
+const char* const kZeroOffloadAgainstFsdpOffload =
+    "under ZeRO stage 3 (the fsdp strategy) DeepSpeed's CPU offload runs as fsdp_offload_params true: the "
+    "shards, their gradients and the optimizer state in CPU memory (set the DeepSpeed offload devices to "
+    "none, "
+    "or fsdp_offload_params true)";
+
+const char* const kParameterOffloadBelowStage3 =
+    "DeepSpeed offloads parameters at ZeRO stage 3 only (use zero_stage 3, where it runs as "
+    "fsdp_offload_params true, or offload_param_device none)";
+
+const char* const kOptimizerOffloadUnderFsdp =
+    "the fsdp strategy keeps the optimizer state in CPU memory with fsdp_offload_params (use none, and "
+    "fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or --fsdp_offload_params true: the "
+    "shards, their gradients and the optimizer state in CPU memory; ZeRO stage 1 or 2 offloads the optimizer "
+    "state alone, and zero_stage 3 takes DeepSpeed's offload as fsdp_offload_params)";
+
 const char* const kTransformerWrapWithoutClasses =
     "makes units of the module classes fsdp_transformer_layer_cls_to_wrap lists, and it lists none (name the "
     "classes, comma-separated, e.g. fsdp_transformer_layer_cls_to_wrap: Block; accelerate-cpp has no "

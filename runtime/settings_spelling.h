@@ -60,6 +60,19 @@ std::optional<std::string> state_dict_type(const std::string& text);
 /// follows "<strategy setting> conflicts with <reshard setting>: ".
 extern const char* const kShardingDisagreement;
 
+/// DeepSpeed's CPU offload under ZeRO stage 3 (offload_optimizer_device or offload_param_device `cpu`), which
+/// runs as the fsdp strategy's fsdp_offload_params true, against fsdp_offload_params false: why, and the fix;
+/// follows "<offload setting> conflicts with <fsdp_offload_params setting>: ".
+extern const char* const kZeroOffloadAgainstFsdpOffload;
+
+/// DeepSpeed's parameter offload (offload_param_device cpu) with a ZeRO stage other than 3: why, and the fix;
+/// follows "<offload_param_device setting> conflicts with <zero_stage setting>: ".
+extern const char* const kParameterOffloadBelowStage3;
+
+/// DeepSpeed's optimizer offload (offload_optimizer_device cpu) with FSDP asked for other than through
+/// zero_stage 3: why, and the fix; follows "<offload setting> conflicts with <what asked for FSDP>: ".
+extern const char* const kOptimizerOffloadUnderFsdp;
+
 /// Accelerate's automatic wrapping policies (FSDP_AUTO_WRAP_POLICY).
 const std::vector<std::string>& auto_wrap_policies();
 

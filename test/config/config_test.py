@@ -287,20 +287,30 @@ def QuestionnaireOffersZeroStages():
               f"a ZeRO-1 file with Accelerate's keys: {written}")
         code, out, err = accel("config", "--validate", path)
         check(code == 0, "the file must pass --validate", err)
-        # Stage 3 runs the fsdp strategy: no offload question (offload comes later), Accelerate's stage-3 keys off.
-        answers = ["0", "2", "1", "no", "yes", "3", "1", "no", "2", "bf16"]
-        code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
-        check(code == 0 and "ZeRO stage 3 runs accelerate-cpp's fsdp strategy (FULL_SHARD)" in out
-              and "offload optimizer states" not in out, "accel config must write a ZeRO-3 file", out + err)
-        written = load_yaml(path)
-        check(written["distributed_type"] == "DEEPSPEED" and written["deepspeed_config"] == {
-            "zero_stage": 3, "offload_optimizer_device": "none", "offload_param_device": "none",
-            "zero3_save_16bit_model": False, "zero3_init_flag": False, "gradient_accumulation_steps": 1},
-            f"a ZeRO-3 file with Accelerate's keys: {written}")
-        resolved = probe(environment(ACCELERATE_CONFIG_FILE=path))
-        check(resolved["parallel_strategy"] == ("fsdp", f"zero_stage 3 from config file {path}")
-              and resolved["fsdp_sharding_strategy"] == ("FULL_SHARD", f"zero_stage 3 from config file {path}"),
-              f"the runtime must run ZeRO-3 as fsdp: {resolved}")
+        # Stage 3 runs the fsdp strategy: both of Accelerate's offload questions, whose cpu runs as fsdp_offload_params;
+        # Accelerate's other stage-3 keys off.
+        for devices in (["none", "none"], ["none", "cpu"], ["cpu", "none"]):
+            answers = ["0", "2", "1", "no", "yes", "3", *devices, "1", "no", "2", "bf16"]
+            code, out, err = accel("config", "--config_file", path, stdin="\n".join(answers) + "\n")
+            check(code == 0 and "ZeRO stage 3 runs accelerate-cpp's fsdp strategy (FULL_SHARD)" in out
+                  and "Where to offload optimizer states" in out and "Where to offload parameters" in out,
+                  "accel config must write a ZeRO-3 file", out + err)
+            written = load_yaml(path)
+            check(written["distributed_type"] == "DEEPSPEED" and written["deepspeed_config"] == {
+                "zero_stage": 3, "offload_optimizer_device": devices[0], "offload_param_device": devices[1],
+                "zero3_save_16bit_model": False, "zero3_init_flag": False, "gradient_accumulation_steps": 1},
+                f"a ZeRO-3 file with Accelerate's keys: {written}")
+            code, out, err = accel("config", "--validate", path)
+            check(code == 0, "the ZeRO-3 file must pass --validate", err)
+            resolved = probe(environment(ACCELERATE_CONFIG_FILE=path))
+            offloads = "cpu" in devices
+            device = "offload_param_device" if devices[1] == "cpu" else "offload_optimizer_device"
+            check(resolved["parallel_strategy"] == ("fsdp", f"zero_stage 3 from config file {path}")
+                  and resolved["fsdp_sharding_strategy"] == ("FULL_SHARD", f"zero_stage 3 from config file {path}")
+                  and resolved["fsdp_offload_params"] == (
+                      ("true", f"{device} cpu with zero_stage 3 from config file {path}") if offloads
+                      else ("false", "default")),
+                  f"the runtime must run ZeRO-3 as fsdp, offloading with DeepSpeed's cpu offload: {resolved}")
         # CPU only: DeepSpeed is not offered, as in Accelerate.
         code, out, err = accel("config", "--config_file", path, stdin="0\n0\nyes\nno\n")
         check(code == 0 and "DeepSpeed" not in out and load_yaml(path)["distributed_type"] == "NO",
@@ -472,9 +482,9 @@ BAD_FILES = [
      "f.yaml:3:3: deepspeed_config.offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe (use none "
      "or cpu)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: cpu\n",
-     "f.yaml:3:3: deepspeed_config.offload_param_device cpu offloads parameters, which accelerate-cpp's fsdp strategy "
-     "(ZeRO stage 3) does with fsdp_offload_params (use none, and fsdp_offload_params true in fsdp_config, "
-     "FSDP_OFFLOAD_PARAMS=true or --fsdp_offload_params true)"),
+     "f.yaml:3:3: deepspeed_config.offload_param_device cpu conflicts with zero_stage 2 (Accelerate's default): "
+     "DeepSpeed offloads parameters at ZeRO stage 3 only (use zero_stage 3, where it runs as fsdp_offload_params true, "
+     "or offload_param_device none)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds_config.json\n",
      "f.yaml:3:3: deepspeed_config.deepspeed_config_file ds_config.json names a DeepSpeed JSON config, which "
      "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, gradient_clipping and "
@@ -749,11 +759,11 @@ RUNTIME_REFUSALS = [
      "FSDP_IGNORED_MODULES='head' (from the environment) names modules FSDP should leave unsharded, which this "
      "version of the fsdp strategy does not have; remove it"),
     ({**FSDP_ENV, "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu"}, [],
-     "offload_optimizer_device='cpu' (from the environment) asks to keep the optimizer state on the CPU, which the fsdp "
-     "strategy (parallel_strategy is fsdp, from ACCELERATE_USE_FSDP=true "
-     "in the environment) does with fsdp_offload_params; use none, and fsdp_offload_params true (fsdp_config, "
-     "FSDP_OFFLOAD_PARAMS=true) for the shards, their gradients and the optimizer state in CPU memory (ZeRO, zero_stage "
-     "1 or 2, offloads the optimizer state alone)"),
+     "offload_optimizer_device='cpu' (from the environment) conflicts with parallel_strategy='fsdp' (from "
+     "ACCELERATE_USE_FSDP=true in the environment): the fsdp strategy keeps the optimizer state in CPU memory with "
+     "fsdp_offload_params (use none, and fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or "
+     "--fsdp_offload_params true: the shards, their gradients and the optimizer state in CPU memory; ZeRO stage 1 or 2 "
+     "offloads the optimizer state alone, and zero_stage 3 takes DeepSpeed's offload as fsdp_offload_params)"),
     ({}, ["parallel_strategy=fsdp", "fsdp_sharding_strategy=HYBRID_SHARD", "fsdp_reshard_after_forward=false"],
      "fsdp_sharding_strategy='HYBRID_SHARD' (from AcceleratorOptions) conflicts with fsdp_reshard_after_forward="
      "'false' (from AcceleratorOptions): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), "
@@ -940,12 +950,22 @@ ALIKE = [
      "1:1: distributed_type FSDP conflicts with DeepSpeed's zero_stage 2: ZeRO stage 1 or 2 runs the zero strategy, "
      "FSDP the fsdp strategy (ask for one: leave out the DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully "
      "sharded)", "zero_stage='2' (from config file PATH) conflicts with distributed_type: FSDP in config file PATH"),
-    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n",
-     "4:3: deepspeed_config.offload_optimizer_device cpu with zero_stage 3 asks to keep the optimizer state on the "
-     "CPU, which accelerate-cpp's fsdp strategy does with fsdp_offload_params (use none, and fsdp_offload_params true "
-     "in fsdp_config, FSDP_OFFLOAD_PARAMS=true or --fsdp_offload_params true: the shards, their gradients and the "
-     "optimizer state in CPU memory; ZeRO stage 1 or 2 offloads the optimizer state alone)",
-     "offload_optimizer_device='cpu' (from config file PATH) asks to keep the optimizer state on the CPU"),
+    # DeepSpeed's CPU offload at stage 3 runs as fsdp_offload_params (Python's `accelerate config` writes both keys).
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n", None, None),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n"
+     "  offload_param_device: cpu\n  zero3_init_flag: false\n", None, None),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_param_device: cpu\nfsdp_config:\n"
+     "  fsdp_offload_params: false\n",
+     "4:3: deepspeed_config.offload_param_device cpu conflicts with fsdp_config.fsdp_offload_params false: under ZeRO "
+     "stage 3 (the fsdp strategy) DeepSpeed's CPU offload runs as fsdp_offload_params true",
+     "offload_param_device='cpu' (from config file PATH) conflicts with fsdp_offload_params='false' (from config file "
+     "PATH)"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 0\n  offload_optimizer_device: cpu\n"
+     "fsdp_config:\n  fsdp_version: 2\n",
+     "4:3: deepspeed_config.offload_optimizer_device cpu conflicts with the fsdp_config section: the fsdp strategy keeps "
+     "the optimizer state in CPU memory with fsdp_offload_params",
+     "offload_optimizer_device='cpu' (from config file PATH) conflicts with parallel_strategy='fsdp' (from the "
+     "fsdp_config section in config file PATH)"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n",
      "3:17: fsdp_config.fsdp_version must be a whole number between 1 and 2 (got '3')",
      "fsdp_version='3' (from config file PATH) is not an FSDP version"),

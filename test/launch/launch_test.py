@@ -618,12 +618,46 @@ def UnsupportedFsdpSettingsAreRefused():
                       "accel launch: ACCELERATE_DEEPSPEED_ZERO_STAGE=2 in the environment conflicts with --use_fsdp: a "
                       "ZeRO stage of 1 or 2 runs the zero strategy, FSDP the fsdp strategy (ask for one: leave out the "
                       "DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully sharded)")
-    check_usage_error(launch("--use_deepspeed", "--zero_stage", "3", "--offload_optimizer_device", "cpu", PROBE),
-                      "accel launch: --offload_optimizer_device cpu with the fsdp strategy asks to keep the optimizer "
-                      "state on the CPU, which accelerate-cpp's fsdp strategy does with fsdp_offload_params (use none, "
-                      "and fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or --fsdp_offload_params "
-                      "true: the shards, their gradients and the optimizer state in CPU memory; ZeRO stage 1 or 2 "
-                      "offloads the optimizer state alone)")
+    # DeepSpeed's optimizer offload with FSDP asked for other than through zero_stage 3.
+    check_usage_error(launch("--use_fsdp", PROBE, env=environment(ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE="cpu")),
+                      "accel launch: ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=cpu in the environment conflicts "
+                      "with the fsdp strategy: the fsdp strategy keeps the optimizer state in CPU memory with "
+                      "fsdp_offload_params (use none, and fsdp_offload_params true in fsdp_config, "
+                      "FSDP_OFFLOAD_PARAMS=true or --fsdp_offload_params true: the shards, their gradients and the "
+                      "optimizer state in CPU memory; ZeRO stage 1 or 2 offloads the optimizer state alone, and "
+                      "zero_stage 3 takes DeepSpeed's offload as fsdp_offload_params)")
+
+
+def ZeroStage3OffloadRunsAsFsdpOffload():
+    # DeepSpeed's CPU offload at stage 3 launches, exported as Accelerate's launcher exports it; the runtime reads it
+    # as fsdp_offload_params (config.FsdpFilesAreJudgedAlikeByAccelAndTheRuntime, config_test.py).
+    for flags in (["--offload_optimizer_device", "cpu"], ["--offload_param_device", "cpu"],
+                  ["--offload_optimizer_device", "cpu", "--offload_param_device", "CPU"]):
+        result = launch("-q", "--use_deepspeed", "--zero_stage", "3", *flags, PROBE, "--print-env", "ACCELERATE_")
+        check(result.code == 0, f"--zero_stage 3 {' '.join(flags)} must launch", result)
+        got = env_lines(result.stdout)[0]
+        for flag, value in zip(flags[::2], flags[1::2]):
+            variable = "ACCELERATE_DEEPSPEED_" + flag[2:].upper()
+            check(got.get(variable) == value.lower(), f"expected {variable}={value.lower()}, got {got.get(variable)}",
+                  result)
+    # Parameter offload below stage 3, and against fsdp_offload_params false, is refused; false exported by a launcher
+    # (in the environment) gives way.
+    check_usage_error(launch("--use_deepspeed", "--offload_param_device", "cpu", PROBE),
+                      "accel launch: --offload_param_device cpu conflicts with zero_stage 2: DeepSpeed offloads "
+                      "parameters at ZeRO stage 3 only (use zero_stage 3, where it runs as fsdp_offload_params true, "
+                      "or offload_param_device none)")
+    check_usage_error(launch("--use_deepspeed", "--zero_stage", "3", "--offload_param_device", "nvme", PROBE),
+                      "accel launch: --offload_param_device nvme: accelerate-cpp does not offload to NVMe (use none or "
+                      "cpu)")
+    check_usage_error(launch("--use_deepspeed", "--zero_stage", "3", "--offload_optimizer_device", "cpu",
+                             "--fsdp_offload_params", "false", PROBE),
+                      "accel launch: --offload_optimizer_device cpu conflicts with --fsdp_offload_params false: under "
+                      "ZeRO stage 3 (the fsdp strategy) DeepSpeed's CPU offload runs as fsdp_offload_params true: the "
+                      "shards, their gradients and the optimizer state in CPU memory (set the DeepSpeed offload "
+                      "devices to none, or fsdp_offload_params true)")
+    given_way = launch("-q", "--use_deepspeed", "--zero_stage", "3", "--offload_param_device", "cpu", PROBE,
+                       env=environment(FSDP_OFFLOAD_PARAMS="false"))
+    check(given_way.code == 0, "FSDP_OFFLOAD_PARAMS=false in the environment must give way", given_way)
 
 
 # The variables Hugging Face's launcher (accelerate/utils/launch.py, prepare_deepspeed_cmd_env) exports for

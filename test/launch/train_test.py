@@ -327,9 +327,11 @@ def AZeroFileTrainsLikeDdp():
 
 
 def AnFsdpFileTrainsLikeDdp():
-    # Python Accelerate's FSDP file (version 2, no automatic wrapping) and a DeepSpeed ZeRO-3 file select the fsdp
+    # Python Accelerate's FSDP file (version 2, no automatic wrapping) and DeepSpeed ZeRO-3 files select the fsdp
     # strategy through accel launch; launch_train's model has no units, so all of it is the root's resident unit
-    # (gradients and optimizer state sharded), and the 2 ranks end bit-identical to DDP's.
+    # (gradients and optimizer state sharded), and the 2 ranks end bit-identical to DDP's. ZeRO-3 with DeepSpeed's
+    # CPU offload runs as fsdp_offload_params; the test hook ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU takes the offload
+    # code path on the CPU (docs/development.md), which must not change a bit either.
     files = {
         "fsdp2.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nuse_cpu: true\nnum_machines: 1\n"
                       "num_processes: 2\nmixed_precision: 'no'\nfsdp_config:\n  fsdp_version: 2\n"
@@ -339,7 +341,12 @@ def AnFsdpFileTrainsLikeDdp():
         "zero3.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nuse_cpu: true\nnum_machines: 1\n"
                       "num_processes: 2\nmixed_precision: 'no'\ndeepspeed_config:\n  zero_stage: 3\n"
                       "  offload_optimizer_device: none\n  offload_param_device: none\n  zero3_init_flag: false\n",
+        "zero3_offload.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nuse_cpu: true\n"
+                              "num_machines: 1\nnum_processes: 2\nmixed_precision: 'no'\ndeepspeed_config:\n"
+                              "  zero_stage: 3\n  offload_optimizer_device: cpu\n  offload_param_device: cpu\n"
+                              "  zero3_init_flag: false\n",
     }
+    offloaded = "offload params: on (shards, their gradients and the optimizer step in CPU memory)"
     ddp = accel_run("--num_processes", "2", "--main_process_port", str(free_port()),
                     train_args=("--steps", "5", "--prepare-optimizer"))
     with tempfile.TemporaryDirectory() as directory:
@@ -347,10 +354,14 @@ def AnFsdpFileTrainsLikeDdp():
             path = os.path.join(directory, name)
             with open(path, "w") as file:
                 file.write(text)
+            hook = {"ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU": "1"} if "offload" in name else {}
             code, output, _ = run([ACCEL, "launch", "-q", "--config_file", path, "--main_process_port",
-                                   str(free_port()), TRAIN, "--steps", "5", "--prepare-optimizer"])
+                                   str(free_port()), TRAIN, "--steps", "5", "--prepare-optimizer"],
+                                  environment(**hook))
             check(code == 0 and "fsdp: FULL_SHARD, parameters, gradients and optimizer state in 2 shares" in output,
                   f"{name} must select FSDP FULL_SHARD in the ranks' runtime", output)
+            check((offloaded in output) == ("offload" in name), f"{name}: offload must be on exactly with "
+                  "DeepSpeed's CPU offload", output)
             fsdp = params_of(output)
             check(fsdp == ddp, f"{name}: FSDP ended with {fsdp}, DDP with {ddp}: they must be bit-identical")
             print(f"{name}: {fsdp}; DDP: {ddp}")

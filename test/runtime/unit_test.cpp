@@ -416,15 +416,15 @@ TEST(Config, ZeroSettingsThisRuntimeLacksAreRefusedNamingKeyValueAndSource) {
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
        "zero_stage='4' (from config file PATH) is not a ZeRO stage; use 0 (off), 1"},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_device: nvme\n",
-       "offload_optimizer_device='nvme' (from config file PATH) is not an optimizer offload device this "
-       "runtime has; "
+       "offload_optimizer_device='nvme' (from config file PATH) is not an offload device this runtime has; "
        "use none or cpu"},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
        "deepspeed_config.deepspeed_config_file='ds.json' (from config file PATH) names a DeepSpeed JSON "
        "config, which "
        "this runtime does not read"},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: cpu\n",
-       "deepspeed_config.offload_param_device='cpu' (from config file PATH) asks to offload parameters"},
+       "offload_param_device='cpu' (from config file PATH) conflicts with zero_stage='2' (from Accelerate's "
+       "DeepSpeed default stage"},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero3_init_flag: true\n",
        "deepspeed_config.zero3_init_flag='true' (from config file PATH) is for ZeRO stage 3"},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_nvme_path: /nvme\n",

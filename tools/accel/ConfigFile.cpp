@@ -85,12 +85,9 @@ const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
       {"deepspeed_config_file", "none",
        "names a DeepSpeed JSON config, which accelerate-cpp does not read (remove it and give zero_stage, "
        "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps instead)"},
-      {"offload_optimizer_device", "", ""}, // checked below: none and cpu are supported, nvme is not
-      {"offload_param_device", "none",
-       "offloads parameters, which accelerate-cpp's fsdp strategy (ZeRO stage 3) does with "
-       "fsdp_offload_params "
-       "(use none, and fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or "
-       "--fsdp_offload_params true)"},
+      // checked below: none and cpu are supported (cpu with zero_stage 3 as fsdp_offload_params), nvme is not
+      {"offload_optimizer_device", "", ""},
+      {"offload_param_device", "", ""},
       {"offload_optimizer_nvme_path", "none",
        "is for NVMe offload, which accelerate-cpp does not have (remove it; offload_optimizer_device takes "
        "none or cpu)"},
@@ -132,11 +129,6 @@ std::string activationOffloadWithoutCheckpointing() {
   return std::string("conflicts with fsdp_activation_checkpointing false: ") +
          accelerate::spelling::kActivationOffloadWithoutCheckpointing;
 }
-const char* const kFsdpOptimizerOffloadRefusal =
-    "asks to keep the optimizer state on the CPU, which accelerate-cpp's fsdp strategy does with "
-    "fsdp_offload_params (use none, and fsdp_offload_params true in fsdp_config, FSDP_OFFLOAD_PARAMS=true or "
-    "--fsdp_offload_params true: the shards, their gradients and the optimizer state in CPU memory; ZeRO "
-    "stage 1 or 2 offloads the optimizer state alone)";
 
 // ------------------------------------------------------------------------------------------- the path
 
@@ -339,16 +331,38 @@ std::string joined(const std::vector<std::string>& items) {
   return text;
 }
 
+bool isFilledSection(const ConfigDocument& document, const std::string& key) {
+  const ConfigValue* value = document.root.find(key);
+  return value && value->kind == ConfigValue::Kind::Map && !value->entries.empty();
+}
+
+/// The ZeRO stage a file asks for: its deepspeed_config.zero_stage, else Accelerate's default 2 where the
+/// file asks for DeepSpeed (distributed_type DEEPSPEED or a deepspeed_config section that is not empty), else
+/// 0.
+std::string zeroStageOf(const ConfigDocument& document) {
+  const bool deepspeed = document.scalar("distributed_type") == std::optional<std::string>("DEEPSPEED") ||
+                         isFilledSection(document, "deepspeed_config");
+  return document.scalar("deepspeed_config.zero_stage").value_or(deepspeed ? "2" : "0");
+}
+
 /// The DeepSpeed keys accel cannot run: the keys of unsupportedDeepSpeedKeys() with another value than their
-/// default. Stages 0 to 3 (3 runs the fsdp strategy), offload of the optimizer state to the CPU (stages 1 and
-/// 2), the clipping and the accumulation steps are run; the multi-node launcher keys are accepted (accel
-/// starts each machine's ranks).
+/// default, NVMe offload, and parameter offload below stage 3. Stages 0 to 3 (3 runs the fsdp strategy),
+/// offload of the optimizer state to the CPU (stages 1 and 2; at stage 3 with the parameters, as
+/// fsdp_offload_params), the clipping and the accumulation steps are run; the multi-node launcher keys are
+/// accepted (accel starts each machine's ranks).
 void checkDeepSpeedSection(const ConfigDocument& document) {
-  if (auto device = document.scalar("deepspeed_config.offload_optimizer_device"); device && *device == "nvme")
-    throw ConfigError(
-        document.where("deepspeed_config.offload_optimizer_device") +
-        "deepspeed_config.offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe "
-        "(use none or cpu)");
+  for (const char* key :
+       {"deepspeed_config.offload_optimizer_device", "deepspeed_config.offload_param_device"})
+    if (auto device = document.scalar(key); device && *device == "nvme")
+      throw ConfigError(document.where(key) + key +
+                        " nvme: accelerate-cpp does not offload to NVMe (use none or cpu)");
+  const std::string stage = zeroStageOf(document);
+  if (document.scalar("deepspeed_config.offload_param_device") == std::optional<std::string>("cpu") &&
+      stage != "3")
+    throw ConfigError(document.where("deepspeed_config.offload_param_device") +
+                      "deepspeed_config.offload_param_device cpu conflicts with zero_stage " + stage +
+                      (document.scalar("deepspeed_config.zero_stage") ? "" : " (Accelerate's default)") +
+                      ": " + accelerate::spelling::kParameterOffloadBelowStage3);
   for (const UnsupportedDeepSpeedKey& key : unsupportedDeepSpeedKeys()) {
     if (key.problem.empty())
       continue;
@@ -358,21 +372,16 @@ void checkDeepSpeedSection(const ConfigDocument& document) {
   }
 }
 
-bool isFilledSection(const ConfigDocument& document, const std::string& key) {
-  const ConfigValue* value = document.root.find(key);
-  return value && value->kind == ConfigValue::Kind::Map && !value->entries.empty();
-}
-
 /// What the fsdp strategy cannot run, where the file runs it (distributed_type FSDP, an fsdp_config section
 /// that is not empty, or DeepSpeed's zero_stage 3): the keys of unsupportedFsdpKeys() with a value they do
-/// not accept, hybrid sharding, LOCAL_STATE_DICT, optimizer offload, fsdp_sharding_strategy and
-/// fsdp_reshard_after_forward disagreeing (or not FULL_SHARD under zero_stage 3); and ZeRO stage 1 or 2 asked
-/// for with FSDP. The runtime's rules (runtime/config.cpp) for a file it reads.
+/// not accept, hybrid sharding, LOCAL_STATE_DICT, DeepSpeed's optimizer offload without zero_stage 3 or its
+/// CPU offload against fsdp_offload_params false, fsdp_sharding_strategy and fsdp_reshard_after_forward
+/// disagreeing (or not FULL_SHARD under zero_stage 3); and ZeRO stage 1 or 2 asked for with FSDP. The
+/// runtime's rules (runtime/config.cpp) for a file it reads.
 void checkFsdpSettings(const ConfigDocument& document) {
   const std::string type = document.scalar("distributed_type").value_or("");
   const bool fsdp = type == "FSDP" || isFilledSection(document, "fsdp_config");
-  const bool deepspeed = type == "DEEPSPEED" || isFilledSection(document, "deepspeed_config");
-  const std::string stage = document.scalar("deepspeed_config.zero_stage").value_or(deepspeed ? "2" : "0");
+  const std::string stage = zeroStageOf(document);
   const std::string fsdpKey = type == "FSDP" ? "distributed_type" : "fsdp_config";
   const std::string fsdpWhat = type == "FSDP" ? "distributed_type FSDP" : "the fsdp_config section";
   if (fsdp && (stage == "1" || stage == "2"))
@@ -425,11 +434,20 @@ void checkFsdpSettings(const ConfigDocument& document) {
         " conflicts with deepspeed_config.zero_stage 3, which is fully sharded (leave the sharding "
         "strategy unset or make it FULL_SHARD, or use zero_stage 2)");
   }
-  if (document.scalar("deepspeed_config.offload_optimizer_device") == std::optional<std::string>("cpu"))
-    throw ConfigError(document.where("deepspeed_config.offload_optimizer_device") +
-                      "deepspeed_config.offload_optimizer_device cpu with " +
-                      (stage == "3" ? std::string("zero_stage 3") : fsdpWhat) + " " +
-                      kFsdpOptimizerOffloadRefusal);
+  // DeepSpeed's CPU offload under zero_stage 3 runs as fsdp_offload_params true (the runtime's
+  // resolve_zero_offload).
+  for (const char* key :
+       {"deepspeed_config.offload_optimizer_device", "deepspeed_config.offload_param_device"}) {
+    if (document.scalar(key) != std::optional<std::string>("cpu"))
+      continue;
+    const auto offload = document.scalar("fsdp_config.fsdp_offload_params");
+    if (stage == "3" && offload && accelerate::spelling::boolean(*offload) == std::optional<bool>(false))
+      throw ConfigError(document.where(key) + key + " cpu conflicts with fsdp_config.fsdp_offload_params " +
+                        *offload + ": " + accelerate::spelling::kZeroOffloadAgainstFsdpOffload);
+    if (stage != "3")
+      throw ConfigError(document.where(key) + key + " cpu conflicts with " + fsdpWhat + ": " +
+                        accelerate::spelling::kOptimizerOffloadUnderFsdp);
+  }
 }
 
 /// What accel cannot launch even though Accelerate knows it, and cross-key rules.

@@ -89,9 +89,6 @@ bool isActivationOffloadWithoutCheckpointing(const std::optional<std::string>& o
                                              const std::optional<std::string>& checkpointing);
 std::string activationOffloadWithoutCheckpointing();
 
-/// Why optimizer offload under the fsdp strategy is refused, ready to follow "<setting> <value> ".
-extern const char* const kFsdpOptimizerOffloadRefusal;
-
 /// Where `accel config` writes and `accel launch` reads by default, as Accelerate decides it:
 /// $HF_HOME/accelerate/default_config.yaml, else $XDG_CACHE_HOME/huggingface/accelerate/..., else
 /// ~/.cache/huggingface/accelerate/default_config.yaml.

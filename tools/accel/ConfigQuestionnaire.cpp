@@ -235,8 +235,8 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
                            "sharded, 2: optimizer state and gradients sharded, 3: parameters too)?",
                            2, 1, 3);
   deepspeed.set("zero_stage", ConfigValue::number(stage));
+  static const std::vector<std::string> kDevices = {"none", "cpu"};
   if (stage == 2) { // Accelerate asks about offload for stages 2 and 3 only
-    static const std::vector<std::string> kDevices = {"none", "cpu"};
     deepspeed.set(
         "offload_optimizer_device",
         ConfigValue::string(kDevices[prompter.choose(
@@ -245,11 +245,21 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
     deepspeed.set("offload_param_device", ConfigValue::string("none")); // parameter offload needs stage 3
   } else if (stage == 3) {
     prompter.note(
-        "ZeRO stage 3 runs accelerate-cpp's fsdp strategy (FULL_SHARD). Its offload is "
-        "fsdp_offload_params (in an fsdp_config section, or FSDP_OFFLOAD_PARAMS=true), so DeepSpeed's "
-        "offload is not asked.");
-    deepspeed.set("offload_optimizer_device", ConfigValue::string("none"));
-    deepspeed.set("offload_param_device", ConfigValue::string("none"));
+        "ZeRO stage 3 runs accelerate-cpp's fsdp strategy (FULL_SHARD); DeepSpeed's CPU offload runs "
+        "as its fsdp_offload_params: the shards, their gradients and the optimizer state in CPU "
+        "memory.");
+    deepspeed.set(
+        "offload_optimizer_device",
+        ConfigValue::string(
+            kDevices[prompter.choose("Where to offload optimizer states (cpu: with the parameter shards, as "
+                                     "fsdp_offload_params)?",
+                                     kDevices)]));
+    deepspeed.set(
+        "offload_param_device",
+        ConfigValue::string(kDevices[prompter.choose(
+            "Where to offload parameters (cpu: the shards, their gradients and the optimizer state, "
+            "as fsdp_offload_params)?",
+            kDevices)]));
     deepspeed.set("zero3_save_16bit_model", ConfigValue::boolean(false));
   }
   deepspeed.set("gradient_accumulation_steps",

@@ -118,10 +118,12 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
           "ZeRO stage: 0 (replicate), 1 (optimizer state sharded), 2 (and gradients; the default), 3 (and "
           "parameters: the \"fsdp\" strategy, FULL_SHARD)"),
       deepspeed("offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
-                ValueRule::choice(offloadDevices()), "where the optimizer state and step live: none or cpu"),
+                ValueRule::choice(offloadDevices()),
+                "where the optimizer state and step live: none or cpu (with --zero_stage 3 it runs as "
+                "--fsdp_offload_params true)"),
       deepspeed("offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
                 ValueRule::choice(offloadDevices()),
-                "none only (parameter offload is --fsdp_offload_params)"),
+                "none, or cpu with --zero_stage 3 (runs as --fsdp_offload_params true)"),
       deepspeed("offload_optimizer_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
       deepspeed("offload_param_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
       deepspeed("gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", ValueRule::number(),
@@ -321,9 +323,14 @@ std::string fsdpShardingOf(const LaunchSettings& settings) {
 void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string& strategy) {
   // A config file's values were checked when it was read (ConfigFile.cpp); these come from the environment
   // or flags.
-  if (settings.get("offload_optimizer_device") == std::optional<std::string>("nvme"))
-    throw UsageError(describeSetting(settings, "offload_optimizer_device") +
-                     ": accelerate-cpp does not offload to NVMe (use none or cpu)");
+  for (const char* device : {"offload_optimizer_device", "offload_param_device"})
+    if (settings.get(device) == std::optional<std::string>("nvme"))
+      throw UsageError(describeSetting(settings, device) +
+                       ": accelerate-cpp does not offload to NVMe (use none or cpu)");
+  if (settings.get("offload_param_device") == std::optional<std::string>("cpu") && zeroStageOf(settings) != 3)
+    throw UsageError(describeSetting(settings, "offload_param_device") + " conflicts with zero_stage " +
+                     std::to_string(zeroStageOf(settings)) + ": " +
+                     accelerate::spelling::kParameterOffloadBelowStage3);
   for (const UnsupportedDeepSpeedKey& key : unsupportedDeepSpeedKeys())
     if (auto value = settings.get(key.name); value && !key.problem.empty() && *value != key.defaultValue)
       throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
@@ -366,11 +373,23 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
                        "--main_process_ip ADDRESS on each)");
     }
   }
-  if (settings.get("offload_optimizer_device") == std::optional<std::string>("cpu") &&
-      (settings.isTrue("use_deepspeed") ||
-       settings.sourceOf("offload_optimizer_device") == SettingSource::Environment))
-    throw UsageError(describeSetting(settings, "offload_optimizer_device") + " with the fsdp strategy " +
-                     kFsdpOptimizerOffloadRefusal);
+  // DeepSpeed's CPU offload under zero_stage 3 runs as fsdp_offload_params true (the runtime's
+  // resolve_zero_offload); false from the environment gives way, as Hugging Face's launcher exports it unset.
+  for (const char* device : {"offload_optimizer_device", "offload_param_device"}) {
+    if (settings.get(device) != std::optional<std::string>("cpu"))
+      continue;
+    const auto offload = settings.get("fsdp_offload_params");
+    if (zeroStageOf(settings) == 3 && offload &&
+        accelerate::spelling::boolean(*offload) == std::optional<bool>(false) &&
+        settings.sourceOf("fsdp_offload_params") != SettingSource::Environment)
+      throw UsageError(describeSetting(settings, device) + " conflicts with " +
+                       describeSetting(settings, "fsdp_offload_params") + ": " +
+                       accelerate::spelling::kZeroOffloadAgainstFsdpOffload);
+    if (zeroStageOf(settings) != 3 &&
+        (settings.isTrue("use_deepspeed") || settings.sourceOf(device) == SettingSource::Environment))
+      throw UsageError(describeSetting(settings, device) + " conflicts with the fsdp strategy: " +
+                       accelerate::spelling::kOptimizerOffloadUnderFsdp);
+  }
 }
 
 int zeroStageOf(const LaunchSettings& settings) {

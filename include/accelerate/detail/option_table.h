@@ -114,7 +114,14 @@ ACCELERATE_OPTION(std::string, offload_optimizer_device, offload_optimizer_devic
                   "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "deepspeed_config.offload_optimizer_device",
                   one_of_offload_devices,
                   "under ZeRO, where the optimizer state and step live: `\"none\"` (the device) or `\"cpu\"` (a "
-                  "no-op when training on the CPU)")
+                  "no-op when training on the CPU); with `zero_stage` 3, `\"cpu\"` runs as `fsdp_offload_params` "
+                  "true")
+ACCELERATE_OPTION(std::string, offload_param_device, offload_param_device, "none",
+                  "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "deepspeed_config.offload_param_device",
+                  one_of_offload_devices,
+                  "under ZeRO stage 3, where the parameter shards live: `\"none\"` (the device) or `\"cpu\"` "
+                  "(runs as `fsdp_offload_params` true: the shards, their gradients and the optimizer state in "
+                  "CPU memory); refused with another stage, as DeepSpeed offloads parameters at stage 3 only")
 ACCELERATE_OPTION(double, gradient_clipping, gradient_clipping, 0.0,
                   "ACCELERATE_GRADIENT_CLIPPING", "deepspeed_config.gradient_clipping", not_negative_number,
                   "clip the gradients to this total norm in every optimizer step (0: off; >= 0), as DeepSpeed's "
