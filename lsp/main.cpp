@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <variant>
+#include <vector>
 
 namespace cl = llvm::cl;
 
@@ -52,9 +54,9 @@ int main(int argc, char** argv) {
   Options.ResourceDir = ACCEL_CLANG_RESOURCE_DIR;
   Options.RuntimeIncludeDir = accelerate::rewriter::findRuntimeIncludeDir(
       llvm::sys::fs::getMainExecutable(argv[0], reinterpret_cast<void*>(&main)), ACCEL_RUNTIME_INCLUDE_DIR);
-  for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses())
-    if (Pass.OnByDefault)
-      Options.Passes.push_back(Pass);
+  // The passes on by default (an empty request selects them and has no problem to report).
+  Options.Passes = std::get<std::vector<accelerate::passes::PassInfo>>(
+      accelerate::passes::selectPasses(accelerate::passes::PassRequest{}));
 
   try {
     accelerate::lsp::Transport Channel(stdin, stdout);

@@ -22,7 +22,7 @@
 namespace accelerate::passes {
 
 // Each row: Name, MakeRule, Summary, OnByDefault, WhenNothingFound, LeavesAlone, TurnedOnBy, UsesAccelerator,
-// UsesAcceleratorInMain, AcceleratorOptions (PassInfo, in that order; later ones may be left out).
+// UsesAcceleratorInMain, AcceleratorOptions, Setting (PassInfo, in that order; later ones may be left out).
 // scripts/passes_table.py reads the rows' texts for docs/passes.md's table: after changing one, run
 // `python3 scripts/passes_table.py --update`.
 llvm::ArrayRef<PassInfo> allPasses() {
@@ -116,20 +116,64 @@ llvm::ArrayRef<PassInfo> allPasses() {
        "loops (warnings)",
        /*TurnedOnBy=*/"`--log-with`", /*UsesAccelerator=*/trackedTrainingLoop,
        /*UsesAcceleratorInMain=*/nullptr,
-       /*AcceleratorOptions=*/trackedAcceleratorOptions},
+       /*AcceleratorOptions=*/trackedAcceleratorOptions, /*Setting=*/"--log-with"},
       {"progress-bar", progressBarPass,
        "with `--progress-bar`: the training loop shows an `accelerate::ProgressBar` on the main process, "
        "over "
        "its step count or its data loader",
        /*OnByDefault=*/false, /*WhenNothingFound=*/{},
        /*LeavesAlone=*/"loops whose length is not known, loaders left unprepared, unbraced loops (warnings)",
-       /*TurnedOnBy=*/"`--progress-bar`"},
+       /*TurnedOnBy=*/"`--progress-bar`", /*UsesAccelerator=*/nullptr, /*UsesAcceleratorInMain=*/nullptr,
+       /*AcceleratorOptions=*/nullptr, /*Setting=*/"--progress-bar"},
       {"distributed", distributedPass,
        "notes functions left alone because they already use the runtime or c10d",
        /*OnByDefault=*/true, /*WhenNothingFound=*/{},
        /*LeavesAlone=*/"functions that already call the runtime or c10d (note)"},
   };
   return Passes;
+}
+
+std::variant<std::vector<PassInfo>, PassRequestProblem> selectPasses(const PassRequest& Request) {
+  using Kind = PassRequestProblem::Kind;
+  auto Find = [](llvm::StringRef Name) -> const PassInfo* {
+    for (const PassInfo& Pass : allPasses())
+      if (Pass.Name == Name)
+        return &Pass;
+    return nullptr;
+  };
+  for (const auto* Names : {&Request.Only, &Request.Enable, &Request.Disable})
+    for (const std::string& Name : *Names)
+      if (!Find(Name))
+        return PassRequestProblem{Kind::UnknownPass, nullptr, Name};
+  auto Given = [&](const PassInfo& Pass) {
+    return !Pass.Setting.empty() && llvm::is_contained(Request.Settings, Pass.Setting);
+  };
+  for (const std::string& Name : Request.Disable)
+    if (Given(*Find(Name)))
+      return PassRequestProblem{Kind::SettingButDisabled, Find(Name), Name};
+  for (const std::string& Name : Request.Enable)
+    if (llvm::is_contained(Request.Disable, Name))
+      return PassRequestProblem{Kind::EnabledAndDisabled, Find(Name), Name};
+  for (const auto* Names : {&Request.Only, &Request.Enable})
+    for (const std::string& Name : *Names)
+      if (const PassInfo* Pass = Find(Name); !Pass->Setting.empty() && !Given(*Pass))
+        return PassRequestProblem{Kind::NeedsItsSetting, Pass, Name};
+  std::vector<PassInfo> Selected;
+  for (const PassInfo& Pass : allPasses()) {
+    const bool Wanted =
+        (Request.Only.empty() ? Pass.OnByDefault : llvm::is_contained(Request.Only, Pass.Name)) ||
+        llvm::is_contained(Request.Enable, Pass.Name) || Given(Pass);
+    if (Wanted && !llvm::is_contained(Request.Disable, Pass.Name))
+      Selected.push_back(Pass);
+  }
+  return Selected;
+}
+
+std::string knownPassNames() {
+  std::string Names;
+  for (const PassInfo& Pass : allPasses())
+    Names += (Names.empty() ? "" : ", ") + Pass.Name.str();
+  return Names;
 }
 
 namespace {

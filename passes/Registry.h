@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace accelerate::passes {
@@ -49,10 +50,42 @@ struct PassInfo {
   /// `accelerate::AcceleratorOptions()` (`log_with({"wandb"})`, several joined by `.`); empty when it gives
   /// none in this rewrite.
   std::string (*AcceleratorOptions)() = nullptr;
+  /// For a pass a front-end setting turns on, as accel-rewrite's flag spells it (`--log-with`): the pass runs
+  /// whenever the setting is given, and naming the pass without it is refused (it would have nothing to do).
+  llvm::StringRef Setting = {};
 };
 
 /// All passes, in the order they run. Every pass sees the original code; their edits must not overlap.
 llvm::ArrayRef<PassInfo> allPasses();
+
+/// The passes a front end is asked to run (accel-rewrite's --passes, --enable, --disable and its settings;
+/// the clang-tidy check's Enable and Disable options): the passes on by default, or exactly `Only` when it
+/// names any; plus `Enable`; plus each pass whose Setting is in `Settings`; minus `Disable`.
+struct PassRequest {
+  std::vector<std::string> Only;
+  std::vector<std::string> Enable;
+  std::vector<std::string> Disable;
+  std::vector<std::string> Settings; ///< the settings given, as PassInfo::Setting spells them
+};
+
+/// What is wrong with a PassRequest, for the front end to say in its own words.
+struct PassRequestProblem {
+  enum class Kind {
+    UnknownPass,        ///< `Pass` is no pass of the table (knownPassNames() lists them)
+    SettingButDisabled, ///< `Pass`'s Setting is given, and Disable names `Pass`
+    EnabledAndDisabled, ///< Enable and Disable both name `Pass`
+    NeedsItsSetting,    ///< Only or Enable names `Pass` without its Setting
+  };
+  Kind What;
+  const PassInfo* Pass = nullptr; ///< null for UnknownPass
+  std::string Name;               ///< the name as the request wrote it
+};
+
+/// The passes `Request` selects, in the table's order; or its first problem, checked in the order of Kind.
+std::variant<std::vector<PassInfo>, PassRequestProblem> selectPasses(const PassRequest& Request);
+
+/// The table's pass names, comma-separated, for a message naming the known ones.
+std::string knownPassNames();
 
 /// What a rewrite asks of the passes beyond which of them run: the command line's settings
 /// (`accel-rewrite --log-with`, `--progress-bar`, `accelerate_target(... LOG_WITH ...)`). Passes read them

@@ -5,7 +5,6 @@
 
 #include "clang/Tooling/CommonOptionsParser.h"
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -105,62 +104,53 @@ int usageError(const llvm::Twine& Message) {
   return 1;
 }
 
-/// The passes to run: the default ones, or exactly those named by --passes, plus --enable, minus --disable.
-/// Unknown names
-/// are an error that lists the known ones.
+/// How a setting a pass needs is given, for the message of a pass named without it.
+llvm::StringRef settingUsage(llvm::StringRef Setting) {
+  static const std::pair<llvm::StringRef, llvm::StringRef> Usages[] = {
+      {"--log-with", "--log-with=NAME,... (the trackers to log to, e.g. --log-with=tensorboard)"},
+      {"--progress-bar", "--progress-bar (it adds the bar only when asked to)"},
+  };
+  for (const auto& [Flag, Usage] : Usages)
+    if (Flag == Setting)
+      return Usage;
+  return Setting;
+}
+
+/// The passes to run (passes::selectPasses): the default ones, or exactly those named by --passes, plus
+/// --enable and the passes --log-with and --progress-bar turn on, minus --disable. A problem is a usage error
+/// that names the fix.
 bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
-  llvm::StringSet<> Known;
-  for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses())
-    Known.insert(Pass.Name);
-  for (const auto* Names : {&OnlyPasses, &EnabledPasses, &DisabledPasses})
-    for (const std::string& Name : *Names)
-      if (!Known.contains(Name)) {
-        std::string List;
-        for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses())
-          List += (List.empty() ? "" : ", ") + Pass.Name.str();
-        usageError("unknown pass '" + Name + "' (known: " + List + ")");
-        return false;
-      }
-  // The passes a flag switches on, which have nothing to do without it: the flag with --disable of its pass,
-  // or the pass named without its flag, is an error.
-  struct FlagPass {
-    llvm::StringLiteral Pass;
-    bool On;
-    const char* Flag;
-    const char* Without;
-  };
-  const FlagPass FlagPasses[] = {
-      {"tracking", !LogWith.empty(), "--log-with",
-       "the tracking pass needs --log-with=NAME,... (the trackers to log to, e.g. --log-with=tensorboard)"},
-      {"progress-bar", ProgressBar, "--progress-bar",
-       "the progress-bar pass needs --progress-bar (it adds the bar only when asked to)"},
-  };
-  for (const FlagPass& Switch : FlagPasses)
-    if (Switch.On && llvm::is_contained(DisabledPasses, Switch.Pass)) {
-      usageError(std::string(Switch.Flag) + " needs the " + Switch.Pass.str() +
-                 " pass, and --disable=" + Switch.Pass.str() + " leaves it out; drop one of them");
-      return false;
-    }
-  for (const std::string& Name : EnabledPasses)
-    if (llvm::is_contained(DisabledPasses, Name)) {
-      usageError("--enable and --disable both name the pass '" + Name + "'; drop one of them");
-      return false;
-    }
-  for (const FlagPass& Switch : FlagPasses)
-    if (!Switch.On &&
-        (llvm::is_contained(OnlyPasses, Switch.Pass) || llvm::is_contained(EnabledPasses, Switch.Pass))) {
-      usageError(Switch.Without);
-      return false;
-    }
-  for (const accelerate::passes::PassInfo& Pass : accelerate::passes::allPasses()) {
-    bool Wanted = OnlyPasses.empty() ? Pass.OnByDefault : llvm::is_contained(OnlyPasses, Pass.Name);
-    Wanted = Wanted || llvm::is_contained(EnabledPasses, Pass.Name) ||
-             llvm::any_of(FlagPasses,
-                          [&](const FlagPass& Switch) { return Switch.On && Switch.Pass == Pass.Name; });
-    if (Wanted && !llvm::is_contained(DisabledPasses, Pass.Name))
-      Selected.push_back(Pass);
+  using accelerate::passes::PassRequestProblem;
+  accelerate::passes::PassRequest Request{{OnlyPasses.begin(), OnlyPasses.end()},
+                                          {EnabledPasses.begin(), EnabledPasses.end()},
+                                          {DisabledPasses.begin(), DisabledPasses.end()},
+                                          {}};
+  if (!LogWith.empty())
+    Request.Settings.push_back("--log-with");
+  if (ProgressBar)
+    Request.Settings.push_back("--progress-bar");
+  auto Chosen = accelerate::passes::selectPasses(Request);
+  if (auto* Passes = std::get_if<std::vector<accelerate::passes::PassInfo>>(&Chosen)) {
+    Selected = std::move(*Passes);
+    return true;
   }
-  return true;
+  const PassRequestProblem& Problem = std::get<PassRequestProblem>(Chosen);
+  switch (Problem.What) {
+  case PassRequestProblem::Kind::UnknownPass:
+    usageError("unknown pass '" + Problem.Name + "' (known: " + accelerate::passes::knownPassNames() + ")");
+    break;
+  case PassRequestProblem::Kind::SettingButDisabled:
+    usageError(Problem.Pass->Setting + " needs the " + Problem.Name + " pass, and --disable=" + Problem.Name +
+               " leaves it out; drop one of them");
+    break;
+  case PassRequestProblem::Kind::EnabledAndDisabled:
+    usageError("--enable and --disable both name the pass '" + Problem.Name + "'; drop one of them");
+    break;
+  case PassRequestProblem::Kind::NeedsItsSetting:
+    usageError("the " + Problem.Name + " pass needs " + settingUsage(Problem.Pass->Setting));
+    break;
+  }
+  return false;
 }
 
 /// The tracker names of --log-with, checked: each one non-empty, and written as it is into a C++ string

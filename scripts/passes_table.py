@@ -27,7 +27,7 @@ END = "<!-- end of passes table -->"
 # PassInfo's fields, in the order a row of the registry gives them (passes/Registry.h); a row may leave out
 # the last ones.
 FIELDS = ["Name", "MakeRule", "Summary", "OnByDefault", "WhenNothingFound", "LeavesAlone", "TurnedOnBy",
-          "UsesAccelerator", "UsesAcceleratorInMain", "AcceleratorOptions"]
+          "UsesAccelerator", "UsesAcceleratorInMain", "AcceleratorOptions", "Setting"]
 
 
 def without_comments(text):

@@ -89,38 +89,41 @@ public:
 
 private:
   /// The registry's passes that run by default, with the check's Enable and Disable options (pass names,
-  /// comma-separated, as accel-rewrite's --enable and --disable take them).
+  /// comma-separated, as accel-rewrite's --enable and --disable take them; passes::selectPasses). This check
+  /// takes none of accel-rewrite's settings, so a pass that needs one is refused.
   bool selectPasses(clang::SourceLocation At, std::vector<passes::PassInfo>& Selected) {
     llvm::SmallVector<llvm::StringRef> Enabled, Disabled;
     llvm::SplitString(Enable, Enabled, ", ");
     llvm::SplitString(Disable, Disabled, ", ");
-    for (llvm::StringRef Name : llvm::concat<llvm::StringRef>(Enabled, Disabled))
-      if (llvm::none_of(passes::allPasses(), [&](const passes::PassInfo& P) { return P.Name == Name; })) {
-        std::string Known;
-        for (const passes::PassInfo& Pass : passes::allPasses())
-          Known += (Known.empty() ? "" : ", ") + Pass.Name.str();
-        diag(At, "the option Enable or Disable of accelerate-distribute-loop names the unknown pass '%0' "
-                 "(known: %1); no rewrite is offered")
-            << Name << Known;
-        return false;
-      }
-    // A pass a command-line setting turns on (tracking by --log-with, the progress bar by --progress-bar)
-    // needs that setting, which this check does not take.
-    for (const passes::PassInfo& Pass : passes::allPasses())
-      if (llvm::is_contained(Enabled, Pass.Name) && !Pass.OnByDefault &&
-          !Pass.TurnedOnBy.contains("--enable=")) {
-        diag(At,
-             "the option Enable of accelerate-distribute-loop names the pass '%0', which is turned on by "
-             "accel-rewrite's %1 and needs what that gives it; this check does not take it, so no rewrite "
-             "is offered: run accel-rewrite %1 on this file, or leave '%0' out of Enable")
-            << Pass.Name << Pass.TurnedOnBy;
-        return false;
-      }
-    for (const passes::PassInfo& Pass : passes::allPasses())
-      if ((Pass.OnByDefault || llvm::is_contained(Enabled, Pass.Name)) &&
-          !llvm::is_contained(Disabled, Pass.Name))
-        Selected.push_back(Pass);
-    return true;
+    passes::PassRequest Request;
+    Request.Enable.assign(Enabled.begin(), Enabled.end());
+    Request.Disable.assign(Disabled.begin(), Disabled.end());
+    auto Chosen = passes::selectPasses(Request);
+    if (auto* Passes = std::get_if<std::vector<passes::PassInfo>>(&Chosen)) {
+      Selected = std::move(*Passes);
+      return true;
+    }
+    const passes::PassRequestProblem& Problem = std::get<passes::PassRequestProblem>(Chosen);
+    switch (Problem.What) {
+    case passes::PassRequestProblem::Kind::UnknownPass:
+      diag(At, "the option Enable or Disable of accelerate-distribute-loop names the unknown pass '%0' "
+               "(known: %1); no rewrite is offered")
+          << Problem.Name << passes::knownPassNames();
+      break;
+    case passes::PassRequestProblem::Kind::EnabledAndDisabled:
+      diag(At, "the options Enable and Disable of accelerate-distribute-loop both name the pass '%0'; no "
+               "rewrite is offered: drop it from one of them")
+          << Problem.Name;
+      break;
+    case passes::PassRequestProblem::Kind::SettingButDisabled: // no setting is given here
+    case passes::PassRequestProblem::Kind::NeedsItsSetting:
+      diag(At, "the option Enable of accelerate-distribute-loop names the pass '%0', which is turned on by "
+               "accel-rewrite's %1 and needs what that gives it; this check does not take it, so no rewrite "
+               "is offered: run accel-rewrite %1 on this file, or leave '%0' out of Enable")
+          << Problem.Name << Problem.Pass->TurnedOnBy;
+      break;
+    }
+    return false;
   }
 
   void report(const rewriter::FileRewrite& Rewrite, const clang::SourceManager& SM) {

@@ -42,3 +42,7 @@
 // A pass accel-rewrite turns on with a setting the check does not take is refused by name.
 // RUN: %tidy -config="{CheckOptions: {accelerate-distribute-loop.Enable: 'tracking'}}" %t/unsafe_rewrite.cpp -- -std=c++17 -I%passes_inputs 2>&1 | FileCheck %s --check-prefix=FLAG
 // FLAG: warning: the option Enable of accelerate-distribute-loop names the pass 'tracking', which is turned on by accel-rewrite's `--log-with` and needs what that gives it
+//
+// A pass both enabled and disabled is refused by name, as accel-rewrite refuses --enable and --disable of one pass.
+// RUN: %tidy -config="{CheckOptions: {accelerate-distribute-loop.Enable: 'layers', accelerate-distribute-loop.Disable: 'layers'}}" %t/unsafe_rewrite.cpp -- -std=c++17 -I%passes_inputs 2>&1 | FileCheck %s --check-prefix=BOTH
+// BOTH: warning: the options Enable and Disable of accelerate-distribute-loop both name the pass 'layers'; no rewrite is offered: drop it from one of them
