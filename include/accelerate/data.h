@@ -98,7 +98,7 @@ template <> struct ToDevice<torch::Tensor> {
     if (detail::pinning_batch) {
       return tensor.device().is_cpu() && !tensor.is_pinned() ? tensor.pin_memory() : tensor;
     }
-    if (detail::copying_batch != nullptr && tensor.device() != device) {
+    if (detail::copying_batch != nullptr) {
       return detail::copying_batch->copy(tensor, device);
     }
     return tensor.to(device, non_blocking);
@@ -596,6 +596,41 @@ template <typename Dataset> std::optional<size_t> dataset_size(const Dataset& da
   }
 }
 
+/// The iterator of a prepared loader (DataLoader, IterableAdapter): an input iterator over one pass, whose
+/// copies share the pass. `Pass` is built from the loader, holds the current batch in `batch` (a
+/// `std::optional<Batch>`, empty once the pass is over) and fetches the next one in `advance()`.
+template <typename Pass, typename Batch> class PassIterator {
+public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = Batch;
+  using difference_type = std::ptrdiff_t;
+  using pointer = Batch*;
+  using reference = Batch&;
+
+  /// The end of every pass.
+  PassIterator() = default;
+  /// Starts a pass of `loader` and fetches its first batch.
+  template <typename Loader> static PassIterator start(Loader* loader) {
+    auto pass = std::make_shared<Pass>(loader);
+    pass->advance();
+    return PassIterator(std::move(pass));
+  }
+
+  Batch& operator*() const { return *pass_->batch; }
+  Batch* operator->() const { return &*pass_->batch; }
+  PassIterator& operator++() {
+    pass_->advance();
+    return *this;
+  }
+  bool operator==(const PassIterator& other) const { return at_end() == other.at_end(); }
+  bool operator!=(const PassIterator& other) const { return !(*this == other); }
+
+private:
+  explicit PassIterator(std::shared_ptr<Pass> pass) : pass_(std::move(pass)) {}
+  bool at_end() const { return !pass_ || !pass_->batch; }
+  std::shared_ptr<Pass> pass_;
+};
+
 } // namespace detail
 
 // ---- The prepared loader ---------------------------------------------------------------------------------
@@ -647,179 +682,160 @@ public:
       "accelerate::DataLoader: stateful datasets (get_batch returning std::optional, such as "
       "ChunkDataset) are streams, not map-style; wrap their loader with accelerate::prepare_iterable");
 
-  /// An input iterator over one pass; copies share the pass.
-  class Iterator {
-  public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = BatchType;
-    using difference_type = std::ptrdiff_t;
-    using pointer = BatchType*;
-    using reference = BatchType&;
-
-    Iterator() = default;
-    BatchType& operator*() const { return *pass_->batch; }
-    BatchType* operator->() const { return &*pass_->batch; }
-    Iterator& operator++() {
-      pass_->advance();
-      return *this;
-    }
-    bool operator==(const Iterator& other) const { return at_end() == other.at_end(); }
-    bool operator!=(const Iterator& other) const { return !(*this == other); }
-
-  private:
-    friend class DataLoader;
-    struct Pass {
-      explicit Pass(DataLoader* loader) : loader(loader) {
-        auto& core = *loader->core_;
-        core.begin_pass();
-        schedule = core.schedule();
-        const auto& options = core.options();
-        pin = options.pin_memory() && core.context().device.is_cuda();
-        dispatcher = core.context().dispatcher.get();
-        copier = pin && !dispatcher ? core.context().copier.get() : nullptr;
-        const int processes = core.context().num_processes;
-        receives = dispatcher && core.context().process_index != 0;
-        if (loader->worker_datasets_ && !receives) {
-          try {
-            pool = std::make_unique<detail::WorkerPool>(
-                options.workers(), options.workers() * options.prefetch_factor(), schedule->first,
-                schedule->end,
-                [datasets = loader->worker_datasets_, schedule = schedule, pin = pin,
-                 processes = dispatcher ? processes : 0](size_t worker, size_t k) {
-                  if (processes > 0) {
-                    return std::static_pointer_cast<void>(std::make_shared<Round>(
-                        read_round((*datasets)[worker], *schedule, k, pin, processes)));
-                  }
-                  return std::static_pointer_cast<void>(std::make_shared<BatchType>(
-                      detail::read_batch((*datasets)[worker], *schedule, k, pin)));
-                });
-          } catch (...) {
-            core.end_pass();
-            throw;
-          }
-        }
-      }
-      ~Pass() {
-        pool.reset(); // stops and joins the workers before the pass ends
-        loader->core_->end_pass();
-      }
-      Pass(const Pass&) = delete;
-      Pass& operator=(const Pass&) = delete;
-      void advance() {
-        batch.reset();
-        auto& core = *loader->core_;
-        const std::optional<size_t> k = core.upcoming_batch();
-        if (!k) {
-          core.next_batch(); // ends the pass
-          return;
-        }
-        if (ahead_index == k) { // read, and copied on the side stream, while the previous step was queued
-          ahead_index.reset();
-          if (ahead_error) {
-            std::rethrow_exception(std::exchange(ahead_error, nullptr));
-          }
-          copier->wait();
-          core.next_batch();
-          batch = std::move(ahead);
-          ahead.reset();
-        } else {
-          // Read before the batch is handed out: a batch that fails to read is not counted as consumed.
-          BatchType read = dispatcher ? dispatched(*k) : read_own(*k);
-          core.next_batch();
-          batch.emplace(to_device(std::move(read), core.context().device, core.context().non_blocking));
-        }
-        if (copier && *k + 1 < schedule->end) {
-          read_ahead(*k + 1);
-        }
-      }
-      BatchType read_own(size_t k) {
-        return pool ? std::move(*std::static_pointer_cast<BatchType>(pool->take(k)))
-                    : detail::read_batch(loader->dataset_, *schedule, k, pin);
-      }
-      /// Reads batch `k` and starts its copy on the side stream; an error is kept until `k` is due.
-      void read_ahead(size_t k) {
-        ahead_index = k;
+private:
+  /// One pass over the epoch: the reads, the workers, the copy ahead.
+  struct Pass {
+    explicit Pass(DataLoader* loader) : loader(loader) {
+      auto& core = *loader->core_;
+      core.begin_pass();
+      schedule = core.schedule();
+      const auto& options = core.options();
+      pin = options.pin_memory() && core.context().device.is_cuda();
+      dispatcher = core.context().dispatcher.get();
+      // The context has a copier on CUDA with non_blocking (or where a test gives it one).
+      copier = options.pin_memory() && !dispatcher ? core.context().copier.get() : nullptr;
+      const int processes = core.context().num_processes;
+      receives = dispatcher && core.context().process_index != 0;
+      if (loader->worker_datasets_ && !receives) {
         try {
-          BatchType read = read_own(k);
-          struct Scope {
-            explicit Scope(detail::SideStreamCopier* copier) { detail::copying_batch = copier; }
-            ~Scope() { detail::copying_batch = nullptr; }
-          } scope(copier);
-          ahead.emplace(to_device(std::move(read), loader->core_->context().device, true));
-          copier->record();
+          pool = std::make_unique<detail::WorkerPool>(
+              options.workers(), options.workers() * options.prefetch_factor(), schedule->first,
+              schedule->end,
+              [datasets = loader->worker_datasets_, schedule = schedule, pin = pin,
+               processes = dispatcher ? processes : 0](size_t worker, size_t k) {
+                if (processes > 0) {
+                  return std::static_pointer_cast<void>(
+                      std::make_shared<Round>(read_round((*datasets)[worker], *schedule, k, pin, processes)));
+                }
+                return std::static_pointer_cast<void>(
+                    std::make_shared<BatchType>(detail::read_batch((*datasets)[worker], *schedule, k, pin)));
+              });
         } catch (...) {
-          ahead.reset();
-          ahead_error = std::current_exception();
+          core.end_pass();
+          throw;
         }
       }
-      /// dispatch_batches: the main process reads batch `k` of every process that has one and sends the
-      /// others theirs; the others receive theirs.
-      BatchType dispatched(size_t k) {
-        if constexpr (detail::DispatchFields<BatchType>::supported) {
-          if (receives) {
-            const std::vector<torch::Tensor> tensors = dispatcher->receive(pin);
-            size_t next = 0;
-            BatchType batch = detail::DispatchFields<BatchType>::rebuild(tensors, next);
-            detail::check_dispatched_all(tensors, next);
-            return batch;
+    }
+    ~Pass() {
+      pool.reset(); // stops and joins the workers before the pass ends
+      loader->core_->end_pass();
+    }
+    Pass(const Pass&) = delete;
+    Pass& operator=(const Pass&) = delete;
+    void advance() {
+      batch.reset();
+      auto& core = *loader->core_;
+      const std::optional<size_t> k = core.upcoming_batch();
+      if (!k) {
+        core.next_batch(); // ends the pass
+        return;
+      }
+      if (ahead_index == k) { // read, and copied on the side stream, while the previous step was queued
+        ahead_index.reset();
+        if (ahead_error) {
+          std::rethrow_exception(std::exchange(ahead_error, nullptr));
+        }
+        copier->wait();
+        core.next_batch();
+        batch = std::move(ahead);
+        ahead.reset();
+      } else {
+        // Read before the batch is handed out: a batch that fails to read is not counted as consumed.
+        BatchType read = dispatcher ? dispatched(*k) : read_own(*k);
+        core.next_batch();
+        batch.emplace(to_device(std::move(read), core.context().device, core.context().non_blocking));
+      }
+      if (copier && *k + 1 < schedule->end) {
+        read_ahead(*k + 1);
+      }
+    }
+    BatchType read_own(size_t k) {
+      return pool ? std::move(*std::static_pointer_cast<BatchType>(pool->take(k)))
+                  : detail::read_batch(loader->dataset_, *schedule, k, pin);
+    }
+    /// Reads batch `k` and starts its copy on the side stream; an error is kept until `k` is due.
+    void read_ahead(size_t k) {
+      ahead_index = k;
+      try {
+        BatchType read = read_own(k);
+        struct Scope {
+          explicit Scope(detail::SideStreamCopier* copier) { detail::copying_batch = copier; }
+          ~Scope() { detail::copying_batch = nullptr; }
+        } scope(copier);
+        ahead.emplace(to_device(std::move(read), loader->core_->context().device, true));
+        copier->record();
+      } catch (...) {
+        ahead.reset();
+        ahead_error = std::current_exception();
+      }
+    }
+    /// dispatch_batches: the main process reads batch `k` of every process that has one and sends the
+    /// others theirs; the others receive theirs.
+    BatchType dispatched(size_t k) {
+      if constexpr (detail::DispatchFields<BatchType>::supported) {
+        if (receives) {
+          const std::vector<torch::Tensor> tensors = dispatcher->receive(pin);
+          size_t next = 0;
+          BatchType batch = detail::DispatchFields<BatchType>::rebuild(tensors, next);
+          detail::check_dispatched_all(tensors, next);
+          return batch;
+        }
+        const int processes = loader->core_->context().num_processes;
+        Round round;
+        try {
+          round = pool ? std::move(*std::static_pointer_cast<Round>(pool->take(k)))
+                       : read_round(loader->dataset_, *schedule, k, pin, processes);
+        } catch (const std::exception& error) {
+          dispatcher->send_error(waiting(k, processes), error.what());
+          throw;
+        } catch (...) {
+          dispatcher->send_error(waiting(k, processes), "reading the batch threw an exception that is not a "
+                                                        "std::exception");
+          throw;
+        }
+        std::vector<std::optional<std::vector<torch::Tensor>>> sent(static_cast<size_t>(processes));
+        for (size_t r = 1; r < round.size(); ++r) {
+          if (round[r]) {
+            sent[r].emplace();
+            detail::DispatchFields<BatchType>::flatten(*round[r], *sent[r]);
           }
-          const int processes = loader->core_->context().num_processes;
-          Round round;
-          try {
-            round = pool ? std::move(*std::static_pointer_cast<Round>(pool->take(k)))
-                         : read_round(loader->dataset_, *schedule, k, pin, processes);
-          } catch (const std::exception& error) {
-            dispatcher->send_error(waiting(k, processes), error.what());
-            throw;
-          } catch (...) {
-            dispatcher->send_error(waiting(k, processes),
-                                   "reading the batch threw an exception that is not a "
-                                   "std::exception");
-            throw;
-          }
-          std::vector<std::optional<std::vector<torch::Tensor>>> sent(static_cast<size_t>(processes));
-          for (size_t r = 1; r < round.size(); ++r) {
-            if (round[r]) {
-              sent[r].emplace();
-              detail::DispatchFields<BatchType>::flatten(*round[r], *sent[r]);
-            }
-          }
-          dispatcher->send(sent);
-          return std::move(*round[0]);
-        } else {
-          detail::throw_undispatchable_batch(c10::demangle(typeid(BatchType).name())); // refused when built
+        }
+        dispatcher->send(sent);
+        return std::move(*round[0]);
+      } else {
+        detail::throw_undispatchable_batch(c10::demangle(typeid(BatchType).name())); // refused when built
+      }
+    }
+    /// The processes other than the main one that take a batch `k`.
+    std::vector<int> waiting(size_t k, int processes) const {
+      std::vector<int> result;
+      for (int r = 1; r < processes; ++r) {
+        if (schedule->has_batch(k, r)) {
+          result.push_back(r);
         }
       }
-      /// The processes other than the main one that take a batch `k`.
-      std::vector<int> waiting(size_t k, int processes) const {
-        std::vector<int> result;
-        for (int r = 1; r < processes; ++r) {
-          if (schedule->has_batch(k, r)) {
-            result.push_back(r);
-          }
-        }
-        return result;
-      }
+      return result;
+    }
 
-      DataLoader* loader;
-      std::shared_ptr<const detail::PassSchedule> schedule;
-      bool pin = false;
-      detail::BatchDispatcher* dispatcher = nullptr;
-      /// dispatch_batches on a process other than the main one: batches arrive from the main process.
-      bool receives = false;
-      /// Pinned batches to CUDA with non_blocking (not with dispatch_batches): the next batch is read and its
-      /// copy started on a side stream as soon as the current one is handed out.
-      detail::SideStreamCopier* copier = nullptr;
-      std::optional<size_t> ahead_index;
-      std::optional<BatchType> ahead;
-      std::exception_ptr ahead_error;
-      std::unique_ptr<detail::WorkerPool> pool;
-      std::optional<BatchType> batch;
-    };
-    explicit Iterator(std::shared_ptr<Pass> pass) : pass_(std::move(pass)) {}
-    bool at_end() const { return !pass_ || !pass_->batch; }
-    std::shared_ptr<Pass> pass_;
+    DataLoader* loader;
+    std::shared_ptr<const detail::PassSchedule> schedule;
+    bool pin = false;
+    detail::BatchDispatcher* dispatcher = nullptr;
+    /// dispatch_batches on a process other than the main one: batches arrive from the main process.
+    bool receives = false;
+    /// Pinned batches to CUDA with non_blocking (not with dispatch_batches): the next batch is read and its
+    /// copy started on a side stream as soon as the current one is handed out.
+    detail::SideStreamCopier* copier = nullptr;
+    std::optional<size_t> ahead_index;
+    std::optional<BatchType> ahead;
+    std::exception_ptr ahead_error;
+    std::unique_ptr<detail::WorkerPool> pool;
+    std::optional<BatchType> batch;
   };
+
+public:
+  /// An input iterator over one pass; copies share the pass.
+  using Iterator = detail::PassIterator<Pass, BatchType>;
 
   /// Prefer `Accelerator::prepare_data_loader`, which fills `context` from the accelerator.
   DataLoader(Dataset dataset, DataLoaderOptions options, detail::LoaderContext context)
@@ -833,11 +849,7 @@ public:
 
   /// Starts a pass and fetches its first batch. One pass at a time: an iterator of an unfinished pass must be
   /// gone first.
-  Iterator begin() {
-    auto pass = std::make_shared<typename Iterator::Pass>(this);
-    pass->advance();
-    return Iterator(std::move(pass));
-  }
+  Iterator begin() { return Iterator::start(this); }
   Iterator end() { return Iterator(); }
 
   /// This process's batches per epoch.
@@ -975,100 +987,78 @@ template <typename Range> class IterableAdapter {
 public:
   using BatchType = std::decay_t<decltype(*std::declval<SourceIterator&>())>;
 
-  class Iterator {
-  public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = BatchType;
-    using difference_type = std::ptrdiff_t;
-    using pointer = BatchType*;
-    using reference = BatchType&;
+private:
+  /// One pass over the range.
+  struct Pass {
+    explicit Pass(IterableAdapter* adapter)
+        : adapter(adapter), source(std::begin(adapter->range_)), source_end(std::end(adapter->range_)),
+          gradient(adapter->gradient_state_) {}
 
-    Iterator() = default;
-    BatchType& operator*() const { return *pass_->batch; }
-    BatchType* operator->() const { return &*pass_->batch; }
-    Iterator& operator++() {
-      pass_->advance();
-      return *this;
-    }
-    bool operator==(const Iterator& other) const { return at_end() == other.at_end(); }
-    bool operator!=(const Iterator& other) const { return !(*this == other); }
-
-  private:
-    friend class IterableAdapter;
-    struct Pass {
-      explicit Pass(IterableAdapter* adapter)
-          : adapter(adapter), source(std::begin(adapter->range_)), source_end(std::end(adapter->range_)),
-            gradient(adapter->gradient_state_) {}
-
-      void advance() {
-        batch.reset();
-        const auto processes = static_cast<size_t>(adapter->num_processes_);
-        const auto rank = static_cast<size_t>(adapter->process_index_);
-        if (finished) {
-          gradient.finish();
-          return;
-        }
-        std::vector<BatchType> round = std::move(lookahead);
-        lookahead.clear();
-        while (round.size() < processes && source != source_end) {
-          round.push_back(*source);
-          ++source;
-        }
-        if (round.empty() || (round.size() < processes && adapter->drop_last_)) {
-          finished = true;
-          gradient.finish();
-          return;
-        }
-        if (first_round.empty() && processes > 1 && !adapter->drop_last_) {
-          first_round = round; // the batches a short final round is completed with
-        }
-        const size_t real = round.size();
-        int64_t remainder = -1;
-        if (real < processes) {
-          std::optional<int64_t> rows = 0;
-          for (const auto& real_batch : round) {
-            auto count = detail::batch_rows(real_batch);
-            rows = rows && count ? std::optional<int64_t>(*rows + *count) : std::nullopt;
-          }
-          remainder = rows.value_or(-1);
-          for (size_t j = 0; round.size() < processes; ++j) {
-            round.push_back(first_round[j % first_round.size()]);
-          }
-          finished = true;
-        } else if (source != source_end) {
-          lookahead.push_back(*source); // to know whether this round is the last
-          ++source;
-        } else {
-          finished = true;
-        }
-        gradient.publish(finished, remainder);
-        batch.emplace(to_device(std::move(round[rank]), adapter->device_));
+    void advance() {
+      batch.reset();
+      const auto processes = static_cast<size_t>(adapter->num_processes_);
+      const auto rank = static_cast<size_t>(adapter->process_index_);
+      if (finished) {
+        gradient.finish();
+        return;
       }
+      std::vector<BatchType> round = std::move(lookahead);
+      lookahead.clear();
+      while (round.size() < processes && source != source_end) {
+        round.push_back(*source);
+        ++source;
+      }
+      if (round.empty() || (round.size() < processes && adapter->drop_last_)) {
+        finished = true;
+        gradient.finish();
+        return;
+      }
+      if (first_round.empty() && processes > 1 && !adapter->drop_last_) {
+        first_round = round; // the batches a short final round is completed with
+      }
+      const size_t real = round.size();
+      int64_t remainder = -1;
+      if (real < processes) {
+        std::optional<int64_t> rows = 0;
+        for (const auto& real_batch : round) {
+          auto count = detail::batch_rows(real_batch);
+          rows = rows && count ? std::optional<int64_t>(*rows + *count) : std::nullopt;
+        }
+        remainder = rows.value_or(-1);
+        for (size_t j = 0; round.size() < processes; ++j) {
+          round.push_back(first_round[j % first_round.size()]);
+        }
+        finished = true;
+      } else if (source != source_end) {
+        lookahead.push_back(*source); // to know whether this round is the last
+        ++source;
+      } else {
+        finished = true;
+      }
+      gradient.publish(finished, remainder);
+      batch.emplace(to_device(std::move(round[rank]), adapter->device_));
+    }
 
-      IterableAdapter* adapter;
-      SourceIterator source;
-      SourceIterator source_end;
-      detail::IterablePassState gradient;
-      std::vector<BatchType> first_round;
-      std::vector<BatchType> lookahead;
-      std::optional<BatchType> batch;
-      bool finished = false;
-    };
-    explicit Iterator(std::shared_ptr<Pass> pass) : pass_(std::move(pass)) {}
-    bool at_end() const { return !pass_ || !pass_->batch; }
-    std::shared_ptr<Pass> pass_;
+    IterableAdapter* adapter;
+    SourceIterator source;
+    SourceIterator source_end;
+    detail::IterablePassState gradient;
+    std::vector<BatchType> first_round;
+    std::vector<BatchType> lookahead;
+    std::optional<BatchType> batch;
+    bool finished = false;
   };
+
+public:
+  /// An input iterator over one pass; copies share the pass.
+  using Iterator = detail::PassIterator<Pass, BatchType>;
 
   IterableAdapter(Range range, int num_processes, int process_index, torch::Device device,
                   std::shared_ptr<GradientState> gradient_state, bool drop_last)
       : range_(std::forward<Range>(range)), num_processes_(num_processes), process_index_(process_index),
         device_(device), gradient_state_(std::move(gradient_state)), drop_last_(drop_last) {}
 
-  Iterator begin() {
-    auto pass = std::make_shared<typename Iterator::Pass>(this);
-    pass->advance();
-    return Iterator(std::move(pass));
-  }
+  Iterator begin() { return Iterator::start(this); }
   Iterator end() { return Iterator(); }
 
 private:

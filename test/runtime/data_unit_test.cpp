@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -62,6 +63,61 @@ std::vector<std::vector<int64_t>> one_pass(accelerate::DataLoader<StackedDataset
     batches.push_back(values(batch.data));
   }
   return batches;
+}
+
+/// Collects the warnings libtorch's TORCH_WARN raises on this thread while alive.
+struct WarningCollector : c10::WarningHandler {
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+};
+
+// On CUDA, a loader with pin_memory under AcceleratorOptions::non_blocking copies batch k+1 on a side stream
+// while step k runs (runtime/device_cuda.cpp). Its bookkeeping (read ahead, record, wait, a read that fails
+// ahead, leaving early, the position) is tested with a CPU stand-in for the copier.
+
+/// Stands in for the side-stream copier with the latest completion CUDA allows: a copy returns a tensor of
+/// sentinel values (NaN, or -7777 for integers) and is carried out only when the loop waits for a `record`
+/// made after it. A batch handed out before its copy was recorded and waited for holds the sentinel.
+class DeferredCopier final : public accelerate::detail::SideStreamCopier {
+public:
+  at::Tensor copy(const at::Tensor& tensor, c10::Device device) override {
+    EXPECT_EQ(std::this_thread::get_id(), loop_thread_) << "a copy is queued by the training thread";
+    at::Tensor target = torch::empty_like(tensor, tensor.options().device(device));
+    if (target.is_floating_point()) {
+      target.fill_(std::numeric_limits<double>::quiet_NaN());
+    } else {
+      target.fill_(-7777);
+    }
+    queued_.push_back({tensor, target});
+    return target;
+  }
+  void record() override {
+    recorded_.insert(recorded_.end(), queued_.begin(), queued_.end());
+    queued_.clear();
+  }
+  void wait() override {
+    for (auto& [source, target] : recorded_) {
+      target.copy_(source);
+      ++done_;
+    }
+    recorded_.clear();
+    ++waits_;
+  }
+  size_t done() const { return done_; }
+  size_t waits() const { return waits_; }
+  /// Copies queued and not yet carried out.
+  size_t pending() const { return queued_.size() + recorded_.size(); }
+
+private:
+  std::thread::id loop_thread_ = std::this_thread::get_id();
+  std::vector<std::pair<at::Tensor, at::Tensor>> queued_, recorded_;
+  size_t done_ = 0, waits_ = 0;
+};
+
+/// `ctx` with `copier` as its side-stream copier.
+LoaderContext copying(LoaderContext ctx, const std::shared_ptr<DeferredCopier>& copier) {
+  ctx.copier = copier;
+  return ctx;
 }
 
 // ---- Epoch order -----------------------------------------------------------------------------------------
@@ -489,30 +545,47 @@ TEST(DataLoaderWorkers, EveryWorkerCountYieldsTheSameBatchesInTheSameOrder) {
   EXPECT_EQ(cases, 48u);
 }
 
-TEST(DataLoaderWorkers, ResumeMidEpochWithWorkersGivesTheSameNextBatches) {
-  const auto options = DataLoaderOptions(4).workers(2);
-  accelerate::DataLoader<StackedDataset> uninterrupted(stacked(30), options, context(1, 0, true, false, 9));
+/// Leaves epoch 1 of 30 samples in batches of 4 after 3 batches, with 2 workers (and the side-stream copy
+/// when `copier` is given), saves the position and resumes it in another loader: the next batches are those
+/// of an uninterrupted pass, and no thread is left behind.
+void expect_resume_mid_epoch(const std::shared_ptr<DeferredCopier>& copier) {
+  WarningCollector warnings; // pin_memory on the CPU is said to do nothing
+  c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+  const auto options = DataLoaderOptions(4).workers(2).pin_memory(copier != nullptr);
+  auto ctx = [&](uint64_t seed) { return copying(context(1, 0, true, false, seed), copier); };
+  accelerate::DataLoader<StackedDataset> uninterrupted(stacked(30), DataLoaderOptions(4).workers(2),
+                                                       context(1, 0, true, false, 9));
   uninterrupted.set_epoch(1);
   const auto expected = one_pass(uninterrupted);
   ASSERT_EQ(expected.size(), 8u);
 
-  accelerate::DataLoader<StackedDataset> interrupted(stacked(30), options, context(1, 0, true, false, 9));
+  const size_t threads_before = thread_count();
+  accelerate::DataLoader<StackedDataset> interrupted(stacked(30), options, ctx(9));
   interrupted.set_epoch(1);
   accelerate::DataLoaderState saved;
   size_t taken = 0;
   for (auto& batch : interrupted) {
     EXPECT_EQ(values(batch.data), expected[taken]);
     if (++taken == 3) {
-      saved = interrupted.state(); // the workers have read ahead; the state counts what the loop took
+      saved = interrupted.state(); // read ahead, and copying; the state counts what the loop took
+      if (copier) {
+        EXPECT_EQ(copier->pending(), 2u) << "batch 3's data and target, copying";
+      }
       break;
     }
   }
   EXPECT_EQ(saved, (accelerate::DataLoaderState{1, 3, 9, 4}));
+  EXPECT_EQ(interrupted.state(), saved) << "what was read ahead is dropped with the pass, not counted";
+  EXPECT_EQ(thread_count_settling_at(threads_before), threads_before) << "the pass left threads behind";
 
-  accelerate::DataLoader<StackedDataset> resumed(stacked(30), options, context(1, 0));
+  accelerate::DataLoader<StackedDataset> resumed(stacked(30), options, ctx(0));
   resumed.set_state(saved);
   EXPECT_EQ(one_pass(resumed), std::vector<std::vector<int64_t>>(expected.begin() + 3, expected.end()));
   EXPECT_EQ(resumed.state(), (accelerate::DataLoaderState{2, 0, 9, 4}));
+}
+
+TEST(DataLoaderWorkers, ResumeMidEpochWithWorkersGivesTheSameNextBatches) {
+  expect_resume_mid_epoch(nullptr);
 }
 
 /// Sample i is (data [i] + noise, target [i]): the noise drawn from the sample's generator, after a pause
@@ -577,36 +650,44 @@ struct FailingDataset : torch::data::datasets::Dataset<FailingDataset> {
   std::optional<size_t> size() const override { return 64; }
 };
 
-TEST(DataLoaderWorkers, AnExceptionInGetNamesTheSampleAndKeepsTheOriginalMessage) {
+/// Reads a FailingDataset in batches of 8, in order, through a loader with `options` and `ctx`: batches 0-3
+/// arrive, then the failure of batch 4 (samples 32-39) names sample 37, nests the original, is not counted as
+/// consumed and leaves no thread behind.
+void expect_sample_37_fails(DataLoaderOptions options, const LoaderContext& ctx, const std::string& where) {
   const size_t threads_before = thread_count();
-  for (size_t workers : {0, 2}) {
-    accelerate::DataLoader<decltype(FailingDataset().map(torch::data::transforms::Stack<>()))> loader(
-        FailingDataset().map(torch::data::transforms::Stack<>()),
-        DataLoaderOptions(8).shuffle(false).workers(workers), context(1, 0));
-    size_t delivered = 0;
-    std::string message;
-    try {
-      for (auto& batch : loader) {
-        EXPECT_EQ(values(batch.data)[0], static_cast<int64_t>(8 * delivered));
-        ++delivered;
-      }
-    } catch (const std::runtime_error& error) {
-      message = error.what();
-      try {
-        std::rethrow_if_nested(error);
-        ADD_FAILURE() << "the original exception is not nested";
-      } catch (const std::runtime_error& original) {
-        EXPECT_EQ(std::string(original.what()), "corrupt record: checksum mismatch");
-      }
+  accelerate::DataLoader<decltype(FailingDataset().map(torch::data::transforms::Stack<>()))> loader(
+      FailingDataset().map(torch::data::transforms::Stack<>()), options.batch_size(8).shuffle(false), ctx);
+  size_t delivered = 0;
+  std::string message;
+  try {
+    for (auto& batch : loader) {
+      EXPECT_EQ(values(batch.data)[0], static_cast<int64_t>(8 * delivered)) << where;
+      ++delivered;
     }
-    EXPECT_EQ(delivered, 4u) << "batches 0-3 arrive; batch 4 holds samples 32-39";
-    EXPECT_NE(
-        message.find("reading sample 37 (in batch 4 of epoch 0) failed: corrupt record: checksum mismatch"),
-        std::string::npos)
-        << workers << " workers: " << message;
-    EXPECT_EQ(loader.state().batches_consumed, 4u) << "the batch that failed is not counted as consumed";
-    EXPECT_EQ(thread_count_settling_at(threads_before), threads_before)
-        << "the failed pass left threads behind";
+  } catch (const std::runtime_error& error) {
+    message = error.what();
+    try {
+      std::rethrow_if_nested(error);
+      ADD_FAILURE() << where << ": the original exception is not nested";
+    } catch (const std::runtime_error& original) {
+      EXPECT_EQ(std::string(original.what()), "corrupt record: checksum mismatch") << where;
+    }
+  }
+  EXPECT_EQ(delivered, 4u) << where << ": batches 0-3 arrive; batch 4 holds samples 32-39";
+  EXPECT_NE(
+      message.find("reading sample 37 (in batch 4 of epoch 0) failed: corrupt record: checksum mismatch"),
+      std::string::npos)
+      << where << ": " << message;
+  EXPECT_EQ(loader.state().batches_consumed, 4u)
+      << where << ": the batch that failed is not counted as consumed";
+  EXPECT_EQ(thread_count_settling_at(threads_before), threads_before)
+      << where << ": the failed pass left threads behind";
+}
+
+TEST(DataLoaderWorkers, AnExceptionInGetNamesTheSampleAndKeepsTheOriginalMessage) {
+  for (size_t workers : {0, 2}) {
+    expect_sample_37_fails(DataLoaderOptions().workers(workers), context(1, 0),
+                           std::to_string(workers) + " workers");
   }
 }
 
@@ -643,12 +724,6 @@ TEST(DataLoaderWorkers, DroppingAnIteratorEarlyStopsTheThreads) {
   EXPECT_EQ(next_pass, 100u) << "the next pass reads the whole epoch";
   EXPECT_EQ(thread_count_settling_at(before), before);
 }
-
-/// Collects the warnings libtorch's TORCH_WARN raises on this thread while alive.
-struct WarningCollector : c10::WarningHandler {
-  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
-  std::vector<std::string> messages;
-};
 
 TEST(DataLoaderWorkers, BadOptionsAreRefusedOrSaidOnce) {
   try {
@@ -692,6 +767,69 @@ TEST(DataLoaderWorkers, BadOptionsAreRefusedOrSaidOnce) {
   }
   accelerate::DataLoader<Uncopyable> inline_reader(Uncopyable(), DataLoaderOptions(2), context(1, 0));
   EXPECT_EQ(inline_reader.size(), 2u) << "without workers, no copy is needed";
+}
+
+// ---- The side-stream copy --------------------------------------------------------------------------------
+// Its bookkeeping, with DeferredCopier standing in for the CUDA copier (and the resume test above).
+
+TEST(DataLoaderSideStreamCopy, YieldsTheSameBatchesAsWithoutIt) {
+  WarningCollector warnings; // pin_memory on the CPU is said to do nothing
+  c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+  size_t cases = 0;
+  for (int processes : {1, 2}) {
+    for (int rank = 0; rank < processes; ++rank) {
+      for (bool shuffle : {true, false}) {
+        for (bool drop_last : {true, false}) {
+          for (size_t workers : {0, 2}) {
+            auto ctx = context(processes, rank, true, false, /*seed=*/5);
+            auto options = DataLoaderOptions(3).shuffle(shuffle).drop_last(drop_last);
+            const auto expected = epochs_of(workers, 23, options, ctx);
+            auto copier = std::make_shared<DeferredCopier>();
+            const auto copied = epochs_of(workers, 23, options.pin_memory(true), copying(ctx, copier));
+            const std::string where = std::to_string(workers) + " workers, process " + std::to_string(rank) +
+                                      " of " + std::to_string(processes) + ", shuffle " +
+                                      std::to_string(shuffle) + ", drop_last " + std::to_string(drop_last);
+            EXPECT_EQ(copied, expected) << where;
+            // Two epochs: each pass's first batch is copied on the current stream, the others (data and
+            // target) on the side stream, each waited for once.
+            const size_t batches = expected.size() - 2;
+            EXPECT_EQ(copier->done(), 2 * (batches - 2)) << where;
+            EXPECT_EQ(copier->waits(), batches - 2) << where;
+            EXPECT_EQ(copier->pending(), 0u) << where << ": nothing is read ahead past a pass";
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 24u);
+
+  // The gradient state marks the last batch as without the copy.
+  auto ctx = copying(context(2, 0), std::make_shared<DeferredCopier>());
+  accelerate::DataLoader<StackedDataset> loader(stacked(10), DataLoaderOptions(3).pin_memory(true), ctx);
+  std::vector<std::pair<bool, int64_t>> seen;
+  for (auto& batch : loader) {
+    (void)batch;
+    seen.emplace_back(ctx.gradient_state->end_of_dataloader, ctx.gradient_state->batches_remaining);
+  }
+  EXPECT_EQ(seen, (std::vector<std::pair<bool, int64_t>>{{false, 1}, {true, 0}}));
+}
+
+TEST(DataLoaderSideStreamCopy, AReadThatFailsAheadSurfacesWhenItsBatchIsDue) {
+  WarningCollector warnings;
+  c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+  for (size_t workers : {0, 2}) {
+    auto copier = std::make_shared<DeferredCopier>();
+    // Batch 4 is read, and fails, while the loop holds batch 3.
+    expect_sample_37_fails(DataLoaderOptions().workers(workers).pin_memory(true),
+                           copying(context(1, 0), copier),
+                           std::to_string(workers) + " workers, side-stream copy");
+    EXPECT_EQ(copier->done(), 6u) << "batches 1-3, data and target";
+  }
+}
+
+TEST(DataLoaderSideStreamCopy, LeavingMidEpochAndResumingGiveTheSameNextBatches) {
+  expect_resume_mid_epoch(std::make_shared<DeferredCopier>());
 }
 
 // ---- to_device -------------------------------------------------------------------------------------------

@@ -54,8 +54,9 @@ public:
 class SideStreamCopier {
 public:
   virtual ~SideStreamCopier() = default;
-  /// `tensor` copied to `device` asynchronously on the side stream; its memory is kept from reuse until the
-  /// work the calling thread's current stream has queued when it is freed is done.
+  /// `tensor` copied to `device` asynchronously on the side stream (`tensor` itself when it is there
+  /// already); its memory is kept from reuse until the work the calling thread's current stream has queued
+  /// when it is freed is done. Called on the training thread.
   virtual at::Tensor copy(const at::Tensor& tensor, c10::Device device) = 0;
   /// After the copies of one batch: marks the point the current stream must wait for.
   virtual void record() = 0;
@@ -84,7 +85,8 @@ struct LoaderContext {
   bool dispatch_batches = false;
   /// Sends them; null with one process or without `dispatch_batches`.
   std::shared_ptr<BatchDispatcher> dispatcher;
-  /// Null unless the device is CUDA and `non_blocking` is on.
+  /// Null unless the device is CUDA and `non_blocking` is on (test/runtime/data_unit_test.cpp gives a CPU
+  /// stand-in). Used by loaders with `pin_memory` that do not dispatch.
   std::shared_ptr<SideStreamCopier> copier;
   uint64_t seed = 0;
   std::shared_ptr<GradientState> gradient_state;
