@@ -129,27 +129,6 @@ std::vector<const clang::FunctionDecl*> functionsUsingAccelerator(clang::ASTCont
   return Result;
 }
 
-/// A reference a template leaves unresolved (`run_epoch(net, ...)` with a dependent argument,
-/// `this->run_epoch()`), bound to "dependent".
-auto dependentReference() {
-  return expr(anyOf(unresolvedLookupExpr(), cxxDependentScopeMemberExpr(), unresolvedMemberExpr()))
-      .bind("dependent");
-}
-
-/// The name such a reference spells.
-std::string spelledName(const clang::Expr& Unresolved) {
-  if (const auto* Lookup = llvm::dyn_cast<clang::OverloadExpr>(&Unresolved))
-    return Lookup->getName().getAsString();
-  if (const auto* Member = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(&Unresolved))
-    return Member->getMember().getAsString();
-  return "";
-}
-
-/// True when `Function` is named `Name` (an identifier).
-bool isNamed(const clang::FunctionDecl& Function, llvm::StringRef Name) {
-  return Function.getDeclName().isIdentifier() && Function.getName() == Name;
-}
-
 /// True when `Callee` is `Function` or an instantiation of it.
 bool isFunctionOrInstance(const clang::FunctionDecl& Callee, const clang::FunctionDecl& Function) {
   const clang::FunctionDecl* Pattern = Callee.getTemplateInstantiationPattern();
@@ -200,40 +179,6 @@ bool ownsAccelerator(const clang::FunctionDecl& Function, clang::ASTContext& Con
   return !isCalledInMainFile(Function, Context);
 }
 
-/// True when `Function` calls one of `Targets`, directly or through functions of the main file (two calls
-/// deep).
-bool reaches(const clang::FunctionDecl& Function, llvm::ArrayRef<const clang::FunctionDecl*> Targets,
-             clang::ASTContext& Context, int Depth = 2) {
-  if (!Function.hasBody())
-    return false;
-  auto Call = callExpr(callee(functionDecl().bind("callee")));
-  // A call a template leaves unresolved reaches each target of its name.
-  for (const BoundNodes& Found :
-       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(dependentReference()))), *Function.getBody(),
-             Context)) {
-    std::string Spelled = spelledName(*Found.getNodeAs<clang::Expr>("dependent"));
-    for (const clang::FunctionDecl* Target : Targets)
-      if (isNamed(*Target, Spelled))
-        return true;
-  }
-  for (const BoundNodes& Found :
-       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Call))), *Function.getBody(), Context)) {
-    const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
-    if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
-      Callee = Pattern;
-    if (Callee->getCanonicalDecl() == Function.getCanonicalDecl())
-      continue;
-    for (const clang::FunctionDecl* Target : Targets)
-      if (Target->getCanonicalDecl() == Callee->getCanonicalDecl())
-        return true;
-    if (Depth > 0 && Callee->hasBody() &&
-        isInRewrittenFile(Context.getSourceManager(), Callee->getLocation()) &&
-        reaches(*Callee, Targets, Context, Depth - 1))
-      return true;
-  }
-  return false;
-}
-
 /// The rewritten files have a top-level declaration that makes main use `accelerator` (a global optimizer
 /// whose models are prepared at the start of main).
 bool hasPreparedGlobal(clang::ASTContext& Context) {
@@ -263,7 +208,7 @@ AST_MATCHER(clang::FunctionDecl, isEntryForOtherFunctions) {
       Users.push_back(User);
   if (Users.empty())
     return Node.isMain() && hasPreparedGlobal(Context);
-  return Node.isMain() || reaches(Node, Users, Context);
+  return Node.isMain() || callsAnyOf(*Node.getBody(), Users, Context);
 }
 
 Stencil declarationText() {

@@ -14,6 +14,9 @@
 #include "clang/Tooling/Transformer/Stencil.h"
 #include "llvm/Support/Error.h"
 
+#include <functional>
+#include <utility>
+
 namespace accelerate::passes {
 namespace {
 
@@ -87,6 +90,19 @@ llvm::Expected<const clang::Stmt*> boundStatement(const MatchFinder::MatchResult
     return S;
   }
   return llvm::createStringError(llvm::inconvertibleErrorCode(), "'" + Id + "' is not bound to a statement");
+}
+
+/// The statement bound to `Id`, and the text `Statement` gives for `Result`.
+llvm::Expected<std::pair<const clang::Stmt*, std::string>>
+boundStatementAndText(const MatchFinder::MatchResult& Result, llvm::StringRef Id,
+                      const clang::transformer::MatchComputation<std::string>& Statement) {
+  auto S = boundStatement(Result, Id);
+  if (!S)
+    return S.takeError();
+  auto Text = Statement.eval(Result);
+  if (!Text)
+    return Text.takeError();
+  return std::make_pair(*S, std::move(*Text));
 }
 
 /// The statement's characters, its terminating semicolon included, as a character range.
@@ -170,28 +186,35 @@ AST_MATCHER(clang::Expr, isWholeStatementImpl) {
          !llvm::isa<clang::ReturnStmt>(Parent);
 }
 
-} // namespace
-
-clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerator Statement) {
+/// Inserts `Statement` at the start of the block `FindBlock` finds, as its first statement (placeAfterBrace).
+clang::transformer::ASTEdit insertAfterBrace(
+    std::function<llvm::Expected<const clang::CompoundStmt*>(const MatchFinder::MatchResult&)> FindBlock,
+    clang::transformer::TextGenerator Statement) {
   clang::transformer::RangeSelector InsertionPoint =
-      [](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
-    auto Body = mainBody(Result);
-    if (!Body)
-      return Body.takeError();
-    clang::SourceLocation Where = placeAfterBrace(**Body, *Result.SourceManager, "").Where;
+      [FindBlock](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
+    auto Block = FindBlock(Result);
+    if (!Block)
+      return Block.takeError();
+    clang::SourceLocation Where = placeAfterBrace(**Block, *Result.SourceManager, "").Where;
     return clang::CharSourceRange::getCharRange(Where, Where);
   };
-  auto Text = [Statement](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
-    auto Body = mainBody(Result);
-    if (!Body)
-      return Body.takeError();
+  auto Text = [FindBlock, Statement](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    auto Block = FindBlock(Result);
+    if (!Block)
+      return Block.takeError();
     auto Inserted = Statement->eval(Result);
     if (!Inserted)
       return Inserted.takeError();
-    return placeAfterBrace(**Body, *Result.SourceManager, *Inserted).Text;
+    return placeAfterBrace(**Block, *Result.SourceManager, *Inserted).Text;
   };
   return clang::transformer::insertBefore(std::move(InsertionPoint),
                                           clang::transformer::run(std::move(Text)));
+}
+
+} // namespace
+
+clang::transformer::ASTEdit insertAtStartOfMain(clang::transformer::TextGenerator Statement) {
+  return insertAfterBrace(mainBody, std::move(Statement));
 }
 
 clang::ast_matchers::internal::Matcher<clang::Expr> isWholeStatement() {
@@ -204,25 +227,9 @@ clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId, std::string 
 
 clang::transformer::ASTEdit insertAtBlockStart(std::string BlockId,
                                                clang::transformer::TextGenerator Statement) {
-  clang::transformer::RangeSelector InsertionPoint =
-      [BlockId](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
-    auto Block = boundBlock(Result, BlockId);
-    if (!Block)
-      return Block.takeError();
-    clang::SourceLocation Where = placeAfterBrace(**Block, *Result.SourceManager, "").Where;
-    return clang::CharSourceRange::getCharRange(Where, Where);
-  };
-  auto Text = [BlockId, Statement](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
-    auto Block = boundBlock(Result, BlockId);
-    if (!Block)
-      return Block.takeError();
-    auto Inserted = Statement->eval(Result);
-    if (!Inserted)
-      return Inserted.takeError();
-    return placeAfterBrace(**Block, *Result.SourceManager, *Inserted).Text;
-  };
-  return clang::transformer::insertBefore(std::move(InsertionPoint),
-                                          clang::transformer::run(std::move(Text)));
+  return insertAfterBrace(
+      [BlockId](const MatchFinder::MatchResult& Result) { return boundBlock(Result, BlockId); },
+      std::move(Statement));
 }
 
 clang::transformer::RangeSelector statementWithSemicolon(std::string StmtId) {
@@ -246,13 +253,10 @@ clang::transformer::Edit editInsertingBefore(const clang::Stmt& S, llvm::StringR
 clang::transformer::ASTEdit insertBeforeStatement(std::string StmtId,
                                                   clang::transformer::TextGenerator Statement) {
   auto Text = [StmtId, Statement](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
-    auto S = boundStatement(Result, StmtId);
-    if (!S)
-      return S.takeError();
-    auto Inserted = Statement->eval(Result);
-    if (!Inserted)
-      return Inserted.takeError();
-    return editInsertingBefore(**S, *Inserted, *Result.SourceManager).Replacement;
+    auto Found = boundStatementAndText(Result, StmtId, *Statement);
+    if (!Found)
+      return Found.takeError();
+    return editInsertingBefore(*Found->first, Found->second, *Result.SourceManager).Replacement;
   };
   return clang::transformer::insertBefore(clang::transformer::node(StmtId),
                                           clang::transformer::run(std::move(Text)));
@@ -300,13 +304,10 @@ clang::transformer::EditGenerator insertAfterStatement(std::string StmtId,
                                                        clang::transformer::TextGenerator Statement) {
   return [StmtId, Statement](const MatchFinder::MatchResult& Result)
              -> llvm::Expected<llvm::SmallVector<clang::transformer::Edit, 1>> {
-    auto S = boundStatement(Result, StmtId);
-    if (!S)
-      return S.takeError();
-    auto Inserted = Statement->eval(Result);
-    if (!Inserted)
-      return Inserted.takeError();
-    return editsInsertingAfter(**S, *Inserted, *Result.Context);
+    auto Found = boundStatementAndText(Result, StmtId, *Statement);
+    if (!Found)
+      return Found.takeError();
+    return editsInsertingAfter(*Found->first, Found->second, *Result.Context);
   };
 }
 

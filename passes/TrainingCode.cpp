@@ -1050,6 +1050,51 @@ clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode
   return inTrainingOrEvaluationCodeImpl();
 }
 
+// ---- Calls ----------------------------------------------------------------------------------------------
+
+clang::ast_matchers::internal::Matcher<clang::Stmt> dependentReference() {
+  return expr(anyOf(unresolvedLookupExpr(), cxxDependentScopeMemberExpr(), unresolvedMemberExpr()))
+      .bind("dependent");
+}
+
+std::string spelledName(const clang::Expr& Unresolved) {
+  if (const auto* Lookup = llvm::dyn_cast<clang::OverloadExpr>(&Unresolved))
+    return Lookup->getName().getAsString();
+  if (const auto* Member = llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(&Unresolved))
+    return Member->getMember().getAsString();
+  return "";
+}
+
+bool isNamed(const clang::FunctionDecl& Function, llvm::StringRef Name) {
+  return Function.getDeclName().isIdentifier() && Function.getName() == Name;
+}
+
+bool callsAnyOf(const clang::Stmt& S, llvm::ArrayRef<const clang::FunctionDecl*> Targets,
+                clang::ASTContext& Context, int Depth) {
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(dependentReference()))), S, Context)) {
+    const std::string Spelled = spelledName(*Found.getNodeAs<clang::Expr>("dependent"));
+    if (llvm::any_of(Targets, [&](const clang::FunctionDecl* Target) { return isNamed(*Target, Spelled); }))
+      return true;
+  }
+  auto Call = callExpr(callee(functionDecl().bind("callee")));
+  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Call))), S, Context)) {
+    const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
+    if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
+      Callee = Pattern;
+    if (llvm::any_of(Targets, [&](const clang::FunctionDecl* Target) {
+          return Target->getCanonicalDecl() == Callee->getCanonicalDecl();
+        }))
+      return true;
+    // A function calling itself is not followed into.
+    if (Depth > 0 && Callee->hasBody() && Callee->getBody() != &S &&
+        isInRewrittenFile(Context.getSourceManager(), Callee->getLocation()) &&
+        callsAnyOf(*Callee->getBody(), Targets, Context, Depth - 1))
+      return true;
+  }
+  return false;
+}
+
 // ---- Training runs --------------------------------------------------------------------------------
 
 namespace {
@@ -1060,25 +1105,6 @@ bool isInLambda(const clang::Stmt& S, clang::ASTContext& Context) {
     if (Parents[0].get<clang::LambdaExpr>())
       return true;
     Parents = Context.getParents(Parents[0]);
-  }
-  return false;
-}
-
-/// True when `S` calls `Function` (or an instantiation of it), directly or through functions of the main
-/// file, `Depth` calls deep at most.
-bool calls(const clang::Stmt& S, const clang::FunctionDecl& Function, clang::ASTContext& Context, int Depth) {
-  const clang::SourceManager& SM = Context.getSourceManager();
-  auto Call = callExpr(callee(functionDecl().bind("callee")));
-  for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Call))), S, Context)) {
-    const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
-    if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
-      Callee = Pattern;
-    if (Callee->getCanonicalDecl() == Function.getCanonicalDecl())
-      return true;
-    if (Depth > 0 && Callee->hasBody() && Callee->getBody() != &S &&
-        SM.isWrittenInMainFile(SM.getExpansionLoc(Callee->getLocation())) &&
-        calls(*Callee->getBody(), Function, Context, Depth - 1))
-      return true;
   }
   return false;
 }
@@ -1153,7 +1179,7 @@ bool isTrainingRun(const clang::Stmt& Loop, clang::ASTContext& Context) {
   for (const clang::Stmt* Other : mainFileLoops(Context)) {
     const clang::FunctionDecl* Caller = enclosingFunction(*Other, Context);
     if (Caller && Caller->getCanonicalDecl() != Function->getCanonicalDecl() && loopTrains(*Other, Context) &&
-        calls(*Other, *Function, Context, /*Depth=*/2))
+        callsAnyOf(*Other, {Function}, Context, /*Depth=*/2))
       return false;
   }
   return true;

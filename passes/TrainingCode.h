@@ -60,6 +60,21 @@ std::optional<llvm::StringRef> pathBelow(llvm::StringRef Path, llvm::StringRef D
 /// Matches a declaration written (where it expands) in a file the rewrite changes (isInRewrittenFile).
 clang::ast_matchers::internal::Matcher<clang::Decl> isExpansionInRewrittenFile();
 
+// ---- Calls ----------------------------------------------------------------------------------------------
+
+/// A reference a template leaves unresolved (`run_epoch(net, ...)` with a dependent argument,
+/// `this->run_epoch()`), bound to "dependent".
+clang::ast_matchers::internal::Matcher<clang::Stmt> dependentReference();
+/// The name such a reference spells.
+std::string spelledName(const clang::Expr& Unresolved);
+/// True when `Function` is named `Name` (an identifier).
+bool isNamed(const clang::FunctionDecl& Function, llvm::StringRef Name);
+/// True when `S` calls one of `Targets` (or an instantiation of one), directly or through functions of the
+/// rewritten files (isInRewrittenFile), `Depth` calls deep at most. In a template, a call still dependent
+/// (dependentReference) counts when it names a target.
+bool callsAnyOf(const clang::Stmt& S, llvm::ArrayRef<const clang::FunctionDecl*> Targets,
+                clang::ASTContext& Context, int Depth = 2);
+
 /// `main`, when the main file defines it: its first declaration written there (where it expands) whose
 /// function has a body. Null when the main file defines no `main` (a training function another file calls).
 const clang::FunctionDecl* mainFunctionOfMainFile(clang::ASTContext& Context);
