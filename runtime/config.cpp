@@ -243,39 +243,6 @@ void positive(const std::string& key, std::chrono::milliseconds value, const std
 
 // ------------------------------------------------------------------------------------------- sharding
 
-/// DeepSpeed settings this runtime does not implement: each is refused when set to anything but its default
-/// (Hugging Face's default: "none" for a path or device, false for a flag). `yaml_key` is the key inside
-/// deepspeed_config, `variable` the ACCELERATE_* variable Hugging Face's launcher exports for it.
-struct UnsupportedDeepSpeedSetting {
-  const char* yaml_key;
-  const char* variable; ///< nullptr: Hugging Face has no variable for it
-  const char* default_text;
-  const char* problem;
-};
-
-const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings() {
-  static const std::vector<UnsupportedDeepSpeedSetting> kSettings = {
-      {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "none",
-       "names a DeepSpeed JSON config, which this runtime does not read; remove it and give zero_stage, "
-       "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps in the deepspeed_config "
-       "section (or their ACCELERATE_* variables) instead"},
-      {"offload_optimizer_nvme_path", nullptr, "none",
-       "is for NVMe offload, which this runtime does not have; remove it (offload_optimizer_device takes "
-       "none or "
-       "cpu)"},
-      {"offload_param_nvme_path", nullptr, "none",
-       "is for NVMe offload, which this runtime does not have; remove it"},
-      {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", "false",
-       "is for ZeRO stage 3's partitioned construction (deepspeed.zero.Init), which this runtime does not "
-       "do: "
-       "every process builds the whole model and prepare() shards it; use false"},
-      {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false",
-       "is for ZeRO stage 3's 16-bit whole-model file, which this runtime does not write; use false "
-       "(fsdp_state_dict_type FULL_STATE_DICT puts whole models in checkpoints)"},
-  };
-  return kSettings;
-}
-
 /// Accelerate's FSDP settings other than the table's fsdp_* options (FullyShardedDataParallelPlugin's, read
 /// from fsdp_config keys and the FSDP_* variables Hugging Face's launcher exports), checked when the strategy
 /// is "fsdp": each value must be of its kind; one of `accepted` is taken (it asks for nothing this runtime
@@ -316,16 +283,6 @@ const std::vector<FsdpSetting>& fsdp_settings() {
        spelling::backward_prefetch_policies(), nullptr},
   };
   return kSettings;
-}
-
-/// Whether `text` is `default_text` as Hugging Face would read it (a flag as a boolean, else case-blind).
-bool is_default_text(const std::string& text, const std::string& default_text) {
-  if (default_text == "false") {
-    return spelling::boolean(text) == std::optional<bool>(false);
-  }
-  std::string lower = text;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return lower == default_text;
 }
 
 // ------------------------------------------------------------------------------------------- sources
@@ -385,11 +342,12 @@ EnvironmentSettings read_environment() {
       add(setting.variable);
     }
   }
-  for (const auto& setting : unsupported_deepspeed_settings()) {
+  for (const auto& setting : spelling::unsupported_deepspeed_settings()) {
     if (setting.variable == nullptr) {
       continue;
     }
-    if (auto value = environment(setting.variable); value && !is_default_text(*value, setting.default_text)) {
+    if (auto value = environment(setting.variable);
+        value && !spelling::is_default_text(*value, setting.default_text)) {
       refuse(setting.variable, *value, "the environment", setting.problem);
     }
   }
@@ -473,10 +431,10 @@ FileSettings read_config_file(const std::string& path) {
   } else if (is_filled_section(root["deepspeed_config"])) {
     file.deepspeed = "the deepspeed_config section";
   }
-  for (const auto& setting : unsupported_deepspeed_settings()) {
-    const YAML::Node value = yaml_at(root, std::string("deepspeed_config.") + setting.yaml_key);
-    if (value && value.IsScalar() && !is_default_text(value.Scalar(), setting.default_text)) {
-      refuse(std::string("deepspeed_config.") + setting.yaml_key, value.Scalar(), label, setting.problem);
+  for (const auto& setting : spelling::unsupported_deepspeed_settings()) {
+    const YAML::Node value = yaml_at(root, std::string("deepspeed_config.") + setting.key);
+    if (value && value.IsScalar() && !spelling::is_default_text(value.Scalar(), setting.default_text)) {
+      refuse(std::string("deepspeed_config.") + setting.key, value.Scalar(), label, setting.problem);
     }
   }
   auto read = [&](const auto& yaml_key) {

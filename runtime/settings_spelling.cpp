@@ -178,4 +178,34 @@ const char* const kLocalStateDict =
     "SHARDED_STATE_DICT: "
     "each process writes its shards, or FULL_STATE_DICT: the main process writes whole models)";
 
+const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings() {
+  static const std::vector<UnsupportedDeepSpeedSetting> kSettings = {
+      {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "none",
+       "names a DeepSpeed JSON config, which accelerate-cpp does not read (remove it and give zero_stage, "
+       "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps instead)"},
+      {"offload_optimizer_nvme_path", nullptr, "none",
+       "is for NVMe offload, which accelerate-cpp does not have (remove it; offload_optimizer_device takes "
+       "none or cpu)"},
+      {"offload_param_nvme_path", nullptr, "none",
+       "is for NVMe offload, which accelerate-cpp does not have (remove it)"},
+      {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", "false",
+       "is for ZeRO stage 3's partitioned construction (deepspeed.zero.Init), which accelerate-cpp does not "
+       "do: every process builds the whole model and prepare() shards it (use false)"},
+      {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false",
+       "is for ZeRO stage 3's 16-bit whole-model file, which accelerate-cpp does not write (use false; "
+       "fsdp_state_dict_type FULL_STATE_DICT puts whole models in checkpoints)"},
+      {"deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", "",
+       "names Python module classes for DeepSpeed's mixture-of-experts, which accelerate-cpp does not have "
+       "(remove it)"},
+  };
+  return kSettings;
+}
+
+bool is_default_text(const std::string& text, const std::string& default_text) {
+  if (default_text == "false") {
+    return boolean(text) == std::optional<bool>(false);
+  }
+  return lower_case(text) == default_text;
+}
+
 } // namespace accelerate::spelling

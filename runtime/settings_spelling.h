@@ -93,4 +93,18 @@ extern const char* const kActivationOffloadWithoutCheckpointing;
 /// Why LOCAL_STATE_DICT is refused, and the fix; follows "<state dict type setting> ".
 extern const char* const kLocalStateDict;
 
+/// A DeepSpeed setting accelerate-cpp does not implement, refused by accel and the runtime alike when set to
+/// anything but its default (is_default_text).
+struct UnsupportedDeepSpeedSetting {
+  const char* key;          ///< inside deepspeed_config; also `accel launch`'s flag
+  const char* variable;     ///< the ACCELERATE_* variable Accelerate's launcher exports; nullptr: none
+  const char* default_text; ///< Accelerate's default: "none" for a path, "false" for a flag, "" for a list
+  const char* problem;      ///< why, and the fix; follows "<setting> "
+};
+const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings();
+
+/// Whether `text` is `default_text` as Accelerate reads it: a flag's default ("false") as a boolean, another
+/// without regard to case (`None` is the path default "none").
+bool is_default_text(const std::string& text, const std::string& default_text);
+
 } // namespace accelerate::spelling

@@ -966,6 +966,15 @@ ALIKE = [
      "the optimizer state in CPU memory with fsdp_offload_params",
      "offload_optimizer_device='cpu' (from config file PATH) conflicts with parallel_strategy='fsdp' (from the "
      "fsdp_config section in config file PATH)"),
+    # DeepSpeed's settings accelerate-cpp does not run, at their defaults however spelled, and set.
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: False\n"
+     "  zero3_save_16bit_model: no\n  offload_param_nvme_path: None\n  deepspeed_config_file: NONE\n", None, None),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
+     "  deepspeed_moe_layer_cls_names: MixtralSparseMoeBlock\n",
+     "4:3: deepspeed_config.deepspeed_moe_layer_cls_names MixtralSparseMoeBlock names Python module classes for "
+     "DeepSpeed's mixture-of-experts, which accelerate-cpp does not have (remove it)",
+     "deepspeed_config.deepspeed_moe_layer_cls_names='MixtralSparseMoeBlock' (from config file PATH) names Python "
+     "module classes"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n",
      "3:17: fsdp_config.fsdp_version must be a whole number between 1 and 2 (got '3')",
      "fsdp_version='3' (from config file PATH) is not an FSDP version"),

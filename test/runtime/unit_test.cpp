@@ -420,8 +420,7 @@ TEST(Config, ZeroSettingsThisRuntimeLacksAreRefusedNamingKeyValueAndSource) {
        "use none or cpu"},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
        "deepspeed_config.deepspeed_config_file='ds.json' (from config file PATH) names a DeepSpeed JSON "
-       "config, which "
-       "this runtime does not read"},
+       "config, which accelerate-cpp does not read"},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: cpu\n",
        "offload_param_device='cpu' (from config file PATH) conflicts with zero_stage='2' (from Accelerate's "
        "DeepSpeed default stage"},

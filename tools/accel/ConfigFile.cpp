@@ -80,32 +80,6 @@ std::string ConfigDocument::where(const std::string& dottedKey) const {
   return path + ": ";
 }
 
-const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys() {
-  static const std::vector<UnsupportedDeepSpeedKey> kKeys = {
-      {"deepspeed_config_file", "none",
-       "names a DeepSpeed JSON config, which accelerate-cpp does not read (remove it and give zero_stage, "
-       "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps instead)"},
-      // checked below: none and cpu are supported (cpu with zero_stage 3 as fsdp_offload_params), nvme is not
-      {"offload_optimizer_device", "", ""},
-      {"offload_param_device", "", ""},
-      {"offload_optimizer_nvme_path", "none",
-       "is for NVMe offload, which accelerate-cpp does not have (remove it; offload_optimizer_device takes "
-       "none or cpu)"},
-      {"offload_param_nvme_path", "none",
-       "is for NVMe offload, which accelerate-cpp does not have (remove it)"},
-      {"zero3_init_flag", "false",
-       "is for ZeRO stage 3's partitioned construction (deepspeed.zero.Init), which accelerate-cpp does not "
-       "do: every process builds the whole model and prepare() shards it (use false)"},
-      {"zero3_save_16bit_model", "false",
-       "is for ZeRO stage 3's 16-bit whole-model file, which accelerate-cpp does not write (use false; "
-       "fsdp_state_dict_type FULL_STATE_DICT puts whole models in checkpoints)"},
-      {"deepspeed_moe_layer_cls_names", "",
-       "names Python module classes for DeepSpeed's mixture-of-experts, which accelerate-cpp does not have "
-       "(remove it)"},
-  };
-  return kKeys;
-}
-
 const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
   static const std::vector<UnsupportedFsdpKey> kKeys = {
       {"fsdp_ignored_modules",
@@ -345,10 +319,10 @@ std::string zeroStageOf(const ConfigDocument& document) {
   return document.scalar("deepspeed_config.zero_stage").value_or(deepspeed ? "2" : "0");
 }
 
-/// The DeepSpeed keys accel cannot run: the keys of unsupportedDeepSpeedKeys() with another value than their
-/// default, NVMe offload, and parameter offload below stage 3. Stages 0 to 3 (3 runs the fsdp strategy),
-/// offload of the optimizer state to the CPU (stages 1 and 2; at stage 3 with the parameters, as
-/// fsdp_offload_params), the clipping and the accumulation steps are run; the multi-node launcher keys are
+/// The DeepSpeed keys accel cannot run: the keys of spelling::unsupported_deepspeed_settings() with another
+/// value than their default, NVMe offload, and parameter offload below stage 3. Stages 0 to 3 (3 runs the
+/// fsdp strategy), offload of the optimizer state to the CPU (stages 1 and 2; at stage 3 with the parameters,
+/// as fsdp_offload_params), the clipping and the accumulation steps are run; the multi-node launcher keys are
 /// accepted (accel starts each machine's ranks).
 void checkDeepSpeedSection(const ConfigDocument& document) {
   for (const char* key :
@@ -363,12 +337,12 @@ void checkDeepSpeedSection(const ConfigDocument& document) {
                       "deepspeed_config.offload_param_device cpu conflicts with zero_stage " + stage +
                       (document.scalar("deepspeed_config.zero_stage") ? "" : " (Accelerate's default)") +
                       ": " + accelerate::spelling::kParameterOffloadBelowStage3);
-  for (const UnsupportedDeepSpeedKey& key : unsupportedDeepSpeedKeys()) {
-    if (key.problem.empty())
-      continue;
-    const std::string dotted = "deepspeed_config." + key.name;
-    if (auto value = document.scalar(dotted); value && *value != key.defaultValue)
-      throw ConfigError(document.where(dotted) + dotted + " " + *value + " " + key.problem);
+  for (const accelerate::spelling::UnsupportedDeepSpeedSetting& setting :
+       accelerate::spelling::unsupported_deepspeed_settings()) {
+    const std::string dotted = std::string("deepspeed_config.") + setting.key;
+    if (auto value = document.scalar(dotted);
+        value && !accelerate::spelling::is_default_text(*value, setting.default_text))
+      throw ConfigError(document.where(dotted) + dotted + " " + *value + " " + setting.problem);
   }
 }
 

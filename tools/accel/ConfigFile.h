@@ -58,17 +58,6 @@ public:
   using UsageError::UsageError;
 };
 
-/// The DeepSpeed settings accel and the runtime do not implement, refused when set to anything but their
-/// default (Hugging Face's: "none" for a path or device, false for a flag, nothing for a list): the key in
-/// deepspeed_config (also the `accel launch` flag), its default, and why it is refused, ready to follow
-/// "<setting> ".
-struct UnsupportedDeepSpeedKey {
-  std::string name;
-  std::string defaultValue;
-  std::string problem;
-};
-const std::vector<UnsupportedDeepSpeedKey>& unsupportedDeepSpeedKeys();
-
 /// Accelerate's FSDP settings that accelerate-cpp's fsdp strategy does not run yet (offload of checkpointed
 /// activations, ignored modules): the key in fsdp_config (also the `accel launch`
 /// flag), the canonical values accepted (they ask for nothing missing; empty: every value is refused), and
@@ -97,10 +86,10 @@ std::string defaultConfigPath();
 /// Parses and checks `text` (named `path` in messages). Throws ConfigError for malformed YAML (with line and
 /// column), an unknown key (with a "did you mean"), a value of the wrong kind or out of range (with the
 /// allowed values), or a combination accel cannot run (a SageMaker or TPU config, machine_rank >=
-/// num_machines, a DeepSpeed key of unsupportedDeepSpeedKeys() with another value than its default, an FSDP
-/// key of unsupportedFsdpKeys() with a value it does not accept, TRANSFORMER_BASED_WRAP without classes,
-/// hybrid sharding, LOCAL_STATE_DICT,
-/// fsdp_sharding_strategy and fsdp_reshard_after_forward disagreeing, ZeRO stage 1 or 2 with FSDP).
+/// num_machines, a DeepSpeed key of accelerate::spelling::unsupported_deepspeed_settings() with another value
+/// than its default, an FSDP key of unsupportedFsdpKeys() with a value it does not accept,
+/// TRANSFORMER_BASED_WRAP without classes, hybrid sharding, LOCAL_STATE_DICT, fsdp_sharding_strategy and
+/// fsdp_reshard_after_forward disagreeing, ZeRO stage 1 or 2 with FSDP).
 ConfigDocument parseConfigText(const std::string& text, const std::string& path);
 /// Reads `path` and parses it (see parseConfigText); throws ConfigError when it cannot be read.
 ConfigDocument readConfigFile(const std::string& path);

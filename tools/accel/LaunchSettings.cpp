@@ -331,9 +331,11 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
     throw UsageError(describeSetting(settings, "offload_param_device") + " conflicts with zero_stage " +
                      std::to_string(zeroStageOf(settings)) + ": " +
                      accelerate::spelling::kParameterOffloadBelowStage3);
-  for (const UnsupportedDeepSpeedKey& key : unsupportedDeepSpeedKeys())
-    if (auto value = settings.get(key.name); value && !key.problem.empty() && *value != key.defaultValue)
-      throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
+  for (const accelerate::spelling::UnsupportedDeepSpeedSetting& setting :
+       accelerate::spelling::unsupported_deepspeed_settings())
+    if (auto value = settings.get(setting.key);
+        value && !accelerate::spelling::is_default_text(*value, setting.default_text))
+      throw UsageError(describeSetting(settings, setting.key) + " " + setting.problem);
   // The runtime checks these options' values wherever the strategy (the ranks inherit the environment).
   if (auto type = settings.get("fsdp_state_dict_type");
       type && accelerate::spelling::state_dict_type(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
