@@ -243,48 +243,6 @@ void positive(const std::string& key, std::chrono::milliseconds value, const std
 
 // ------------------------------------------------------------------------------------------- sharding
 
-/// Accelerate's FSDP settings other than the table's fsdp_* options (FullyShardedDataParallelPlugin's, read
-/// from fsdp_config keys and the FSDP_* variables Hugging Face's launcher exports), checked when the strategy
-/// is "fsdp": each value must be of its kind; one of `accepted` is taken (it asks for nothing this runtime
-/// lacks, or has no effect here); any other is refused with `problem`.
-struct FsdpSetting {
-  enum class Kind { Flag, WholeNumber, Choice, Text };
-  const char* key;      ///< inside fsdp_config
-  const char* variable; ///< nullptr: Hugging Face has no variable for it
-  Kind kind;
-  std::vector<std::string> choices;  ///< Kind::Choice: the values (upper case; matched in any case)
-  std::vector<std::string> accepted; ///< canonical values taken; empty for Kind::Text: none is
-  const char* problem;
-};
-
-const std::vector<FsdpSetting>& fsdp_settings() {
-  using Kind = FsdpSetting::Kind;
-  static const std::vector<FsdpSetting> kSettings = {
-      {"fsdp_ignored_modules",
-       "FSDP_IGNORED_MODULES",
-       Kind::Text,
-       {},
-       {},
-       "names modules FSDP should leave unsharded, which this version of the fsdp strategy does not have; "
-       "remove it"},
-      // No effect here: parameters are always broadcast from process 0 when a model is prepared (what
-      // sync_module_states and cpu_ram_efficient_loading ask for); use_orig_params is PyTorch FSDP's tuning,
-      // which the fsdp strategy does not take. Prefetching is the table's fsdp_*_prefetch options.
-      {"fsdp_cpu_ram_efficient_loading",
-       "FSDP_CPU_RAM_EFFICIENT_LOADING",
-       Kind::Flag,
-       {},
-       {"true", "false"},
-       nullptr},
-      {"fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", Kind::Flag, {}, {"true", "false"}, nullptr},
-      {"fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", Kind::Flag, {}, {"true", "false"}, nullptr},
-      // Accelerate's older name for fsdp_backward_prefetch: read in its place when that is not set.
-      {"fsdp_backward_prefetch_policy", nullptr, Kind::Choice, spelling::backward_prefetch_policies(),
-       spelling::backward_prefetch_policies(), nullptr},
-  };
-  return kSettings;
-}
-
 // ------------------------------------------------------------------------------------------- sources
 
 /// Settings read from one source, as text, by the source's name for them (variable or YAML key).
@@ -337,7 +295,7 @@ EnvironmentSettings read_environment() {
   for (const char* variable : {"ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"}) {
     add(variable);
   }
-  for (const auto& setting : fsdp_settings()) {
+  for (const auto& setting : spelling::fsdp_settings()) {
     if (setting.variable != nullptr) {
       add(setting.variable);
     }
@@ -457,7 +415,7 @@ FileSettings read_config_file(const std::string& path) {
     }
     file.settings["fsdp_config.fsdp_transformer_layer_cls_to_wrap"] = text;
   }
-  for (const auto& setting : fsdp_settings()) {
+  for (const auto& setting : spelling::fsdp_settings()) {
     // A list (of module classes, say) is refused as its YAML text.
     const std::string key = std::string("fsdp_config.") + setting.key;
     if (const YAML::Node value = yaml_at(root, key); value && (value.IsSequence() || value.IsMap())) {
@@ -599,7 +557,7 @@ std::string named(const ResolvedConfig& config, const std::string& key, const st
 /// fsdp_reshard_after_forward as one sharding strategy (the two must agree where both are set; a value from
 /// the environment that means FULL_SHARD, what Hugging Face's launcher exports for both when neither was
 /// given, gives way to the other; zero_stage 3 means FULL_SHARD), the names upper-case, and Accelerate's
-/// other FSDP settings (fsdp_settings()) from the environment, else the file.
+/// other FSDP settings (spelling::fsdp_settings()) from the environment, else the file.
 void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
   std::string& strategy_source = config.sources["fsdp_sharding_strategy"];
   std::string& reshard_source = config.sources["fsdp_reshard_after_forward"];
@@ -663,7 +621,7 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
   }
   config.fsdp_sharding_strategy = resolved;
 
-  for (const FsdpSetting& setting : fsdp_settings()) {
+  for (const spelling::FsdpSetting& setting : spelling::fsdp_settings()) {
     std::string key;
     std::string where;
     std::optional<std::string> text;
@@ -682,16 +640,16 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
     }
     std::string value = *text;
     switch (setting.kind) {
-    case FsdpSetting::Kind::Flag:
+    case spelling::FsdpSetting::Kind::Flag:
       value = Parser<bool>::parse(key, *text, where) ? "true" : "false";
       break;
-    case FsdpSetting::Kind::WholeNumber:
+    case spelling::FsdpSetting::Kind::WholeNumber:
       if (text->empty() || text->find_first_not_of("0123456789") != std::string::npos) {
         refuse(key, *text, where, "is not a whole number >= 0");
       }
       value = std::to_string(std::stoull(*text));
       break;
-    case FsdpSetting::Kind::Choice: {
+    case spelling::FsdpSetting::Kind::Choice: {
       const auto chosen = spelling::choice(setting.choices, *text);
       if (chosen) {
         value = *chosen;
@@ -704,10 +662,10 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
       }
       break;
     }
-    case FsdpSetting::Kind::Text:
+    case spelling::FsdpSetting::Kind::Text:
       break;
     }
-    if (std::find(setting.accepted.begin(), setting.accepted.end(), value) == setting.accepted.end()) {
+    if (spelling::refuses(setting, value)) {
       refuse(key, *text, where, setting.problem);
     }
   }

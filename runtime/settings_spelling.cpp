@@ -178,6 +178,39 @@ const char* const kLocalStateDict =
     "SHARDED_STATE_DICT: "
     "each process writes its shards, or FULL_STATE_DICT: the main process writes whole models)";
 
+const std::vector<FsdpSetting>& fsdp_settings() {
+  using Kind = FsdpSetting::Kind;
+  static const std::vector<FsdpSetting> kSettings = {
+      {"fsdp_ignored_modules",
+       "FSDP_IGNORED_MODULES",
+       Kind::Text,
+       {},
+       {},
+       "names modules FSDP should leave unsharded, which accelerate-cpp's fsdp strategy does not have "
+       "(remove it)"},
+      // No effect here: parameters are always broadcast from process 0 when a model is prepared (what
+      // sync_module_states and cpu_ram_efficient_loading ask for); use_orig_params is PyTorch FSDP's tuning,
+      // which the fsdp strategy does not take. Prefetching is the table's fsdp_*_prefetch options.
+      {"fsdp_cpu_ram_efficient_loading",
+       "FSDP_CPU_RAM_EFFICIENT_LOADING",
+       Kind::Flag,
+       {},
+       {"true", "false"},
+       nullptr},
+      {"fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", Kind::Flag, {}, {"true", "false"}, nullptr},
+      {"fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", Kind::Flag, {}, {"true", "false"}, nullptr},
+      // Accelerate's older name for fsdp_backward_prefetch: read in its place when that is not set.
+      {"fsdp_backward_prefetch_policy", nullptr, Kind::Choice, backward_prefetch_policies(),
+       backward_prefetch_policies(), nullptr},
+  };
+  return kSettings;
+}
+
+bool refuses(const FsdpSetting& setting, const std::string& value) {
+  return !value.empty() &&
+         std::find(setting.accepted.begin(), setting.accepted.end(), value) == setting.accepted.end();
+}
+
 const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings() {
   static const std::vector<UnsupportedDeepSpeedSetting> kSettings = {
       {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "none",

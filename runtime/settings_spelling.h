@@ -93,6 +93,24 @@ extern const char* const kActivationOffloadWithoutCheckpointing;
 /// Why LOCAL_STATE_DICT is refused, and the fix; follows "<state dict type setting> ".
 extern const char* const kLocalStateDict;
 
+/// Accelerate's FSDP settings other than the option table's fsdp_* options (FullyShardedDataParallelPlugin's,
+/// read from fsdp_config keys and the FSDP_* variables Accelerate's launcher exports), checked by accel and
+/// the runtime where the fsdp strategy runs: each value must be of its kind; one of `accepted` is taken (it
+/// asks for nothing accelerate-cpp lacks, or has no effect here); any other is refused with `problem`.
+struct FsdpSetting {
+  enum class Kind { Flag, WholeNumber, Choice, Text };
+  const char* key;      ///< inside fsdp_config; also `accel launch`'s flag
+  const char* variable; ///< nullptr: Accelerate has no variable for it
+  Kind kind;
+  std::vector<std::string> choices;  ///< Kind::Choice: the values (upper case; matched in any case)
+  std::vector<std::string> accepted; ///< canonical values taken; empty for Kind::Text: none is
+  const char* problem;               ///< why another value is refused, and the fix; follows "<setting> "
+};
+const std::vector<FsdpSetting>& fsdp_settings();
+/// Whether `setting` refuses `value`, spelled as its `accepted` are (a flag "true" or "false", a choice
+/// upper-case): a value that is not empty and not one of them.
+bool refuses(const FsdpSetting& setting, const std::string& value);
+
 /// A DeepSpeed setting accelerate-cpp does not implement, refused by accel and the runtime alike when set to
 /// anything but its default (is_default_text).
 struct UnsupportedDeepSpeedSetting {

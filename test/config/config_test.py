@@ -756,8 +756,8 @@ RUNTIME_REFUSALS = [
      "fsdp_activation_checkpointing='false' (from AcceleratorOptions)"),
     # What comes in a later version, from the environment and from the file.
     ({**FSDP_ENV, "FSDP_IGNORED_MODULES": "head"}, [],
-     "FSDP_IGNORED_MODULES='head' (from the environment) names modules FSDP should leave unsharded, which this "
-     "version of the fsdp strategy does not have; remove it"),
+     "FSDP_IGNORED_MODULES='head' (from the environment) names modules FSDP should leave unsharded, which "
+     "accelerate-cpp's fsdp strategy does not have (remove it)"),
     ({**FSDP_ENV, "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu"}, [],
      "offload_optimizer_device='cpu' (from the environment) conflicts with parallel_strategy='fsdp' (from "
      "ACCELERATE_USE_FSDP=true in the environment): the fsdp strategy keeps the optimizer state in CPU memory with "
@@ -859,7 +859,7 @@ def RuntimeRefusesWhatFsdpLacksNamingKeyValueAndSource():
                           "distributed_type: FSDP\nfsdp_config:\n  fsdp_ignored_modules: head\n")
         check(probe_refusal(environment(ACCELERATE_CONFIG_FILE=path)) ==
               f"accelerate: fsdp_config.fsdp_ignored_modules='head' (from config file {path}) names modules FSDP "
-              "should leave unsharded, which this version of the fsdp strategy does not have; remove it",
+              "should leave unsharded, which accelerate-cpp's fsdp strategy does not have (remove it)",
               "a file's setting is named by its key and the file")
         path = write_file(directory, "deepspeed.yaml", "distributed_type: DEEPSPEED\nfsdp_config:\n  fsdp_version: 2\n")
         check(probe_refusal(environment(ACCELERATE_CONFIG_FILE=path)).startswith(

@@ -80,17 +80,6 @@ std::string ConfigDocument::where(const std::string& dottedKey) const {
   return path + ": ";
 }
 
-const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys() {
-  static const std::vector<UnsupportedFsdpKey> kKeys = {
-      {"fsdp_ignored_modules",
-       {},
-       "names modules FSDP should leave unsharded, which accelerate-cpp's fsdp strategy does not have "
-       "(remove "
-       "it)"},
-  };
-  return kKeys;
-}
-
 bool isActivationOffloadWithoutCheckpointing(const std::optional<std::string>& offload,
                                              const std::optional<std::string>& checkpointing) {
   const auto on = [](const std::optional<std::string>& text) {
@@ -347,9 +336,9 @@ void checkDeepSpeedSection(const ConfigDocument& document) {
 }
 
 /// What the fsdp strategy cannot run, where the file runs it (distributed_type FSDP, an fsdp_config section
-/// that is not empty, or DeepSpeed's zero_stage 3): the keys of unsupportedFsdpKeys() with a value they do
-/// not accept, hybrid sharding, LOCAL_STATE_DICT, DeepSpeed's optimizer offload without zero_stage 3 or its
-/// CPU offload against fsdp_offload_params false, fsdp_sharding_strategy and fsdp_reshard_after_forward
+/// that is not empty, or DeepSpeed's zero_stage 3): the keys of spelling::fsdp_settings() with a value they
+/// do not accept, hybrid sharding, LOCAL_STATE_DICT, DeepSpeed's optimizer offload without zero_stage 3 or
+/// its CPU offload against fsdp_offload_params false, fsdp_sharding_strategy and fsdp_reshard_after_forward
 /// disagreeing (or not FULL_SHARD under zero_stage 3); and ZeRO stage 1 or 2 asked for with FSDP. The
 /// runtime's rules (runtime/config.cpp) for a file it reads.
 void checkFsdpSettings(const ConfigDocument& document) {
@@ -366,12 +355,13 @@ void checkFsdpSettings(const ConfigDocument& document) {
         "out the DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully sharded)");
   if (!fsdp && stage != "3")
     return;
-  for (const UnsupportedFsdpKey& key : unsupportedFsdpKeys()) {
-    const std::string dotted = "fsdp_config." + key.name;
-    auto value = document.scalar(dotted);
-    if (value && !value->empty() &&
-        std::find(key.accepted.begin(), key.accepted.end(), *value) == key.accepted.end())
-      throw ConfigError(document.where(dotted) + dotted + " " + *value + " " + key.problem);
+  for (const accelerate::spelling::FsdpSetting& setting : accelerate::spelling::fsdp_settings()) {
+    // The others take every value of their kind, which the schema checks.
+    if (setting.problem == nullptr)
+      continue;
+    const std::string dotted = std::string("fsdp_config.") + setting.key;
+    if (auto value = document.scalar(dotted); value && accelerate::spelling::refuses(setting, *value))
+      throw ConfigError(document.where(dotted) + dotted + " " + *value + " " + setting.problem);
   }
   if (auto policy = document.scalar("fsdp_config.fsdp_auto_wrap_policy");
       policy && accelerate::spelling::transformer_wrap_without_classes(

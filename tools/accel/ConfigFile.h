@@ -58,19 +58,6 @@ public:
   using UsageError::UsageError;
 };
 
-/// Accelerate's FSDP settings that accelerate-cpp's fsdp strategy does not run yet (offload of checkpointed
-/// activations, ignored modules): the key in fsdp_config (also the `accel launch`
-/// flag), the canonical values accepted (they ask for nothing missing; empty: every value is refused), and
-/// why another is refused, ready to follow "<setting> <value> ". Checked where the fsdp strategy runs. The
-/// runtime refuses the same (runtime/config.cpp, fsdp_settings(): the two lists are kept alike by
-/// config.FsdpSettingsAreJudgedAlikeByAccelAndTheRuntime).
-struct UnsupportedFsdpKey {
-  std::string name;
-  std::vector<std::string> accepted;
-  std::string problem;
-};
-const std::vector<UnsupportedFsdpKey>& unsupportedFsdpKeys();
-
 /// Whether `offload` (fsdp_activation_checkpointing_offload) is true while `checkpointing`
 /// (fsdp_activation_checkpointing, unset: false) is not; then the refusal follows "<offload setting> ":
 /// "conflicts with fsdp_activation_checkpointing false: " and accelerate::spelling's reason.
@@ -87,7 +74,7 @@ std::string defaultConfigPath();
 /// column), an unknown key (with a "did you mean"), a value of the wrong kind or out of range (with the
 /// allowed values), or a combination accel cannot run (a SageMaker or TPU config, machine_rank >=
 /// num_machines, a DeepSpeed key of accelerate::spelling::unsupported_deepspeed_settings() with another value
-/// than its default, an FSDP key of unsupportedFsdpKeys() with a value it does not accept,
+/// than its default, an FSDP key of accelerate::spelling::fsdp_settings() with a value it does not accept,
 /// TRANSFORMER_BASED_WRAP without classes, hybrid sharding, LOCAL_STATE_DICT, fsdp_sharding_strategy and
 /// fsdp_reshard_after_forward disagreeing, ZeRO stage 1 or 2 with FSDP).
 ConfigDocument parseConfigText(const std::string& text, const std::string& path);

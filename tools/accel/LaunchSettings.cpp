@@ -343,11 +343,11 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
                      accelerate::spelling::kLocalStateDict);
   if (strategy != "fsdp")
     return;
-  for (const UnsupportedFsdpKey& key : unsupportedFsdpKeys())
-    if (auto value = settings.get(key.name);
-        value && !value->empty() &&
-        std::find(key.accepted.begin(), key.accepted.end(), *value) == key.accepted.end())
-      throw UsageError(describeSetting(settings, key.name) + " " + key.problem);
+  for (const accelerate::spelling::FsdpSetting& setting : accelerate::spelling::fsdp_settings())
+    // The others take every value of their kind, which the flag's rule checks.
+    if (auto value = settings.get(setting.key);
+        setting.problem != nullptr && value && accelerate::spelling::refuses(setting, *value))
+      throw UsageError(describeSetting(settings, setting.key) + " " + setting.problem);
   if (auto policy = settings.get("fsdp_auto_wrap_policy");
       policy && accelerate::spelling::transformer_wrap_without_classes(
                     *policy, settings.get("fsdp_transformer_layer_cls_to_wrap")))

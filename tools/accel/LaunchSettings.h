@@ -84,8 +84,8 @@ std::string fsdpShardingOf(const LaunchSettings& settings);
 /// Throws UsageError for what `settings` ask that accelerate-cpp does not run, naming the flag, variable or
 /// config key: the DeepSpeed settings of accelerate::spelling::unsupported_deepspeed_settings() with another
 /// value than their default, NVMe offload, hybrid sharding, LOCAL_STATE_DICT; and under the fsdp `strategy`
-/// (what parallelStrategyOf gives) the FSDP settings of unsupportedFsdpKeys() with a value they do not
-/// accept, optimizer offload, and fsdpShardingOf's refusals.
+/// (what parallelStrategyOf gives) the FSDP settings of accelerate::spelling::fsdp_settings() with a value
+/// they do not accept, optimizer offload, and fsdpShardingOf's refusals.
 void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string& strategy);
 
 /// The ACCELERATE_* / FSDP_* / CUDA_VISIBLE_DEVICES variables every rank gets for `settings` in `mode`, as
