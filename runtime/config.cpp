@@ -596,13 +596,9 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
   const std::string& stage_source = config.sources["zero_stage"];
   if (config.zero_stage == 3 && resolved != "FULL_SHARD") {
     const bool by_strategy = strategy_set;
-    refuse_conflict(
-        by_strategy ? named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy)
-                    : named(config, "fsdp_reshard_after_forward", reshard_text),
-        named(config, "zero_stage", "3"),
-        "ZeRO stage 3 is fully sharded (FULL_SHARD). Leave the sharding strategy unset or make it "
-        "FULL_SHARD, or use zero_stage 2 (optimizer state and gradients sharded, as SHARD_GRAD_OP "
-        "does)");
+    refuse_conflict(by_strategy ? named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy)
+                                : named(config, "fsdp_reshard_after_forward", reshard_text),
+                    named(config, "zero_stage", "3"), spelling::kShardingAgainstZeroStage3);
   }
   // Derived values name what they came from.
   if (!strategy_set) {
@@ -745,11 +741,7 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
   const std::string strategy = named(config, "parallel_strategy", config.parallel_strategy);
   const bool sharded_stage = config.zero_stage == 1 || config.zero_stage == 2;
   if (sharded_stage && !fsdp.empty()) {
-    refuse_conflict(
-        stage, fsdp,
-        "a ZeRO stage of 1 or 2 runs the \"zero\" strategy, and FSDP the \"fsdp\" strategy. Ask for "
-        "one: leave out the DeepSpeed settings (or use zero_stage 3, which is fully sharded), or the "
-        "FSDP ones");
+    refuse_conflict(stage, fsdp, spelling::kShardedZeroStageAgainstFsdp);
   }
   if (strategy_source == "default") {
     if (sharded_stage) {

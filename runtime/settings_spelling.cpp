@@ -146,6 +146,14 @@ const char* const kShardingDisagreement =
     "fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), false SHARD_GRAD_OP (or NO_SHARD, "
     "HYBRID_SHARD_ZERO2) (set one of the two, or make them agree)";
 
+const char* const kShardingAgainstZeroStage3 =
+    "ZeRO stage 3 is fully sharded (FULL_SHARD); leave the sharding strategy unset or make it FULL_SHARD, or "
+    "use zero_stage 2 (optimizer state and gradients sharded, as SHARD_GRAD_OP does)";
+
+const char* const kShardedZeroStageAgainstFsdp =
+    "a ZeRO stage of 1 or 2 runs the zero strategy, and FSDP the fsdp strategy; ask for one: leave out the "
+    "DeepSpeed settings (or use zero_stage 3, which is fully sharded), or the FSDP ones";
+
 const char* const kZeroOffloadAgainstFsdpOffload =
     "under ZeRO stage 3 (the fsdp strategy) DeepSpeed's CPU offload runs as fsdp_offload_params true: the "
     "shards, their gradients and the optimizer state in CPU memory (set the DeepSpeed offload devices to "

@@ -60,6 +60,14 @@ std::optional<std::string> state_dict_type(const std::string& text);
 /// follows "<strategy setting> conflicts with <reshard setting>: ".
 extern const char* const kShardingDisagreement;
 
+/// A sharding strategy other than FULL_SHARD (fsdp_sharding_strategy or fsdp_reshard_after_forward) with ZeRO
+/// stage 3: why, and the fix; follows "<sharding setting> conflicts with <zero_stage setting>: ".
+extern const char* const kShardingAgainstZeroStage3;
+
+/// ZeRO stage 1 or 2 with FSDP asked for: why, and the fix; follows "<one> conflicts with <the other>: " (the
+/// zero_stage setting and what asked for FSDP, in either order).
+extern const char* const kShardedZeroStageAgainstFsdp;
+
 /// DeepSpeed's CPU offload under ZeRO stage 3 (offload_optimizer_device or offload_param_device `cpu`), which
 /// runs as the fsdp strategy's fsdp_offload_params true, against fsdp_offload_params false: why, and the fix;
 /// follows "<offload setting> conflicts with <fsdp_offload_params setting>: ".

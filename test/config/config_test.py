@@ -817,9 +817,9 @@ RUNTIME_REFUSALS = [
      "it unset; or set parallel_strategy to zero"),
     ({**FSDP_ENV, "ACCELERATE_USE_DEEPSPEED": "true"}, [],
      "zero_stage='2' (from Accelerate's DeepSpeed default stage, for ACCELERATE_USE_DEEPSPEED=true in the "
-     "environment) conflicts with ACCELERATE_USE_FSDP=true in the environment: a ZeRO stage of 1 or 2 runs the "
-     "\"zero\" strategy, and FSDP the \"fsdp\" strategy. Ask for one: leave out the DeepSpeed settings (or use "
-     "zero_stage 3, which is fully sharded), or the FSDP ones"),
+     "environment) conflicts with ACCELERATE_USE_FSDP=true in the environment: a ZeRO stage of 1 or 2 runs the zero "
+     "strategy, and FSDP the fsdp strategy; ask for one: leave out the DeepSpeed settings (or use zero_stage 3, "
+     "which is fully sharded), or the FSDP ones"),
     ({**FSDP_ENV, "FSDP_SHARDING_STRATEGY": "NO_SHARD", "FSDP_RESHARD_AFTER_FORWARD": "shard_grad_op"}, [],
      "fsdp_sharding_strategy='NO_SHARD' (from the environment) conflicts with fsdp_reshard_after_forward="
      "'SHARD_GRAD_OP' (from the environment): fsdp_reshard_after_forward true means FULL_SHARD (or HYBRID_SHARD), "
@@ -829,7 +829,7 @@ RUNTIME_REFUSALS = [
      "(from AcceleratorOptions)"),
     ({"FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP"}, ["zero_stage=3"],
      "fsdp_sharding_strategy='SHARD_GRAD_OP' (from the environment) conflicts with zero_stage='3' (from "
-     "AcceleratorOptions): ZeRO stage 3 is fully sharded (FULL_SHARD). Leave the sharding strategy unset or make it "
+     "AcceleratorOptions): ZeRO stage 3 is fully sharded (FULL_SHARD); leave the sharding strategy unset or make it "
      "FULL_SHARD, or use zero_stage 2 (optimizer state and gradients sharded, as SHARD_GRAD_OP does)"),
     # An fsdp option in code without the fsdp strategy would do nothing.
     ({}, ["fsdp_version=2"],
@@ -943,13 +943,15 @@ ALIKE = [
      "fsdp_sharding_strategy='NO_SHARD' (from config file PATH) conflicts with fsdp_reshard_after_forward='true' "
      "(from config file PATH)"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nfsdp_config:\n  fsdp_sharding_strategy: 2\n",
-     "5:3: fsdp_config.fsdp_sharding_strategy 2 conflicts with deepspeed_config.zero_stage 3, which is fully sharded "
-     "(leave the sharding strategy unset or make it FULL_SHARD, or use zero_stage 2)",
+     "5:3: fsdp_config.fsdp_sharding_strategy 2 conflicts with deepspeed_config.zero_stage 3: ZeRO stage 3 is fully "
+     "sharded (FULL_SHARD); leave the sharding strategy unset or make it FULL_SHARD, or use zero_stage 2 (optimizer "
+     "state and gradients sharded, as SHARD_GRAD_OP does)",
      "fsdp_sharding_strategy='2' (from config file PATH) conflicts with zero_stage='3' (from config file PATH)"),
     ("distributed_type: FSDP\ndeepspeed_config:\n  zero_stage: 2\n",
-     "1:1: distributed_type FSDP conflicts with DeepSpeed's zero_stage 2: ZeRO stage 1 or 2 runs the zero strategy, "
-     "FSDP the fsdp strategy (ask for one: leave out the DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully "
-     "sharded)", "zero_stage='2' (from config file PATH) conflicts with distributed_type: FSDP in config file PATH"),
+     "1:1: distributed_type FSDP conflicts with DeepSpeed's zero_stage 2: a ZeRO stage of 1 or 2 runs the zero "
+     "strategy, and FSDP the fsdp strategy; ask for one: leave out the DeepSpeed settings (or use zero_stage 3, "
+     "which is fully sharded), or the FSDP ones",
+     "zero_stage='2' (from config file PATH) conflicts with distributed_type: FSDP in config file PATH"),
     # DeepSpeed's CPU offload at stage 3 runs as fsdp_offload_params (Python's `accelerate config` writes both keys).
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n", None, None),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n"

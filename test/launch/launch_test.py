@@ -615,9 +615,9 @@ def UnsupportedFsdpSettingsAreRefused():
                       "--zero_stage 3: ZeRO stage 3 runs the fsdp strategy (unset the variable or set it to fsdp, or "
                       "use another zero_stage)")
     check_usage_error(launch("--use_fsdp", PROBE, env=environment(ACCELERATE_DEEPSPEED_ZERO_STAGE="2")),
-                      "accel launch: ACCELERATE_DEEPSPEED_ZERO_STAGE=2 in the environment conflicts with --use_fsdp: a "
-                      "ZeRO stage of 1 or 2 runs the zero strategy, FSDP the fsdp strategy (ask for one: leave out the "
-                      "DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully sharded)")
+                      "accel launch: ACCELERATE_DEEPSPEED_ZERO_STAGE=2 in the environment conflicts with --use_fsdp: "
+                      "a ZeRO stage of 1 or 2 runs the zero strategy, and FSDP the fsdp strategy; ask for one: leave "
+                      "out the DeepSpeed settings (or use zero_stage 3, which is fully sharded), or the FSDP ones")
     # DeepSpeed's optimizer offload with FSDP asked for other than through zero_stage 3.
     check_usage_error(launch("--use_fsdp", PROBE, env=environment(ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE="cpu")),
                       "accel launch: ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=cpu in the environment conflicts "

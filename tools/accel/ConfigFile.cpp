@@ -348,11 +348,9 @@ void checkFsdpSettings(const ConfigDocument& document) {
   const std::string fsdpKey = type == "FSDP" ? "distributed_type" : "fsdp_config";
   const std::string fsdpWhat = type == "FSDP" ? "distributed_type FSDP" : "the fsdp_config section";
   if (fsdp && (stage == "1" || stage == "2"))
-    throw ConfigError(
-        document.where(fsdpKey) + fsdpWhat + " conflicts with DeepSpeed's zero_stage " + stage +
-        (document.scalar("deepspeed_config.zero_stage") ? "" : " (Accelerate's default)") +
-        ": ZeRO stage 1 or 2 runs the zero strategy, FSDP the fsdp strategy (ask for one: leave "
-        "out the DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully sharded)");
+    throw ConfigError(document.where(fsdpKey) + fsdpWhat + " conflicts with DeepSpeed's zero_stage " + stage +
+                      (document.scalar("deepspeed_config.zero_stage") ? "" : " (Accelerate's default)") +
+                      ": " + accelerate::spelling::kShardedZeroStageAgainstFsdp);
   if (!fsdp && stage != "3")
     return;
   for (const accelerate::spelling::FsdpSetting& setting : accelerate::spelling::fsdp_settings()) {
@@ -395,8 +393,7 @@ void checkFsdpSettings(const ConfigDocument& document) {
         strategy ? "fsdp_config.fsdp_sharding_strategy" : "fsdp_config.fsdp_reshard_after_forward";
     throw ConfigError(
         document.where(dotted) + dotted + " " + *(strategy ? strategy : reshard) +
-        " conflicts with deepspeed_config.zero_stage 3, which is fully sharded (leave the sharding "
-        "strategy unset or make it FULL_SHARD, or use zero_stage 2)");
+        " conflicts with deepspeed_config.zero_stage 3: " + accelerate::spelling::kShardingAgainstZeroStage3);
   }
   // DeepSpeed's CPU offload under zero_stage 3 runs as fsdp_offload_params true (the runtime's
   // resolve_zero_offload).

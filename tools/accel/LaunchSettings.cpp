@@ -313,9 +313,8 @@ std::string fsdpShardingOf(const LaunchSettings& settings) {
   if (zeroStageOf(settings) == 3 && resolved != "FULL_SHARD") {
     const std::string name = fromStrategy ? "fsdp_sharding_strategy" : "fsdp_reshard_after_forward";
     throw UsageError(describeSetting(settings, name) + " conflicts with " +
-                     describeSetting(settings, "zero_stage") +
-                     ", which is fully sharded (leave the sharding strategy unset or make it FULL_SHARD, or "
-                     "use zero_stage 2)");
+                     describeSetting(settings, "zero_stage") + ": " +
+                     accelerate::spelling::kShardingAgainstZeroStage3);
   }
   return resolved;
 }
@@ -412,10 +411,8 @@ std::string parallelStrategyOf(const LaunchSettings& settings, const Environment
     stageOrigin = describeSetting(settings, "use_deepspeed") + " (Accelerate's default zero_stage 2)";
   const std::string fsdpOrigin = describeSetting(settings, "use_fsdp");
   if (fsdp && shardedStage)
-    throw UsageError(
-        stageOrigin + " conflicts with " + fsdpOrigin +
-        ": a ZeRO stage of 1 or 2 runs the zero strategy, FSDP the fsdp strategy (ask for one: leave "
-        "out the DeepSpeed settings, or the FSDP ones; zero_stage 3 is fully sharded)");
+    throw UsageError(stageOrigin + " conflicts with " + fsdpOrigin + ": " +
+                     accelerate::spelling::kShardedZeroStageAgainstFsdp);
   auto named = environment.get("ACCELERATE_PARALLEL_STRATEGY");
   if (!named || named->empty())
     return shardedStage ? "zero" : stage == 3 || fsdp ? "fsdp" : "ddp";
