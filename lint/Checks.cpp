@@ -73,17 +73,8 @@ AST_MATCHER(clang::Expr, computedFromPreparedModel) {
 
 /// The one loss of `torch::autograd::backward({loss})` when no other argument is given; null otherwise.
 const clang::Expr* onlyLossOf(const clang::CallExpr& Call, clang::ASTContext& Context) {
-  if (Call.getNumArgs() == 0)
-    return nullptr;
-  for (unsigned I = 1; I < Call.getNumArgs(); ++I)
-    if (!llvm::isa<clang::CXXDefaultArgExpr>(Call.getArg(I)))
-      return nullptr;
-  auto Lists =
-      match(traverse(clang::TK_AsIs, findAll(initListExpr().bind("list"))), *Call.getArg(0), Context);
-  if (Lists.empty())
-    return nullptr;
-  const auto* List = Lists.front().getNodeAs<clang::InitListExpr>("list");
-  return List->getNumInits() == 1 ? List->getInit(0)->IgnoreImplicit() : nullptr;
+  std::vector<const clang::Expr*> Losses = passes::autogradBackwardLosses(Call, Context);
+  return Losses.size() == 1 ? Losses.front() : nullptr;
 }
 
 AST_MATCHER(clang::CallExpr, backwardOfOneLoss) {
@@ -135,8 +126,7 @@ PassRule rawBackwardRule() {
       cxxMemberCallExpr(isExpansionInMainFile(), passes::tensorBackwardCall(), on(FromPreparedModel))
           .bind(CallId);
   auto AutogradBackward =
-      callExpr(isExpansionInMainFile(), callee(functionDecl(hasName("::torch::autograd::backward"))),
-               hasArgument(0, FromPreparedModel));
+      callExpr(isExpansionInMainFile(), passes::autogradBackwardCall(), hasArgument(0, FromPreparedModel));
   return applyFirst({
       makeRule(MemberBackward, changeTo(node(CallId), run(acceleratorBackward)),
                computed([](const MatchFinder::MatchResult& Result, clang::ASTContext&) -> std::string {

@@ -76,6 +76,31 @@ Stencil macroWarning() {
   });
 }
 
+/// `a + b + ...` for the losses of the `torch::autograd::backward({a, b, ...})` bound to CallId.
+Stencil summedLosses() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Call = Result.Nodes.getNodeAs<clang::CallExpr>(CallId);
+    std::string Sum;
+    for (const clang::Expr* Loss : autogradBackwardLosses(*Call, *Result.Context)) {
+      std::string Text =
+          clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Loss->getSourceRange()),
+                                      *Result.SourceManager, Result.Context->getLangOpts())
+              .str();
+      // A binary or conditional expression (`a * 0.1`, `x ? a : b`) is parenthesised within the sum.
+      const clang::Expr* Bare = Loss->IgnoreImpCasts();
+      const auto* Operator = llvm::dyn_cast<clang::CXXOperatorCallExpr>(Bare);
+      const bool Compound = llvm::isa<clang::BinaryOperator, clang::AbstractConditionalOperator>(Bare) ||
+                            (Operator && Operator->isInfixBinaryOp());
+      Sum += (Sum.empty() ? "" : " + ") + (Compound ? "(" + Text + ")" : Text);
+    }
+    return Sum;
+  });
+}
+
+AST_MATCHER(clang::CallExpr, backwardOfLossList) {
+  return !autogradBackwardLosses(Node, Finder->getASTContext()).empty();
+}
+
 } // namespace
 
 PassRule backwardPass() {
@@ -87,10 +112,25 @@ PassRule backwardPass() {
   auto InScope = allOf(isInTrainingFile(), unless(isInDistributedFunction()));
   auto Why = cat("accelerator.backward() runs the backward pass and also scales the loss for mixed precision "
                  "and gradient accumulation, and synchronises gradients across processes");
+  auto Autograd = callExpr(autogradBackwardCall()).bind(CallId);
   return applyFirst<std::string>({
-      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                        stmt(anyOf(Call, boundDependentBackwardCall()), isInMacroExpansion(), InScope)),
-               noopEdit(expansion(node(CallId))), macroWarning()),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   stmt(anyOf(Call, boundDependentBackwardCall(), Autograd), isInMacroExpansion(), InScope)),
+          noopEdit(expansion(node(CallId))), macroWarning()),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, callExpr(Autograd, backwardOfLossList(), InScope)),
+          changeTo(node(CallId), cat("accelerator.backward(", summedLosses(), ")")),
+          cat("torch::autograd::backward of a list of one-element tensors computes the gradients of their "
+              "sum, so it becomes accelerator.backward of the sum, which also scales the loss for mixed "
+              "precision and gradient accumulation, and synchronises gradients across processes")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, callExpr(Autograd, InScope)),
+          noopEdit(node(CallId)),
+          cat("torch::autograd::backward not rewritten: it is given gradients or other arguments (or its "
+              "tensors are not a braced list), and accelerator.backward takes one loss; without it the "
+              "gradients are not synchronised across processes. Call accelerator.backward(loss, gradient, "
+              "retain_graph) by hand, with the losses summed when their gradients are implicit")),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource,
                    callExpr(boundDependentBackwardCall(), isTensorBackwardInEveryInstantiation(), InScope)),

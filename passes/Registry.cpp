@@ -28,9 +28,12 @@ namespace accelerate::passes {
 llvm::ArrayRef<PassInfo> allPasses() {
   static const PassInfo Passes[] = {
       {"backward", backwardPass,
-       "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`",
+       "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`; "
+       "`torch::autograd::backward({a, b})` becomes `accelerator.backward(a + b)`",
        /*OnByDefault=*/true, /*WhenNothingFound=*/{},
-       /*LeavesAlone=*/"calls from a macro; in a template, calls not every instantiation makes a tensor call",
+       /*LeavesAlone=*/
+       "calls from a macro; in a template, calls not every instantiation makes a tensor call; "
+       "`torch::autograd::backward` given gradients",
        /*TurnedOnBy=*/{}, /*UsesAccelerator=*/trainingBackwardCall},
       {"accelerator", acceleratorPass,
        "declares `accelerator` (in main, or `Accelerator::current()` elsewhere) where the rewritten code "

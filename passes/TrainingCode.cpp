@@ -360,18 +360,33 @@ std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArgu
     ~DepthScope() { --Depth; }
   } Scope;
   auto Local = declRefExpr(to(varDecl(hasLocalStorage(), unless(hasType(isModuleType()))).bind("local")));
+  auto Add = [&](const clang::Expr& Source) {
+    for (const clang::Expr* Model : modelsTrainedBy(Source, Context))
+      if (!llvm::is_contained(Seen, namedDeclaration(Model))) {
+        Seen.push_back(namedDeclaration(Model));
+        Models.push_back(Model);
+      }
+  };
   for (const BoundNodes& Found : match(traverse(clang::TK_AsIs, expr(anyOf(Local, forEachDescendant(Local)))),
                                        OptimizerArguments, Context)) {
     const auto* Vector = Found.getNodeAs<clang::VarDecl>("local");
     auto Uses = declRefExpr(to(varDecl(equalsNode(Vector))));
+    // Filled from its initializer (`std::vector<Tensor> params = encoder->parameters();`), ...
+    if (Vector->getInit())
+      Add(*Vector->getInit());
+    // ... by a loop over a model's parameters, ...
     auto Filling = cxxForRangeStmt(hasRangeInit(expr().bind("range")), hasBody(hasDescendant(Uses)));
     for (const BoundNodes& Loop :
          match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Filling))), *Function->getBody(), Context))
-      for (const clang::Expr* Model : modelsTrainedBy(*Loop.getNodeAs<clang::Expr>("range"), Context))
-        if (!llvm::is_contained(Seen, namedDeclaration(Model))) {
-          Seen.push_back(namedDeclaration(Model));
-          Models.push_back(Model);
-        }
+      Add(*Loop.getNodeAs<clang::Expr>("range"));
+    // ... or by a call on it or an assignment to it (`params.insert(params.end(), head->parameters().begin(),
+    // head->parameters().end())`, `params = model->parameters()`).
+    auto Changing = expr(anyOf(cxxMemberCallExpr(on(ignoringParenImpCasts(Uses))),
+                               cxxOperatorCallExpr(hasArgument(0, ignoringParenImpCasts(Uses)))))
+                        .bind("changing");
+    for (const BoundNodes& Change :
+         match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Changing))), *Function->getBody(), Context))
+      Add(*Change.getNodeAs<clang::Expr>("changing"));
   }
   return Models;
 }
@@ -801,9 +816,32 @@ clang::ast_matchers::internal::Matcher<clang::CallExpr> isTensorBackwardInEveryI
   return tensorBackwardInEveryInstantiationImpl();
 }
 
+StatementMatcher autogradBackwardCall() {
+  return callExpr(callee(functionDecl(hasName("::torch::autograd::backward"))),
+                  unless(isExpansionInSystemHeader()));
+}
+
+std::vector<const clang::Expr*> autogradBackwardLosses(const clang::CallExpr& Call,
+                                                       clang::ASTContext& Context) {
+  if (Call.getNumArgs() == 0)
+    return {};
+  for (unsigned I = 1; I < Call.getNumArgs(); ++I)
+    if (!llvm::isa<clang::CXXDefaultArgExpr>(Call.getArg(I)))
+      return {};
+  auto Lists =
+      match(traverse(clang::TK_AsIs, findAll(initListExpr().bind("list"))), *Call.getArg(0), Context);
+  if (Lists.empty())
+    return {};
+  std::vector<const clang::Expr*> Losses;
+  for (const clang::Expr* Init : Lists.front().getNodeAs<clang::InitListExpr>("list")->inits())
+    Losses.push_back(Init->IgnoreImplicit());
+  return Losses;
+}
+
 StatementMatcher trainingBackwardCall() {
   return stmt(anyOf(cxxMemberCallExpr(tensorBackwardCall()),
-                    callExpr(dependentBackwardCall(), isTensorBackwardInEveryInstantiation())),
+                    callExpr(dependentBackwardCall(), isTensorBackwardInEveryInstantiation()),
+                    autogradBackwardCall()),
               unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()));
 }
 

@@ -181,8 +181,16 @@ clang::ast_matchers::StatementMatcher dependentBackwardCall();
 /// the template makes a tensor backward call: rewriting the template as written is then right for all of
 /// them.
 clang::ast_matchers::internal::Matcher<clang::CallExpr> isTensorBackwardInEveryInstantiation();
+/// Matches a call of `torch::autograd::backward(tensors, ...)` outside system headers.
+clang::ast_matchers::StatementMatcher autogradBackwardCall();
+/// The tensors of `torch::autograd::backward({a, b, ...})`, a braced list, when no other argument is given:
+/// the original then needs each to hold one element (libtorch makes their gradients implicitly), so
+/// `accelerator.backward(a + b + ...)` computes the same gradients. Empty otherwise.
+std::vector<const clang::Expr*> autogradBackwardLosses(const clang::CallExpr& Call,
+                                                       clang::ASTContext& Context);
 /// Matches the training step's backward calls, the ones the backward pass rewrites: a tensorBackwardCall(),
-/// or a dependentBackwardCall() that isTensorBackwardInEveryInstantiation(), outside macro expansions, in a
+/// a dependentBackwardCall() that isTensorBackwardInEveryInstantiation(), or an autogradBackwardCall() (the
+/// pass rewrites it or says why not), outside macro expansions, in a
 /// training file, outside functions that already distribute their work. The other passes find the training
 /// step by them.
 clang::ast_matchers::StatementMatcher trainingBackwardCall();

@@ -70,6 +70,18 @@ template <class Scalar> void non_dependent_in_template(Scalar) {
 template void non_dependent_in_template(int);
 template void non_dependent_in_template(double);
 
+// torch::autograd::backward of a braced list, with no other argument, computes the gradients of the sum of its
+// one-element tensors; given gradients, it is left alone with a warning.
+void autograd_lists(torch::Tensor loss, torch::Tensor aux, torch::Tensor grad) {
+  torch::autograd::backward({loss});
+  // CHECK: {{^}}  accelerator.backward(loss);{{$}}
+  torch::autograd::backward({loss, aux / 10, aux.sum()});
+  // CHECK: {{^}}  accelerator.backward(loss + (aux / 10) + aux.sum());{{$}}
+  torch::autograd::backward({loss}, {grad});
+  // WARN: backward.cpp:[[@LINE-1]]:3: warning: torch::autograd::backward not rewritten: it is given gradients
+  // CHECK: {{^}}  torch::autograd::backward({loss}, {grad});{{$}}
+}
+
 // Negative: code the pass must leave alone.
 void not_a_tensor(Scheduler scheduler) {
   scheduler.backward();
@@ -92,4 +104,4 @@ void instantiate(torch::Tensor loss, Scheduler scheduler) {
 // EXPLAIN-SAME: accelerator.backward() runs the backward pass and also scales the loss for mixed precision
 // EXPLAIN: backward.cpp:{{[0-9]+}}:3: note: [backward] '(a + b).backward()' -> 'accelerator.backward(a + b)'
 // EXPLAIN: backward.cpp:{{[0-9]+}}:3: note: [backward] 'loss.backward( grad)' -> 'accelerator.backward(loss, grad)'
-// EXPLAIN: accel-rewrite: {{.*}}backward.cpp: {{[0-9]+}} changes, 1 not rewritten
+// EXPLAIN: accel-rewrite: {{.*}}backward.cpp: {{[0-9]+}} changes, 2 not rewritten

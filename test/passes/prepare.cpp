@@ -123,6 +123,18 @@ void frozen(torch::nn::Linear net) {
   // CHECK-NEXT: {{^}}  auto optimizer = accelerator.prepare(torch::optim::Adam(trainable));{{$}}
 }
 
+// Parameters of several models gathered in one vector: from its initializer and by an insert of another
+// model's.
+void gathered(torch::nn::Linear encoder, torch::nn::Linear head) {
+  std::vector<torch::Tensor> params = encoder->parameters();
+  auto more = head->parameters();
+  params.insert(params.end(), more.begin(), more.end());
+  torch::optim::Adam optimizer(params);
+  // CHECK:      {{^}}  accelerator.prepare(encoder);{{$}}
+  // CHECK-NEXT: {{^}}  accelerator.prepare(head);{{$}}
+  // CHECK-NEXT: {{^}}  auto optimizer = accelerator.prepare(torch::optim::Adam(params));{{$}}
+}
+
 // A helper that takes the concrete optimizer type by reference, called with the prepared optimizer only: the
 // parameter becomes accelerate::Optimizer& (a torch::optim::Adam& could not bind to it).
 void update(torch::optim::Adam& trainer) { trainer.step(); }
