@@ -25,6 +25,7 @@ constexpr char StatementId[] = "statement";
 constexpr char VariableId[] = "variable";
 constexpr char ConstructId[] = "construct";
 constexpr char FactoryId[] = "factory";
+constexpr char MetricId[] = "metric";
 
 std::string sourceText(clang::CharSourceRange Range, const MatchFinder::MatchResult& Result) {
   return clang::Lexer::getSourceText(Range, *Result.SourceManager, Result.Context->getLangOpts()).str();
@@ -570,6 +571,22 @@ AST_MATCHER(clang::Expr, buildsPreparedMember) {
   return false;
 }
 
+/// A metric computed from this process's share of the data: it reads a tensor of this process (`item()`, a
+/// size) or a local computed from the share (shareOf).
+AST_MATCHER(clang::Expr, isComputedFromShare) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::FunctionDecl* Function = enclosingFunction(Node, Context);
+  if (!Function || !readsShardedData(*Function, Context))
+    return false;
+  if (containsMatch(perProcessRead(), Node, Context))
+    return true;
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, findAll(declRefExpr(to(varDecl().bind("read"))))), Node, Context))
+    if (shareOf(*Found.getNodeAs<clang::VarDecl>("read"), *Function, Context) != Share::None)
+      return true;
+  return false;
+}
+
 } // namespace
 
 StatementMatcher preparedMemberBuild() {
@@ -677,6 +694,20 @@ PassRule preparePass() {
           cat("global optimizer '", name(VariableId),
               "' not prepared: this file has no main to prepare its models in; prepare them where training "
               "starts")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   cxxMemberCallExpr(
+                       callee(cxxMethodDecl(hasName("step"),
+                                            ofClass(hasName("::torch::optim::ReduceLROnPlateauScheduler")))),
+                       hasArgument(0, expr(isComputedFromShare()).bind(MetricId)),
+                       unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
+                       .bind(StatementId)),
+          noopEdit(node(StatementId)),
+          cat("plateau scheduler step not made safe: its metric '", node(MetricId),
+              "' is computed from this process's share of the data, so each process would lower its learning "
+              "rate at its own epoch and the processes' models would drift apart; step it with a value "
+              "reduced over the processes, e.g. accelerator.reduce(metric, accelerate::ReduceOp::MEAN) for a "
+              "mean")),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isSchedulerType())),
           changeTo(statementWithSemicolon(StatementId), preparedDeclarationText()),

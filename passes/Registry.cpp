@@ -48,7 +48,7 @@ llvm::ArrayRef<PassInfo> allPasses() {
        /*OnByDefault=*/true, /*WhenNothingFound=*/{},
        /*LeavesAlone=*/
        "optimizers over loose tensors; member optimizers used in ways a prepared one does not "
-       "support (warnings)",
+       "support; plateau schedulers stepped with a metric of this process's share (warnings)",
        /*TurnedOnBy=*/{}, /*UsesAccelerator=*/prepareUsesAccelerator,
        /*UsesAcceleratorInMain=*/preparedGlobalOptimizer},
       {"data-loader", dataLoaderPass,

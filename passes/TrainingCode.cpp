@@ -1,6 +1,7 @@
 // passes/TrainingCode.cpp: the facts about the user's code that several passes share.
 #include "passes/TrainingCode.h"
 
+#include "passes/DataLoaderPass.h"
 #include "passes/Macros.h"
 #include "passes/Registry.h"
 #include "passes/Templates.h"
@@ -1086,6 +1087,83 @@ bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::
 
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode() {
   return inTrainingOrEvaluationCodeImpl();
+}
+
+// ---- Numbers computed on this process's share of the data ------------------------------------------------
+
+namespace {
+
+bool isConstantValue(const clang::Expr& E, clang::ASTContext& Context) {
+  return !E.isValueDependent() && E.isEvaluatable(Context);
+}
+
+} // namespace
+
+StatementMatcher perProcessRead() {
+  auto Tensor = ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")));
+  return expr(anyOf(cxxMemberCallExpr(callee(cxxMethodDecl(hasName("item")))),
+                    cxxMemberCallExpr(callee(cxxMethodDecl(hasAnyName("size", "numel"), Tensor))),
+                    callExpr(callee(cxxDependentScopeMemberExpr(
+                        anyOf(hasMemberName("item"), hasMemberName("size"), hasMemberName("numel")))))));
+}
+
+namespace {
+
+/// A sum or a count: `.sum()`, `torch::sum`, a tensor's size, `count_nonzero`.
+StatementMatcher sumOrCount() {
+  auto Tensor = ofClass(cxxRecordDecl(isSameOrDerivedFrom("::at::TensorBase")));
+  return expr(anyOf(
+      cxxMemberCallExpr(callee(cxxMethodDecl(hasAnyName("sum", "size", "numel", "count_nonzero"), Tensor))),
+      callExpr(callee(functionDecl(
+          hasAnyName("::at::sum", "::torch::sum", "::at::count_nonzero", "::torch::count_nonzero")))),
+      callExpr(callee(cxxDependentScopeMemberExpr(
+          anyOf(hasMemberName("sum"), hasMemberName("size"), hasMemberName("numel")))))));
+}
+
+} // namespace
+
+Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Function, clang::ASTContext& Context,
+              int Depth) {
+  if (Depth > 4)
+    return Share::Unknown;
+  if (!Variable.hasLocalStorage() || llvm::isa<clang::ParmVarDecl>(Variable) ||
+      !Variable.getType()->isArithmeticType() || !Function.hasBody())
+    return Share::None;
+  Share Result = Share::None;
+  for (const auto& [Written, Write] : variableWrites(Function, Context)) {
+    if (Written != &Variable)
+      continue;
+    if (isConstantValue(*Write, Context))
+      continue;
+    // Another local computed from the share (a ratio, a copy) cannot be reduced by kind.
+    for (const BoundNodes& Read :
+         match(traverse(clang::TK_AsIs, findAll(declRefExpr(to(varDecl().bind("read"))))), *Write, Context)) {
+      const auto* Other = Read.getNodeAs<clang::VarDecl>("read");
+      if (Other != &Variable && Other->hasLocalStorage() && !llvm::isa<clang::ParmVarDecl>(Other) &&
+          Other->getType()->isArithmeticType() &&
+          shareOf(*Other, Function, Context, Depth + 1) != Share::None)
+        return Share::Unknown;
+    }
+    if (!containsMatch(perProcessRead(), *Write, Context))
+      continue;
+    Share Kind = containsMatch(sumOrCount(), *Write, Context) ? Share::Sum : Share::Mean;
+    if (Result != Share::None && Result != Kind)
+      return Share::Unknown;
+    Result = Kind;
+  }
+  return Result;
+}
+
+bool readsShardedData(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  if (!Function.hasBody())
+    return false;
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(cxxForRangeStmt().bind("loop")))),
+             *Function.getBody(), Context))
+    if (const clang::VarDecl* Loader = iteratedLoader(*Found.getNodeAs<clang::Stmt>("loop"), Context))
+      if (isPreparedLoader(*Loader, Context))
+        return true;
+  return false;
 }
 
 // ---- Calls ----------------------------------------------------------------------------------------------

@@ -60,6 +60,22 @@ std::optional<llvm::StringRef> pathBelow(llvm::StringRef Path, llvm::StringRef D
 /// Matches a declaration written (where it expands) in a file the rewrite changes (isInRewrittenFile).
 clang::ast_matchers::internal::Matcher<clang::Decl> isExpansionInRewrittenFile();
 
+// ---- Numbers computed on this process's share of the data ------------------------------------------------
+
+/// How a local number of training code was computed from this process's share of a prepared loader's data:
+/// from means (`loss.item<double>()`, summed over steps), from sums and counts (`.sum().item()`,
+/// `batch.data.size(0)`), or from something else (a ratio of such numbers, a max); None when it is not.
+enum class Share { None, Mean, Sum, Unknown };
+/// A number read from this process's tensors: `item()`, and the sizes `size(...)`, `numel()` (of a tensor, or
+/// in a template of a value of dependent type).
+clang::ast_matchers::StatementMatcher perProcessRead();
+/// How the local arithmetic `Variable` of `Function` was computed from this process's share (Share::None for
+/// parameters, constants and numbers that do not come from it).
+Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Function, clang::ASTContext& Context,
+              int Depth = 0);
+/// True when `Function` reads a prepared loader: each process sees only its share of the data.
+bool readsShardedData(const clang::FunctionDecl& Function, clang::ASTContext& Context);
+
 // ---- Calls ----------------------------------------------------------------------------------------------
 
 /// A reference a template leaves unresolved (`run_epoch(net, ...)` with a dependent argument,

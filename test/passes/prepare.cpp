@@ -15,6 +15,8 @@
 // GLOBAL-NEXT: {{^}}  accelerator.prepare(net);{{$}}
 // GLOBAL-NEXT: {{^}}  train();{{$}}
 
+#include "datasets.h"
+
 #include <torch/torch.h>
 
 #include <memory>
@@ -133,6 +135,29 @@ void gathered(torch::nn::Linear encoder, torch::nn::Linear head) {
   // CHECK:      {{^}}  accelerator.prepare(encoder);{{$}}
   // CHECK-NEXT: {{^}}  accelerator.prepare(head);{{$}}
   // CHECK-NEXT: {{^}}  auto optimizer = accelerator.prepare(torch::optim::Adam(params));{{$}}
+}
+
+// A plateau scheduler stepped with a metric computed from this process's share of the data is reported; one
+// stepped with a number every process has alike is not.
+void plateau(torch::nn::Linear net, float held_out) {
+  torch::optim::SGD optimizer(net->parameters(), 0.1);
+  torch::optim::ReduceLROnPlateauScheduler scheduler(optimizer);
+  auto loader = torch::data::make_data_loader(Points().map(torch::data::transforms::Stack<>()), 8);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    double total = 0;
+    for (auto& batch : *loader) {
+      optimizer.zero_grad();
+      auto loss = torch::mse_loss(net->forward(batch.data), batch.target);
+      loss.backward();
+      optimizer.step();
+      total += loss.item<double>();
+    }
+    scheduler.step(static_cast<float>(total));
+    // WARN: prepare.cpp:[[@LINE-1]]:5: warning: plateau scheduler step not made safe: its metric
+    // WARN-SAME: 'static_cast<float>(total)' is computed from this process's share of the data
+    // CHECK: {{^}}    scheduler.step(static_cast<float>(total));{{$}}
+    scheduler.step(held_out);
+  }
 }
 
 // A helper that takes the concrete optimizer type by reference, called with the prepared optimizer only: the

@@ -276,6 +276,13 @@ class StepLR : public LRScheduler {
 public:
   StepLR(torch::optim::Optimizer& optimizer, const unsigned step_size, const double gamma = 0.1);
 };
+
+class ReduceLROnPlateauScheduler { // torch/optim/schedulers/reduce_on_plateau_scheduler.h: no LRScheduler
+public:
+  enum SchedulerMode { min, max };
+  ReduceLROnPlateauScheduler(Optimizer& optimizer, SchedulerMode mode = min, float factor = 0.1, int patience = 10);
+  void step(float metric);
+};
 } // namespace optim
 
 namespace data {
