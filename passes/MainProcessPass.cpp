@@ -120,7 +120,8 @@ bool fitsPrint(const StreamChain& Chain, const clang::ASTContext& Context) {
   return EndsLine && llvm::none_of(llvm::ArrayRef(Chain.Operands).drop_back(), isTemplateManipulator);
 }
 
-/// The variables `Body` runs backward on (`loss.backward()`, also in a template).
+/// The variables `Body` runs backward on (`loss.backward()`, also in a template; each of
+/// `torch::autograd::backward({a, b})`).
 std::vector<const clang::ValueDecl*> backwardVariables(const clang::Stmt& Body, clang::ASTContext& Context) {
   auto Loss = declRefExpr(to(varDecl().bind("loss")));
   auto Resolved = cxxMemberCallExpr(
@@ -134,6 +135,15 @@ std::vector<const clang::ValueDecl*> backwardVariables(const clang::Stmt& Body, 
        match(traverse(clang::TK_AsIs, stmt(forEachDescendant(expr(anyOf(Resolved, Dependent))))), Body,
              Context))
     Losses.push_back(Found.getNodeAs<clang::ValueDecl>("loss"));
+  // `torch::autograd::backward({main_loss, aux_loss})`: each variable of the list.
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(callExpr(autogradBackwardCall()).bind("call")))),
+             Body, Context))
+    for (const clang::Expr* Tensor :
+         autogradBackwardLosses(*Found.getNodeAs<clang::CallExpr>("call"), Context))
+      if (const auto* Read = llvm::dyn_cast<clang::DeclRefExpr>(Tensor->IgnoreParenImpCasts()))
+        if (llvm::isa<clang::VarDecl>(Read->getDecl()))
+          Losses.push_back(Read->getDecl());
   return Losses;
 }
 

@@ -835,7 +835,7 @@ std::vector<const clang::Expr*> autogradBackwardLosses(const clang::CallExpr& Ca
     return {};
   std::vector<const clang::Expr*> Losses;
   for (const clang::Expr* Init : Lists.front().getNodeAs<clang::InitListExpr>("list")->inits())
-    Losses.push_back(Init->IgnoreImplicit());
+    Losses.push_back(Init->IgnoreUnlessSpelledInSource());
   return Losses;
 }
 

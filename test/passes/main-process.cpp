@@ -82,6 +82,19 @@ torch::Tensor fit_step(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   optimizer.step();
   return loss;
 }
+// The tensors of torch::autograd::backward({...}) are losses too: printed as their mean over the processes.
+void autograd_losses() {
+  torch::nn::Linear model(4, 1);
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  for (int i = 0; i < 10; ++i) {
+    auto main_loss = model->forward(torch::randn({8, 4})).sum();
+    auto aux_loss = model->forward(torch::randn({8, 4})).sum();
+    torch::autograd::backward({main_loss, aux_loss});
+    optimizer.step();
+    std::cout << "main " << main_loss.item<double>() << std::endl;
+    // CHECK: {{^}}    accelerator.print("main ", accelerator.reduce(main_loss, accelerate::ReduceOp::MEAN).item<double>());{{$}}
+  }
+}
 torch::Tensor score_of(torch::nn::Linear& model) { return model->forward(torch::randn({8, 4})).sum(); }
 void returned_losses() {
   torch::nn::Linear model(4, 1);
