@@ -326,16 +326,10 @@ std::vector<std::pair<const clang::DeclRefExpr*, Share>> sharedNumbers(const cla
   const clang::FunctionDecl* Function = enclosingFunction(Statement, Context);
   if (!Function || !readsShardedData(*Function, Context))
     return Uses;
-  for (const clang::Expr* Operand : printedOperands(Statement))
-    for (const BoundNodes& Found : match(
-             traverse(clang::TK_AsIs, stmt(anyOf(declRefExpr(to(varDecl())).bind("use"),
-                                                 forEachDescendant(declRefExpr(to(varDecl())).bind("use"))))),
-             *Operand, Context)) {
-      const auto* Use = Found.getNodeAs<clang::DeclRefExpr>("use");
-      Share Kind = shareOf(*llvm::cast<clang::VarDecl>(Use->getDecl()), *Function, Context);
-      if (Kind != Share::None)
-        Uses.emplace_back(Use, Kind);
-    }
+  for (const clang::Expr* Operand : printedOperands(Statement)) {
+    auto Reads = shareReads(*Operand, *Function, Context);
+    Uses.insert(Uses.end(), Reads.begin(), Reads.end());
+  }
   return Uses;
 }
 

@@ -578,13 +578,7 @@ AST_MATCHER(clang::Expr, isComputedFromShare) {
   const clang::FunctionDecl* Function = enclosingFunction(Node, Context);
   if (!Function || !readsShardedData(*Function, Context))
     return false;
-  if (containsMatch(perProcessRead(), Node, Context))
-    return true;
-  for (const BoundNodes& Found :
-       match(traverse(clang::TK_AsIs, findAll(declRefExpr(to(varDecl().bind("read"))))), Node, Context))
-    if (shareOf(*Found.getNodeAs<clang::VarDecl>("read"), *Function, Context) != Share::None)
-      return true;
-  return false;
+  return containsMatch(perProcessRead(), Node, Context) || !shareReads(Node, *Function, Context).empty();
 }
 
 } // namespace

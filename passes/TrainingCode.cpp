@@ -1166,6 +1166,20 @@ bool readsShardedData(const clang::FunctionDecl& Function, clang::ASTContext& Co
   return false;
 }
 
+std::vector<std::pair<const clang::DeclRefExpr*, Share>>
+shareReads(const clang::Expr& E, const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  std::vector<std::pair<const clang::DeclRefExpr*, Share>> Uses;
+  auto Use = declRefExpr(to(varDecl())).bind("use");
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(anyOf(Use, forEachDescendant(Use)))), E, Context)) {
+    const auto* Read = Found.getNodeAs<clang::DeclRefExpr>("use");
+    if (Share Kind = shareOf(*llvm::cast<clang::VarDecl>(Read->getDecl()), Function, Context);
+        Kind != Share::None)
+      Uses.emplace_back(Read, Kind);
+  }
+  return Uses;
+}
+
 // ---- Calls ----------------------------------------------------------------------------------------------
 
 clang::ast_matchers::internal::Matcher<clang::Stmt> dependentReference() {

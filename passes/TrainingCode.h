@@ -75,6 +75,10 @@ Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Functio
               int Depth = 0);
 /// True when `Function` reads a prepared loader: each process sees only its share of the data.
 bool readsShardedData(const clang::FunctionDecl& Function, clang::ASTContext& Context);
+/// The uses in `E` (itself included) of locals of `Function` computed from this process's share, with their
+/// kind (shareOf).
+std::vector<std::pair<const clang::DeclRefExpr*, Share>>
+shareReads(const clang::Expr& E, const clang::FunctionDecl& Function, clang::ASTContext& Context);
 
 // ---- Calls ----------------------------------------------------------------------------------------------
 
