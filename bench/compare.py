@@ -36,6 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import train_ref  # noqa: E402  (the Python forms; also reads and writes the tensor files)
+sys.path.insert(0, os.path.join(REPO, "test", "harness"))
+from numerics import report_spread  # noqa: E402  (the line scripts/numerics-matrix.sh reads)
 
 FORMS = ["a", "b", "c", "d"]
 FORM_NAMES = {"a": "(a) plain C++", "b": "(b) accel C++", "c": "(c) HF Accelerate", "d": "(d) plain torch"}
@@ -273,6 +275,7 @@ def cmd_loss_check(args):
             worst = max(abs(b - c) / abs(c) for b, c in zip(ours, theirs))
             at = max(range(args.steps), key=lambda i: abs(ours[i] - theirs[i]) / abs(theirs[i]))
             verdict = "ok" if worst <= args.tolerance else "FAIL"
+            report_spread(f"{workload} {args.procs} process(es) {args.dtype}, (b) against (c)", worst, args.tolerance)
             print(f"{verdict} {workload}, {args.procs} process(es), {args.dtype}: {args.steps} steps, "
                   f"(b) {ours[0]:.6f} -> {ours[-1]:.6f}, "
                   f"(c) {theirs[0]:.6f} -> {theirs[-1]:.6f}, largest relative difference {worst:.2e} at step "

@@ -24,6 +24,7 @@
 //
 // On the CPU every offload is a no-op unless ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 (a test hook) takes its
 // code path; the smoke test (bench.fsdp_offload.smoke) runs it that way, where the four agree bit for bit.
+#include "../test/support/spread.h"
 #include "arguments.h"
 
 #include <accelerate/accelerate.h>
@@ -219,6 +220,10 @@ int run(int argc, char** argv) {
     const bool finite = std::all_of(figures.losses.begin(), figures.losses.end(),
                                     [](double loss) { return std::isfinite(loss); });
     const bool within = finite && difference <= rtol;
+    if (outer.is_main_process() && i > 0) {
+      accelerate_test::report_spread(std::string(kConfigurations[i].name) + " against full_shard", difference,
+                                     rtol);
+    }
     ok = ok && within;
     char peak[32] = "n/a", ratio[32] = "n/a", row[512];
     if (figures.device_peak >= 0 && base.device_peak > 0) {

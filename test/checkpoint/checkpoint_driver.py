@@ -28,6 +28,9 @@ import sys
 import time
 import json
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from numerics import report_spread  # noqa: E402  (the line scripts/numerics-matrix.sh reads)
+
 SKIP = 77
 TIMEOUT_S = 10  # the collective timeout the ranks run with (checkpoint_train --timeout)
 
@@ -291,6 +294,7 @@ def topology(driver, seed):
                           f"{name} rank {rank}: {key} differs by {(got[key] - want).abs().max().item():.3g}")
                     worst = max(worst, ((got[key] - want).abs() / want.abs().clamp_min(1e-300)).max().item())
             check(torch.equal(got["optimizer.lr"], expected["optimizer.lr"]), f"{name}: the learning rate differs")
+        report_spread(f"saved by 2 ranks, resumed on {nproc}", worst, 1e-9)
         print(f"topology: saved by 2 ranks, resumed on {nproc}: same {len(expected_batches)} global batches, "
               f"parameters within rtol {worst:.2g} of the run that never stopped")
 

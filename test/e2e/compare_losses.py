@@ -21,6 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from numerics import report_spread  # noqa: E402
 from step_lines import run as run_with_timeout, values_by_rank  # noqa: E402
 
 
@@ -91,6 +92,7 @@ def main():
             if not relative <= options.rtol:
                 failures.append(f"step {key[0]} {key[1]}: distributed {mean!r} (ranks {printing}) "
                                 f"vs plain {expected!r}")
+        report_spread(f"{options.nproc} ranks against the plain run", worst, options.rtol)
     first, last = (steps[0], options.must_fall), (steps[-1], options.must_fall)
     if first not in plain or last not in plain:
         failures.append(f"the plain run did not print '{options.must_fall}' at steps {steps[0]} and {steps[-1]}")

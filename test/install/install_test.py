@@ -20,6 +20,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from numerics import report_spread  # noqa: E402  (the line scripts/numerics-matrix.sh reads)
+
 REWRITE = re.compile(r"accel-rewrite train\.cpp")
 STEP = re.compile(r"^(?:\[rank(\d+)\]: )?step (\d+) loss (\S+)$")
 
@@ -155,6 +158,7 @@ def package(options):
             worst = max(worst, relative)
             if not relative <= 1e-5:
                 fail(f"step {step}: 2 ranks {values[step]!r} vs single process {plain[step]!r} (rtol 1e-5)", ranks)
+    report_spread("2 ranks against the single-process run", worst, 1e-5)
     if not plain[steps[-1]] < 0.5 * plain[steps[0]]:
         fail(f"the loss did not fall: step {steps[0]} {plain[steps[0]]} -> step {steps[-1]} {plain[steps[-1]]}")
     mismatch(options, prefix, project)

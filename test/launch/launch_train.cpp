@@ -6,7 +6,9 @@
 // Preconditions for bit-identical results (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
 // batches (rank r takes slice r of the global batch), no dropout, one intra-op thread.
 // Every rank prints `train pid=<pid> rank=<r> world=<n> restart=<TORCHELASTIC_RESTART_COUNT>` first;
-// rank 0 ends with `params fnv=<hash of every parameter's bytes> sum=<sum, %.17g>`.
+// rank 0 ends with `params fnv=<hash of every parameter's bytes> sum=<sum, %.17g>`, then
+// `values <every parameter element, %.17g, comma-separated>` (for comparisons across strategies, which are
+// not bit for bit).
 // --crash RANK STEP makes RANK exit 3 at STEP on the first attempt only (TORCHELASTIC_RESTART_COUNT unset
 // or 0), for --max_restarts tests; --step-sleep leaves time to kill a rank mid-run.
 #include <accelerate/accelerate.h>
@@ -146,6 +148,16 @@ int main(int argc, char** argv) {
     for (const torch::Tensor& parameter : model->parameters())
       sum += parameter.sum().item<double>();
     std::printf("params fnv=%016" PRIx64 " sum=%.17g\n", parameterHash(model->parameters()), sum);
+    std::string values;
+    for (const torch::Tensor& parameter : model->parameters()) {
+      const auto flat = parameter.detach().reshape(-1).to(torch::kFloat64).contiguous();
+      for (int64_t i = 0; i < flat.numel(); ++i) {
+        char number[32];
+        std::snprintf(number, sizeof number, "%s%.17g", values.empty() ? "" : ",", flat[i].item<double>());
+        values += number;
+      }
+    }
+    std::printf("values %s\n", values.c_str());
     std::fflush(stdout);
   }
   return 0;

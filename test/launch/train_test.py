@@ -28,6 +28,10 @@ TRAIN = ""
 TOKEN_VARIABLE = "ACCEL_TRAIN_TEST_TOKEN"
 TOKEN = f"{os.getpid()}-{time.time_ns()}"
 PARAMS = re.compile(r"params fnv=([0-9a-f]{16}) sum=(\S+)")
+VALUES = re.compile(r"^(?:\[rank\d+\]: )?values (\S+)$", re.MULTILINE)
+# Float64 parity between two strategies (test/support/spread.h's kFloat64PathParity): flat shares against
+# separate tensors are not bit for bit on every CPU.
+FLOAT64_PATH_PARITY = 1e-13
 
 
 class Skip(Exception):
@@ -66,6 +70,27 @@ def params_of(output):
     found = PARAMS.findall(output)
     check(len(found) == 1, "expected exactly one `params` line from rank 0", output)
     return found[0]
+
+
+def values_of(output):
+    found = VALUES.findall(output)
+    check(len(found) == 1, "expected exactly one `values` line from rank 0", output)
+    return [float(v) for v in found[0].split(",")]
+
+
+def relative_difference(actual, expected):
+    """‖actual − expected‖ / ‖expected‖ over two runs' parameter values."""
+    check(len(actual) == len(expected), f"{len(actual)} parameter values against {len(expected)}")
+    difference = sum((a - e) ** 2 for a, e in zip(actual, expected)) ** 0.5
+    scale = sum(e * e for e in expected) ** 0.5
+    return difference / scale if scale else difference
+
+
+def expect_parity(label, actual, expected):
+    difference = relative_difference(actual, expected)
+    print(f"numerics: {label}: relative difference {difference:.3g} (limit {FLOAT64_PATH_PARITY:.3g})")
+    check(difference <= FLOAT64_PATH_PARITY,
+          f"{label}: ‖Δθ‖/‖θ‖ = {difference:.3g}, above the float64 path-parity bound {FLOAT64_PATH_PARITY:g}")
 
 
 def accel_run(*accel_args, train_args=(), env=None):
@@ -307,7 +332,8 @@ def MaxRestartsRecoversFromOneCrash():
 
 def AZeroFileTrainsLikeDdp():
     # The YAML file Python Accelerate reads selects ZeRO-2 through accel launch (the variables it exports); the
-    # 2 ranks end bit-identical to DDP's (SGD with momentum: ZeRO's update is DDP's, element for element).
+    # 2 ranks end where DDP's do (SGD with momentum: ZeRO's update is DDP's, element for element, on a flat
+    # share instead of whole tensors: within the float64 path-parity bound).
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "zero2.yaml")
         with open(path, "w") as file:
@@ -319,19 +345,19 @@ def AZeroFileTrainsLikeDdp():
                                TRAIN, "--steps", "5", "--prepare-optimizer"])
         check(code == 0 and "zero: stage 2, optimizer state and gradients in 2 shares" in output,
               "the file must select ZeRO stage 2 in the ranks' runtime", output)
-        zero = params_of(output)
-    ddp = accel_run("--num_processes", "2", "--main_process_port", str(free_port()),
-                    train_args=("--steps", "5", "--prepare-optimizer"))
-    check(zero == ddp, f"ZeRO-2 ended with {zero}, DDP with {ddp}: they must be bit-identical")
-    print(f"ZeRO-2 from the YAML file: {zero}; DDP: {ddp}")
+        zero = values_of(output)
+    code, output, _ = run([ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()),
+                           TRAIN, "--steps", "5", "--prepare-optimizer"])
+    check(code == 0, f"accel launch (DDP) must exit 0 (got {code})", output)
+    expect_parity("ZeRO-2 from the YAML file against DDP", zero, values_of(output))
 
 
 def AnFsdpFileTrainsLikeDdp():
     # Python Accelerate's FSDP file (version 2, no automatic wrapping) and DeepSpeed ZeRO-3 files select the fsdp
     # strategy through accel launch; launch_train's model has no units, so all of it is the root's resident unit
-    # (gradients and optimizer state sharded), and the 2 ranks end bit-identical to DDP's. ZeRO-3 with DeepSpeed's
-    # CPU offload runs as fsdp_offload_params; the test hook ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU takes the offload
-    # code path on the CPU (docs/development.md), which must not change a bit either.
+    # (gradients and optimizer state sharded), and the 2 ranks end where DDP's do (within the float64 path-parity
+    # bound). ZeRO-3 with DeepSpeed's CPU offload runs as fsdp_offload_params; the test hook
+    # ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU takes the offload code path on the CPU (docs/development.md).
     files = {
         "fsdp2.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nuse_cpu: true\nnum_machines: 1\n"
                       "num_processes: 2\nmixed_precision: 'no'\nfsdp_config:\n  fsdp_version: 2\n"
@@ -347,8 +373,10 @@ def AnFsdpFileTrainsLikeDdp():
                               "  zero3_init_flag: false\n",
     }
     offloaded = "offload params: on (shards, their gradients and the optimizer step in CPU memory)"
-    ddp = accel_run("--num_processes", "2", "--main_process_port", str(free_port()),
-                    train_args=("--steps", "5", "--prepare-optimizer"))
+    code, output, _ = run([ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()),
+                           TRAIN, "--steps", "5", "--prepare-optimizer"])
+    check(code == 0, f"accel launch (DDP) must exit 0 (got {code})", output)
+    ddp = values_of(output)
     with tempfile.TemporaryDirectory() as directory:
         for name, text in files.items():
             path = os.path.join(directory, name)
@@ -362,9 +390,7 @@ def AnFsdpFileTrainsLikeDdp():
                   f"{name} must select FSDP FULL_SHARD in the ranks' runtime", output)
             check((offloaded in output) == ("offload" in name), f"{name}: offload must be on exactly with "
                   "DeepSpeed's CPU offload", output)
-            fsdp = params_of(output)
-            check(fsdp == ddp, f"{name}: FSDP ended with {fsdp}, DDP with {ddp}: they must be bit-identical")
-            print(f"{name}: {fsdp}; DDP: {ddp}")
+            expect_parity(f"{name} against DDP", values_of(output), ddp)
 
 
 # ------------------------------------------------------------------------------------------- the runtime's refusals

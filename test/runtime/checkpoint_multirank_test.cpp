@@ -5,6 +5,7 @@
 
 #include "../../runtime/durable_file.h"
 #include "../../runtime/state.h"
+#include "../support/numerics.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -193,7 +194,7 @@ TEST(CheckpointMultirank, AFailureOnOneProcessFailsTheSaveEverywhereAndKeepsTheP
 // -------------------------------------------------------------------------------
 
 TEST(CheckpointMultirank, EveryProcessGetsItsOwnRandomStateBack) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options().seed(11));
   SharedDirectory dir(accelerator);
   accelerator.set_seed(11, /*device_specific=*/true);
@@ -304,7 +305,7 @@ TEST(DebugMode, AShapeMismatchIsReportedBeforeAnyDataMoves) {
 
 TEST(DebugMode, TheChecksumNamesThePerturbedProcess) {
   ::setenv("ACCELERATE_DEBUG_CHECKSUM_EVERY", "2", 1);
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options().debug(true).seed(3));
   const int perturbed = accelerator.num_processes() - 1;
   auto model = std::make_shared<Net>();
@@ -332,7 +333,7 @@ TEST(DebugMode, TheChecksumNamesAParamGroupWhoseLearningRateDiffers) {
   // A learning-rate change that ran on one process only (a side effect under a main-process guard): with a
   // check at every step, the next step's check names the group before any parameter moves apart.
   ::setenv("ACCELERATE_DEBUG_CHECKSUM_EVERY", "1", 1);
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options().debug(true).seed(3));
   const int perturbed = accelerator.num_processes() - 1;
   auto model = std::make_shared<Net>();
@@ -359,7 +360,7 @@ TEST(DebugMode, BatchNormStatisticsOfEachProcessAreNotADivergence) {
   // the main process's at the synchronised backward: the check at every step passes, and after the step the
   // buffers agree.
   ::setenv("ACCELERATE_DEBUG_CHECKSUM_EVERY", "1", 1);
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options().debug(true).seed(3));
   torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8), torch::nn::Tanh(),
                               torch::nn::Linear(8, 1));

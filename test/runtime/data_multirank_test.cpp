@@ -2,6 +2,8 @@
 // over Gloo on loopback (see data_tests.cmake for which test runs on how many).
 #include <accelerate/accelerate.h>
 
+#include "../support/numerics.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -89,7 +91,7 @@ TEST(DataLoaderMultirank, UnevenBatchesSeeEverySampleOnceAndNobodyHangs) {
 TEST(DataLoaderMultirank, UnevenBatchesTrainWithoutHanging) {
   // Process 0 has one batch more than process 1: its last backward all-reduces gradients with a process whose
   // loader is exhausted, which must answer through the joiner instead of leaving it waiting.
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options().even_batches(false));
   ASSERT_GE(accelerator.num_processes(), 2);
   torch::manual_seed(0);

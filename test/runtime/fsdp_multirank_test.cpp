@@ -13,6 +13,7 @@
 #include "../../runtime/process_group.h"
 #include "../../runtime/shm_allreduce.h"
 #include "../../runtime/state.h"
+#include "../support/numerics.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -221,9 +222,9 @@ torch::Tensor flat(const torch::nn::Module& model) {
   return torch::cat(parts);
 }
 
-double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  return ((a - b).norm() / b.norm()).item<double>();
-}
+using accelerate_test::kFloat64PathParity;
+using accelerate_test::relative_difference;
+using accelerate_test::within;
 
 struct Outcome {
   std::string state;        // accelerator.state() at the end
@@ -256,7 +257,7 @@ int count_nodes(const torch::Tensor& root, const std::string& name) {
 }
 
 Outcome train(const Strategy& strategy, const RunSettings& run) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(
       strategy.apply(test_options()).gradient_accumulation_steps(run.accumulation));
   const int world = accelerator.num_processes();
@@ -316,9 +317,8 @@ void expect_near_ddp(const Outcome& sharded, const Outcome& ddp, const std::stri
   EXPECT_TRUE(torch::allclose(sharded.parameters, ddp.parameters, 1e-6, 1e-12))
       << label << ": ‖Δθ‖/‖θ‖ = " << relative_difference(sharded.parameters, ddp.parameters);
   EXPECT_EQ(sharded.clipped_steps, ddp.clipped_steps) << label;
-  std::printf("[fsdp] %s: ‖Δθ‖/‖θ‖ = %.3g, max |Δθ| = %.3g\n", label.c_str(),
-              relative_difference(sharded.parameters, ddp.parameters),
-              (sharded.parameters - ddp.parameters).abs().max().item<double>());
+  accelerate_test::report_spread(label + " against DDP",
+                                 relative_difference(sharded.parameters, ddp.parameters), 1e-6);
 }
 
 // ---- FSDP against DDP ----------------------------------------------------------------------------------
@@ -340,7 +340,8 @@ TEST(Fsdp, MatchesDdpAfterTenAdamWSteps) {
           " nested=" + std::to_string(shape.nested) + " inheriting=" + std::to_string(shape.inheriting);
       const auto fsdp = train(strategy, run);
       expect_near_ddp(fsdp, ddp, label);
-      EXPECT_EQ(fsdp.losses, ddp.losses) << label; // the same forward arithmetic on the same values
+      // The same forward arithmetic, on a flat buffer's views against separate tensors: not bit-exact.
+      EXPECT_TRUE(within(fsdp.losses, ddp.losses, kFloat64PathParity, label + " losses against DDP"));
       EXPECT_EQ(sum_over_processes(outer, fsdp.state_elements), ddp.trainable) << label;
       EXPECT_LT(fsdp.state_elements, ddp.trainable) << label << ": this process holds all the state";
     }
@@ -434,8 +435,9 @@ TEST(Fsdp, HybridShardingOnOneMachineIsRefused) {
 
 /// Activation checkpointing: each block unit keeps only its input and runs its body again in backward, with
 /// the random number generator as it was (dropout draws the same mask) — the same arithmetic on the same
-/// values, so the parameters are bit-identical to those of the run without it, for every model shape,
-/// accumulation with no_sync and clipping included. The model itself (the root) is never recomputed.
+/// values, so the parameters are those of the run without it (within the float64 path-parity bound: other
+/// buffers), for every model shape, accumulation with no_sync and clipping included. The model itself (the
+/// root) is never recomputed.
 TEST(Fsdp, ActivationCheckpointingRecomputesTheSameGradients) {
   accelerate::Accelerator outer(test_options());
   for (const Shape shape : {Shape{}, Shape{true, true, true, true}, Shape{false, false, true, false, true}}) {
@@ -462,9 +464,12 @@ TEST(Fsdp, ActivationCheckpointingRecomputesTheSameGradients) {
         EXPECT_EQ(recomputed.recomputed_units,
                   4 + (shape.reuse ? 1 : 0) - (shape.frozen_block ? 1 : 0) + (shape.nested ? 1 : 0))
             << label;
-        EXPECT_TRUE(torch::equal(recomputed.parameters, stored.parameters))
-            << label << ": ‖Δθ‖/‖θ‖ = " << relative_difference(recomputed.parameters, stored.parameters);
-        EXPECT_EQ(recomputed.losses, stored.losses) << label;
+        // Recomputed against kept activations: the same kernels on other buffers, so within the float64
+        // path-parity bound, not bit-exact (docs/development.md).
+        EXPECT_TRUE(
+            within(recomputed.parameters, stored.parameters, kFloat64PathParity, label + " recomputed"));
+        EXPECT_TRUE(
+            within(recomputed.losses, stored.losses, kFloat64PathParity, label + " recomputed losses"));
       }
     }
   }
@@ -500,6 +505,8 @@ TEST(Fsdp, OffloadParamsIsANoOpOnTheCpu) {
     EXPECT_EQ(plain.state.find("offload params"), std::string::npos) << plain.state;
     EXPECT_NE(offloaded.state.find("offload params: on (a no-op on the CPU)"), std::string::npos)
         << offloaded.state;
+    // Exact: on the CPU the option changes no code the arithmetic runs (the same kernels on the same buffers
+    // in the same order).
     EXPECT_TRUE(torch::equal(offloaded.parameters, plain.parameters))
         << sharding.name << ": ‖Δθ‖/‖θ‖ = " << relative_difference(offloaded.parameters, plain.parameters);
     EXPECT_EQ(offloaded.losses, plain.losses) << sharding.name;
@@ -510,10 +517,11 @@ TEST(Fsdp, OffloadParamsIsANoOpOnTheCpu) {
 /// with fsdp_offload_params each gather copies the share into a buffer of its own first and each
 /// reduce-scattered gradient is copied out of one, and with fsdp_activation_checkpointing_offload a
 /// checkpointed unit keeps copies of its inputs made in forward, as on a GPU, where the copies cross to CPU
-/// memory and back. The arithmetic is unchanged, so parameters and losses are bit-identical to the runs
-/// without them: both sharding strategies, tied, frozen, reused and nested units, accumulation with no_sync
-/// and clipping that triggers, prefetch (which overlaps over Gloo, where it is registered too). And the bad
-/// input: offloading the inputs of checkpointed units without checkpointing.
+/// memory and back. The arithmetic is unchanged, so parameters and losses are those of the runs without them
+/// (within the float64 path-parity bound: other buffers): both sharding strategies, tied, frozen, reused and
+/// nested units, accumulation with no_sync and clipping that triggers, prefetch (which overlaps over Gloo,
+/// where it is registered too). And the bad input: offloading the inputs of checkpointed units without
+/// checkpointing.
 TEST(Fsdp, OffloadPathsTrainAsWithoutThem) {
   ASSERT_TRUE(offload_path_on_cpu()) << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
   accelerate::Accelerator outer(test_options());
@@ -535,10 +543,11 @@ TEST(Fsdp, OffloadPathsTrainAsWithoutThem) {
         moved.state.find("offload params: on (shards, their gradients and the optimizer step in CPU memory)"),
         std::string::npos)
         << moved.state;
-    EXPECT_TRUE(torch::equal(moved.parameters, plain.parameters))
-        << label << ": ‖Δθ‖/‖θ‖ = " << relative_difference(moved.parameters, plain.parameters);
-    EXPECT_EQ(moved.losses, plain.losses) << label;
-    EXPECT_EQ(moved.norms, plain.norms) << label;
+    // Shares stepped and gathered from copies of their own: other buffers, so within the float64 path-parity
+    // bound (a copy scaled by 1.0001 gives about 1e-5).
+    EXPECT_TRUE(within(moved.parameters, plain.parameters, kFloat64PathParity, label + " offloaded"));
+    EXPECT_TRUE(within(moved.losses, plain.losses, kFloat64PathParity, label + " offloaded losses"));
+    EXPECT_TRUE(within(moved.norms, plain.norms, kFloat64PathParity, label + " offloaded norms"));
     if (sharding.forward_prefetch && moved.state.find("(skipped") == std::string::npos) {
       // Over Gloo: the prefetched gathers read the share copies they started with.
       EXPECT_EQ(moved.state.find(", 0 all-gather(s) started ahead"), std::string::npos) << moved.state;
@@ -555,10 +564,10 @@ TEST(Fsdp, OffloadPathsTrainAsWithoutThem) {
         << both.state;
     EXPECT_EQ(both.recomputed_units, recomputed.recomputed_units) << label;
     EXPECT_GT(both.recomputed_units, 0) << label;
-    EXPECT_TRUE(torch::equal(both.parameters, recomputed.parameters))
-        << label << ": ‖Δθ‖/‖θ‖ = " << relative_difference(both.parameters, recomputed.parameters);
-    EXPECT_TRUE(torch::equal(both.parameters, plain.parameters)) << label;
-    EXPECT_EQ(both.losses, plain.losses) << label;
+    EXPECT_TRUE(within(both.parameters, recomputed.parameters, kFloat64PathParity,
+                       label + " inputs offloaded, against recomputed"));
+    EXPECT_TRUE(within(both.parameters, plain.parameters, kFloat64PathParity, label + " inputs offloaded"));
+    EXPECT_TRUE(within(both.losses, plain.losses, kFloat64PathParity, label + " inputs offloaded losses"));
   }
   try {
     Strategy alone{"FULL_SHARD"};
@@ -578,8 +587,9 @@ TEST(Fsdp, OffloadPathsTrainAsWithoutThem) {
 
 /// Prefetch changes when gathers start, never what they gather: forward prefetch and each backward policy,
 /// both sharding strategies, tied, frozen, reused and nested units, accumulation with no_sync and clipping,
-/// bit-identical to the same strategy without prefetch and near DDP; and the all-gathers did start ahead.
-/// Registered over c10d's Gloo, where they overlap (the shared-memory transport skips prefetch, and says so).
+/// equal to the same strategy without prefetch (within the float64 path-parity bound) and near DDP; and the
+/// all-gathers did start ahead. Registered over c10d's Gloo, where they overlap (the shared-memory transport
+/// skips prefetch, and says so).
 TEST(Fsdp, PrefetchGathersTheSameParameters) {
   accelerate::Accelerator outer(test_options());
   RunSettings run;
@@ -599,9 +609,12 @@ TEST(Fsdp, PrefetchGathersTheSameParameters) {
           sharding.name + " forward prefetch " + (forward ? "on" : "off") + ", backward " + backward;
       const auto fsdp = train(strategy, run);
       expect_near_ddp(fsdp, ddp, label);
-      // The same collectives on the same data, started earlier: bit-identical to the run without prefetch.
-      EXPECT_TRUE(torch::equal(fsdp.parameters, plain.parameters)) << label;
-      EXPECT_EQ(fsdp.losses, plain.losses) << label;
+      // The same collectives on the same data, started earlier, into other buffers: within the float64
+      // path-parity bound of the run without prefetch (a gather of the wrong unit is off by far more).
+      EXPECT_TRUE(
+          within(fsdp.parameters, plain.parameters, kFloat64PathParity, label + " against no prefetch"));
+      EXPECT_TRUE(
+          within(fsdp.losses, plain.losses, kFloat64PathParity, label + " losses against no prefetch"));
       const auto at = fsdp.state.find(" all-gather(s) started ahead");
       ASSERT_NE(at, std::string::npos) << label << ": " << fsdp.state;
       const auto from = fsdp.state.rfind(' ', at - 1) + 1;
@@ -648,7 +661,7 @@ TEST(Fsdp, Float32NormWiseWithinOneMillionth) {
     const auto fsdp = train(strategy, run);
     const double difference = relative_difference(fsdp.parameters, ddp.parameters);
     EXPECT_LT(difference, 1e-6) << strategy.name;
-    std::printf("[fsdp] float32 %s: ‖Δθ‖/‖θ‖ = %.3g\n", strategy.name.c_str(), difference);
+    accelerate_test::report_spread("float32 " + strategy.name, difference, 1e-6);
   }
 }
 
@@ -656,7 +669,7 @@ TEST(Fsdp, Float32NormWiseWithinOneMillionth) {
 TEST(Fsdp, TheFp16ScalerSkipsTheStepsDdpSkips) {
   accelerate::Accelerator outer(test_options());
   auto run_fp16 = [&](const Strategy& strategy) {
-    at::set_num_threads(1);
+    accelerate_test::set_intra_op_threads();
     accelerate::Accelerator accelerator(strategy.apply(test_options()).mixed_precision("fp16"));
     const int world = accelerator.num_processes();
     const int rank = accelerator.process_index();
@@ -704,7 +717,7 @@ TEST(Fsdp, TheFp16ScalerSkipsTheStepsDdpSkips) {
 TEST(Fsdp, Bf16MixedPrecisionMatchesDdp) {
   accelerate::Accelerator outer(test_options());
   auto run_bf16 = [&](const Strategy& strategy) {
-    at::set_num_threads(1);
+    accelerate_test::set_intra_op_threads();
     accelerate::Accelerator accelerator(strategy.apply(test_options()).mixed_precision("bf16"));
     const int world = accelerator.num_processes();
     const int rank = accelerator.process_index();
@@ -727,7 +740,7 @@ TEST(Fsdp, Bf16MixedPrecisionMatchesDdp) {
   for (const auto& strategy : kSharded) {
     const double difference = relative_difference(run_bf16(strategy), ddp);
     EXPECT_LT(difference, 1e-6) << strategy.name;
-    std::printf("[fsdp] bf16 %s: ‖Δθ‖/‖θ‖ = %.3g\n", strategy.name.c_str(), difference);
+    accelerate_test::report_spread("bf16 " + strategy.name, difference, 1e-6);
   }
 }
 
@@ -737,7 +750,7 @@ TEST(Fsdp, Bf16MixedPrecisionMatchesDdp) {
 /// inside unshard() it holds the whole values, the same on every process; evaluation under NoGradGuard
 /// gathers without a backward side and leaves nothing gathered.
 TEST(Fsdp, UnitParametersHoldNoDataOutsideTheirForward) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(kSharded[0].apply(test_options()));
   torch::manual_seed(1);
   auto model = std::make_shared<Model>(Shape{}, torch::kFloat64);
@@ -762,6 +775,7 @@ TEST(Fsdp, UnitParametersHoldNoDataOutsideTheirForward) {
       const auto gathered = accelerate::load_safetensors(root + "/sharded/model.safetensors").tensors;
       const auto whole_files = accelerate::load_safetensors(root + "/whole/model.safetensors").tensors;
       ASSERT_EQ(gathered.size(), whole_files.size());
+      // Exact here and below: the files hold copies of the same bytes (gathered, written, read back).
       for (const auto& [name, tensor] : whole_files) {
         EXPECT_TRUE(torch::equal(gathered.at(name), tensor)) << name;
       }
@@ -813,7 +827,7 @@ TEST(Fsdp, AUnitsBackwardHoldsTwoUnitSizedBuffersAtMost) {
   static counting::CountingAllocator allocator(c10::GetDefaultCPUAllocator());
   c10::Allocator* previous = c10::GetCPUAllocator();
   c10::SetCPUAllocator(&allocator, std::numeric_limits<uint8_t>::max());
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   constexpr int64_t kWide = 384, kLayers = 4, kRows = 2;
   {
     accelerate::Accelerator accelerator(kSharded[0].apply(test_options()));
@@ -872,7 +886,7 @@ struct Wrapped {
 };
 
 Wrapped wrapped(const Wrap& wrap, const Shape& shape) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(
       Strategy{"FULL_SHARD", false, "NO_PREFETCH", wrap}.apply(test_options()));
   auto model = std::make_shared<Model>(shape, torch::kFloat64);
@@ -999,7 +1013,7 @@ TEST(Fsdp, AutoWrapPoliciesChooseTheUnits) {
 // ---- Bad input -----------------------------------------------------------------------------------------
 
 TEST(Fsdp, AUnitOutsideEveryPreparedModelIsRefused) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(kSharded[0].apply(test_options()));
   auto model = std::make_shared<Model>(Shape{}, torch::kFloat32);
   auto tokens = torch::zeros({2, 3}, torch::kInt64);
@@ -1071,7 +1085,7 @@ const std::vector<Saving> kSavings = {{"ddp"}, {"sharded"}, {"full"}, {"offload"
 
 struct Trainer {
   Trainer(const Saving& saving, int seed) : accelerator(saving.apply(test_options())) {
-    at::set_num_threads(1);
+    accelerate_test::set_intra_op_threads();
     torch::manual_seed(seed);
     model = std::make_shared<Model>(Shape{true, true, false, true}, torch::kFloat64);
     accelerator.prepare(model);
@@ -1117,6 +1131,8 @@ void resume_everywhere(int saved_world) {
       const auto actual = trainer.parameters();
       const double difference = relative_difference(actual, expected);
       if (saving.name == saved.name && trainer.accelerator.num_processes() == saved_world) {
+        // Exact: the resumed run repeats the saving run's steps 5-9 with its strategy, world size and
+        // threads (the same kernels on the same buffers in the same order).
         EXPECT_TRUE(torch::equal(actual, expected))
             << "saved and resumed under " << saved.name << ": " << difference;
       } else {
@@ -1124,9 +1140,9 @@ void resume_everywhere(int saved_world) {
                                      << " processes, resumed under " << saving.name << " on "
                                      << trainer.accelerator.num_processes();
       }
-      std::cout << "[fsdp] saved " << saved.name << " resumed " << saving.name << " on "
-                << trainer.accelerator.num_processes() << ": ||dtheta||/||theta|| = " << difference
-                << std::endl;
+      accelerate_test::report_spread("saved " + saved.name + " resumed " + saving.name + " on " +
+                                         std::to_string(trainer.accelerator.num_processes()),
+                                     difference, 1e-10);
     }
   }
 }
@@ -1134,7 +1150,8 @@ void resume_everywhere(int saved_world) {
 /// fsdp_offload_params on one process, as PyTorch FSDP on one GPU: each unit sharded into one share, kept
 /// with its gradient and the optimizer step in CPU memory (here, on the CPU, through the offload code paths
 /// of ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1, which the test is registered with), over a group of this process
-/// alone. It trains bit for bit as the run without it (one process: the model replicated, nothing sharded),
+/// alone. It trains as the run without it (one process: the model replicated, nothing sharded; within the
+/// float64 path-parity bound),
 /// accumulation (its first micro-steps in no_sync) and clipping included, and so does activation
 /// checkpointing alone (units recompute on one process too); a checkpoint saved under offload resumes bit for
 /// bit under it, and within 1e-10 without it (float64).
@@ -1166,10 +1183,14 @@ TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
         std::string::npos)
         << offloaded.state;
     EXPECT_GT(offloaded.recomputed_units, 0) << sharding.name;
-    EXPECT_TRUE(torch::equal(offloaded.parameters, plain.parameters))
-        << sharding.name << ": ‖Δθ‖/‖θ‖ = " << relative_difference(offloaded.parameters, plain.parameters);
-    EXPECT_EQ(offloaded.losses, plain.losses) << sharding.name;
-    EXPECT_EQ(offloaded.norms, plain.norms) << sharding.name;
+    // One share of a flat buffer, gathered from a copy and stepped in it, against the model's own separate
+    // tensors: other buffers and another norm's reduction, so within the float64 path-parity bound (issue 46:
+    // bit-equal on the Intel machine it was written on, 5.5e-17 apart on an AMD EPYC).
+    EXPECT_TRUE(
+        within(offloaded.parameters, plain.parameters, kFloat64PathParity, sharding.name + " offloaded"));
+    EXPECT_TRUE(
+        within(offloaded.losses, plain.losses, kFloat64PathParity, sharding.name + " offloaded losses"));
+    EXPECT_TRUE(within(offloaded.norms, plain.norms, kFloat64PathParity, sharding.name + " offloaded norms"));
     EXPECT_EQ(offloaded.state_elements, plain.trainable)
         << sharding.name << ": one share holds all the state";
     // Activation checkpointing alone on one process: each unit one share too, and its units recompute.
@@ -1181,8 +1202,10 @@ TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
         std::string::npos)
         << recomputed.state;
     EXPECT_EQ(recomputed.recomputed_units, offloaded.recomputed_units) << sharding.name;
-    EXPECT_TRUE(torch::equal(recomputed.parameters, plain.parameters)) << sharding.name;
-    EXPECT_EQ(recomputed.losses, plain.losses) << sharding.name;
+    EXPECT_TRUE(
+        within(recomputed.parameters, plain.parameters, kFloat64PathParity, sharding.name + " recomputed"));
+    EXPECT_TRUE(
+        within(recomputed.losses, plain.losses, kFloat64PathParity, sharding.name + " recomputed losses"));
   }
   const std::string directory = accelerate::detail::join_path(checkpoints(), "offload_one_process");
   accelerate::detail::remove_tree(directory);
@@ -1204,9 +1227,13 @@ TEST(FsdpCheckpoints, OffloadOnOneProcessShardsIntoOneShare) {
     trainer.steps(5, 10);
     const auto actual = trainer.parameters();
     if (resuming.name == "offload") {
+      // Exact: the saving run's steps 5-9 again, on the same code path.
       EXPECT_TRUE(torch::equal(actual, expected)) << relative_difference(actual, expected);
     } else {
-      EXPECT_LE(relative_difference(actual, expected), 1e-10) << "resumed under " << resuming.name;
+      const double difference = relative_difference(actual, expected);
+      EXPECT_LE(difference, 1e-10) << "resumed under " << resuming.name;
+      accelerate_test::report_spread("saved under offload, resumed under " + resuming.name, difference,
+                                     1e-10);
     }
   }
 }
@@ -1239,7 +1266,7 @@ struct MaskedModel : torch::nn::Module {
 
 TEST(FsdpCheckpoints, ACheckpointedUnitKeepsAnUndefinedInput) {
   ASSERT_TRUE(offload_path_on_cpu()) << "registered with ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1";
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   std::vector<torch::Tensor> results;
   for (const bool checkpointing : {false, true}) {
     accelerate::Accelerator accelerator(test_options()
@@ -1264,7 +1291,7 @@ TEST(FsdpCheckpoints, ACheckpointedUnitKeepsAnUndefinedInput) {
     auto whole = accelerator.unshard(model);
     results.push_back(flat(*model));
   }
-  EXPECT_TRUE(torch::equal(results[0], results[1])) << relative_difference(results[1], results[0]);
+  EXPECT_TRUE(within(results[1], results[0], kFloat64PathParity, "undefined input, recomputed"));
 }
 
 TEST(FsdpCheckpoints, SavedOnTwoProcesses) {
@@ -1325,6 +1352,7 @@ TEST(FsdpCheckpoints, LoadedOnOneProcess) {
     EXPECT_NE(std::string(error.what()).find("model_shards_1.safetensors"), std::string::npos)
         << error.what();
   }
+  // Exact: a failed load must leave the very bytes it found.
   EXPECT_TRUE(torch::equal(trainer.parameters(), before)) << "a failed load changed the model";
   accelerate::detail::remove_tree(broken);
 }
@@ -1371,13 +1399,13 @@ TEST(FsdpCheckpoints, HybridShardsAreWrittenOnce) {
     const auto actual = trainer.parameters();
     const double difference = relative_difference(actual, expected);
     if (saving.name == "hybrid") {
+      // Exact: the saving run's steps 5-9 again, same strategy, processes and threads.
       EXPECT_TRUE(torch::equal(actual, expected))
           << "saved and resumed under hybrid sharding: " << difference;
     } else {
       EXPECT_LE(difference, 1e-10) << "saved under hybrid sharding, resumed under " << saving.name;
     }
-    std::cout << "[fsdp] saved hybrid resumed " << saving.name
-              << " on 4: ||dtheta||/||theta|| = " << difference << std::endl;
+    accelerate_test::report_spread("saved hybrid resumed " + saving.name + " on 4", difference, 1e-10);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "../../runtime/parallel.h"
 #include "../../runtime/state.h"
+#include "../support/numerics.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -62,11 +63,15 @@ accelerate::AcceleratorOptions test_options() {
 void expect_parameters_equal(const std::vector<torch::Tensor>& actual,
                              const std::vector<torch::Tensor>& expected, int rank) {
   ASSERT_EQ(actual.size(), expected.size());
+  double worst = 0;
   for (size_t i = 0; i < actual.size(); ++i) {
     EXPECT_TRUE(torch::allclose(actual[i], expected[i], /*rtol=*/1e-6, /*atol=*/1e-12))
         << "parameter " << i << " on rank " << rank << " differs by "
         << (actual[i] - expected[i]).abs().max().item<double>();
+    worst = std::max(worst, accelerate_test::relative_difference(actual[i], expected[i]));
   }
+  accelerate_test::report_spread("parameters on rank " + std::to_string(rank) + " against one process", worst,
+                                 1e-6);
 }
 
 using MakeOptimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
@@ -76,7 +81,7 @@ using MakeOptimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(std
 void expect_ranks_match_one_process(const MakeOptimizer& make_optimizer, int steps,
                                     accelerate::AcceleratorOptions options = test_options(),
                                     bool alternate_set_to_none = false) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(options);
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
@@ -153,7 +158,7 @@ TEST(DDP, ThreeRanksAverageLikeOneProcess) {
 }
 
 TEST(DDP, OneMachineAveragesInSharedMemory) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
@@ -214,7 +219,7 @@ TEST(DDP, OneMachineAveragesInSharedMemory) {
 }
 
 TEST(DDP, AProcessThatExitsBeforeBackwardIsNamedByTheOthers) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
@@ -240,7 +245,7 @@ TEST(DDP, AProcessThatExitsBeforeBackwardIsNamedByTheOthers) {
 }
 
 TEST(DDP, ReducerHasBucketsThatStartBeforeBackwardEnds) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   // 1 KiB buckets: every layer gets its own, so there are several.
   accelerate::Accelerator accelerator(test_options().bucket_cap_mb(1.0 / 1024));
   auto model = make_model(7, 8, 64, 1);
@@ -264,7 +269,7 @@ TEST(DDP, ReducerHasBucketsThatStartBeforeBackwardEnds) {
 /// k micro-steps of batch b on each rank against one step of batch k*b*N in one process, for a full window
 /// and a short final window (the last batch of the loader: end_of_dataloader, as a prepared loader sets it).
 TEST(DDP, AccumulationWindowsEqualOneBigStep) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   constexpr int k = 4;
   constexpr int micro_batches = 7; // a window of 4, then a short final window of 3
   accelerate::Accelerator accelerator(test_options().gradient_accumulation_steps(k));
@@ -322,7 +327,7 @@ struct Generator : torch::nn::Module {
 /// Two models, two optimizers, two backwards in the discriminator step and one through both models in the
 /// generator step: each backward synchronises exactly the models it reaches.
 TEST(DDP, GanTrainsLikeOneProcess) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
@@ -428,7 +433,7 @@ struct ScopedEnvironment {
 };
 
 TEST(DDP, AParameterOfAnUnpreparedModelIsRefusedBeforeBackward) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   ASSERT_EQ(std::getenv("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS"), nullptr);
   accelerate::Accelerator accelerator(test_options());
   ASSERT_GE(accelerator.num_processes(), 2) << "run this test under accel launch with at least 2 processes";
@@ -453,7 +458,7 @@ TEST(DDP, AParameterOfAnUnpreparedModelIsRefusedBeforeBackward) {
 }
 
 TEST(DDP, UnpreparedParametersAreAllowedByTheEnvironment) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   ScopedEnvironment allow("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS", "1");
   accelerate::Accelerator accelerator(test_options());
   HalfPreparedLoop loop(accelerator);
@@ -479,7 +484,7 @@ TEST(DDP, UnpreparedParametersAreAllowedByTheEnvironment) {
 /// A layer frozen when its model was prepared, then unfrozen: the prepared model owns it, but its gradients
 /// were never set up for synchronisation. Refused at the first backward, with its own fix.
 TEST(DDP, AParameterUnfrozenAfterPrepareIsRefused) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   auto model = make_model(7);
   model->fc1->weight.requires_grad_(false);
@@ -504,7 +509,7 @@ TEST(DDP, AParameterUnfrozenAfterPrepareIsRefused) {
 /// A critic trained with a WGAN-GP gradient penalty: the interpolated inputs are fresh leaves that require
 /// grad at every step, and the penalty's double backward reaches them. They are not parameters.
 TEST(DDP, GradientPenaltyInputsAreNotTakenForParameters) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int rank = accelerator.process_index();
   auto critic = make_model(7, 6, 8, 1);
@@ -543,7 +548,7 @@ TEST(DDP, GradientPenaltyInputsAreNotTakenForParameters) {
 /// An EMA copy of the model (requires_grad false everywhere) that the loss reaches, as in a consistency or
 /// distillation loss: it has no leaf in the graph and is not refused.
 TEST(DDP, AFrozenUnpreparedModelInTheLossIsAllowed) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int rank = accelerator.process_index();
   auto model = make_model(7);
@@ -612,7 +617,7 @@ void expect_bit_identical(torch::nn::Module& actual, torch::nn::Module& expected
 }
 
 TEST(DDP, MixedDtypeModelArrivesBitIdentical) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int rank = accelerator.process_index();
   ASSERT_GE(accelerator.num_processes(), 2) << "run this test under accel launch with at least 2 processes";
@@ -656,7 +661,7 @@ double train_one_step_in_a_helper(Mlp& model, int rank) {
 }
 
 TEST(DDP, ASecondAcceleratorSharesTheFirstOnesProcessGroup) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int rank = accelerator.process_index();
   auto model = make_model(7);
@@ -760,7 +765,7 @@ auto one_model = [](const std::vector<std::shared_ptr<Mlp>>& models, const torch
 };
 
 TEST(DDP, NoSyncKeepsGradientsLocalUntilASynchronisedBackward) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
@@ -785,7 +790,7 @@ TEST(DDP, NoSyncKeepsGradientsLocalUntilASynchronisedBackward) {
 }
 
 TEST(DDP, AccumulateSynchronisesTheModelsItNamesOnlyAtTheEndOfTheWindow) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options().gradient_accumulation_steps(2));
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
@@ -851,7 +856,7 @@ std::shared_ptr<TwoHeads> make_two_heads(uint64_t seed) {
 }
 
 TEST(DDP, ALossThatReachesPartOfAModelIsRefusedWithoutFindUnusedParameters) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int rank = accelerator.process_index();
   auto model = make_two_heads(7);
@@ -869,7 +874,7 @@ TEST(DDP, ALossThatReachesPartOfAModelIsRefusedWithoutFindUnusedParameters) {
 }
 
 TEST(DDP, FindUnusedParametersTrainsAPartlyUsedModelLikeOneProcess) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options().find_unused_parameters(true));
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();
@@ -921,7 +926,7 @@ TEST(DDP, UnwrapModelIsTheModelItPrepared) {
 }
 
 TEST(DDP, FreeMemoryReleasesThePreparedObjectsAndTheirHooks) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(test_options());
   const int world = accelerator.num_processes();
   const int rank = accelerator.process_index();

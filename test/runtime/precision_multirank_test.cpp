@@ -6,6 +6,7 @@
 
 #include "../../runtime/precision.h"
 #include "../../runtime/state.h"
+#include "../support/numerics.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -25,7 +26,7 @@ struct Net : torch::nn::Module {
 };
 
 TEST(PrecisionMultirank, RanksSkipTogetherWhenOnlyOneOverflows) {
-  at::set_num_threads(1);
+  accelerate_test::set_intra_op_threads();
   accelerate::Accelerator accelerator(
       accelerate::AcceleratorOptions().cpu(true).mixed_precision("fp16").init_timeout(
           std::chrono::seconds(30)));

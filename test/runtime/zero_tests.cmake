@@ -1,6 +1,6 @@
 # ZeRO tests (test/runtime/zero_multirank_test.cpp). Included by test/runtime/CMakeLists.txt.
 
-foreach(name IN ITEMS BitIdenticalToDdpWithoutAccumulationOrClipping Stage2ReduceScattersBucketsWhileBackwardRuns
+foreach(name IN ITEMS MatchesDdpWithoutAccumulationOrClipping Stage2ReduceScattersBucketsWhileBackwardRuns
                      TheFp16ScalerSkipsTheStepsDdpSkipsWhenOneShareOverflows
                      AnOptimizerWithoutAFusedStepIsRefusedByName Stage2RefusesAParameterNoPreparedOptimizerSteps
                      UnevenBatchesAreRefusedAtPrepareDataLoader)
@@ -15,7 +15,7 @@ endforeach()
 accelerate_multirank_test(multirank.Zero.Float32ThreeProcessesWithinOneMillionth NPROC 3
                           FILTER Zero.Float32ThreeProcessesWithinOneMillionth)
 # Across machines the collectives are c10d's (Gloo here): the same comparisons over that transport.
-foreach(name IN ITEMS BitIdenticalToDdpWithoutAccumulationOrClipping
+foreach(name IN ITEMS MatchesDdpWithoutAccumulationOrClipping
                      NearDdpWithAccumulationClippingGroupsAndUnusedParametersAdamW)
   accelerate_multirank_test(multirank.Zero.${name}.gloo NPROC 2 FILTER Zero.${name}
                             ENVIRONMENT ACCELERATE_SHM_ALLREDUCE=0)
@@ -23,8 +23,8 @@ endforeach()
 
 # Debug mode: every collective checked across processes (the collectives then go through c10d) and the
 # replicas' parameters compared, while ZeRO still matches DDP bit for bit.
-accelerate_multirank_test(multirank.Zero.BitIdenticalToDdpWithoutAccumulationOrClipping.debug NPROC 2
-                          FILTER Zero.BitIdenticalToDdpWithoutAccumulationOrClipping ENVIRONMENT ACCELERATE_DEBUG_MODE=1)
+accelerate_multirank_test(multirank.Zero.MatchesDdpWithoutAccumulationOrClipping.debug NPROC 2
+                          FILTER Zero.MatchesDdpWithoutAccumulationOrClipping ENVIRONMENT ACCELERATE_DEBUG_MODE=1)
 
 # Checkpoints: saved under each strategy on 2 processes (and resumed there), then resumed on 1 and 3.
 set(zero_checkpoints ACCEL_ZERO_CHECKPOINTS=${CMAKE_CURRENT_BINARY_DIR}/zero_checkpoints)
