@@ -25,9 +25,18 @@ SPREAD = re.compile(r"numerics: (?P<label>.*?): relative difference (?P<value>[-
                     r"\(limit (?P<limit>[-+0-9.eEinfa]+)\)")
 
 # The groups whose tests compare floating-point results between runs, processes or code paths.
-DEFAULT_TESTS = r"^(multirank|fixtures|e2e|checkpoint|resume|bench\.loss_curve)\."
-# Within them, entries that compare nothing numerical (generated files up to date, refusals).
-DEFAULT_EXCLUDE = r"generated_up_to_date|readme_shows_current_rewrite"
+DEFAULT_TESTS = r"^(multirank|fixtures|e2e|checkpoint|resume|launch\.train|bench\.(loss_curve|fsdp_offload))\."
+# Within them, entries whose floating-point arithmetic another entry already runs, or that check something
+# other than numbers, left out to keep the matrix near 20 minutes on 2 cores: debug-mode twins (the same
+# training with checks), refusals and failure handling (bad input, killed or hung ranks, full disks, file
+# formats), launcher and restart plumbing (their training is launch.train.TrainingIsIdenticalUnderEveryLauncher's),
+# bookkeeping of loaders, buckets and checkpoints, and entries that only read configuration or generated text.
+DEFAULT_EXCLUDE = (r"\.debug$|DebugMode|^checkpoint\.(kill-during-save|full-disk|safetensors|loads-format|bad)|"
+                   r"python_accelerate_reads|negative_control|generated_up_to_date|readme_shows|Refused|Refuses|"
+                   r"Reported|Hang|Timeout|Named|Fails|Exits|Crash|Killed|Restart|Bad|WaitForEveryone|"
+                   r"Unprepared|PlainBackward|Unknown|Holds|Recorded|TotalLimit|Torchrun|Penalty|Unwrap|"
+                   r"SecondAccelerator|SplitBatches|Buckets|DrawTheSameOrder|GatherForMetrics|Dispatch|"
+                   r"WorkerThreads")
 
 DOC_BEGIN = "<!-- numerics-matrix: begin (scripts/numerics-matrix.sh --update-doc writes this part) -->"
 DOC_END = "<!-- numerics-matrix: end -->"
@@ -56,7 +65,8 @@ def cpu_model():
 
 
 def settings_for(flags, own_capability):
-    """The settings this CPU can run: (name, environment, what it stands for)."""
+    """The settings this CPU can run: (name, environment, what it stands for). Those named in OPTIONAL run
+    only when asked for with --settings."""
     avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
     avx2 = {"avx2", "fma"} <= flags
     settings = [("as-is", {}, f"this CPU as it is (ATen {own_capability}), 1 intra-op thread")]
@@ -66,15 +76,20 @@ def settings_for(flags, own_capability):
         settings.append(("aten-avx2", {"ATEN_CPU_CAPABILITY": "avx2"}, "ATen's AVX2 kernels"))
     settings.append(("aten-default", {"ATEN_CPU_CAPABILITY": "default"}, "ATen's kernels without vector extensions"))
     if avx512:
-        settings.append(("mkl-avx2", {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, "MKL capped at AVX2 code paths"))
+        settings.append(("mkl-avx2", {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+                         "MKL and oneDNN capped at AVX2 code paths, as on a CPU without AVX-512"))
     settings.append(("mkl-cbwr-compatible", {"MKL_CBWR": "COMPATIBLE"},
                      "MKL's conditional reproducibility, SSE2-compatible paths (as on a CPU MKL does not favour)"))
     if avx512:
-        settings.append(("onednn-avx2", {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"},
-                         "oneDNN capped at AVX2"))
+        settings.append(("onednn-avx2", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "oneDNN alone capped at AVX2"))
+        settings.append(("mkl-only-avx2", {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, "MKL alone capped at AVX2"))
     settings.append(("threads-2", {"ACCEL_TEST_INTRA_OP_THREADS": "2", "OMP_NUM_THREADS": "2"},
                      "2 intra-op threads in every test process"))
     return settings
+
+
+# Settings that run only when named: each is half of mkl-avx2, for telling which library a difference comes from.
+OPTIONAL = {"onednn-avx2", "mkl-only-avx2"}
 
 
 def own_aten_capability(python):
@@ -184,9 +199,10 @@ def main():
     available = settings_for(cpu_flags(), capability)
     if options.list_settings:
         for name, environment, what in available:
+            what += " (only when named)" if name in OPTIONAL else ""
             print(f"{name:22} {' '.join(f'{k}={v}' for k, v in environment.items()) or '(nothing set)':60} {what}")
         return 0
-    chosen = available
+    chosen = [s for s in available if s[0] not in OPTIONAL]
     if options.settings:
         wanted = [s.strip() for s in options.settings.split(",") if s.strip()]
         known = {name for name, _, _ in available}
