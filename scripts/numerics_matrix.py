@@ -30,13 +30,16 @@ DEFAULT_TESTS = r"^(multirank|fixtures|e2e|checkpoint|resume|launch\.train|bench
 # other than numbers, left out to keep the matrix near 20 minutes on 2 cores: debug-mode twins (the same
 # training with checks), refusals and failure handling (bad input, killed or hung ranks, full disks, file
 # formats), launcher and restart plumbing (their training is launch.train.TrainingIsIdenticalUnderEveryLauncher's),
-# bookkeeping of loaders, buckets and checkpoints, and entries that only read configuration or generated text.
+# bookkeeping of loaders, buckets and checkpoints, entries that only read configuration or generated text, and
+# the float64 fixtures of rewritten loop shapes (they check what the rewriter wrote; their arithmetic is the DDP
+# path the multirank entries run, and their margins were above 8e8x under every setting on 2026-12-05).
 DEFAULT_EXCLUDE = (r"\.debug$|DebugMode|^checkpoint\.(kill-during-save|full-disk|safetensors|loads-format|bad)|"
                    r"python_accelerate_reads|negative_control|generated_up_to_date|readme_shows|Refused|Refuses|"
                    r"Reported|Hang|Timeout|Named|Fails|Exits|Crash|Killed|Restart|Bad|WaitForEveryone|"
                    r"Unprepared|PlainBackward|Unknown|Holds|Recorded|TotalLimit|Torchrun|Penalty|Unwrap|"
                    r"SecondAccelerator|SplitBatches|Buckets|DrawTheSameOrder|GatherForMetrics|Dispatch|"
-                   r"WorkerThreads")
+                   r"WorkerThreads|"
+                   r"^fixtures\.(member_optimizers|trainer_main|unmovable_batch|trains_like_original|header_training)\.")
 
 DOC_BEGIN = "<!-- numerics-matrix: begin (scripts/numerics-matrix.sh --update-doc writes this part) -->"
 DOC_END = "<!-- numerics-matrix: end -->"
