@@ -151,9 +151,10 @@ int main(int argc, char** argv) {
     std::string values;
     for (const torch::Tensor& parameter : model->parameters()) {
       const auto flat = parameter.detach().reshape(-1).to(torch::kFloat64).contiguous();
+      const double* data = flat.data_ptr<double>();
       for (int64_t i = 0; i < flat.numel(); ++i) {
         char number[32];
-        std::snprintf(number, sizeof number, "%s%.17g", values.empty() ? "" : ",", flat[i].item<double>());
+        std::snprintf(number, sizeof number, "%s%.17g", values.empty() ? "" : ",", data[i]);
         values += number;
       }
     }

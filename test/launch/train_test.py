@@ -19,6 +19,9 @@ import tempfile
 import time
 import types
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from numerics import report_spread  # noqa: E402  (the line scripts/numerics-matrix.sh reads)
+
 HARD_TIMEOUT_S = 110  # below ctest's TIMEOUT 120
 RUN_TIMEOUT_S = 60
 SKIP = 77
@@ -88,7 +91,7 @@ def relative_difference(actual, expected):
 
 def expect_parity(label, actual, expected):
     difference = relative_difference(actual, expected)
-    print(f"numerics: {label}: relative difference {difference:.3g} (limit {FLOAT64_PATH_PARITY:.3g})")
+    report_spread(label, difference, FLOAT64_PATH_PARITY)
     check(difference <= FLOAT64_PATH_PARITY,
           f"{label}: ‖Δθ‖/‖θ‖ = {difference:.3g}, above the float64 path-parity bound {FLOAT64_PATH_PARITY:g}")
 

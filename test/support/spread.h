@@ -60,7 +60,11 @@ inline double relative_difference(const std::vector<double>& a, const std::vecto
   double worst = a.size() == b.size() ? 0.0 : INFINITY;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     const double difference = std::abs(a[i] - b[i]);
-    worst = std::max(worst, b[i] == 0 ? difference : difference / std::abs(b[i]));
+    const double relative = b[i] == 0 ? difference : difference / std::abs(b[i]);
+    if (std::isnan(relative)) {
+      return relative; // std::max would drop it: a NaN loss must fail the comparison
+    }
+    worst = std::max(worst, relative);
   }
   return worst;
 }
