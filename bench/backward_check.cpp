@@ -11,8 +11,8 @@
 //   1. the walk alone (ReachAnalysis::reached_by, what backward runs before differentiating), in nanoseconds;
 //   2. `accelerator.backward` end to end on every process (two Accelerators sharing the process group), in
 //      microseconds.
-#include "../runtime/backward.h"
-#include "../runtime/parallel.h"
+#include "../runtime/accelerator/backward.h"
+#include "../runtime/parallel/engine.h"
 
 #include <accelerate/accelerate.h>
 

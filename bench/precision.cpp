@@ -20,9 +20,9 @@
 // them).
 #include <accelerate/accelerate.h>
 
-#include "../runtime/fp8.h"
-#include "../runtime/precision.h"
-#include "../runtime/state.h"
+#include "../runtime/accelerator/state.h"
+#include "../runtime/precision/fp8.h"
+#include "../runtime/precision/precision.h"
 
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAFunctions.h>

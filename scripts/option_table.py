@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Generates docs/api.md's table of AcceleratorOptions from include/accelerate/detail/option_table.h.
+"""Generates docs/api.md's table of AcceleratorOptions, and docs/cli.md's table of the launch flags that come
+from the same rows, from include/accelerate/detail/option_table.h.
 
     python3 scripts/option_table.py            print the table
     python3 scripts/option_table.py --update   rewrite the table in docs/api.md
     python3 scripts/option_table.py --check    exit 1, with the difference, when docs/api.md's table differs
 
-The table sits in docs/api.md between the BEGIN and END lines below; ctest config.OptionTableMatchesApiDoc
-runs --check.
+The tables sit in docs/api.md and docs/cli.md between the BEGIN and END lines below; ctest
+config.OptionTableMatchesApiDoc runs --check. `accel launch` gives every row with an environment variable that
+its own list of Accelerate's settings does not spell a flag of the row's name (tools/accel/LaunchSettings.cpp):
+those are the rows with a variable and no config file key, our own settings.
 """
 import argparse
 import os
@@ -22,6 +25,10 @@ API_DOC = os.path.join(ROOT, "docs", "api.md")
 BEGIN = ("<!-- option table: generated from include/accelerate/detail/option_table.h by "
          "`python3 scripts/option_table.py --update`; do not edit by hand -->")
 END = "<!-- end of option table -->"
+CLI_DOC = os.path.join(ROOT, "docs", "cli.md")
+CLI_BEGIN = ("<!-- launch flags from the option table: generated from include/accelerate/detail/option_table.h by "
+             "`python3 scripts/option_table.py --update`; do not edit by hand -->")
+CLI_END = "<!-- end of launch flags from the option table -->"
 COLUMNS = ["TYPE", "NAME", "FIELD", "DEFAULT", "ENVIRONMENT", "YAML_KEY", "CHECK", "DOC"]
 
 
@@ -96,16 +103,32 @@ def markdown(rows):
     return "\n".join(lines) + "\n"
 
 
+def launch_flags(rows):
+    lines = [CLI_BEGIN,
+             "| flag | variable every rank gets | meaning |",
+             "|---|---|---|"]
+    for row in rows:
+        if row["ENVIRONMENT"] != "unmapped" and row["YAML_KEY"] == "unmapped":
+            lines.append(f"| `--{row['NAME']} VALUE` | {mapped(row['ENVIRONMENT'])} | {string_literal(row['DOC'])} |")
+    lines.append(CLI_END)
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--update", action="store_true", help="rewrite the table in docs/api.md")
     parser.add_argument("--check", action="store_true", help="fail when docs/api.md's table differs")
     parser.add_argument("--header", default=HEADER)
     parser.add_argument("--doc", default=API_DOC)
+    parser.add_argument("--cli-doc", default=CLI_DOC)
     args = parser.parse_args()
-    table = markdown(read_rows(args.header))
-    return print_update_or_check(table, args.doc, args.header, "option_table.py", "option table", BEGIN, END,
-                                 args.update, args.check)
+    rows = read_rows(args.header)
+    api = print_update_or_check(markdown(rows), args.doc, args.header, "option_table.py", "option table", BEGIN,
+                                END, args.update, args.check)
+    cli = print_update_or_check(launch_flags(rows), args.cli_doc, args.header, "option_table.py",
+                                "table of launch flags from the option table", CLI_BEGIN, CLI_END, args.update,
+                                args.check)
+    return api or cli
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ struct AcceleratorState;
 /// The runtime's internal state of `accelerator`, for the runtime's own components and tests.
 AcceleratorState& internal_state(Accelerator& accelerator);
 /// Around a line `Accelerator::print` writes: a progress bar drawn in place on the terminal is cleared first
-/// and drawn again under the line, as tqdm's `write` does (runtime/progress.cpp).
+/// and drawn again under the line, as tqdm's `write` does (runtime/tracking/progress.cpp).
 void before_printed_line();
 void after_printed_line();
 

@@ -30,7 +30,7 @@ template <typename Module> struct UnitType {
 };
 template <typename Module> const bool UnitType<Module>::registered = register_unit_type(typeid(Module));
 
-/// The fsdp strategy while it shards a model (runtime/fsdp.cpp); none otherwise.
+/// The fsdp strategy while it shards a model (runtime/parallel/fsdp/engine.cpp); none otherwise.
 class UnitHost {
 public:
   virtual ~UnitHost() = default;
@@ -58,10 +58,11 @@ using Recompute = std::function<std::vector<torch::Tensor>(const std::vector<tor
 struct ForwardState;
 std::shared_ptr<ForwardState> capture_forward_state(const std::vector<torch::Tensor>& inputs);
 
-/// Activation checkpointing of `module`'s body, which ran without autograd (runtime/fsdp.cpp): returns
-/// `outputs` as new tensors whose backward runs `recompute` on detached copies of `inputs` (with the random
-/// number generators and autocast as `state` holds them), backpropagates through what it computes (the
-/// module's parameters get their gradients), and hands the inputs' gradients on.
+/// Activation checkpointing of `module`'s body, which ran without autograd
+/// (runtime/parallel/fsdp/checkpointing.cpp): returns `outputs` as new tensors whose backward runs
+/// `recompute` on detached copies of `inputs` (with the random number generators and autocast as `state`
+/// holds them), backpropagates through what it computes (the module's parameters get their gradients), and
+/// hands the inputs' gradients on.
 std::vector<torch::Tensor> checkpoint(const std::shared_ptr<ForwardState>& state, torch::nn::Module& module,
                                       const std::vector<torch::Tensor>& inputs,
                                       const std::vector<torch::Tensor>& outputs, Recompute recompute);

@@ -17,7 +17,7 @@ class Accelerator;
 
 namespace detail {
 
-/// The non-template half of `GraphedStep` (runtime/step_graph.cpp).
+/// The non-template half of `GraphedStep` (runtime/accelerator/step_graph.cpp).
 class StepGraph {
 public:
   using Body = std::function<at::Tensor(const std::vector<at::Tensor>&)>;

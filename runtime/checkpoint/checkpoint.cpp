@@ -10,14 +10,14 @@
 #include <accelerate/accelerator.h>
 #include <accelerate/safetensors.h>
 
-#include "../durable_file.h"
-#include "../parallel.h"
-#include "../precision.h"
-#include "../state.h"
-#include "commit.h"
-#include "component.h"
-#include "format.h"
-#include "naming.h"
+#include "accelerator/state.h"
+#include "checkpoint/commit.h"
+#include "checkpoint/component.h"
+#include "checkpoint/format.h"
+#include "checkpoint/naming.h"
+#include "common/durable_file.h"
+#include "parallel/engine.h"
+#include "precision/precision.h"
 
 #include <iostream>
 #include <optional>

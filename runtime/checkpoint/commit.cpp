@@ -1,10 +1,10 @@
 // The collective, atomic commit of a checkpoint (commit.h).
-#include "commit.h"
+#include "checkpoint/commit.h"
 
-#include "../debug_mode.h"
-#include "../durable_file.h"
-#include "../state.h"
-#include "../store_rendezvous.h"
+#include "accelerator/state.h"
+#include "common/durable_file.h"
+#include "transport/collective_checks.h"
+#include "transport/store_rendezvous.h"
 
 #include <unistd.h>
 

@@ -5,7 +5,7 @@
 // Also the test-only kill hook (runtime-internal).
 #pragma once
 
-#include "format.h"
+#include "checkpoint/format.h"
 
 #include <functional>
 #include <map>

@@ -1,10 +1,10 @@
 // The component interface's writer, reader and rollback, and the list of components (component.h).
-#include "component.h"
+#include "checkpoint/component.h"
 
-#include "../parallel.h"
-#include "../state.h"
+#include "accelerator/state.h"
+#include "parallel/engine.h"
 
-#include "commit.h"
+#include "checkpoint/commit.h"
 
 #include <sstream>
 #include <stdexcept>

@@ -9,7 +9,7 @@
 // a failure undoes what the others applied.
 #pragma once
 
-#include "format.h"
+#include "checkpoint/format.h"
 
 #include <functional>
 #include <map>

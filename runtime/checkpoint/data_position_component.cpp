@@ -3,8 +3,8 @@
 // count onto another number of processes (LoaderCore::set_state).
 #include <accelerate/accelerator.h>
 
-#include "../state.h"
-#include "component.h"
+#include "accelerator/state.h"
+#include "checkpoint/component.h"
 
 namespace accelerate::detail {
 namespace {

@@ -1,10 +1,10 @@
 // The checkpoint format's schema (format.h).
-#include "format.h"
+#include "checkpoint/format.h"
 
-#include "../durable_file.h"
-#include "../parallel.h"
-#include "../state.h"
-#include "commit.h"
+#include "accelerator/state.h"
+#include "checkpoint/commit.h"
+#include "common/durable_file.h"
+#include "parallel/engine.h"
 
 #include <chrono>
 #include <stdexcept>

@@ -1,7 +1,7 @@
 // The step counters' part of a checkpoint: the gradient state's optimizer steps and, when gradients were
 // pending, the micro-steps of the accumulation window (metadata.json only).
-#include "../state.h"
-#include "component.h"
+#include "accelerator/state.h"
+#include "checkpoint/component.h"
 
 namespace accelerate::detail {
 namespace {

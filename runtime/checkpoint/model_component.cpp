@@ -3,11 +3,11 @@
 // sharded strategy's SHARDED_STATE_DICT), in `model_shards_<rank>.safetensors`, ...
 // (docs/checkpoint-format.md). Reading assembles the pieces into whole tensors, so either form loads at any
 // world size.
-#include "../durable_file.h"
-#include "../parallel.h"
-#include "../safetensors.h"
-#include "../state.h"
-#include "component.h"
+#include "accelerator/state.h"
+#include "checkpoint/component.h"
+#include "checkpoint/safetensors.h"
+#include "common/durable_file.h"
+#include "parallel/engine.h"
 
 #include <algorithm>
 #include <set>

@@ -1,10 +1,10 @@
 // Where checkpoints go and which one loads (naming.h).
-#include "naming.h"
+#include "checkpoint/naming.h"
 
-#include "../durable_file.h"
-#include "../state.h"
-#include "commit.h"
-#include "format.h"
+#include "accelerator/state.h"
+#include "checkpoint/commit.h"
+#include "checkpoint/format.h"
+#include "common/durable_file.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -4,10 +4,10 @@
 // process writes its shares of the state to `optimizer_shares_<rank>.bin` (`optimizer_1_shares_<rank>.bin`,
 // ...). Either form loads into either kind of strategy at any world size: the state is first made whole per
 // parameter, then the strategy keeps its shares (`ParallelEngine::adopt_optimizer_state`).
-#include "../durable_file.h"
-#include "../optimizer_state.h"
-#include "../state.h"
-#include "component.h"
+#include "accelerator/optimizer_state.h"
+#include "accelerator/state.h"
+#include "checkpoint/component.h"
+#include "common/durable_file.h"
 
 #include <map>
 #include <optional>

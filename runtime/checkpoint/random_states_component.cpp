@@ -1,7 +1,7 @@
 // The generators' part of a checkpoint: each process writes its own `random_states_<rank>.bin` (its CPU
 // generator, and with a CUDA device every visible GPU's) and restores its own when the checkpoint has one.
-#include "../state.h"
-#include "component.h"
+#include "accelerator/state.h"
+#include "checkpoint/component.h"
 
 #include <iostream>
 

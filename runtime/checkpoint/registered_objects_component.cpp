@@ -1,7 +1,7 @@
 // The registered objects' part of a checkpoint: the i-th object given to `register_for_checkpointing` (the
 // fp16 grad scaler registers itself too) as a libtorch archive in `custom_checkpoint_<i>.bin`.
-#include "../state.h"
-#include "component.h"
+#include "accelerator/state.h"
+#include "checkpoint/component.h"
 
 namespace accelerate::detail {
 namespace {

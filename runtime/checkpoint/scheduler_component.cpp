@@ -1,8 +1,8 @@
 // The schedulers' part of a checkpoint: each prepared scheduler's counters, in metadata.json only (libtorch's
 // LRScheduler has no state_dict; StepLR and friends compute the next rate from their step count).
-#include "../optimizer_state.h"
-#include "../state.h"
-#include "component.h"
+#include "accelerator/optimizer_state.h"
+#include "accelerator/state.h"
+#include "checkpoint/component.h"
 
 namespace accelerate::detail {
 namespace {

@@ -1,7 +1,7 @@
 // Files of whole records for the trackers (runtime/tracking/record_file.h).
-#include "record_file.h"
+#include "tracking/record_file.h"
 
-#include "../durable_file.h"
+#include "common/durable_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -9,7 +9,7 @@ namespace accelerate::detail {
 
 /// A file the trackers append records to. Each record goes out in one `write` (no fsync per record), so a
 /// killed run leaves whole records; a write that fails part-way (a full disk, `ulimit -f`) is cut back to the
-/// last whole record and throws `FileError` (runtime/durable_file.h) naming the file and the reason.
+/// last whole record and throws `FileError` (runtime/common/durable_file.h) naming the file and the reason.
 class RecordFile {
 public:
   enum class Mode { append, truncate };

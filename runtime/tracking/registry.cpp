@@ -1,5 +1,5 @@
 // The registry of experiment trackers by name: the built-ins' table and what `register_tracker` adds.
-#include "registry.h"
+#include "tracking/registry.h"
 
 #include <map>
 #include <mutex>

@@ -17,8 +17,8 @@
 // configuration are the text plugin's string tensors. Generated protobuf code is not used: torch's headers
 // bundle their own protobuf, and this unit stays free of both (test/tracking reads the files back with
 // TensorBoard's own reader).
-#include "record_file.h"
-#include "registry.h"
+#include "tracking/record_file.h"
+#include "tracking/registry.h"
 
 #include <unistd.h>
 

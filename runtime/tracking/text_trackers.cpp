@@ -8,8 +8,8 @@
 // Numbers are the shortest text that reads back as the same double; JSON has no literal for NaN and the
 // infinities, which are written as Python's json module reads them (NaN, Infinity, -Infinity). Both files are
 // appended to, so a run started again in the same directory continues them.
-#include "record_file.h"
-#include "registry.h"
+#include "tracking/record_file.h"
+#include "tracking/registry.h"
 
 #include <cstdio>
 #include <memory>

@@ -5,9 +5,9 @@
 #include <accelerate/logging.h>
 #include <accelerate/progress.h>
 
-#include "../durable_file.h"
-#include "../state.h"
-#include "registry.h"
+#include "accelerator/state.h"
+#include "common/durable_file.h"
+#include "tracking/registry.h"
 
 #include <algorithm>
 #include <set>

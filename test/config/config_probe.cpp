@@ -1,12 +1,12 @@
 // The runtime's configuration as a program sees it, for config_test.py: resolves the Accelerator's options
-// (runtime/config.cpp's resolve_config, compiled in) from the environment, ACCELERATE_CONFIG_FILE and the
-// options given as arguments, and prints `accelerator.state()`'s option lines, or the refusal.
+// (runtime/settings/config.cpp's resolve_config, compiled in) from the environment, ACCELERATE_CONFIG_FILE
+// and the options given as arguments, and prints `accelerator.state()`'s option lines, or the refusal.
 //
 //   config_probe [NAME=VALUE ...]   each sets AcceleratorOptions().NAME(VALUE), VALUE read as the option's
 //   type
 //
 // Exit codes: 0 resolved (the lines on stdout), 3 refused (`error: <message>` on stderr), 2 bad arguments.
-#include "config.h"
+#include "settings/config.h"
 
 #include <algorithm>
 #include <chrono>

@@ -870,7 +870,7 @@ def RuntimeRefusesWhatFsdpLacksNamingKeyValueAndSource():
 
 # Files both accel and the runtime must judge alike: (YAML, accel's refusal after "PATH:" or None, the start of the
 # runtime's refusal after "accelerate: " or None). The values' spellings and the FSDP rules between them have one
-# home, runtime/settings_spelling.cpp, which both compile in; how each source is read is each one's own.
+# home, runtime/settings/spelling.cpp, which both compile in; how each source is read is each one's own.
 ALIKE = [
     # Accelerate's str_to_bool spellings of a boolean, and torch's numbers written as YAML may write them.
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: on\n  fsdp_forward_prefetch: Y\n"
@@ -1127,6 +1127,33 @@ def OptionTableMatchesApiDoc():
     check(done.returncode == 0, "docs/api.md's option table must be what scripts/option_table.py generates",
           done.stdout + done.stderr)
     print(done.stdout.strip())
+
+
+def OwnSettingsAreLaunchFlagsFromTheOptionTable():
+    """Every row of the option table with an environment variable and no config file key is an `accel launch`
+    flag of its name, exported to the ranks as the variable; its value is judged before any rank starts."""
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+    import option_table  # noqa: E402
+    own = [row for row in option_table.read_rows()
+           if row["ENVIRONMENT"] != "unmapped" and row["YAML_KEY"] == "unmapped"]
+    check(any(row["NAME"] == "comm_hook" for row in own), "comm_hook must be one of our own settings", own)
+    code, out, err = accel("launch", "--help")
+    check(code == 0, "accel launch --help must exit 0", out + err)
+    for row in own:
+        check(f"--{row['NAME']}" in out, f"accel launch --help must list --{row['NAME']}", out)
+    port = free_port()
+    project = tempfile.mkdtemp(prefix="accel-project-")
+    code, out, err = accel("launch", "-q", "--cpu", "--num_processes", "1", "--main_process_port", port,
+                           "--comm_hook", "fp16", "--project_dir", project, "env")
+    check(code == 0, "accel launch with --comm_hook and --project_dir must exit 0", out + err)
+    lines = [re.sub(r"^\[rank0\]: ", "", line) for line in out.splitlines()]
+    check("ACCEL_COMM_HOOK=fp16" in lines, "--comm_hook fp16 must reach the rank as ACCEL_COMM_HOOK=fp16", out)
+    check(f"ACCEL_PROJECT_DIR={project}" in lines, "--project_dir must reach the rank as ACCEL_PROJECT_DIR", out)
+    code, out, err = accel("launch", "--num_processes", "1", "--main_process_port", port,
+                           "--parallel_strategy", "ddp", "--zero_stage", "3", "--use_deepspeed", "env")
+    check(code == 2 and "--parallel_strategy ddp" in err and "ZeRO stage 3 runs the fsdp strategy" in err,
+          "--parallel_strategy naming another strategy than --zero_stage's must be refused with exit 2, naming the "
+          "flag", f"exit {code}\n{out}{err}")
 
 
 TESTS = {name: test for name, test in globals().items()

@@ -1,7 +1,7 @@
 // A parallel strategy added by one file and one registration line: "test_allreduce" replicates the model
 // like "ddp", and averages each gradient with a plain all-reduce after backward. The proof that a strategy
 // needs nothing else from the runtime (multirank test Strategy.AStrategyAddedByOneFileTrainsLikeDdp).
-#include "../../runtime/parallel.h"
+#include "../../runtime/parallel/engine.h"
 
 #include <atomic>
 

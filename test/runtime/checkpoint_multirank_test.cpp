@@ -3,8 +3,8 @@
 // ACCELERATE_DEBUG_MODE naming the process that skipped a collective, sent another shape, or diverged.
 #include <accelerate/accelerate.h>
 
-#include "../../runtime/durable_file.h"
-#include "../../runtime/state.h"
+#include "../../runtime/accelerator/state.h"
+#include "../../runtime/common/durable_file.h"
 #include "../support/numerics.h"
 
 #include <gtest/gtest.h>

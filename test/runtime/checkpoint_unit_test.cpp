@@ -3,9 +3,9 @@
 #include <accelerate/accelerate.h>
 #include <accelerate/safetensors.h>
 
-#include "../../runtime/durable_file.h"
-#include "../../runtime/safetensors.h"
-#include "../../runtime/store_rendezvous.h"
+#include "../../runtime/checkpoint/safetensors.h"
+#include "../../runtime/common/durable_file.h"
+#include "../../runtime/transport/store_rendezvous.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -28,7 +28,7 @@ using accelerate::detail::list_directory;
 using accelerate::detail::path_exists;
 
 /// A fresh directory under the test's temporary folder, removed when the test ends. (The runtime's POSIX
-/// helpers, not std::filesystem: see runtime/durable_file.h for why.)
+/// helpers, not std::filesystem: see runtime/common/durable_file.h for why.)
 class ScratchDirectory {
 public:
   ScratchDirectory() {
@@ -589,7 +589,7 @@ TEST(Checkpoint, WithAutomaticNamingNoDirectoryNamesTheNextCheckpoint) {
   EXPECT_EQ(run.accelerator.gradient_state()->optimizer_steps, 1);
 }
 
-// ---- The store rendezvous (runtime/store_rendezvous.h)
+// ---- The store rendezvous (runtime/transport/store_rendezvous.h)
 // --------------------------------------------------------
 
 TEST(StoreRendezvous, EveryProcessGetsEveryValueInRankOrder) {

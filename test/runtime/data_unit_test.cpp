@@ -72,8 +72,8 @@ struct WarningCollector : c10::WarningHandler {
 };
 
 // On CUDA, a loader with pin_memory under AcceleratorOptions::non_blocking copies batch k+1 on a side stream
-// while step k runs (runtime/device_cuda.cpp). Its bookkeeping (read ahead, record, wait, a read that fails
-// ahead, leaving early, the position) is tested with a CPU stand-in for the copier.
+// while step k runs (runtime/transport/device_cuda.cpp). Its bookkeeping (read ahead, record, wait, a read
+// that fails ahead, leaving early, the position) is tested with a CPU stand-in for the copier.
 
 /// Stands in for the side-stream copier with the latest completion CUDA allows: a copy returns a tensor of
 /// sentinel values (NaN, or -7777 for integers) and is carried out only when the loop waits for a `record`
@@ -122,8 +122,8 @@ LoaderContext copying(LoaderContext ctx, const std::shared_ptr<DeferredCopier>& 
 
 // ---- Epoch order -----------------------------------------------------------------------------------------
 TEST(EpochOrder, MatchesTheDocumentedGenerator) {
-  // Computed from the algorithm as <accelerate/data.h> documents it (a Python transcription): checkpoints
-  // depend on this order never changing.
+  // Computed from the algorithm as <accelerate/detail/data_loader.h> documents it (a Python transcription):
+  // checkpoints depend on this order never changing.
   using accelerate::detail::epoch_order;
   EXPECT_EQ(epoch_order(10, 0, 0, true), (std::vector<size_t>{4, 9, 2, 5, 1, 7, 6, 0, 3, 8}));
   EXPECT_EQ(epoch_order(10, 0, 1, true), (std::vector<size_t>{9, 4, 0, 5, 2, 1, 6, 8, 3, 7}));

@@ -1,18 +1,18 @@
-// Multi-rank tests of the "fsdp" strategy (runtime/fsdp.cpp), run by test/harness/run_ranks.py as N ranks:
-// a 4-block model whose blocks are units written by hand (accelerate::fsdp::unit), trained under FULL_SHARD
-// and SHARD_GRAD_OP against DDP on the same per-process data, with accumulation, clipping, tied embeddings, a
-// frozen block, a unit called twice in one forward and fp16; what `unshard` gives; what a sharded parameter
-// holds outside its unit; and the bad input the issue names.
+// Multi-rank tests of the "fsdp" strategy (runtime/parallel/fsdp/), run by test/harness/run_ranks.py as N
+// ranks: a 4-block model whose blocks are units written by hand (accelerate::fsdp::unit), trained under
+// FULL_SHARD and SHARD_GRAD_OP against DDP on the same per-process data, with accumulation, clipping, tied
+// embeddings, a frozen block, a unit called twice in one forward and fp16; what `unshard` gives; what a
+// sharded parameter holds outside its unit; and the bad input the issue names.
 //
 // Preconditions: one intra-op thread, models without dropout or BatchNorm.
 #include <accelerate/accelerate.h>
 
 #include "../../bench/counting_allocator.h"
-#include "../../runtime/durable_file.h"
-#include "../../runtime/parallel.h"
-#include "../../runtime/process_group.h"
-#include "../../runtime/shm_allreduce.h"
-#include "../../runtime/state.h"
+#include "../../runtime/accelerator/state.h"
+#include "../../runtime/common/durable_file.h"
+#include "../../runtime/parallel/engine.h"
+#include "../../runtime/transport/process_group.h"
+#include "../../runtime/transport/shm_allreduce.h"
 #include "../support/numerics.h"
 
 #include <gtest/gtest.h>

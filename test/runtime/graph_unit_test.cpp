@@ -1,10 +1,11 @@
-// Unit tests of Accelerator::graphed_step and AcceleratorOptions::cuda_graph (runtime/step_graph.cpp).
-// On the CPU the graphed step runs as written; the CUDA tests (capture, replay, counters, refusals at
-// capture) run where a CUDA device is visible and are skipped otherwise. bench_precision --stage checks runs
-// the same GPU checks on a machine without GoogleTest (scripts/gpu-check.sh).
+// Unit tests of Accelerator::graphed_step and AcceleratorOptions::cuda_graph
+// (runtime/accelerator/step_graph.cpp). On the CPU the graphed step runs as written; the CUDA tests (capture,
+// replay, counters, refusals at capture) run where a CUDA device is visible and are skipped otherwise.
+// bench_precision --stage checks runs the same GPU checks on a machine without GoogleTest
+// (scripts/gpu-check.sh).
 #include <accelerate/accelerate.h>
 
-#include "../../runtime/state.h"
+#include "../../runtime/accelerator/state.h"
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>

@@ -7,8 +7,8 @@
 // batch.
 #include <accelerate/accelerate.h>
 
-#include "../../runtime/parallel.h"
-#include "../../runtime/state.h"
+#include "../../runtime/accelerator/state.h"
+#include "../../runtime/parallel/engine.h"
 #include "../support/numerics.h"
 
 #include <gtest/gtest.h>

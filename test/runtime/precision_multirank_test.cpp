@@ -4,8 +4,8 @@
 // Preconditions: float32 model without dropout or BatchNorm, equal per-rank batches, one intra-op thread.
 #include <accelerate/accelerate.h>
 
-#include "../../runtime/precision.h"
-#include "../../runtime/state.h"
+#include "../../runtime/accelerator/state.h"
+#include "../../runtime/precision/precision.h"
 #include "../support/numerics.h"
 
 #include <gtest/gtest.h>

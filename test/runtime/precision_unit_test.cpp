@@ -6,9 +6,9 @@
 // by test/data/make_grad_scaler_sequence.py with torch 2.11.0, whose CPU kernels are the ones linked here.
 #include <accelerate/accelerate.h>
 
-#include "../../runtime/fp8.h"
-#include "../../runtime/precision.h"
-#include "../../runtime/state.h"
+#include "../../runtime/accelerator/state.h"
+#include "../../runtime/precision/fp8.h"
+#include "../../runtime/precision/precision.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
 // Multi-rank tests of the same-machine shared-memory all-reduce, reduce-scatter and all-gather
-// (runtime/shm_allreduce.h) and of the process-group helpers in front of them (runtime/process_group.h): run
-// by test/harness/run_ranks.py as N ranks on one machine.
+// (runtime/transport/shm_allreduce.h) and of the process-group helpers in front of them
+// (runtime/transport/process_group.h): run by test/harness/run_ranks.py as N ranks on one machine.
 #include <accelerate/accelerate.h>
 
-#include "../../runtime/process_group.h"
-#include "../../runtime/shm_allreduce.h"
-#include "../../runtime/state.h"
+#include "../../runtime/accelerator/state.h"
+#include "../../runtime/transport/process_group.h"
+#include "../../runtime/transport/shm_allreduce.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

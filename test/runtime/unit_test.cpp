@@ -1,8 +1,8 @@
 // Single-process unit tests of the runtime: launcher environment discovery and the one-process Accelerator.
 #include <accelerate/accelerate.h>
 
-#include "../../runtime/config.h"
-#include "../../runtime/environment.h"
+#include "../../runtime/settings/config.h"
+#include "../../runtime/transport/environment.h"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,14 @@
-// Multi-rank tests of the "zero" strategy (runtime/zero.cpp), run by test/harness/run_ranks.py as N ranks:
-// ZeRO-1 and ZeRO-2 against DDP on the same per-process data (bit for bit where the arithmetic is the same,
-// norm-wise otherwise), what each process holds, the fp16 scaler's skips, and checkpoints saved under one
-// strategy and world size and loaded under another.
+// Multi-rank tests of the "zero" strategy (runtime/parallel/zero.cpp), run by test/harness/run_ranks.py as N
+// ranks: ZeRO-1 and ZeRO-2 against DDP on the same per-process data (bit for bit where the arithmetic is the
+// same, norm-wise otherwise), what each process holds, the fp16 scaler's skips, and checkpoints saved under
+// one strategy and world size and loaded under another.
 //
 // Preconditions: one intra-op thread, models without dropout or BatchNorm.
 #include <accelerate/accelerate.h>
 
-#include "../../runtime/durable_file.h"
-#include "../../runtime/parallel.h"
-#include "../../runtime/state.h"
+#include "../../runtime/accelerator/state.h"
+#include "../../runtime/common/durable_file.h"
+#include "../../runtime/parallel/engine.h"
 #include "../support/numerics.h"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 #include "ConfigFile.h"
 
 #include "ConfigSchema.h"
-#include "settings_spelling.h"
+#include "settings/spelling.h"
 
 #ifdef ACCEL_HAVE_YAML_CPP
 #include <yaml-cpp/yaml.h>
@@ -340,7 +340,7 @@ void checkDeepSpeedSection(const ConfigDocument& document) {
 /// do not accept, hybrid sharding, LOCAL_STATE_DICT, DeepSpeed's optimizer offload without zero_stage 3 or
 /// its CPU offload against fsdp_offload_params false, fsdp_sharding_strategy and fsdp_reshard_after_forward
 /// disagreeing (or not FULL_SHARD under zero_stage 3); and ZeRO stage 1 or 2 asked for with FSDP. The
-/// runtime's rules (runtime/config.cpp) for a file it reads.
+/// runtime's rules (runtime/settings/config.cpp) for a file it reads.
 void checkFsdpSettings(const ConfigDocument& document) {
   const std::string type = document.scalar("distributed_type").value_or("");
   const bool fsdp = type == "FSDP" || isFilledSection(document, "fsdp_config");

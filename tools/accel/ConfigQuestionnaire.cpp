@@ -3,7 +3,7 @@
 
 #include "ConfigSchema.h"
 #include "ConfigValues.h"
-#include "settings_spelling.h"
+#include "settings/spelling.h"
 
 #include <climits>
 #include <cstdio>

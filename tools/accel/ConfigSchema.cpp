@@ -1,7 +1,7 @@
 // The keys of Accelerate's config file and what each accepts (see ConfigSchema.h).
 #include "ConfigSchema.h"
 
-#include "settings_spelling.h"
+#include "settings/spelling.h"
 
 namespace accel {
 

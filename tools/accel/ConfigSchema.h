@@ -38,7 +38,7 @@ const std::vector<std::string>& supportedDistributedTypes();
 const std::vector<std::string>& offloadDevices();
 const std::vector<std::string>& mixedPrecisionModes();
 
-// The fsdp_* values' spellings and the rules between them are the runtime's (runtime/settings_spelling.h,
+// The fsdp_* values' spellings and the rules between them are the runtime's (runtime/settings/spelling.h,
 // accelerate::spelling), which accel compiles in: the two judge a setting alike.
 
 } // namespace accel

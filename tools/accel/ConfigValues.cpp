@@ -1,7 +1,7 @@
 // Checking and spelling config and flag values (see ConfigValues.h).
 #include "ConfigValues.h"
 
-#include "settings_spelling.h"
+#include "settings/spelling.h"
 
 #include <algorithm>
 #include <cctype>

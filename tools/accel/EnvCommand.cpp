@@ -6,7 +6,7 @@
 #include "Flags.h"
 #include "LaunchSettings.h"
 #include "SystemInfo.h"
-#include "settings_spelling.h"
+#include "settings/spelling.h"
 
 #include <iostream>
 #include <sys/stat.h>
@@ -74,7 +74,7 @@ TrainingMode modeOf(const LaunchSettings& settings) {
 /// The strategy the ranks of `accel launch` would run, with the ZeRO stage and offload under ZeRO, and the
 /// sharding strategy, FSDP version and state dict type under FSDP; after refusing what they cannot run.
 void printParallelStrategy(const LaunchSettings& settings) {
-  const std::string strategy = parallelStrategyOf(settings, Environment::current());
+  const std::string strategy = parallelStrategyOf(settings);
   refuseUnsupportedTraining(settings, strategy);
   std::cout << "- Parallel strategy: " << strategy;
   const int stage = zeroStageOf(settings);

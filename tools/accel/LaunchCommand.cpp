@@ -9,7 +9,7 @@
 #include "Launch.h"
 #include "LaunchSettings.h"
 #include "SystemInfo.h"
-#include "settings_spelling.h"
+#include "settings/spelling.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -265,7 +265,7 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
   std::optional<ConfigDocument> config = loadConfig(flags, environment);
   LaunchSettings settings = resolveLaunchSettings(config ? &*config : nullptr, environment, flags);
   // Refuses conflicting settings, and what the strategy cannot run, before any rank starts.
-  refuseUnsupportedTraining(settings, parallelStrategyOf(settings, environment));
+  refuseUnsupportedTraining(settings, parallelStrategyOf(settings));
   LaunchOptions options;
   options.quiet = flags.has("quiet");
   if (config && !options.quiet)

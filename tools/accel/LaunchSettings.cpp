@@ -3,7 +3,8 @@
 #include "LaunchSettings.h"
 
 #include "ConfigSchema.h"
-#include "settings_spelling.h"
+#include "settings/config.h"
+#include "settings/spelling.h"
 
 #include <algorithm>
 
@@ -34,8 +35,11 @@ const char* const kModeFlags[] = {"cpu", "multi_gpu", "use_fsdp", "use_deepspeed
 
 } // namespace
 
-const std::vector<SettingSpec>& launchSettingSpecs() {
-  static const std::vector<SettingSpec> kSpecs = {
+namespace {
+
+/// accel's own list of settings: those of Accelerate's launcher and config file.
+std::vector<SettingSpec> acceleratesSettingSpecs() {
+  return {
       toggle("cpu", "use_cpu", "ACCELERATE_USE_CPU", "train on the CPU even where CUDA is available"),
       toggle("multi_gpu", "", "", "one rank per GPU (distributed_type MULTI_GPU)"),
       valued("num_processes", "num_processes", "", ValueRule::wholeNumber(1),
@@ -137,6 +141,27 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
       deepspeed("deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
                 ValueRule::text(), "refused: no DeepSpeed mixture-of-experts"),
   };
+}
+
+} // namespace
+
+const std::vector<SettingSpec>& launchSettingSpecs() {
+  static const std::vector<SettingSpec> kSpecs = [] {
+    std::vector<SettingSpec> specs = acceleratesSettingSpecs();
+    // Each row of the runtime's option table with a variable no spec above names gets a flag of its name: a
+    // setting added to the table reaches the launcher without a line here.
+    for (const auto& row : accelerate::detail::option_rows()) {
+      const bool named = std::any_of(specs.begin(), specs.end(), [&](const SettingSpec& spec) {
+        return spec.environmentVariable == row.environment;
+      });
+      if (row.environment.empty() || named)
+        continue;
+      SettingSpec spec = valued(row.name, row.yaml_key, row.environment, ValueRule::text(), row.doc);
+      spec.fromOptionTable = true;
+      specs.push_back(std::move(spec));
+    }
+    return specs;
+  }();
   return kSpecs;
 }
 
@@ -192,6 +217,21 @@ void applyConfig(LaunchSettings& settings, const ConfigDocument& config) {
     settings.set("cpu", "true", SettingSource::ConfigFile);
 }
 
+/// A setting of the option table checked as the runtime will check it, so that a bad value stops the launch
+/// before any rank starts.
+void checkAsTheRuntimeDoes(const SettingSpec& spec, const std::string& text, const std::string& where) {
+  if (!spec.fromOptionTable)
+    return;
+  try {
+    accelerate::detail::check_option_text(spec.name, text, where);
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    const std::string prefix = "accelerate: ";
+    throw UsageError(message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size())
+                                                                    : message);
+  }
+}
+
 void applyEnvironment(LaunchSettings& settings, const Environment& environment) {
   for (const SettingSpec& spec : launchSettingSpecs()) {
     if (spec.environmentVariable.empty())
@@ -204,6 +244,7 @@ void applyEnvironment(LaunchSettings& settings, const Environment& environment) 
     if (!canonical)
       throw UsageError(spec.environmentVariable + "=" + *value + " in the environment must be " +
                        problem.mustBe + " (fix or unset it; it overrides the config file)");
+    checkAsTheRuntimeDoes(spec, *canonical, spec.environmentVariable + " in the environment");
     settings.set(spec.name, *canonical, SettingSource::Environment);
   }
 }
@@ -228,6 +269,7 @@ void applyFlags(LaunchSettings& settings, const ParsedFlags& flags) {
     std::optional<std::string> canonical = canonicalValue(spec.rule, text, &problem);
     if (!canonical)
       throw UsageError("--" + spec.name + " must be " + problem.mustBe + " (got '" + text + "')");
+    checkAsTheRuntimeDoes(spec, *canonical, "--" + spec.name);
     settings.set(spec.name, *canonical, SettingSource::Flag);
   }
   std::vector<std::string> modeFlags;
@@ -402,7 +444,7 @@ int zeroStageOf(const LaunchSettings& settings) {
   return 0;
 }
 
-std::string parallelStrategyOf(const LaunchSettings& settings, const Environment& environment) {
+std::string parallelStrategyOf(const LaunchSettings& settings) {
   const int stage = zeroStageOf(settings);
   const bool shardedStage = stage == 1 || stage == 2;
   const bool fsdp = settings.isTrue("use_fsdp");
@@ -413,27 +455,25 @@ std::string parallelStrategyOf(const LaunchSettings& settings, const Environment
   if (fsdp && shardedStage)
     throw UsageError(stageOrigin + " conflicts with " + fsdpOrigin + ": " +
                      accelerate::spelling::kShardedZeroStageAgainstFsdp);
-  auto named = environment.get("ACCELERATE_PARALLEL_STRATEGY");
+  auto named = settings.get("parallel_strategy");
   if (!named || named->empty())
     return shardedStage ? "zero" : stage == 3 || fsdp ? "fsdp" : "ddp";
-  const std::string strategyOrigin = "ACCELERATE_PARALLEL_STRATEGY=" + *named + " in the environment";
+  const std::string strategyOrigin = describeSetting(settings, "parallel_strategy");
   if (*named != "zero" && shardedStage)
-    throw UsageError(
-        strategyOrigin + " conflicts with " + stageOrigin +
-        ": a ZeRO stage of 1 or 2 runs the zero strategy (unset the variable, or set zero_stage " +
-        (*named == "fsdp" ? "3: fully sharded, as fsdp)" : "0 to replicate the model)"));
+    throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
+                     ": a ZeRO stage of 1 or 2 runs the zero strategy (unset it, or set zero_stage " +
+                     (*named == "fsdp" ? "3: fully sharded, as fsdp)" : "0 to replicate the model)"));
   if (*named == "zero" && stage == 0 && settings.get("zero_stage"))
     throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
-                     ", which means no sharding (set zero_stage 1 or 2, or unset the variable)");
+                     ", which means no sharding (set zero_stage 1 or 2, or unset parallel_strategy)");
   if (*named != "fsdp" && stage == 3)
     throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
-                     ": ZeRO stage 3 runs the fsdp strategy (unset the variable or set it to fsdp, or use "
+                     ": ZeRO stage 3 runs the fsdp strategy (unset it or set it to fsdp, or use "
                      "another zero_stage)");
   if (*named != "fsdp" && fsdp)
-    throw UsageError(
-        strategyOrigin + " conflicts with " + fsdpOrigin +
-        ": FSDP runs the fsdp strategy (unset the variable or set it to fsdp, or leave out the FSDP "
-        "settings)");
+    throw UsageError(strategyOrigin + " conflicts with " + fsdpOrigin +
+                     ": FSDP runs the fsdp strategy (unset it or set it to fsdp, or leave out the FSDP "
+                     "settings)");
   return *named;
 }
 
@@ -518,6 +558,9 @@ acceleratorVariables(const LaunchSettings& settings, TrainingMode mode, const Co
     variables.emplace_back("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", *steps);
   if (auto gpuIds = settings.get("gpu_ids"); gpuIds && *gpuIds != "all" && !useCpu)
     variables.emplace_back("CUDA_VISIBLE_DEVICES", *gpuIds);
+  for (const SettingSpec& spec : launchSettingSpecs())
+    if (auto value = settings.get(spec.name); value && spec.fromOptionTable)
+      variables.emplace_back(spec.environmentVariable, *value);
   if (mode == TrainingMode::Fsdp) {
     variables.emplace_back("ACCELERATE_USE_FSDP", "true");
     addSectionVariables(variables, settings, "fsdp_config", fsdpDefaults());

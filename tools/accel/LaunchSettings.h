@@ -24,9 +24,14 @@ struct SettingSpec {
   ValueRule rule;
   std::string help;
   bool toggle = false; ///< a flag without a value (`--cpu`) that means true
+  /// A row of the runtime's option table that no spec above spells (our own settings, like comm_hook): its
+  /// value is checked as the runtime checks it (accelerate::detail::check_option_text) and exported to
+  /// every rank as `environmentVariable`.
+  bool fromOptionTable = false;
 };
 
-/// Every such setting, in the order `accel launch --help` lists them.
+/// Every such setting, in the order `accel launch --help` lists them: accel's own list, then a flag for each
+/// row of the runtime's option table with an environment variable that list does not name.
 const std::vector<SettingSpec>& launchSettingSpecs();
 
 /// Where a resolved value came from; later sources win.
@@ -65,15 +70,15 @@ int zeroStageOf(const LaunchSettings& settings);
 /// environment", "deepspeed_config.zero_stage 2 in the config file"; "" when it is not set.
 std::string describeSetting(const LaunchSettings& settings, const std::string& name);
 
-/// The parallel strategy the runtime selects for `settings` (runtime/config.cpp's rule): the one named by
-/// ACCELERATE_PARALLEL_STRATEGY in `environment` when set, else "zero" for a ZeRO stage of 1 or 2, else
-/// "fsdp" for ZeRO stage 3 or FSDP (use_fsdp: --use_fsdp, ACCELERATE_USE_FSDP, distributed_type FSDP or an
-/// fsdp_config section), else "ddp". Throws UsageError, naming both, for a ZeRO stage of 1 or 2 with FSDP,
-/// and when that variable names another strategy than the one the stage or FSDP selects, or "zero" with
-/// DeepSpeed's zero_stage 0 set explicitly.
-std::string parallelStrategyOf(const LaunchSettings& settings, const Environment& environment);
+/// The parallel strategy the runtime selects for `settings` (runtime/settings/config.cpp's rule): the one
+/// named by parallel_strategy (--parallel_strategy, ACCELERATE_PARALLEL_STRATEGY) when set, else "zero" for a
+/// ZeRO stage of 1 or 2, else "fsdp" for ZeRO stage 3 or FSDP (use_fsdp: --use_fsdp, ACCELERATE_USE_FSDP,
+/// distributed_type FSDP or an fsdp_config section), else "ddp". Throws UsageError, naming both, for a ZeRO
+/// stage of 1 or 2 with FSDP, and when parallel_strategy names another strategy than the one the stage or
+/// FSDP selects, or "zero" with DeepSpeed's zero_stage 0 set explicitly.
+std::string parallelStrategyOf(const LaunchSettings& settings);
 
-/// The sharding strategy the fsdp strategy runs for `settings` (runtime/config.cpp's rule): from
+/// The sharding strategy the fsdp strategy runs for `settings` (runtime/settings/config.cpp's rule): from
 /// fsdp_sharding_strategy or fsdp_reshard_after_forward (true FULL_SHARD, false SHARD_GRAD_OP, or a
 /// strategy's name), FULL_SHARD when neither is set. Throws UsageError naming them when they disagree (a
 /// value from the environment that means FULL_SHARD, what Hugging Face's launcher exports when neither was

@@ -50,7 +50,7 @@ public:
 
 /// Copies batches to a CUDA device on a side stream, so that the copy of the next batch overlaps the step on
 /// the current batch (`pin_memory` with `AcceleratorOptions::non_blocking`, on CUDA;
-/// runtime/device_cuda.cpp).
+/// runtime/transport/device_cuda.cpp).
 class SideStreamCopier {
 public:
   virtual ~SideStreamCopier() = default;

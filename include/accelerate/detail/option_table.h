@@ -4,17 +4,17 @@
 //
 //   TYPE         the setter's argument type: AcceleratorOptions().NAME(TYPE) and its member `NAME_`
 //   NAME         the option's name: the setter, the key in `accelerator.state()` and in error messages
-//   FIELD        the member of detail::ResolvedConfig that holds the resolved value (runtime/config.h)
-//   DEFAULT      its value when nothing sets it; std::nullopt makes the field std::optional<TYPE> (unset)
-//   ENVIRONMENT  the ACCELERATE_* variable read for it, or `unmapped`
-//   YAML_KEY     the key read for it from the YAML file named by ACCELERATE_CONFIG_FILE, or `unmapped`
-//   CHECK        what a value must be, checked wherever it came from (runtime/config.cpp), or `any_value`
-//   DOC          one line of documentation: docs/api.md's option table is generated from these rows
+//   FIELD        the member of detail::ResolvedConfig that holds the resolved value
+//   (runtime/settings/config.h) DEFAULT      its value when nothing sets it; std::nullopt makes the field
+//   std::optional<TYPE> (unset) ENVIRONMENT  the ACCELERATE_* variable read for it, or `unmapped` YAML_KEY
+//   the key read for it from the YAML file named by ACCELERATE_CONFIG_FILE, or `unmapped` CHECK        what a
+//   value must be, checked wherever it came from (runtime/settings/config.cpp), or `any_value` DOC one line
+//   of documentation: docs/api.md's option table is generated from these rows
 //
 // An option with neither an environment variable nor a YAML key is never parsed from text; one given a
-// mapping is parsed by its TYPE's parser (a TYPE without one is a compile error in runtime/config.cpp).
-// After editing, regenerate docs/api.md's table: `python3 scripts/option_table.py --update` (ctest
-// config.OptionTableMatchesApiDoc fails while they differ).
+// mapping is parsed by its TYPE's parser (a TYPE without one is a compile error in
+// runtime/settings/config.cpp). After editing, regenerate docs/api.md's table: `python3
+// scripts/option_table.py --update` (ctest config.OptionTableMatchesApiDoc fails while they differ).
 //
 // Includers define ACCELERATE_OPTION before including this file and undefine it after: it has no include
 // guard on purpose. The arguments other than TYPE and NAME are only read where the runtime expands them.
@@ -81,6 +81,15 @@ ACCELERATE_OPTION(bool, gradient_as_bucket_view, gradient_as_bucket_view, false,
                   unmapped, unmapped, any_value,
                   "gradients are views into the communication buckets, saving one copy; Reducer only, as "
                   "`bucket_cap_mb`")
+ACCELERATE_OPTION(std::string, comm_hook, comm_hook, "no",
+                  "ACCEL_COMM_HOOK", unmapped, any_value,
+                  "how the `\"ddp\"` strategy's Reducer sends each gradient bucket, as Accelerate's "
+                  "`DistributedDataParallelKwargs(comm_hook=...)`: `\"no\"` (as it is) or a hook of the "
+                  "registry in runtime/parallel/comm_hook.cpp, by name (docs/runtime.md, \"Gradient "
+                  "communication hooks\"); a hook other than `\"no\"` makes the model use the Reducer, not the "
+                  "same-machine shared-memory average; a name nobody registered is refused at construction with "
+                  "the known names; `ACCEL_COMM_HOOK` and `accel launch --comm_hook` are our own (Accelerate has "
+                  "neither)")
 ACCELERATE_OPTION(bool, static_graph, static_graph, false,
                   unmapped, unmapped, any_value,
                   "DDP static-graph mode: the set of used parameters never changes between iterations; Reducer "

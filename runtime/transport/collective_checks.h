@@ -1,0 +1,46 @@
+// Debug mode's check of collectives (ACCELERATE_DEBUG_MODE): a c10d Backend wrapper that compares every
+// collective across processes before any data moves, and the caller locations its messages name
+// (runtime-internal).
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace accelerate::detail {
+
+/// Wraps `backend` so that every collective first publishes its fingerprint (operation, reduce op or root,
+/// dtypes, shapes, devices, and the calling code) through `store`, and compares it with every other
+/// process's before the data moves. Throws on every process, naming the processes and the operations, when
+/// the fingerprints differ or when a process does not arrive within `timeout`. Point-to-point operations and
+/// coalescing markers pass through unchecked.
+c10::intrusive_ptr<c10d::Backend> wrap_backend_for_debug_mode(c10::intrusive_ptr<c10d::Backend> backend,
+                                                              c10::intrusive_ptr<c10d::Store> store,
+                                                              std::chrono::milliseconds timeout);
+
+/// While it lives, says what this thread's collectives are for ("all-gather of fsdp unit 'block2'"): debug
+/// mode compares it with the rest of each fingerprint, so that a process which skipped one of a run of
+/// collectives of the same shapes is named at the first one it skipped. Costs nothing outside debug mode.
+class CollectivePurpose {
+public:
+  explicit CollectivePurpose(std::string purpose);
+  ~CollectivePurpose();
+  CollectivePurpose(const CollectivePurpose&) = delete;
+  CollectivePurpose& operator=(const CollectivePurpose&) = delete;
+
+private:
+  std::string purpose_;
+  const std::string* previous_;
+};
+
+/// Where the code that called into the runtime is: the innermost stack frame outside libtorch, this
+/// runtime and the C and C++ libraries, as `binary+0xoffset` (cheap; see `describe_code_location`).
+std::string caller_location();
+
+/// `location` (from `caller_location`) as `file:line (function)` when the binary has debug information and
+/// `addr2line` is installed, `function (binary+0xoffset)` with symbols only, else as it is.
+std::string describe_code_location(const std::string& location);
+
+} // namespace accelerate::detail
