@@ -22,6 +22,7 @@ public:
 const std::map<std::string, CommHookFactory>& registry() {
   static const std::map<std::string, CommHookFactory> hooks = {
       {"no", nullptr},
+      {"fp16", make_fp16_compress_hook},
       {"bf16", make_bf16_compress_hook},
   };
   return hooks;

@@ -49,6 +49,10 @@ using CommHookFactory = std::function<std::unique_ptr<CommHook>()>;
 /// of `comm_hook` "no" when the model's buckets are observed (tests).
 std::unique_ptr<CommHook> make_allreduce_comm_hook();
 
+/// The runtime's compression hooks (parallel/compression_hooks.cpp).
+std::unique_ptr<CommHook> make_fp16_compress_hook();
+std::unique_ptr<CommHook> make_bf16_compress_hook();
+
 /// The names of the registered hooks, sorted ("no" among them).
 std::vector<std::string> comm_hook_names();
 
