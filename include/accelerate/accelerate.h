@@ -3,6 +3,7 @@
 
 #include <accelerate/accelerator.h>
 #include <accelerate/fsdp.h>
+#include <accelerate/local_sgd.h>
 #include <accelerate/logging.h>
 #include <accelerate/nn.h>
 #include <accelerate/options.h>
