@@ -607,12 +607,12 @@ def UnsupportedFsdpSettingsAreRefused():
     # Settings that contradict each other: both named.
     check_usage_error(launch("--use_fsdp", PROBE, env=environment(ACCELERATE_PARALLEL_STRATEGY="ddp")),
                       "accel launch: ACCELERATE_PARALLEL_STRATEGY=ddp in the environment conflicts with --use_fsdp: "
-                      "FSDP runs the fsdp strategy (unset the variable or set it to fsdp, or leave out the FSDP "
+                      "FSDP runs the fsdp strategy (unset it or set it to fsdp, or leave out the FSDP "
                       "settings)")
     check_usage_error(launch("--use_deepspeed", "--zero_stage", "3", PROBE,
                              env=environment(ACCELERATE_PARALLEL_STRATEGY="zero")),
                       "accel launch: ACCELERATE_PARALLEL_STRATEGY=zero in the environment conflicts with "
-                      "--zero_stage 3: ZeRO stage 3 runs the fsdp strategy (unset the variable or set it to fsdp, or "
+                      "--zero_stage 3: ZeRO stage 3 runs the fsdp strategy (unset it or set it to fsdp, or "
                       "use another zero_stage)")
     check_usage_error(launch("--use_fsdp", PROBE, env=environment(ACCELERATE_DEEPSPEED_ZERO_STAGE="2")),
                       "accel launch: ACCELERATE_DEEPSPEED_ZERO_STAGE=2 in the environment conflicts with --use_fsdp: "
@@ -730,7 +730,7 @@ def UnsupportedZeroSettingsAreRefused():
     check_usage_error(launch("--use_deepspeed", "--zero_stage", "2", PROBE,
                              env=environment(ACCELERATE_PARALLEL_STRATEGY="ddp")),
                       "accel launch: ACCELERATE_PARALLEL_STRATEGY=ddp in the environment conflicts with --zero_stage "
-                      "2: a ZeRO stage of 1 or 2 runs the zero strategy (unset the variable, or set zero_stage 0 to "
+                      "2: a ZeRO stage of 1 or 2 runs the zero strategy (unset it, or set zero_stage 0 to "
                       "replicate the model)")
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "zero.yaml")
@@ -752,7 +752,7 @@ def UnsupportedZeroSettingsAreRefused():
         check_usage_error(launch("--config_file", path, PROBE, env=environment(ACCELERATE_PARALLEL_STRATEGY="ddp")),
                           "accel launch: ACCELERATE_PARALLEL_STRATEGY=ddp in the environment conflicts with "
                           "deepspeed_config.zero_stage 1 in the config file: a ZeRO stage of 1 or 2 runs the zero "
-                          "strategy (unset the variable, or set zero_stage 0 to replicate the model)")
+                          "strategy (unset it, or set zero_stage 0 to replicate the model)")
 
 
 def GpuIdsBecomeCudaVisibleDevices():
