@@ -6,7 +6,9 @@
 #include "transport/shm_allreduce.h"
 
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include <ATen/MemoryOverlap.h>
 
@@ -157,11 +159,44 @@ std::string machines_apart(const LaunchEnvironment& env) {
 
 } // namespace
 
+namespace {
+
+/// The job's store, connected once per process and kept to its end; each process group formed over it gets
+/// keys of its own (`accelerate/group_<n>/`, n counting the groups this process formed). A program that
+/// makes Accelerators one after another forms a group for each: with a fresh store each time, a process
+/// quicker to its next group could reach the store a slower one has not shut down yet, read that one's
+/// previous addresses and connect to a group that is closing ("Connection reset by peer"). Every process
+/// forms its groups in the same order, so the n-th groups meet under the same keys.
+c10::intrusive_ptr<c10d::Store> store_for_next_group(const LaunchEnvironment& env,
+                                                     std::chrono::milliseconds timeout) {
+  struct JobStore {
+    std::string job; // what the store was connected for
+    c10::intrusive_ptr<c10d::Store> store;
+    int groups = 0;
+  };
+  static std::mutex mutex;
+  static auto* kept = new JobStore(); // never destroyed: the store's server outlives every group
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::string job = env.master_addr + ":" + std::to_string(env.master_port) + "/" +
+                          std::to_string(env.rank) + "/" + std::to_string(env.world_size) + "/" +
+                          agent_store_prefix();
+  if (!kept->store || kept->job != job) {
+    kept->store = connect_store(env, timeout);
+    kept->job = job;
+    kept->groups = 0;
+  }
+  kept->store->setTimeout(timeout);
+  return c10::make_intrusive<c10d::PrefixStore>("accelerate/group_" + std::to_string(kept->groups++),
+                                                kept->store);
+}
+
+} // namespace
+
 c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironment& env,
                                                             const c10::Device& device,
                                                             std::chrono::milliseconds timeout,
                                                             bool debug_mode) {
-  auto store = connect_store(env, timeout);
+  auto store = store_for_next_group(env, timeout);
   check_world_size(*store, env);
   return make_group(store, env.rank, env.world_size, env.master_addr, device, timeout, debug_mode,
                     machines_apart(env));

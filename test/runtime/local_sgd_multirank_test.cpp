@@ -7,6 +7,7 @@
 #include <accelerate/local_sgd.h>
 
 #include "../support/numerics.h"
+#include "common/durable_file.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -111,7 +112,8 @@ TEST(LocalSGD, EveryStepAveragedEqualsDdp) {
 }
 
 /// K = 4: the replicas part between averages (their gradients are not synchronised) and agree bit for bit
-/// after each average and after the scope; the loss falls.
+/// after each average, at a `save_state` after an average (the checkpoint's model is every process's) and
+/// after the scope; the loss falls.
 TEST(LocalSGD, ReplicasAgreeAfterEachAverageAndTheLossFalls) {
   accelerate_test::set_intra_op_threads();
   constexpr int kSteps = 40;
@@ -137,6 +139,17 @@ TEST(LocalSGD, ReplicasAgreeAfterEachAverageAndTheLossFalls) {
           << "step " << step
           << (averaged ? ": the replicas differ after an average"
                        : ": the replicas agree between averages (were gradients synchronised?)");
+      if (step == kSteps / 2) {
+        // A checkpoint inside the scope, after an average: written by the main process, it holds the model
+        // every process holds.
+        const std::string directory = testing::TempDir() + "/local_sgd_" + std::getenv("MASTER_PORT");
+        accelerator.save_state(directory);
+        EXPECT_TRUE(replicas_identical(accelerator, *model)) << "the replicas differ at save_state";
+        accelerator.wait_for_everyone();
+        if (accelerator.is_main_process()) {
+          accelerate::detail::remove_tree(directory); // (the PyPI libtorch's std::filesystem crashes)
+        }
+      }
     }
     EXPECT_EQ(local_sgd.averages(), kSteps / kEvery);
   } // the scope's end averages once more (a no-op here: the last step averaged)
