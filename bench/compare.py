@@ -17,6 +17,11 @@ Commands:
                         [--bin-dir DIR] [--plot FILE]
       (b) against (c) on N processes (rank 0's losses) in fp32 or fp64: every step's loss within --tolerance
       relative (default 1e-4). Exit 1 when not.
+  compare.py ab --baseline-bin-dir OLD [--bin-dir NEW] [--workloads W,..] [--procs N] [--strategies ddp,fsdp]
+                [--reps R] [--steps N] [--warmup W]
+      form (b) of two builds side by side (a change against the commit before it): for each workload and
+      strategy (ACCELERATE_PARALLEL_STRATEGY), the two builds' runs alternated R times on N processes; prints
+      each build's median step time and NEW / OLD.
   compare.py inputs DIR [--workloads W,..]
       writes DIR/W.weights (the initial parameters, seed 0) and DIR/W.data (the samples) for each workload.
 """
@@ -96,9 +101,10 @@ def command(form, workload, procs, inputs, steps, warmup, bin_dir, python, dtype
     return [python, script, "--form", "torch"] + args
 
 
-def run_one(form, workload, procs, precision, threads, inputs, steps, warmup, bin_dir, python, dtype="float32"):
+def run_one(form, workload, procs, precision, threads, inputs, steps, warmup, bin_dir, python, dtype="float32",
+            extra_env=None):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), ACCELERATE_MIXED_PRECISION=precision_flag(precision),
-               PYTHONWARNINGS="ignore")
+               PYTHONWARNINGS="ignore", **(extra_env or {}))
     cmd = command(form, workload, procs, inputs, steps, warmup, bin_dir, python, dtype)
     result = subprocess.run(cmd, env=env, capture_output=True, text=True)
     out = result.stdout
@@ -174,6 +180,37 @@ def cmd_run(args):
             plot_throughput(results, args.plot)
     finally:
         shutil.rmtree(inputs, ignore_errors=True)
+
+
+def cmd_ab(args):
+    builds = {"old": args.baseline_bin_dir, "new": args.bin_dir}
+    inputs = tempfile.mkdtemp(prefix="accel-bench-")
+    try:
+        workloads = args.workloads.split(",")
+        write_inputs(inputs, workloads)
+        lines = [f"{args.reps} alternated repetitions x {args.steps} steps (+{args.warmup} warm-up), {args.procs} "
+                 f"processes, 1 thread each, fp32; medians of rank 0's step time.", "",
+                 f"| workload | strategy | old ({args.baseline_bin_dir}) | new ({args.bin_dir}) | new / old |",
+                 "|---|---|---|---|---|"]
+        started = time.time()
+        for workload in workloads:
+            for strategy in args.strategies.split(","):
+                times = {build: [] for build in builds}
+                for rep in range(args.reps):
+                    for build in (["old", "new"] if rep % 2 == 0 else ["new", "old"]):
+                        ms, _, _, _ = run_one("b", workload, args.procs, "fp32", 1, inputs, args.steps, args.warmup,
+                                              builds[build], args.python,
+                                              extra_env={"ACCELERATE_PARALLEL_STRATEGY": strategy})
+                        times[build].append(ms)
+                old, new = statistics.median(times["old"]), statistics.median(times["new"])
+                print(f"{workload} {strategy}: old {old:.3f} ms {times['old']}, new {new:.3f} ms {times['new']}, "
+                      f"new/old {new / old:.3f}", flush=True)
+                lines.append(f"| {workload} | {strategy} | {old:.3f} ms | {new:.3f} ms | {new / old:.3f} |")
+        print("\n" + "\n".join(lines))
+        print(f"({time.time() - started:.0f} s)")
+    finally:
+        shutil.rmtree(inputs, ignore_errors=True)
+    return 0
 
 
 def save(results, args):
@@ -338,10 +375,18 @@ def main():
     check.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                        help="the parameters' and samples' dtype in both forms")
     check.add_argument("--plot")
+    ab = sub.add_parser("ab")
+    ab.add_argument("--baseline-bin-dir", required=True)
+    ab.add_argument("--workloads", default="mlp-mnist,gpt-small")
+    ab.add_argument("--procs", type=int, default=2)
+    ab.add_argument("--strategies", default="ddp,fsdp")
+    ab.add_argument("--reps", type=int, default=5)
+    ab.add_argument("--steps", type=int, default=30)
+    ab.add_argument("--warmup", type=int, default=5)
     inputs = sub.add_parser("inputs")
     inputs.add_argument("dir")
     inputs.add_argument("--workloads", default="mlp-mnist,gpt-small")
-    for p in (run, check):
+    for p in (run, check, ab):
         p.add_argument("--bin-dir", default=default_bin)
         p.add_argument("--python", default=sys.executable)
     args = parser.parse_args()
@@ -350,6 +395,8 @@ def main():
         return 0
     if args.command == "loss-check":
         return cmd_loss_check(args)
+    if args.command == "ab":
+        return cmd_ab(args)
     cmd_run(args)
     return 0
 

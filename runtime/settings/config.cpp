@@ -292,7 +292,7 @@ EnvironmentSettings read_environment() {
 #define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC) add(ENVIRONMENT);
 #include <accelerate/detail/option_table.h>
 #undef ACCELERATE_OPTION
-  for (const char* variable : {"ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP"}) {
+  for (const char* variable : {spelling::kUseDeepSpeedVariable, spelling::kUseFsdpVariable}) {
     add(variable);
   }
   for (const auto& setting : spelling::fsdp_settings()) {
@@ -530,17 +530,13 @@ std::string request(const Sources& sources, const std::string& variable, const s
 }
 
 std::string deepspeed_request(const Sources& sources) {
-  return request(sources, "ACCELERATE_USE_DEEPSPEED", sources.file.deepspeed);
+  return request(sources, spelling::kUseDeepSpeedVariable, sources.file.deepspeed);
 }
 
 /// distributed_type: FSDP or an fsdp_config section in the file, or ACCELERATE_USE_FSDP=true.
 std::string fsdp_request(const Sources& sources) {
-  return request(sources, "ACCELERATE_USE_FSDP", sources.file.fsdp);
+  return request(sources, spelling::kUseFsdpVariable, sources.file.fsdp);
 }
-
-/// Accelerate's DeepSpeedPlugin uses ZeRO stage 2 when DeepSpeed is on and no stage is given; so does ZeRO
-/// selected by parallel_strategy "zero" alone.
-constexpr int kDefaultZeroStage = 2;
 
 [[noreturn]] void refuse_conflict(const std::string& first, const std::string& second,
                                   const std::string& problem) {
@@ -732,7 +728,7 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
   std::string& strategy_source = config.sources["parallel_strategy"];
   if (stage_source == "default") {
     if (const std::string asked = deepspeed_request(sources); !asked.empty()) {
-      config.zero_stage = kDefaultZeroStage;
+      config.zero_stage = spelling::kDefaultZeroStage;
       stage_source = "Accelerate's DeepSpeed default stage, for " + asked;
     }
   }
@@ -756,7 +752,7 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
     }
   } else if (config.parallel_strategy == "zero") {
     if (config.zero_stage == 0 && stage_source == "default") {
-      config.zero_stage = kDefaultZeroStage;
+      config.zero_stage = spelling::kDefaultZeroStage;
       stage_source = "ZeRO's default stage, for parallel_strategy zero from " + origin(strategy_source);
     } else if (config.zero_stage == 0) {
       throw std::invalid_argument(

@@ -150,6 +150,9 @@ const char* const kShardingAgainstZeroStage3 =
     "ZeRO stage 3 is fully sharded (FULL_SHARD); leave the sharding strategy unset or make it FULL_SHARD, or "
     "use zero_stage 2 (optimizer state and gradients sharded, as SHARD_GRAD_OP does)";
 
+const char* const kUseFsdpVariable = "ACCELERATE_USE_FSDP";
+const char* const kUseDeepSpeedVariable = "ACCELERATE_USE_DEEPSPEED";
+
 const char* const kShardedZeroStageAgainstFsdp =
     "a ZeRO stage of 1 or 2 runs the zero strategy, and FSDP the fsdp strategy; ask for one: leave out the "
     "DeepSpeed settings (or use zero_stage 3, which is fully sharded), or the FSDP ones";

@@ -56,6 +56,15 @@ const std::vector<std::string>& state_dict_types();
 /// writes: kLocalStateDict says why.
 std::optional<std::string> state_dict_type(const std::string& text);
 
+/// Accelerate's variables that turn FSDP and DeepSpeed on: its launcher exports them, accel's too, and the
+/// runtime reads them (as it reads distributed_type FSDP and DEEPSPEED from a config file).
+extern const char* const kUseFsdpVariable;
+extern const char* const kUseDeepSpeedVariable;
+
+/// The ZeRO stage DeepSpeed runs when it is asked for without a stage (Accelerate's DeepSpeedPlugin); ZeRO
+/// selected by parallel_strategy "zero" alone runs it too.
+constexpr int kDefaultZeroStage = 2;
+
 /// Why fsdp_sharding_strategy and fsdp_reshard_after_forward disagree (sharding_agrees false), and the fix;
 /// follows "<strategy setting> conflicts with <reshard setting>: ".
 extern const char* const kShardingDisagreement;

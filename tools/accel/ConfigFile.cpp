@@ -305,7 +305,8 @@ bool isFilledSection(const ConfigDocument& document, const std::string& key) {
 std::string zeroStageOf(const ConfigDocument& document) {
   const bool deepspeed = document.scalar("distributed_type") == std::optional<std::string>("DEEPSPEED") ||
                          isFilledSection(document, "deepspeed_config");
-  return document.scalar("deepspeed_config.zero_stage").value_or(deepspeed ? "2" : "0");
+  return document.scalar("deepspeed_config.zero_stage")
+      .value_or(deepspeed ? std::to_string(accelerate::spelling::kDefaultZeroStage) : "0");
 }
 
 /// The DeepSpeed keys accel cannot run: the keys of spelling::unsupported_deepspeed_settings() with another

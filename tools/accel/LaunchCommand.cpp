@@ -291,8 +291,9 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
       acceleratorVariables(settings, trainingMode(settings), config ? &*config : nullptr);
   // A mode flag beats a mode variable of the environment, which the ranks would inherit: they are told it is
   // off.
-  for (const auto& [variable, name] : {std::pair<const char*, const char*>{"ACCELERATE_USE_FSDP", "use_fsdp"},
-                                       {"ACCELERATE_USE_DEEPSPEED", "use_deepspeed"}})
+  for (const auto& [variable, name] :
+       {std::pair<const char*, const char*>{accelerate::spelling::kUseFsdpVariable, "use_fsdp"},
+        {accelerate::spelling::kUseDeepSpeedVariable, "use_deepspeed"}})
     if (auto value = environment.get(variable);
         value && accelerate::spelling::boolean(*value) == std::optional<bool>(true) && !settings.isTrue(name))
       options.exportedVariables.emplace_back(variable, "false");

@@ -7,6 +7,8 @@
 #include "settings/spelling.h"
 
 #include <algorithm>
+#include <optional>
+#include <stdexcept>
 
 namespace accel {
 namespace {
@@ -22,12 +24,42 @@ SettingSpec valued(std::string name, std::string configKey, std::string variable
           std::move(rule), std::move(help),      false};
 }
 
-SettingSpec fsdp(const std::string& name, std::string variable, ValueRule rule, std::string help) {
-  return valued(name, "fsdp_config." + name, std::move(variable), std::move(rule), std::move(help));
+/// The rule of the config file's `dottedKey` (ConfigSchema.h: the one place accel writes what a key takes).
+const ValueRule& configRuleOf(const std::string& dottedKey) {
+  const auto dot = dottedKey.find('.');
+  const ConfigKey* key = findConfigKey(topLevelConfigKeys(), dottedKey.substr(0, dot));
+  if (key && dot != std::string::npos)
+    key = key->nested ? findConfigKey(*key->nested, dottedKey.substr(dot + 1)) : nullptr;
+  if (!key)
+    throw std::logic_error("accel: " + dottedKey + " is no key of ConfigSchema.cpp's tables");
+  return key->rule;
 }
 
-SettingSpec deepspeed(const std::string& name, std::string variable, ValueRule rule, std::string help) {
-  return valued(name, "deepspeed_config." + name, std::move(variable), std::move(rule), std::move(help));
+/// A setting the runtime's settings library names (runtime/settings): a row of the option table, or one of
+/// the FSDP and DeepSpeed settings it refuses or accepts without effect (settings/spelling.h). Its config key
+/// and environment variable come from there, its rule from the config file's schema; `configKey` replaces the
+/// library's key where the launcher reads another (see gradient_accumulation_steps).
+SettingSpec known(const std::string& name, std::string help, bool isToggle = false,
+                  std::optional<std::string> configKey = std::nullopt) {
+  std::optional<std::pair<std::string, std::string>> found; // config key, variable
+  for (const auto& row : accelerate::detail::option_rows())
+    if (row.name == name)
+      found.emplace(row.yaml_key, row.environment);
+  for (const auto& setting : accelerate::spelling::fsdp_settings())
+    if (!found && setting.key == name)
+      found.emplace("fsdp_config." + name, setting.variable ? setting.variable : "");
+  for (const auto& setting : accelerate::spelling::unsupported_deepspeed_settings())
+    if (!found && setting.key == name)
+      found.emplace("deepspeed_config." + name, setting.variable ? setting.variable : "");
+  if (!found)
+    throw std::logic_error("accel: " + name + " is no setting of the runtime's settings library");
+  if (configKey)
+    found->first = *configKey;
+  SettingSpec spec =
+      valued(name, found->first, found->second,
+             found->first.empty() ? ValueRule::text() : configRuleOf(found->first), std::move(help));
+  spec.toggle = isToggle;
+  return spec;
 }
 
 /// The modes a flag can select; Accelerate allows one at a time.
@@ -40,7 +72,7 @@ namespace {
 /// accel's own list of settings: those of Accelerate's launcher and config file.
 std::vector<SettingSpec> acceleratesSettingSpecs() {
   return {
-      toggle("cpu", "use_cpu", "ACCELERATE_USE_CPU", "train on the CPU even where CUDA is available"),
+      known("cpu", "train on the CPU even where CUDA is available", true),
       toggle("multi_gpu", "", "", "one rank per GPU (distributed_type MULTI_GPU)"),
       valued("num_processes", "num_processes", "", ValueRule::wholeNumber(1),
              "how many ranks in total, over all machines (default 1; with --multi_gpu, one per GPU)"),
@@ -56,90 +88,62 @@ std::vector<SettingSpec> acceleratesSettingSpecs() {
       toggle("same_network", "same_network", "", "all machines share a local network (accepted; no effect)"),
       valued("rdzv_backend", "rdzv_backend", "", ValueRule::text(),
              "accepted for Accelerate's configs; accel always uses a static TCPStore rendezvous"),
-      valued("mixed_precision", "mixed_precision", "ACCELERATE_MIXED_PRECISION",
-             ValueRule::choice(mixedPrecisionModes()), "no, fp16, bf16 or fp8 (default no)"),
-      valued("gradient_accumulation_steps", "deepspeed_config.gradient_accumulation_steps",
-             "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", ValueRule::wholeNumber(1),
-             "steps to accumulate gradients over before each optimizer step"),
-      toggle("debug", "debug", "ACCELERATE_DEBUG_MODE", "check collectives for mismatches while running"),
+      known("mixed_precision", "no, fp16, bf16 or fp8 (default no)"),
+      // Accelerate's config files keep it in deepspeed_config (the runtime reads the top-level key too).
+      known("gradient_accumulation_steps", "steps to accumulate gradients over before each optimizer step",
+            false, "deepspeed_config.gradient_accumulation_steps"),
+      known("debug", "check collectives for mismatches while running", true),
       // FSDP (Accelerate's --fsdp_* flags and fsdp_config keys).
-      toggle("use_fsdp", "", "ACCELERATE_USE_FSDP",
+      toggle("use_fsdp", "", accelerate::spelling::kUseFsdpVariable,
              "FSDP (distributed_type FSDP): the runtime's \"fsdp\" strategy, with the --fsdp_* settings"),
-      fsdp("fsdp_version", "FSDP_VERSION", ValueRule::wholeNumber(1, 2),
-           "1 or 2 (default 1; the same behaviour in accelerate-cpp)"),
-      fsdp("fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY",
-           ValueRule::choiceOrNumber(accelerate::spelling::sharding_strategies(), 1, 5)
-               .spelledAlsoAs(accelerate::spelling::sharding_strategy),
-           "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, or 1-5 (default "
-           "FULL_SHARD); the HYBRID ones shard within each machine, replicate across machines"),
-      fsdp("fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD",
-           ValueRule::boolOrChoice(accelerate::spelling::sharding_strategies())
-               .spelledAlsoAs(accelerate::spelling::reshard_strategy),
-           "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling; or a sharding strategy, FSDP1's "
-           "(default true)"),
-      fsdp("fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", ValueRule::boolean(),
-           "true: on a GPU each process's shards, their gradients and the optimizer step in CPU memory; a "
-           "no-op on a CPU run (default false)"),
-      fsdp("fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", ValueRule::wholeNumber(0, LLONG_MAX),
-           "SIZE_BASED_WRAP's threshold: a unit holds at least this many parameter elements (default "
-           "100000000)"),
-      fsdp("fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY",
-           ValueRule::choice(accelerate::spelling::auto_wrap_policies()),
-           "which modules calling accelerate::fsdp::unit are units: TRANSFORMER_BASED_WRAP (the listed "
-           "classes), SIZE_BASED_WRAP (by parameter count) or NO_WRAP (all of them; the runtime's default)"),
-      fsdp("fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", ValueRule::text(),
-           "TRANSFORMER_BASED_WRAP's module classes, comma-separated (Block also names BlockImpl)"),
-      fsdp("fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH",
-           ValueRule::choice(accelerate::spelling::backward_prefetch_policies()),
-           "BACKWARD_PRE (the runtime's default), BACKWARD_POST or NO_PREFETCH: when the next unit's "
-           "all-gather "
-           "starts in backward"),
-      fsdp("fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE",
-           ValueRule::choiceOrNumber(accelerate::spelling::state_dict_types(), 1, 3),
-           "SHARDED_STATE_DICT (the runtime's default) or FULL_STATE_DICT; LOCAL_STATE_DICT is refused"),
-      fsdp("fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", ValueRule::boolean(),
-           "true: a unit's forward starts the next unit's all-gather (default false)"),
-      fsdp("fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", ValueRule::boolean(), "accepted, no effect"),
-      fsdp("fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", ValueRule::boolean(),
-           "accepted, no effect: parameters are always broadcast from rank 0 at prepare"),
-      fsdp("fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", ValueRule::boolean(),
-           "accepted, no effect: parameters are always broadcast from rank 0 at prepare"),
-      fsdp("fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", ValueRule::boolean(),
-           "true: every unit but the model keeps only its inputs and runs its body again in backward "
-           "(default false)"),
-      fsdp("fsdp_activation_checkpointing_offload", "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
-           ValueRule::boolean(),
-           "true (with --fsdp_activation_checkpointing true): on a GPU the inputs checkpointed units keep "
-           "live "
-           "in CPU memory until their backward; a no-op on the CPU (default false)"),
-      fsdp("fsdp_ignored_modules", "FSDP_IGNORED_MODULES", ValueRule::text(), "refused: no ignored modules"),
+      known("fsdp_version", "1 or 2 (default 1; the same behaviour in accelerate-cpp)"),
+      known("fsdp_sharding_strategy",
+            "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2, or 1-5 (default "
+            "FULL_SHARD); the HYBRID ones shard within each machine, replicate across machines"),
+      known("fsdp_reshard_after_forward", "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling; or "
+                                          "a sharding strategy, FSDP1's (default true)"),
+      known("fsdp_offload_params", "true: on a GPU each process's shards, their gradients and the optimizer "
+                                   "step in CPU memory; a no-op on a CPU run (default false)"),
+      known("fsdp_min_num_params", "SIZE_BASED_WRAP's threshold: a unit holds at least this many parameter "
+                                   "elements (default 100000000)"),
+      known("fsdp_auto_wrap_policy",
+            "which modules calling accelerate::fsdp::unit are units: TRANSFORMER_BASED_WRAP (the listed "
+            "classes), SIZE_BASED_WRAP (by parameter count) or NO_WRAP (all of them; the runtime's default)"),
+      known("fsdp_transformer_layer_cls_to_wrap",
+            "TRANSFORMER_BASED_WRAP's module classes, comma-separated (Block also names BlockImpl)"),
+      known("fsdp_backward_prefetch", "BACKWARD_PRE (the runtime's default), BACKWARD_POST or NO_PREFETCH: "
+                                      "when the next unit's all-gather starts in backward"),
+      known("fsdp_state_dict_type",
+            "SHARDED_STATE_DICT (the runtime's default) or FULL_STATE_DICT; LOCAL_STATE_DICT is refused"),
+      known("fsdp_forward_prefetch",
+            "true: a unit's forward starts the next unit's all-gather (default false)"),
+      known("fsdp_use_orig_params", "accepted, no effect"),
+      known("fsdp_cpu_ram_efficient_loading",
+            "accepted, no effect: parameters are always broadcast from rank 0 at prepare"),
+      known("fsdp_sync_module_states",
+            "accepted, no effect: parameters are always broadcast from rank 0 at prepare"),
+      known("fsdp_activation_checkpointing", "true: every unit but the model keeps only its inputs and runs "
+                                             "its body again in backward (default false)"),
+      known("fsdp_activation_checkpointing_offload",
+            "true (with --fsdp_activation_checkpointing true): on a GPU the inputs checkpointed units keep "
+            "live in CPU memory until their backward; a no-op on the CPU (default false)"),
+      known("fsdp_ignored_modules", "refused: no ignored modules"),
       // ZeRO (Accelerate's DeepSpeed flags and deepspeed_config keys).
-      toggle("use_deepspeed", "", "ACCELERATE_USE_DEEPSPEED",
+      toggle("use_deepspeed", "", accelerate::spelling::kUseDeepSpeedVariable,
              "ZeRO (distributed_type DEEPSPEED): the runtime's \"zero\" strategy, stage --zero_stage "
              "(default 2); stage 3 runs its \"fsdp\" strategy"),
-      deepspeed(
-          "zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", ValueRule::wholeNumber(0, 3),
-          "ZeRO stage: 0 (replicate), 1 (optimizer state sharded), 2 (and gradients; the default), 3 (and "
-          "parameters: the \"fsdp\" strategy, FULL_SHARD)"),
-      deepspeed("offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
-                ValueRule::choice(offloadDevices()),
-                "where the optimizer state and step live: none or cpu (with --zero_stage 3 it runs as "
-                "--fsdp_offload_params true)"),
-      deepspeed("offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
-                ValueRule::choice(offloadDevices()),
-                "none, or cpu with --zero_stage 3 (runs as --fsdp_offload_params true)"),
-      deepspeed("offload_optimizer_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
-      deepspeed("offload_param_nvme_path", "", ValueRule::text(), "refused: no NVMe offload"),
-      deepspeed("gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", ValueRule::number(),
-                "clip the gradients' total norm to this in every optimizer step"),
-      deepspeed("zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", ValueRule::boolean(),
-                "false only (no partitioned construction)"),
-      deepspeed("zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", ValueRule::boolean(),
-                "false only (see --fsdp_state_dict_type)"),
-      deepspeed("deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", ValueRule::text(),
-                "refused: accelerate-cpp reads no DeepSpeed JSON config"),
-      deepspeed("deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
-                ValueRule::text(), "refused: no DeepSpeed mixture-of-experts"),
+      known("zero_stage", "ZeRO stage: 0 (replicate), 1 (optimizer state sharded), 2 (and gradients; the "
+                          "default), 3 (and parameters: the \"fsdp\" strategy, FULL_SHARD)"),
+      known("offload_optimizer_device", "where the optimizer state and step live: none or cpu (with "
+                                        "--zero_stage 3 it runs as --fsdp_offload_params true)"),
+      known("offload_param_device", "none, or cpu with --zero_stage 3 (runs as --fsdp_offload_params true)"),
+      known("offload_optimizer_nvme_path", "refused: no NVMe offload"),
+      known("offload_param_nvme_path", "refused: no NVMe offload"),
+      known("gradient_clipping", "clip the gradients' total norm to this in every optimizer step"),
+      known("zero3_init_flag", "false only (no partitioned construction)"),
+      known("zero3_save_16bit_model", "false only (see --fsdp_state_dict_type)"),
+      known("deepspeed_config_file", "refused: accelerate-cpp reads no DeepSpeed JSON config"),
+      known("deepspeed_moe_layer_cls_names", "refused: no DeepSpeed mixture-of-experts"),
   };
 }
 
@@ -151,9 +155,8 @@ const std::vector<SettingSpec>& launchSettingSpecs() {
     // Each row of the runtime's option table with a variable no spec above names gets a flag of its name: a
     // setting added to the table reaches the launcher without a line here.
     for (const auto& row : accelerate::detail::option_rows()) {
-      const bool named = std::any_of(specs.begin(), specs.end(), [&](const SettingSpec& spec) {
-        return spec.environmentVariable == row.environment;
-      });
+      const bool named = std::any_of(specs.begin(), specs.end(),
+                                     [&](const SettingSpec& spec) { return spec.name == row.name; });
       if (row.environment.empty() || named)
         continue;
       SettingSpec spec = valued(row.name, row.yaml_key, row.environment, ValueRule::text(), row.doc);
@@ -438,7 +441,7 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
 int zeroStageOf(const LaunchSettings& settings) {
   auto stage = settings.get("zero_stage");
   if (settings.isTrue("use_deepspeed"))
-    return stage ? std::stoi(*stage) : 2;
+    return stage ? std::stoi(*stage) : accelerate::spelling::kDefaultZeroStage;
   if (stage && settings.sourceOf("zero_stage") == SettingSource::Environment)
     return std::stoi(*stage);
   return 0;
@@ -546,29 +549,41 @@ std::string deepspeedFieldsFromConfig(const LaunchSettings& settings, const Conf
 
 } // namespace
 
+namespace {
+
+/// The variable setting `name` is exported as (from the runtime's settings library, through `known`).
+const std::string& variableOf(const std::string& name) {
+  for (const SettingSpec& spec : launchSettingSpecs())
+    if (spec.name == name && !spec.environmentVariable.empty())
+      return spec.environmentVariable;
+  throw std::logic_error("accel: setting " + name + " has no environment variable");
+}
+
+} // namespace
+
 std::vector<std::pair<std::string, std::string>>
 acceleratorVariables(const LaunchSettings& settings, TrainingMode mode, const ConfigDocument* config) {
   std::vector<std::pair<std::string, std::string>> variables;
   const bool useCpu = settings.isTrue("cpu");
-  variables.emplace_back("ACCELERATE_USE_CPU", useCpu ? "True" : "False");
-  variables.emplace_back("ACCELERATE_MIXED_PRECISION", settings.get("mixed_precision").value_or("no"));
+  variables.emplace_back(variableOf("cpu"), useCpu ? "True" : "False");
+  variables.emplace_back(variableOf("mixed_precision"), settings.get("mixed_precision").value_or("no"));
   if (settings.isTrue("debug"))
-    variables.emplace_back("ACCELERATE_DEBUG_MODE", "true");
+    variables.emplace_back(variableOf("debug"), "true");
   if (auto steps = settings.get("gradient_accumulation_steps"))
-    variables.emplace_back("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", *steps);
+    variables.emplace_back(variableOf("gradient_accumulation_steps"), *steps);
   if (auto gpuIds = settings.get("gpu_ids"); gpuIds && *gpuIds != "all" && !useCpu)
     variables.emplace_back("CUDA_VISIBLE_DEVICES", *gpuIds);
   for (const SettingSpec& spec : launchSettingSpecs())
     if (auto value = settings.get(spec.name); value && spec.fromOptionTable)
       variables.emplace_back(spec.environmentVariable, *value);
   if (mode == TrainingMode::Fsdp) {
-    variables.emplace_back("ACCELERATE_USE_FSDP", "true");
+    variables.emplace_back(accelerate::spelling::kUseFsdpVariable, "true");
     addSectionVariables(variables, settings, "fsdp_config", fsdpDefaults());
   }
   // DeepSpeed's variables also with FSDP when both were asked for, which only ZeRO stage 3 allows (the
   // runtime then reads the stage too).
   if (mode == TrainingMode::DeepSpeed || (mode == TrainingMode::Fsdp && settings.isTrue("use_deepspeed"))) {
-    variables.emplace_back("ACCELERATE_USE_DEEPSPEED", "true");
+    variables.emplace_back(accelerate::spelling::kUseDeepSpeedVariable, "true");
     variables.emplace_back("ACCELERATE_CONFIG_DS_FIELDS", deepspeedFieldsFromConfig(settings, config));
     addSectionVariables(variables, settings, "deepspeed_config", {});
   }
