@@ -144,18 +144,25 @@ void install_uncaught_exception_report() {
 
 } // namespace
 
-Accelerator::Accelerator(AcceleratorOptions options) : state_(std::make_unique<detail::AcceleratorState>()) {
+namespace {
+
+/// The new Accelerator's state: its configuration resolved and checked, then the process's shared state.
+std::unique_ptr<detail::AcceleratorState> make_state(const AcceleratorOptions& options) {
   install_uncaught_exception_report();
-  auto& state = *state_;
-  state.config = detail::resolve_config(options);
+  auto config = detail::resolve_config(options);
   // An unknown strategy is refused before the process group forms (every process reads the same setting).
-  const auto make_engine = detail::parallel_engine_factory(state.config.parallel_strategy);
+  detail::parallel_engine_factory(config.parallel_strategy);
   // So is an unknown gradient communication hook.
-  detail::make_comm_hook(state.config.comm_hook);
-  state.process = acquire_process_state(state.config);
-  state.environment = state.process->environment;
-  state.device = state.process->device;
-  state.process_group = state.process->process_group;
+  detail::make_comm_hook(config.comm_hook);
+  auto process = acquire_process_state(config);
+  return std::make_unique<detail::AcceleratorState>(std::move(config), std::move(process));
+}
+
+} // namespace
+
+Accelerator::Accelerator(AcceleratorOptions options) : state_(make_state(options)) {
+  auto& state = *state_;
+  const auto make_engine = detail::parallel_engine_factory(state.config.parallel_strategy);
   state.gradient_state->accumulation_steps = state.config.gradient_accumulation_steps;
   state.precision = std::make_shared<detail::Precision>(state.config, state.device, state.process_group);
   if (state.precision->scaler() != nullptr) {
@@ -203,9 +210,10 @@ Accelerator::~Accelerator() {
   state_->models
       .clear(); // prepared models (Reducers) hold the process group: release them before it shuts down
   state_->engine.reset();
-  state_->process_group.reset();
+  std::shared_ptr<detail::ProcessState> process = state_->process;
+  state_.reset();
   std::lock_guard<std::mutex> lock(process_state_mutex);
-  state_->process.reset(); // the last Accelerator of the process shuts the group down (~ProcessState)
+  process.reset(); // the last Accelerator of the process shuts the group down (~ProcessState)
 }
 
 namespace detail {
@@ -301,7 +309,7 @@ std::string Accelerator::state() const {
 }
 
 detail::LoaderContext Accelerator::loader_context() const {
-  if (!state_->config.even_batches && state_->engine->shards_optimizer_state()) {
+  if (!state_->config.even_batches && state_->engine->optimizer_sharding().shards_optimizer_state()) {
     // A process whose batches ran out would join (runtime/accelerator/backward.h), but under a sharded
     // strategy every process steps its own share of the parameters at every optimizer step.
     throw std::invalid_argument(
@@ -364,7 +372,7 @@ Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer
   prepared->num_processes = num_processes();
   prepared->engine = state_->engine;
   prepared->clip_norm = state_->config.gradient_clipping;
-  state_->engine->prepare_optimizer(*prepared);
+  state_->engine->optimizer_sharding().prepare_optimizer(*prepared);
   state_->precision->attach(prepared);
   state_->optimizers.push_back(prepared);
   return Optimizer(prepared);
@@ -530,7 +538,7 @@ Accelerator::UnshardGuard Accelerator::begin_unshard(torch::nn::Module& model) {
     throw std::invalid_argument("accelerate::Accelerator::unshard: model '" + model.name() +
                                 "' was not prepared; unshard a model returned by accelerator.prepare");
   }
-  return UnshardGuard(state_->engine->gather_full_parameters(model));
+  return UnshardGuard(state_->engine->whole_model().gather_full_parameters(model));
 }
 
 Accelerator::UnshardGuard::UnshardGuard(UnshardGuard&& other) noexcept
@@ -557,7 +565,7 @@ void Accelerator::clip_grad_value_(const std::vector<torch::Tensor>& parameters,
   torch::NoGradGuard no_grad;
   auto loss_scale = state_->precision->prepare_gradients_for_clipping(state_->gradient_state->sync_gradients);
   const double bound = clip_value * std::max(state_->gradient_state->micro_steps_in_window, 1);
-  for (auto& gradient : state_->engine->gradients(parameters)) {
+  for (auto& gradient : state_->engine->gradient_norms().gradients(parameters)) {
     if (loss_scale) {
       auto scaled_bound = *loss_scale * bound;
       gradient.clamp_(-scaled_bound, scaled_bound);

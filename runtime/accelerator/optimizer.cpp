@@ -73,7 +73,7 @@ struct Stepped {
 
 Stepped stepped_part(const OptimizerState& state, const torch::Tensor& param) {
   if (state.engine) {
-    if (auto share = state.engine->share(param)) {
+    if (auto share = state.engine->optimizer_sharding().share(param)) {
       if (share->values.numel() == 0) {
         return {};
       }
@@ -369,7 +369,7 @@ std::vector<torch::Tensor> optimizer_gradients(const OptimizerState& state) {
   for (const auto& group : state.optimizer->param_groups()) {
     parameters.insert(parameters.end(), group.params().begin(), group.params().end());
   }
-  return state.engine->gradients(parameters);
+  return state.engine->gradient_norms().gradients(parameters);
 }
 
 namespace {
@@ -456,8 +456,8 @@ torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision,
                                  double norm_type) {
   // The strategy's gradients of these parameters (this process's shares under ZeRO-2, which gradient_norm
   // then measures across processes: every process takes part, whether it holds any or not).
-  auto gradients = engine.gradients(parameters);
-  if (gradients.empty() && !engine.shards_optimizer_state()) {
+  auto gradients = engine.gradient_norms().gradients(parameters);
+  if (gradients.empty() && !engine.optimizer_sharding().shards_optimizer_state()) {
     return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(engine.context().device));
   }
   torch::NoGradGuard no_grad;
@@ -465,7 +465,7 @@ torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision,
   auto loss_scale = precision.prepare_gradients_for_clipping(gradient_state.sync_gradients);
   // Inside an accumulation window the gradients are sums over its micro-steps; the norm is of their mean.
   const double micro_steps = std::max(gradient_state.micro_steps_in_window, 1);
-  auto total = engine.gradient_norm(gradients, norm_type) / micro_steps;
+  auto total = engine.gradient_norms().gradient_norm(gradients, norm_type) / micro_steps;
   if (loss_scale) {
     total = total / *loss_scale;
   }
@@ -533,7 +533,7 @@ void Optimizer::step() {
         "loss.backward() ran. Call accelerator.backward(loss) instead, so every process steps on the same "
         "averaged gradients");
   }
-  state.engine->before_optimizer_step(state);
+  state.engine->optimizer_sharding().before_optimizer_step(state);
   if (state.clip_norm > 0) {
     // gradient_clipping: every step clips the whole model's gradients to this norm, as DeepSpeed does.
     std::vector<torch::Tensor> parameters;
@@ -588,7 +588,7 @@ void Optimizer::step() {
       detail::defer_skip_decision(state, found_inf, std::move(stepped));
     }
   } else {
-    if (state.engine->shards_optimizer_state()) {
+    if (state.engine->optimizer_sharding().shards_optimizer_state()) {
       throw std::logic_error(
           "accelerate: optimizer.step(): under parallel_strategy '" + state.engine->name() +
           "' every step runs through ATen's fused kernels over this process's share, but this SGD has a "
@@ -611,7 +611,7 @@ void Optimizer::step() {
     state.last_step_skipped = skip;
     state.last_step_overflowed = skip;
   }
-  state.engine->after_optimizer_step(state);
+  state.engine->optimizer_sharding().after_optimizer_step(state);
   if (scaler != nullptr) {
     scaler->update(found_inf);
   }
@@ -645,7 +645,7 @@ void Optimizer::zero_grad(bool set_to_none) {
       gradient.zero_();
     }
     for (auto& parameter : group.params()) {
-      state_->engine->zero_share_gradient(parameter, set_to_none);
+      state_->engine->optimizer_sharding().zero_share_gradient(parameter, set_to_none);
     }
   }
   state_->unscaled_found_inf = torch::Tensor(); // fresh gradients carry the loss scale again

@@ -85,7 +85,7 @@ std::vector<std::pair<void*, int64_t>> adam_step_counts(const OptimizerState& st
 void advance_adam_step_counts(OptimizerState& state, const std::vector<std::pair<void*, int64_t>>& deltas);
 
 /// The gradients of every parameter `state`'s optimizer steps, as the strategy holds them (the defined
-/// `.grad()`s, or this process's shares: `ParallelEngine::gradients`).
+/// `.grad()`s, or this process's shares: `GradientNorms::gradients`).
 std::vector<torch::Tensor> optimizer_gradients(const OptimizerState& state);
 
 /// Replaces each tensor of one parameter's optimizer state of `kind` (Adam, AdamW: exp_avg, exp_avg_sq and,

@@ -42,13 +42,20 @@ struct ProcessState {
 };
 
 struct AcceleratorState {
+  AcceleratorState(ResolvedConfig resolved, std::shared_ptr<ProcessState> shared)
+      : config(std::move(resolved)), process(std::move(shared)), environment(process->environment),
+        device(process->device), process_group(process->process_group) {}
+  AcceleratorState(const AcceleratorState&) = delete;
+  AcceleratorState& operator=(const AcceleratorState&) = delete;
+
   ResolvedConfig config;
-  /// Shared with the process's other Accelerators; `environment`, `device` and `process_group` are its.
-  std::shared_ptr<ProcessState> process;
-  LaunchEnvironment environment;
-  torch::Device device{torch::kCPU};
+  /// Shared with the process's other Accelerators.
+  const std::shared_ptr<ProcessState> process;
+  /// The process's facts, read from `process` (one home: these name its fields).
+  const LaunchEnvironment& environment;
+  const torch::Device& device;
   /// Null when the job has one process.
-  c10::intrusive_ptr<c10d::ProcessGroup> process_group;
+  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group;
   std::shared_ptr<GradientState> gradient_state = std::make_shared<GradientState>();
   /// The parallel strategy (runtime/parallel/engine.h), chosen at construction from
   /// `config.parallel_strategy`.

@@ -188,7 +188,8 @@ void Accelerator::save_model(const torch::nn::Module& model, const std::string& 
   try {
     std::map<std::string, torch::Tensor> tensors;
     collective.agree("gathering the model", [&] {
-      tensors = state.engine->whole_tensors(const_cast<torch::nn::Module&>(model), collective.main());
+      tensors =
+          state.engine->whole_model().whole_tensors(const_cast<torch::nn::Module&>(model), collective.main());
     });
     collective.agree("writing the model", [&] {
       if (collective.main()) {

@@ -46,7 +46,7 @@ void Rollback::run() noexcept {
 std::vector<std::unique_ptr<CheckpointComponent>> checkpoint_components(AcceleratorState& state) {
   std::vector<std::unique_ptr<CheckpointComponent>> components;
   components.push_back(gradient_state_component(state));
-  components.push_back(state.engine->model_checkpoint(state.models)); // the strategy's part
+  components.push_back(state.engine->whole_model().model_checkpoint(state.models)); // the strategy's part
   components.push_back(optimizer_component(state));
   components.push_back(scheduler_component(state));
   components.push_back(data_position_component(state));

@@ -122,7 +122,7 @@ std::vector<std::unique_ptr<CheckpointComponent>> checkpoint_components(Accelera
 
 std::unique_ptr<CheckpointComponent> gradient_state_component(AcceleratorState& state);
 /// The models' part when every process holds the whole model: the main process writes each one
-/// (`ParallelEngine::model_checkpoint`'s default; a strategy chooses its own).
+/// (`WholeModel::model_checkpoint`'s default; a strategy chooses its own).
 std::unique_ptr<CheckpointComponent>
 replicated_model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models);
 /// Every process calls it; the main process writes `tensors_of(i)` (every tensor of prepared model i, whole,

@@ -51,11 +51,11 @@ std::string encode_shares(const OptimizerState& prepared, int rank) {
     if (slot == state.end()) {
       continue;
     }
-    auto share = prepared.engine->share(parameter);
+    auto share = prepared.engine->optimizer_sharding().share(parameter);
     if (!share && rank != 0) {
       continue; // a parameter the strategy does not shard: every process holds all of it; process 0 writes it
     }
-    if (share && !prepared.engine->writes_shares()) {
+    if (share && !prepared.engine->optimizer_sharding().writes_shares()) {
       continue; // another process holds the same share and writes it
     }
     const int64_t offset = share ? share->offset : 0;
@@ -143,7 +143,7 @@ public:
   std::string name() const override { return "optimizers"; }
 
   void save(ComponentWriter& writer) override {
-    const bool sharded = state_.engine->shards_optimizer_state();
+    const bool sharded = state_.engine->optimizer_sharding().shards_optimizer_state();
     if (sharded) {
       for (size_t i = 0; i < state_.optimizers.size(); ++i) {
         writer.rank_file(shares_file(i, writer.rank()), encode_shares(*state_.optimizers[i], writer.rank()));
@@ -196,7 +196,7 @@ public:
       // The whole parameters' sizes (under fsdp a parameter holds none of its elements outside forward).
       std::vector<int64_t> numels;
       for (const auto& parameter : parameters_of(*prepared.optimizer)) {
-        const auto sizes = state_.engine->whole_sizes(parameter);
+        const auto sizes = state_.engine->optimizer_sharding().whole_sizes(parameter);
         numels.push_back(c10::multiply_integers(sizes));
       }
       auto& whole = wholes_.back().emplace();
@@ -242,13 +242,14 @@ public:
           std::map<std::string, torch::Tensor> tensors;
           for (const auto& [name, tensor] : whole.tensors) {
             tensors[name] = tensor.to(parameter.options().requires_grad(false))
-                                .view(state_.engine->whole_sizes(parameter));
+                                .view(state_.engine->optimizer_sharding().whole_sizes(parameter));
           }
           prepared.optimizer->state()[parameter.unsafeGetTensorImpl()] =
               make_parameter_state(prepared.fused, tensors, whole.step);
         }
       }
-      state_.engine->adopt_optimizer_state(prepared); // a sharded strategy keeps its shares
+      state_.engine->optimizer_sharding().adopt_optimizer_state(
+          prepared);                 // a sharded strategy keeps its shares
       prepared.step_tensors.clear(); // the fused kernels' step tensors follow libtorch's restored counts
       prepared.fused_steps = fused_steps_[i];
     }

@@ -80,12 +80,12 @@ void PreparedModel::broadcast_buffers() {
   broadcast_model_state(process_group_, buffers_, /*source=*/0);
 }
 
-torch::Tensor ParallelEngine::gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) {
+torch::Tensor GradientNorms::gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) {
   auto stacked = torch::stack(at::_foreach_norm(gradients, norm_type));
   return std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type);
 }
 
-std::vector<torch::Tensor> ParallelEngine::gradients(const std::vector<torch::Tensor>& parameters) {
+std::vector<torch::Tensor> GradientNorms::gradients(const std::vector<torch::Tensor>& parameters) {
   std::vector<torch::Tensor> gradients;
   for (const auto& parameter : parameters) {
     if (parameter.grad().defined()) {
@@ -96,20 +96,36 @@ std::vector<torch::Tensor> ParallelEngine::gradients(const std::vector<torch::Te
 }
 
 std::unique_ptr<CheckpointComponent>
-ParallelEngine::model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models) {
+WholeModel::model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models) {
   return replicated_model_checkpoint(models);
+}
+
+// The replicated defaults: stateless, shared by every strategy that keeps them.
+OptimizerSharding& ParallelEngine::optimizer_sharding() {
+  static OptimizerSharding replicated;
+  return replicated;
+}
+
+GradientNorms& ParallelEngine::gradient_norms() {
+  static GradientNorms replicated;
+  return replicated;
+}
+
+WholeModel& ParallelEngine::whole_model() {
+  static WholeModel replicated;
+  return replicated;
 }
 
 bool ParallelEngine::holds_shares_of(const torch::nn::Module& model) {
   for (const auto& parameter : model.parameters(/*recurse=*/true)) {
-    if (whole_sizes(parameter) != parameter.sizes().vec()) {
+    if (optimizer_sharding().whole_sizes(parameter) != parameter.sizes().vec()) {
       return true;
     }
   }
   return false;
 }
 
-std::map<std::string, torch::Tensor> ParallelEngine::whole_tensors(torch::nn::Module& model, bool /*keeps*/) {
+std::map<std::string, torch::Tensor> WholeModel::whole_tensors(torch::nn::Module& model, bool /*keeps*/) {
   return module_tensors(model);
 }
 

@@ -1,5 +1,7 @@
-// The parallel strategy: one interface that the Accelerator, the optimizer, clipping, checkpoints and debug
-// mode go through, and a registry of the strategies by name (runtime-internal). docs/development.md, "Adding
+// The parallel strategy: the interface the Accelerator, the optimizer, clipping, checkpoints and debug mode
+// go through, split by concern (the strategy itself, the prepared model's gradient synchronisation,
+// optimizer-state sharding, gradient norms, the whole model), and a registry of the strategies by name
+// (runtime-internal). docs/development.md, "Adding
 // a parallel strategy", says how to add one.
 #pragma once
 
@@ -134,19 +136,12 @@ struct ParameterShare {
   torch::Tensor gradient;
 };
 
-/// The job's parallel strategy, made once in the Accelerator's constructor from `parallel_strategy`. It owns
-/// how a model is prepared, how gradients are synchronised, which parameters each process's optimizer step
-/// updates and what follows it, the gradient norm clipping uses, and what the replica check expects.
-class ParallelEngine {
+/// Optimizer-state sharding: which elements of each parameter this process's optimizer steps, what comes
+/// before and after the step, and how loaded optimizer state is kept. The defaults are a replicated
+/// strategy's: every process steps every parameter whole.
+class OptimizerSharding {
 public:
-  explicit ParallelEngine(ParallelContext context) : context_(std::move(context)) {}
-  virtual ~ParallelEngine() = default;
-
-  /// The name it was registered under (recorded in checkpoints).
-  virtual std::string name() const = 0;
-
-  /// Places `model` on the device, makes every process's copy process 0's, and wraps it.
-  virtual std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) = 0;
+  virtual ~OptimizerSharding() = default;
   /// At `prepare(optimizer)`: a sharded strategy narrows what this process's optimizer steps to its share.
   virtual void prepare_optimizer(OptimizerState& /*optimizer*/) {}
   /// Before each optimizer step that runs: a sharded strategy finishes the collectives it started ahead.
@@ -154,13 +149,6 @@ public:
   /// After each optimizer step that ran (taken or skipped by the fp16 scaler on the device): a sharded
   /// strategy gathers the updated shares here.
   virtual void after_optimizer_step(OptimizerState& /*optimizer*/) {}
-  /// The norm of the gradients of the whole model, from this process's `gradients` (each already divided as
-  /// clipping wants): with replicated gradients, the local norm.
-  virtual torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type);
-  /// The tensors that hold the gradients of `parameters` on this process: what clipping measures and scales
-  /// and what the fp16 overflow check reads. By default their defined `.grad()`s; a strategy that keeps
-  /// gradients in shares returns those (and measures them with `gradient_norm` across processes).
-  virtual std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& parameters);
   /// This process's part of `parameter` for its optimizer step, or nullopt when the optimizer steps it whole
   /// (every parameter of a replicated strategy; a sharded one's parameters outside the models it prepared).
   virtual std::optional<ParameterShare> share(const torch::Tensor& /*parameter*/) { return std::nullopt; }
@@ -179,28 +167,73 @@ public:
   /// After a checkpoint load gave `optimizer` the state of whole parameters: a sharded strategy keeps its
   /// shares of it.
   virtual void adopt_optimizer_state(OptimizerState& /*optimizer*/) {}
-  /// Whether a checkpoint written under the strategy named `strategy` loads under this one.
-  virtual bool reads_checkpoints_of(const std::string& strategy) const { return strategy == name(); }
+};
+
+/// The gradients clipping measures and scales and the fp16 overflow check reads, and their norm. The defaults
+/// are a replicated strategy's: the parameters' `.grad()`s, measured locally.
+class GradientNorms {
+public:
+  virtual ~GradientNorms() = default;
+  /// The tensors that hold the gradients of `parameters` on this process: by default their defined
+  /// `.grad()`s; a strategy that keeps gradients in shares returns those (and measures them with
+  /// `gradient_norm` across processes).
+  virtual std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& parameters);
+  /// The norm of the gradients of the whole model, from this process's `gradients` (each already divided as
+  /// clipping wants): with replicated gradients, the local norm.
+  virtual torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type);
+};
+
+/// The whole model where processes hold parts of it: gathering the whole parameters, and the model's part of
+/// a checkpoint. The defaults are a replicated strategy's: every process already holds the whole model.
+class WholeModel {
+public:
+  virtual ~WholeModel() = default;
   /// `Accelerator::unshard(model)`: makes the whole parameters of prepared `model` present (a collective:
   /// every process calls it) and returns what restores the sharded state, writing each process's slice of the
   /// whole parameters back into its shards; empty when every process already holds the whole model.
   virtual std::function<void()> gather_full_parameters(torch::nn::Module& /*model*/) { return {}; }
-  /// Whether some parameter of `model` holds only a share of its elements here (outside `unshard`).
-  bool holds_shares_of(const torch::nn::Module& model);
   /// Every parameter and buffer of `model`, whole, by name (`module_tensors`' names), to be written out by
   /// the process that `keeps` them: a strategy that shards parameters gathers them one unit at a time (a
   /// collective: every process calls it) into CPU copies where `keeps`, undefined tensors elsewhere. By
   /// default the module's own tensors.
   virtual std::map<std::string, torch::Tensor> whole_tensors(torch::nn::Module& model, bool keeps);
-  /// What the replica check may compare.
-  virtual ReplicaExpectation replica_expectation() const { return {}; }
-  /// A line for `Accelerator::state()` on what the strategy does in this job (empty: nothing to add).
-  virtual std::string describe() const { return ""; }
   /// Its part of a checkpoint: the component that saves and loads the prepared `models`
   /// (runtime/checkpoint/component.h). By default the replicated one, in which the main process writes each
   /// whole model; a sharded strategy writes each process's share (`ComponentWriter::rank_file`).
   virtual std::unique_ptr<CheckpointComponent>
   model_checkpoint(const std::vector<std::shared_ptr<PreparedModel>>& models);
+};
+
+/// The job's parallel strategy, made once in the Accelerator's constructor from `parallel_strategy`. Its own
+/// methods say what it is: its name, how a model is prepared (the PreparedModel synchronises gradients),
+/// which checkpoints it reads and what the replica check expects. Each other concern is an interface of its
+/// own, reached through an accessor: optimizer-state sharding, gradient norms, the whole model. A strategy
+/// implements only the concerns it changes (returning itself, or a part of itself, from the accessor); the
+/// others stay the replicated defaults.
+class ParallelEngine {
+public:
+  explicit ParallelEngine(ParallelContext context) : context_(std::move(context)) {}
+  virtual ~ParallelEngine() = default;
+
+  /// The name it was registered under (recorded in checkpoints).
+  virtual std::string name() const = 0;
+
+  /// Places `model` on the device, makes every process's copy process 0's, and wraps it.
+  virtual std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) = 0;
+  /// Whether a checkpoint written under the strategy named `strategy` loads under this one.
+  virtual bool reads_checkpoints_of(const std::string& strategy) const { return strategy == name(); }
+  /// What the replica check may compare.
+  virtual ReplicaExpectation replica_expectation() const { return {}; }
+  /// A line for `Accelerator::state()` on what the strategy does in this job (empty: nothing to add).
+  virtual std::string describe() const { return ""; }
+
+  /// Its concerns (the replicated defaults unless the strategy overrides the accessor).
+  virtual OptimizerSharding& optimizer_sharding();
+  virtual GradientNorms& gradient_norms();
+  virtual WholeModel& whole_model();
+
+  /// Whether some parameter of `model` holds only a share of its elements here (outside `unshard`).
+  bool holds_shares_of(const torch::nn::Module& model);
 
   const ParallelContext& context() const { return context_; }
 

@@ -123,7 +123,7 @@ void keep_optimizer_state_shares(
 
 std::vector<torch::Tensor> ShardedEngine::gradients(const std::vector<torch::Tensor>& parameters) {
   if (!gradients_in_shares()) {
-    return ParallelEngine::gradients(parameters);
+    return GradientNorms::gradients(parameters);
   }
   std::vector<torch::Tensor> gradients;
   for (const auto& parameter : parameters) {
@@ -143,7 +143,7 @@ torch::Tensor ShardedEngine::gradient_norm(const std::vector<torch::Tensor>& gra
     if (gradients.empty()) {
       return torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(context().device));
     }
-    return ParallelEngine::gradient_norm(gradients, norm_type);
+    return GradientNorms::gradient_norm(gradients, norm_type);
   }
   return sharded_gradient_norm(shard_group(), context().device, gradients, norm_type);
 }

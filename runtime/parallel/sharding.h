@@ -73,12 +73,16 @@ void keep_optimizer_state_shares(
     OptimizerState& optimizer,
     const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of);
 
-/// The half of a sharded strategy that faces the optimizer, clipping and checkpoints: this process's share of
-/// each parameter, its gradient, the norm across processes and the adoption of loaded state, all from one
-/// lookup (`held`) each strategy provides over its own layout.
-class ShardedEngine : public ParallelEngine {
+/// The half of a sharded strategy that faces the optimizer, clipping and checkpoints: its optimizer-state
+/// sharding and gradient norms (parallel/engine.h's concerns) from this process's share of each parameter,
+/// its gradient, the norm across processes and the adoption of loaded state, all from one lookup (`held`)
+/// each strategy provides over its own layout.
+class ShardedEngine : public ParallelEngine, public OptimizerSharding, public GradientNorms {
 public:
   using ParallelEngine::ParallelEngine;
+
+  OptimizerSharding& optimizer_sharding() override { return *this; }
+  GradientNorms& gradient_norms() override { return *this; }
 
   std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& parameters) override;
   torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) override;

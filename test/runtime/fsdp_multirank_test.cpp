@@ -685,7 +685,7 @@ TEST(Fsdp, TheFp16ScalerSkipsTheStepsDdpSkips) {
       if (rank == world - 1 && (step == 2 || step == 5)) {
         torch::NoGradGuard no_grad;
         for (const auto& parameter : model->parameters()) {
-          auto share = engine.share(parameter);
+          auto share = engine.optimizer_sharding().share(parameter);
           auto gradient = share ? share->gradient : parameter.grad();
           if (gradient.defined() && gradient.numel() > 0) {
             gradient.view(-1)[0].fill_(std::numeric_limits<float>::infinity());

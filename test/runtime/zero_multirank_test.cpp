@@ -355,7 +355,7 @@ std::pair<torch::Tensor, std::vector<int>> train_fp16(const Strategy& strategy) 
       torch::NoGradGuard no_grad;
       // The first parameter this process holds a share of (all of it, without sharding).
       for (const auto& parameter : model->parameters()) {
-        auto share = engine.share(parameter);
+        auto share = engine.optimizer_sharding().share(parameter);
         auto gradient = share ? share->gradient : parameter.grad();
         if (gradient.defined() && gradient.numel() > 0) {
           gradient.view(-1)[0].fill_(std::numeric_limits<float>::infinity());

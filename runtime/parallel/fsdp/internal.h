@@ -402,10 +402,12 @@ ParallelContext with_group_of_one(ParallelContext context);
 
 /// The "fsdp" strategy's engine (make_fsdp_engine): it makes units of the models it prepares, and is the
 /// UnitHost their forwards call.
-class FsdpEngine final : public ShardedEngine, public fsdp::detail::UnitHost {
+class FsdpEngine final : public ShardedEngine, public WholeModel, public fsdp::detail::UnitHost {
 public:
   explicit FsdpEngine(const ParallelContext& context);
   ~FsdpEngine() override;
+
+  WholeModel& whole_model() override { return *this; }
 
   std::string name() const override { return "fsdp"; }
 
