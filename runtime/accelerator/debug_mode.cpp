@@ -6,6 +6,7 @@
 #include "accelerator/state.h"
 #include "common/durable_file.h"
 #include "parallel/engine.h"
+#include "transport/collective_checks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -18,18 +19,6 @@
 
 namespace accelerate::detail {
 namespace {
-
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string text;
-  for (int rank : ranks) {
-    text += (text.empty() ? "" : ", ") + std::to_string(rank);
-  }
-  return text;
-}
-
-std::string processes(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "process " : "processes ") + join_ranks(ranks);
-}
 
 // ---- The replica checksum --------------------------------------------------------------------------------
 
@@ -215,7 +204,7 @@ void check_replicas_agree(AcceleratorState& state, const std::string& when) {
   throw std::runtime_error(
       "accelerate debug mode: the processes' replicas diverged (checked " + when + "): process " +
       std::to_string(rank) + " is the first that differs from the others, in " + tensors +
-      (others.empty() ? "" : "; " + processes(others) + " differ too") +
+      (others.empty() ? "" : "; " + name_processes(others) + " differ too") +
       ". Under data parallelism every process holds identical parameters and optimizer state; something "
       "changed process " +
       std::to_string(rank) +

@@ -3,6 +3,7 @@
 #include "settings/config.h"
 
 #include "settings/spelling.h"
+#include "settings/strategy.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -732,68 +733,31 @@ void resolve_strategy(ResolvedConfig& config, const Sources& sources) {
       stage_source = "Accelerate's DeepSpeed default stage, for " + asked;
     }
   }
-  const std::string fsdp = fsdp_request(sources);
-  const std::string stage = named(config, "zero_stage", std::to_string(config.zero_stage));
-  const std::string strategy = named(config, "parallel_strategy", config.parallel_strategy);
-  const bool sharded_stage = config.zero_stage == 1 || config.zero_stage == 2;
-  if (sharded_stage && !fsdp.empty()) {
-    refuse_conflict(stage, fsdp, spelling::kShardedZeroStageAgainstFsdp);
+  settings::StrategyRequest request;
+  if (strategy_source != "default") {
+    request.strategy = config.parallel_strategy;
   }
-  if (strategy_source == "default") {
-    if (sharded_stage) {
-      config.parallel_strategy = "zero";
-      strategy_source = "zero_stage " + std::to_string(config.zero_stage) + " from " + origin(stage_source);
-    } else if (config.zero_stage == 3) {
-      config.parallel_strategy = "fsdp";
-      strategy_source = "zero_stage 3 from " + origin(stage_source);
-    } else if (!fsdp.empty()) {
-      config.parallel_strategy = "fsdp";
-      strategy_source = fsdp;
-    }
-  } else if (config.parallel_strategy == "zero") {
-    if (config.zero_stage == 0 && stage_source == "default") {
-      config.zero_stage = spelling::kDefaultZeroStage;
-      stage_source = "ZeRO's default stage, for parallel_strategy zero from " + origin(strategy_source);
-    } else if (config.zero_stage == 0) {
-      throw std::invalid_argument(
-          "accelerate: " + strategy + " conflicts with " + stage +
-          ", which means no sharding: set zero_stage to 1 or 2 (or leave it unset: ZeRO "
-          "then uses stage 2), or use parallel_strategy ddp");
-    } else if (config.zero_stage == 3) {
-      refuse_conflict(strategy, stage,
-                      "ZeRO stage 3 shards the parameters too, which the \"fsdp\" strategy runs. Leave "
-                      "parallel_strategy unset (zero_stage 3 then selects fsdp) or set it to fsdp, or set "
-                      "zero_stage to 1 or 2");
-    }
-    if (!fsdp.empty()) {
-      refuse_conflict(strategy, fsdp,
-                      "FSDP runs the \"fsdp\" strategy. Leave parallel_strategy unset or set it to fsdp, or "
-                      "leave out the FSDP settings");
-    }
-  } else if (config.parallel_strategy == "fsdp") {
-    if (sharded_stage) {
-      refuse_conflict(
-          strategy, stage,
-          "a ZeRO stage of 1 or 2 runs the \"zero\" strategy. Set zero_stage to 3 (fully sharded, "
-          "as fsdp) or 0, or leave it unset; or set parallel_strategy to zero");
-    }
-  } else if (sharded_stage) {
-    refuse_conflict(
-        strategy, stage,
-        "a ZeRO stage of 1 or 2 runs the \"zero\" strategy. Leave parallel_strategy unset "
-        "(zero_stage then selects zero) or set it to zero, or set zero_stage to 0 to replicate the "
-        "model");
-  } else if (config.zero_stage == 3) {
-    refuse_conflict(
-        strategy, stage,
-        "ZeRO stage 3 runs the \"fsdp\" strategy. Leave parallel_strategy unset (zero_stage 3 then "
-        "selects fsdp) or set it to fsdp, or set zero_stage to 0 to replicate the model");
-  } else if (!fsdp.empty()) {
-    refuse_conflict(
-        strategy, fsdp,
-        "FSDP runs the \"fsdp\" strategy. Leave parallel_strategy unset or set it to fsdp, or leave "
-        "out the FSDP settings (distributed_type MULTI_GPU or MULTI_CPU without an fsdp_config "
-        "section, ACCELERATE_USE_FSDP unset)");
+  request.strategy_origin = named(config, "parallel_strategy", config.parallel_strategy);
+  request.zero_stage = config.zero_stage;
+  request.zero_stage_set = stage_source != "default";
+  request.stage_origin = named(config, "zero_stage", std::to_string(config.zero_stage));
+  request.fsdp_origin = fsdp_request(sources);
+  settings::StrategySelection selection;
+  try {
+    selection = settings::select_strategy(request);
+  } catch (const settings::StrategyConflict& conflict) {
+    throw std::invalid_argument(std::string("accelerate: ") + conflict.what());
+  }
+  using By = settings::StrategySelection::By;
+  if (selection.by == By::ZeroStage) {
+    strategy_source = "zero_stage " + std::to_string(config.zero_stage) + " from " + origin(stage_source);
+  } else if (selection.by == By::Fsdp) {
+    strategy_source = request.fsdp_origin;
+  }
+  config.parallel_strategy = selection.strategy;
+  if (selection.zero_stage_defaulted) {
+    config.zero_stage = selection.zero_stage;
+    stage_source = "ZeRO's default stage, for parallel_strategy zero from " + origin(strategy_source);
   }
   resolve_zero_offload(config);
   if (config.offload_optimizer_device != "none" && config.parallel_strategy == "fsdp" &&

@@ -80,18 +80,6 @@ std::string describe(const std::vector<std::vector<at::Tensor>>& lists) {
   return "[" + text + "]";
 }
 
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string text;
-  for (int rank : ranks) {
-    text += (text.empty() ? "" : ", ") + std::to_string(rank);
-  }
-  return text;
-}
-
-std::string processes(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "process " : "processes ") + join_ranks(ranks);
-}
-
 /// A Backend that checks each collective across processes, through the store, before running it.
 class DebugModeBackend final : public ForwardingBackend {
 public:
@@ -228,9 +216,10 @@ private:
           *store_, {key(sequence, /*rank=*/-1), "abort/" + std::to_string(sequence)}, rank_, size_, mine,
           timeout_,
           [&](const Absentees& absent) {
-            return "accelerate debug mode: " + processes(absent.missing) + " did not reach collective #" +
-                   std::to_string(sequence) + " within " + std::to_string(timeout_.count()) + " ms, while " +
-                   processes(absent.present) + " called " + fingerprint + " from " +
+            return "accelerate debug mode: " + name_processes(absent.missing) +
+                   " did not reach collective #" + std::to_string(sequence) + " within " +
+                   std::to_string(timeout_.count()) + " ms, while " + name_processes(absent.present) +
+                   " called " + fingerprint + " from " +
                    describe_code_location(mine.substr(mine.find('\n') + 1)) + ". " +
                    (absent.missing.size() == 1 ? "It" : "They") +
                    " skipped this collective, is stuck before it, or died: every process must issue "
@@ -273,14 +262,14 @@ private:
       if (print != reference) {
         deviants.insert(deviants.end(), ranks.begin(), ranks.end());
       }
-      lines += "\n  " + processes(ranks) + ": " + print + ", called from " +
+      lines += "\n  " + name_processes(ranks) + ": " + print + ", called from " +
                describe_code_location(locations[static_cast<size_t>(ranks.front())]);
     }
     std::sort(deviants.begin(), deviants.end());
     throw std::runtime_error(
         "accelerate debug mode: processes disagree on collective #" + std::to_string(sequence) +
-        ", so nothing was sent:" + lines + "\n" + processes(deviants) + " differ" +
-        (deviants.size() == 1 ? "s" : "") + " from " + processes(groups.at(reference)) +
+        ", so nothing was sent:" + lines + "\n" + name_processes(deviants) + " differ" +
+        (deviants.size() == 1 ? "s" : "") + " from " + name_processes(groups.at(reference)) +
         ". Every process must issue the same collectives, in the same order, with the same "
         "dtypes and shapes: look for a rank-dependent branch or shape at the calls named");
   }
@@ -373,6 +362,14 @@ c10::intrusive_ptr<c10d::Backend> wrap_backend_for_debug_mode(c10::intrusive_ptr
                                                               c10::intrusive_ptr<c10d::Store> store,
                                                               std::chrono::milliseconds timeout) {
   return c10::make_intrusive<DebugModeBackend>(std::move(backend), std::move(store), timeout);
+}
+
+std::string name_processes(const std::vector<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "process " : "processes ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  }
+  return text;
 }
 
 } // namespace accelerate::detail

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -42,5 +43,8 @@ std::string caller_location();
 /// `location` (from `caller_location`) as `file:line (function)` when the binary has debug information and
 /// `addr2line` is installed, `function (binary+0xoffset)` with symbols only, else as it is.
 std::string describe_code_location(const std::string& location);
+
+/// "process 2" or "processes 0, 3": how debug mode's messages name processes.
+std::string name_processes(const std::vector<int>& ranks);
 
 } // namespace accelerate::detail

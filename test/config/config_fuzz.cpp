@@ -19,7 +19,7 @@ namespace {
 /// The strategy the settings select, and what it refuses: UsageError or a result.
 void resolveStrategy(const accel::LaunchSettings& settings) {
   try {
-    const std::string strategy = accel::parallelStrategyOf(settings, accel::Environment());
+    const std::string strategy = accel::parallelStrategyOf(settings);
     accel::refuseUnsupportedTraining(settings, strategy);
     if (strategy == "fsdp")
       accel::fsdpShardingOf(settings);

@@ -1151,7 +1151,7 @@ def OwnSettingsAreLaunchFlagsFromTheOptionTable():
     check(f"ACCEL_PROJECT_DIR={project}" in lines, "--project_dir must reach the rank as ACCEL_PROJECT_DIR", out)
     code, out, err = accel("launch", "--num_processes", "1", "--main_process_port", port,
                            "--parallel_strategy", "ddp", "--zero_stage", "3", "--use_deepspeed", "env")
-    check(code == 2 and "--parallel_strategy ddp" in err and "ZeRO stage 3 runs the fsdp strategy" in err,
+    check(code == 2 and "--parallel_strategy ddp" in err and 'ZeRO stage 3 runs the "fsdp" strategy' in err,
           "--parallel_strategy naming another strategy than --zero_stage's must be refused with exit 2, naming the "
           "flag", f"exit {code}\n{out}{err}")
 

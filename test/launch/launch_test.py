@@ -444,6 +444,9 @@ def SettingsComeFromConfigThenEnvironmentThenFlags():
 # An FSDP file accelerate-cpp runs, and the variables Hugging Face's launcher (accelerate/utils/launch.py,
 # prepare_multi_gpu_env, Accelerate 1.15.0) exports for it: every FSDP_* variable it exports, with its flags'
 # defaults for the keys the file leaves out, and none for a key without a default (ignored modules).
+# The settings library's reason (runtime/settings/strategy.cpp) when another strategy is named with ZeRO stage 1 or 2.
+ZERO_STAGE_SELECTS_ZERO = ("a ZeRO stage of 1 or 2 runs the \"zero\" strategy. Leave parallel_strategy unset (zero_stage "
+                           "then selects zero) or set it to zero, or set zero_stage to 0 to replicate the model")
 FSDP_FILE = ("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 2\nuse_cpu: true\n"
              "mixed_precision: 'no'\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
              "  fsdp_state_dict_type: FULL_STATE_DICT\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
@@ -607,13 +610,15 @@ def UnsupportedFsdpSettingsAreRefused():
     # Settings that contradict each other: both named.
     check_usage_error(launch("--use_fsdp", PROBE, env=environment(ACCELERATE_PARALLEL_STRATEGY="ddp")),
                       "accel launch: ACCELERATE_PARALLEL_STRATEGY=ddp in the environment conflicts with --use_fsdp: "
-                      "FSDP runs the fsdp strategy (unset it or set it to fsdp, or leave out the FSDP "
-                      "settings)")
+                      "FSDP runs the \"fsdp\" strategy. Leave parallel_strategy unset or set it to fsdp, or leave out "
+                      "the FSDP settings (distributed_type MULTI_GPU or MULTI_CPU without an fsdp_config section, "
+                      "ACCELERATE_USE_FSDP unset)")
     check_usage_error(launch("--use_deepspeed", "--zero_stage", "3", PROBE,
                              env=environment(ACCELERATE_PARALLEL_STRATEGY="zero")),
                       "accel launch: ACCELERATE_PARALLEL_STRATEGY=zero in the environment conflicts with "
-                      "--zero_stage 3: ZeRO stage 3 runs the fsdp strategy (unset it or set it to fsdp, or "
-                      "use another zero_stage)")
+                      "--zero_stage 3: ZeRO stage 3 shards the parameters too, which the \"fsdp\" strategy runs. "
+                      "Leave parallel_strategy unset (zero_stage 3 then selects fsdp) or set it to fsdp, or set "
+                      "zero_stage to 1 or 2")
     check_usage_error(launch("--use_fsdp", PROBE, env=environment(ACCELERATE_DEEPSPEED_ZERO_STAGE="2")),
                       "accel launch: ACCELERATE_DEEPSPEED_ZERO_STAGE=2 in the environment conflicts with --use_fsdp: "
                       "a ZeRO stage of 1 or 2 runs the zero strategy, and FSDP the fsdp strategy; ask for one: leave "
@@ -730,8 +735,7 @@ def UnsupportedZeroSettingsAreRefused():
     check_usage_error(launch("--use_deepspeed", "--zero_stage", "2", PROBE,
                              env=environment(ACCELERATE_PARALLEL_STRATEGY="ddp")),
                       "accel launch: ACCELERATE_PARALLEL_STRATEGY=ddp in the environment conflicts with --zero_stage "
-                      "2: a ZeRO stage of 1 or 2 runs the zero strategy (unset it, or set zero_stage 0 to "
-                      "replicate the model)")
+                      f"2: {ZERO_STAGE_SELECTS_ZERO}")
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "zero.yaml")
         cases = [("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
@@ -751,8 +755,7 @@ def UnsupportedZeroSettingsAreRefused():
             file.write("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\n")
         check_usage_error(launch("--config_file", path, PROBE, env=environment(ACCELERATE_PARALLEL_STRATEGY="ddp")),
                           "accel launch: ACCELERATE_PARALLEL_STRATEGY=ddp in the environment conflicts with "
-                          "deepspeed_config.zero_stage 1 in the config file: a ZeRO stage of 1 or 2 runs the zero "
-                          "strategy (unset it, or set zero_stage 0 to replicate the model)")
+                          f"deepspeed_config.zero_stage 1 in the config file: {ZERO_STAGE_SELECTS_ZERO}")
 
 
 def GpuIdsBecomeCudaVisibleDevices():

@@ -5,6 +5,7 @@
 #include "ConfigSchema.h"
 #include "settings/config.h"
 #include "settings/spelling.h"
+#include "settings/strategy.h"
 
 #include <algorithm>
 #include <optional>
@@ -448,36 +449,22 @@ int zeroStageOf(const LaunchSettings& settings) {
 }
 
 std::string parallelStrategyOf(const LaunchSettings& settings) {
-  const int stage = zeroStageOf(settings);
-  const bool shardedStage = stage == 1 || stage == 2;
-  const bool fsdp = settings.isTrue("use_fsdp");
-  std::string stageOrigin = describeSetting(settings, "zero_stage");
-  if (stageOrigin.empty())
-    stageOrigin = describeSetting(settings, "use_deepspeed") + " (Accelerate's default zero_stage 2)";
-  const std::string fsdpOrigin = describeSetting(settings, "use_fsdp");
-  if (fsdp && shardedStage)
-    throw UsageError(stageOrigin + " conflicts with " + fsdpOrigin + ": " +
-                     accelerate::spelling::kShardedZeroStageAgainstFsdp);
-  auto named = settings.get("parallel_strategy");
-  if (!named || named->empty())
-    return shardedStage ? "zero" : stage == 3 || fsdp ? "fsdp" : "ddp";
-  const std::string strategyOrigin = describeSetting(settings, "parallel_strategy");
-  if (*named != "zero" && shardedStage)
-    throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
-                     ": a ZeRO stage of 1 or 2 runs the zero strategy (unset it, or set zero_stage " +
-                     (*named == "fsdp" ? "3: fully sharded, as fsdp)" : "0 to replicate the model)"));
-  if (*named == "zero" && stage == 0 && settings.get("zero_stage"))
-    throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
-                     ", which means no sharding (set zero_stage 1 or 2, or unset parallel_strategy)");
-  if (*named != "fsdp" && stage == 3)
-    throw UsageError(strategyOrigin + " conflicts with " + stageOrigin +
-                     ": ZeRO stage 3 runs the fsdp strategy (unset it or set it to fsdp, or use "
-                     "another zero_stage)");
-  if (*named != "fsdp" && fsdp)
-    throw UsageError(strategyOrigin + " conflicts with " + fsdpOrigin +
-                     ": FSDP runs the fsdp strategy (unset it or set it to fsdp, or leave out the FSDP "
-                     "settings)");
-  return *named;
+  accelerate::settings::StrategyRequest request;
+  request.strategy = settings.get("parallel_strategy").value_or("");
+  request.strategy_origin = describeSetting(settings, "parallel_strategy");
+  request.zero_stage = zeroStageOf(settings);
+  request.zero_stage_set = settings.get("zero_stage") || settings.isTrue("use_deepspeed");
+  request.stage_origin = describeSetting(settings, "zero_stage");
+  if (request.stage_origin.empty())
+    request.stage_origin = describeSetting(settings, "use_deepspeed") + " (Accelerate's default zero_stage " +
+                           std::to_string(accelerate::spelling::kDefaultZeroStage) + ")";
+  if (settings.isTrue("use_fsdp"))
+    request.fsdp_origin = describeSetting(settings, "use_fsdp");
+  try {
+    return accelerate::settings::select_strategy(request).strategy;
+  } catch (const accelerate::settings::StrategyConflict& conflict) {
+    throw UsageError(conflict.what());
+  }
 }
 
 // ------------------------------------------------------------------------------------------- exporting

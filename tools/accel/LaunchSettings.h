@@ -70,12 +70,11 @@ int zeroStageOf(const LaunchSettings& settings);
 /// environment", "deepspeed_config.zero_stage 2 in the config file"; "" when it is not set.
 std::string describeSetting(const LaunchSettings& settings, const std::string& name);
 
-/// The parallel strategy the runtime selects for `settings` (runtime/settings/config.cpp's rule): the one
-/// named by parallel_strategy (--parallel_strategy, ACCELERATE_PARALLEL_STRATEGY) when set, else "zero" for a
-/// ZeRO stage of 1 or 2, else "fsdp" for ZeRO stage 3 or FSDP (use_fsdp: --use_fsdp, ACCELERATE_USE_FSDP,
-/// distributed_type FSDP or an fsdp_config section), else "ddp". Throws UsageError, naming both, for a ZeRO
-/// stage of 1 or 2 with FSDP, and when parallel_strategy names another strategy than the one the stage or
-/// FSDP selects, or "zero" with DeepSpeed's zero_stage 0 set explicitly.
+/// The parallel strategy the runtime selects for `settings`, by the settings library's rule
+/// (runtime/settings/strategy.h): parallel_strategy (--parallel_strategy, ACCELERATE_PARALLEL_STRATEGY),
+/// DeepSpeed's ZeRO stage (zeroStageOf) and FSDP (use_fsdp: --use_fsdp, ACCELERATE_USE_FSDP, distributed_type
+/// FSDP or an fsdp_config section), each named as describeSetting names it. Throws UsageError naming both
+/// settings where they contradict each other.
 std::string parallelStrategyOf(const LaunchSettings& settings);
 
 /// The sharding strategy the fsdp strategy runs for `settings` (runtime/settings/config.cpp's rule): from
