@@ -73,7 +73,9 @@ torch::optim::SGDOptions sgd() {
 
 /// K = 1: each process steps its own momentum on its own gradients, then the parameters are averaged. SGD
 /// with momentum and weight decay is linear in the gradients, so the average of the processes' steps is the
-/// step on the averaged gradients: DDP's, up to the order of the additions (float64; bound 1e-12 relative).
+/// step on the averaged gradients: DDP's, up to the order of the additions (float64). The issue asks for
+/// 1e-12 relative; the bound is kFloat64PathParity, 1e-13: the numerics matrix measured at most 5.7e-16 (2
+/// and 3 processes, every setting; docs/development.md), and a limit is at most 1000 times the worst spread.
 TEST(LocalSGD, EveryStepAveragedEqualsDdp) {
   accelerate_test::set_intra_op_threads();
   constexpr int kSteps = 12;
@@ -108,7 +110,8 @@ TEST(LocalSGD, EveryStepAveragedEqualsDdp) {
   local_sgd.end();
   EXPECT_EQ(local_sgd.averages(), kSteps + 1);
   EXPECT_TRUE(replicas_identical(accelerator, *model));
-  EXPECT_TRUE(accelerate_test::within(flat(*model), ddp_parameters, 1e-12, "LocalSGD K=1 against DDP"));
+  EXPECT_TRUE(accelerate_test::within(flat(*model), ddp_parameters, accelerate_test::kFloat64PathParity,
+                                      "LocalSGD K=1 against DDP"));
 }
 
 /// K = 4: the replicas part between averages (their gradients are not synchronised) and agree bit for bit
