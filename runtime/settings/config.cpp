@@ -566,37 +566,36 @@ void resolve_fsdp(ResolvedConfig& config, const Sources& sources) {
   } else if (reshard_source != "options" && reshard_source != "default") {
     reshard_strategy = sources.file.reshard_strategy;
   }
-  const std::string from_reshard = reshard_strategy                    ? *reshard_strategy
-                                   : config.fsdp_reshard_after_forward ? "FULL_SHARD"
-                                                                       : "SHARD_GRAD_OP";
   const std::string reshard_text = reshard_strategy                    ? *reshard_strategy
                                    : config.fsdp_reshard_after_forward ? "true"
                                                                        : "false";
-  bool strategy_set = strategy_source != "default";
-  bool reshard_set = reshard_source != "default";
-  // A boolean agrees with every strategy that reshards (or not) alike: true with FULL_SHARD and HYBRID_SHARD.
-  const bool agree = reshard_strategy
-                         ? strategy == *reshard_strategy
-                         : spelling::reshards_after_forward(strategy) == config.fsdp_reshard_after_forward;
-  if (strategy_set && reshard_set && !agree) {
-    if (strategy_source == "environment" && strategy == "FULL_SHARD") {
-      strategy_set = false;
-    } else if (reshard_source == "environment" && from_reshard == "FULL_SHARD") {
-      reshard_set = false;
-    } else {
-      refuse_conflict(named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy),
-                      named(config, "fsdp_reshard_after_forward", reshard_text),
-                      spelling::kShardingDisagreement);
-    }
+  settings::ShardingRequest request;
+  if (strategy_source != "default") {
+    request.strategy = strategy;
+    request.strategy_from_environment = strategy_source == "environment";
   }
-  std::string resolved = strategy_set ? strategy : reshard_set ? from_reshard : strategy;
+  request.strategy_origin = named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy);
+  if (reshard_source != "default") {
+    request.reshard = reshard_text;
+    request.reshard_from_environment = reshard_source == "environment";
+  }
+  request.reshard_origin = named(config, "fsdp_reshard_after_forward", reshard_text);
+  request.zero_stage_3 = config.zero_stage == 3;
+  request.stage_origin = named(config, "zero_stage", "3");
+  settings::ShardingSelection selection;
+  try {
+    selection = settings::select_sharding(request);
+  } catch (const settings::StrategyConflict& conflict) {
+    throw std::invalid_argument(std::string("accelerate: ") + conflict.what());
+  }
+  using By = settings::ShardingSelection::By;
+  // Which of the two settings stand (one from the environment may have given way to the other).
+  const bool strategy_set = selection.by == By::Strategy;
+  const bool reshard_set =
+      !request.reshard.empty() &&
+      (selection.by == By::Reshard || (strategy_set && spelling::sharding_agrees(strategy, reshard_text)));
+  const std::string resolved = selection.sharding;
   const std::string& stage_source = config.sources["zero_stage"];
-  if (config.zero_stage == 3 && resolved != "FULL_SHARD") {
-    const bool by_strategy = strategy_set;
-    refuse_conflict(by_strategy ? named(config, "fsdp_sharding_strategy", config.fsdp_sharding_strategy)
-                                : named(config, "fsdp_reshard_after_forward", reshard_text),
-                    named(config, "zero_stage", "3"), spelling::kShardingAgainstZeroStage3);
-  }
   // Derived values name what they came from.
   if (!strategy_set) {
     strategy_source = reshard_set

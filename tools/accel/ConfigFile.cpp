@@ -3,6 +3,7 @@
 
 #include "ConfigSchema.h"
 #include "settings/spelling.h"
+#include "settings/strategy.h"
 
 #ifdef ACCEL_HAVE_YAML_CPP
 #include <yaml-cpp/yaml.h>
@@ -374,27 +375,26 @@ void checkFsdpSettings(const ConfigDocument& document) {
     throw ConfigError(document.where("fsdp_config.fsdp_activation_checkpointing_offload") +
                       "fsdp_config.fsdp_activation_checkpointing_offload " + *offload + " " +
                       activationOffloadWithoutCheckpointing());
-  auto strategy = document.scalar("fsdp_config.fsdp_sharding_strategy");
-  auto reshard = document.scalar("fsdp_config.fsdp_reshard_after_forward");
-  if (strategy && reshard && !accelerate::spelling::sharding_agrees(*strategy, *reshard))
-    throw ConfigError(document.where("fsdp_config.fsdp_sharding_strategy") +
-                      "fsdp_config.fsdp_sharding_strategy " + *strategy +
-                      " conflicts with fsdp_config.fsdp_reshard_after_forward " + *reshard + ": " +
-                      accelerate::spelling::kShardingDisagreement);
   if (auto type = document.scalar("fsdp_config.fsdp_state_dict_type");
       type && accelerate::spelling::state_dict_type(*type) == std::optional<std::string>("LOCAL_STATE_DICT"))
     throw ConfigError(document.where("fsdp_config.fsdp_state_dict_type") +
                       "fsdp_config.fsdp_state_dict_type " + *type + " " +
                       accelerate::spelling::kLocalStateDict);
-  const std::string resolved = strategy  ? *accelerate::spelling::sharding_strategy(*strategy)
-                               : reshard ? *accelerate::spelling::reshard_strategy(*reshard)
-                                         : "FULL_SHARD";
-  if (stage == "3" && resolved != "FULL_SHARD") {
-    const std::string dotted =
-        strategy ? "fsdp_config.fsdp_sharding_strategy" : "fsdp_config.fsdp_reshard_after_forward";
-    throw ConfigError(
-        document.where(dotted) + dotted + " " + *(strategy ? strategy : reshard) +
-        " conflicts with deepspeed_config.zero_stage 3: " + accelerate::spelling::kShardingAgainstZeroStage3);
+  // The sharding the two keys select (the settings library's rule), the error placed at the first key named.
+  accelerate::settings::ShardingRequest request;
+  const std::string strategyKey = "fsdp_config.fsdp_sharding_strategy";
+  const std::string reshardKey = "fsdp_config.fsdp_reshard_after_forward";
+  request.strategy = document.scalar(strategyKey).value_or("");
+  request.strategy_origin = strategyKey + " " + request.strategy;
+  request.reshard = document.scalar(reshardKey).value_or("");
+  request.reshard_origin = reshardKey + " " + request.reshard;
+  request.zero_stage_3 = stage == "3";
+  request.stage_origin = "deepspeed_config.zero_stage 3";
+  try {
+    accelerate::settings::select_sharding(request);
+  } catch (const accelerate::settings::StrategyConflict& conflict) {
+    throw ConfigError(document.where(conflict.first == request.strategy_origin ? strategyKey : reshardKey) +
+                      conflict.what());
   }
   // DeepSpeed's CPU offload under zero_stage 3 runs as fsdp_offload_params true (the runtime's
   // resolve_zero_offload).

@@ -326,43 +326,23 @@ std::string describeSetting(const LaunchSettings& settings, const std::string& n
   return spec->toggle ? "--" + name : "--" + name + " " + *value;
 }
 
-namespace {
-
-/// Whether `name` is set to a value that means FULL_SHARD in the environment: what Hugging Face's launcher
-/// exports for fsdp_sharding_strategy and fsdp_reshard_after_forward when neither was given.
-bool isLauncherDefaultSharding(const LaunchSettings& settings, const std::string& name,
-                               const std::string& meaning) {
-  return settings.sourceOf(name) == SettingSource::Environment && meaning == "FULL_SHARD";
-}
-
-} // namespace
-
 std::string fsdpShardingOf(const LaunchSettings& settings) {
-  auto strategy = settings.get("fsdp_sharding_strategy");
-  auto reshard = settings.get("fsdp_reshard_after_forward");
-  std::optional<std::string> fromStrategy, fromReshard;
-  if (strategy)
-    fromStrategy = accelerate::spelling::sharding_strategy(*strategy);
-  if (reshard)
-    fromReshard = accelerate::spelling::reshard_strategy(*reshard);
-  if (fromStrategy && fromReshard && !accelerate::spelling::sharding_agrees(*strategy, *reshard)) {
-    if (isLauncherDefaultSharding(settings, "fsdp_sharding_strategy", *fromStrategy))
-      fromStrategy.reset();
-    else if (isLauncherDefaultSharding(settings, "fsdp_reshard_after_forward", *fromReshard))
-      fromReshard.reset();
-    else
-      throw UsageError(describeSetting(settings, "fsdp_sharding_strategy") + " conflicts with " +
-                       describeSetting(settings, "fsdp_reshard_after_forward") + ": " +
-                       accelerate::spelling::kShardingDisagreement);
+  accelerate::settings::ShardingRequest request;
+  request.strategy = settings.get("fsdp_sharding_strategy").value_or("");
+  request.strategy_origin = describeSetting(settings, "fsdp_sharding_strategy");
+  request.strategy_from_environment =
+      settings.sourceOf("fsdp_sharding_strategy") == SettingSource::Environment;
+  request.reshard = settings.get("fsdp_reshard_after_forward").value_or("");
+  request.reshard_origin = describeSetting(settings, "fsdp_reshard_after_forward");
+  request.reshard_from_environment =
+      settings.sourceOf("fsdp_reshard_after_forward") == SettingSource::Environment;
+  request.zero_stage_3 = zeroStageOf(settings) == 3;
+  request.stage_origin = describeSetting(settings, "zero_stage");
+  try {
+    return accelerate::settings::select_sharding(request).sharding;
+  } catch (const accelerate::settings::StrategyConflict& conflict) {
+    throw UsageError(conflict.what());
   }
-  const std::string resolved = fromStrategy ? *fromStrategy : fromReshard ? *fromReshard : "FULL_SHARD";
-  if (zeroStageOf(settings) == 3 && resolved != "FULL_SHARD") {
-    const std::string name = fromStrategy ? "fsdp_sharding_strategy" : "fsdp_reshard_after_forward";
-    throw UsageError(describeSetting(settings, name) + " conflicts with " +
-                     describeSetting(settings, "zero_stage") + ": " +
-                     accelerate::spelling::kShardingAgainstZeroStage3);
-  }
-  return resolved;
 }
 
 void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string& strategy) {
