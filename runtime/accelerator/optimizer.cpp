@@ -7,6 +7,7 @@
 #include "precision/precision.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Type.h>
 
 #include <algorithm>
 #include <map>
@@ -348,6 +349,47 @@ void advance_adam_step_counts(OptimizerState& state, const std::vector<std::pair
     advance_adam_counts<torch::optim::AdamWParamState>(state, deltas);
   } else if (state.fused == FusedKind::Adam) {
     advance_adam_counts<torch::optim::AdamParamState>(state, deltas);
+  }
+}
+
+std::vector<torch::Tensor> OptimizerState::stepped_parameters() const {
+  std::vector<torch::Tensor> parameters;
+  for (const auto& group : optimizer->param_groups()) {
+    for (const auto& parameter : group.params()) {
+      parameters.push_back(parameter);
+    }
+  }
+  return parameters;
+}
+
+std::string OptimizerState::type_name() const {
+  return c10::demangle(typeid(*optimizer).name());
+}
+
+void OptimizerState::keep_state_shares(
+    const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of) {
+  auto& state = optimizer->state();
+  for (const auto& group : optimizer->param_groups()) {
+    for (const auto& parameter : group.params()) {
+      auto slot = state.find(parameter.unsafeGetTensorImpl());
+      if (slot == state.end()) {
+        continue;
+      }
+      const auto range = range_of(parameter);
+      if (!range) {
+        continue;
+      }
+      if (range->length == 0) {
+        state.erase(slot);
+        continue;
+      }
+      map_state_tensors(fused, *slot->second, [&](const std::string&, const torch::Tensor& whole) {
+        return whole.reshape(-1)
+            .narrow(0, range->begin, range->length)
+            .to(range->device, /*non_blocking=*/false,
+                /*copy=*/true);
+      });
+    }
   }
 }
 

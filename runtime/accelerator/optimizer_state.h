@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,7 +32,15 @@ struct PendingStep {
 /// Which ATen fused kernel steps an optimizer, if any.
 enum class FusedKind { None, Adam, AdamW, SGD };
 
-struct OptimizerState {
+/// A prepared optimizer's state: what its handles share. The parallel strategy sees it through
+/// ShardableOptimizer (runtime/parallel/engine.h) only.
+struct OptimizerState final : ShardableOptimizer {
+  std::vector<torch::Tensor> stepped_parameters() const override;
+  bool steps_fused() const override { return fused != FusedKind::None; }
+  std::string type_name() const override;
+  void keep_state_shares(
+      const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of) override;
+
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::shared_ptr<GradientState> gradient_state;
   std::shared_ptr<BackwardTracker> tracker;

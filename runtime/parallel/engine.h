@@ -23,7 +23,6 @@
 
 namespace accelerate::detail {
 
-struct OptimizerState;
 class CheckpointComponent;
 struct MachineGroups;
 
@@ -136,6 +135,35 @@ struct ParameterShare {
   torch::Tensor gradient;
 };
 
+/// Where a process keeps the optimizer state of its share of a parameter: elements [begin, begin + length)
+/// of the flattened parameter, on `device` (the share's: CPU memory under fsdp_offload_params).
+struct StateShare {
+  int64_t begin = 0;
+  int64_t length = 0; // 0: none of it is this process's
+  torch::Device device = torch::kCPU;
+};
+
+/// A prepared optimizer as a strategy sees it (the argument of OptimizerSharding's methods): the parameters
+/// it steps, whether ATen's fused kernels step it, and its per-parameter state to narrow to shares. The
+/// prepared optimizer's own state (runtime/accelerator/optimizer_state.h) implements it; nothing in
+/// runtime/parallel/ reads more of it.
+class ShardableOptimizer {
+public:
+  virtual ~ShardableOptimizer() = default;
+  /// The parameters it steps, group after group (the same order on every process).
+  virtual std::vector<torch::Tensor> stepped_parameters() const = 0;
+  /// Whether its steps run through one of ATen's fused kernels (torch::optim::SGD, Adam, AdamW), the only
+  /// steps a strategy can point at a share.
+  virtual bool steps_fused() const = 0;
+  /// The optimizer's C++ type, for messages.
+  virtual std::string type_name() const = 0;
+  /// After a checkpoint load gave it the state of whole parameters: keeps, of each parameter `range_of`
+  /// returns a share for, that range of the flattened state, on the share's device (length 0: the state is
+  /// dropped); parameters it returns nullopt for keep their whole state.
+  virtual void keep_state_shares(
+      const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of) = 0;
+};
+
 /// Optimizer-state sharding: which elements of each parameter this process's optimizer steps, what comes
 /// before and after the step, and how loaded optimizer state is kept. The defaults are a replicated
 /// strategy's: every process steps every parameter whole.
@@ -143,12 +171,12 @@ class OptimizerSharding {
 public:
   virtual ~OptimizerSharding() = default;
   /// At `prepare(optimizer)`: a sharded strategy narrows what this process's optimizer steps to its share.
-  virtual void prepare_optimizer(OptimizerState& /*optimizer*/) {}
+  virtual void prepare_optimizer(ShardableOptimizer& /*optimizer*/) {}
   /// Before each optimizer step that runs: a sharded strategy finishes the collectives it started ahead.
-  virtual void before_optimizer_step(OptimizerState& /*optimizer*/) {}
+  virtual void before_optimizer_step(ShardableOptimizer& /*optimizer*/) {}
   /// After each optimizer step that ran (taken or skipped by the fp16 scaler on the device): a sharded
   /// strategy gathers the updated shares here.
-  virtual void after_optimizer_step(OptimizerState& /*optimizer*/) {}
+  virtual void after_optimizer_step(ShardableOptimizer& /*optimizer*/) {}
   /// This process's part of `parameter` for its optimizer step, or nullopt when the optimizer steps it whole
   /// (every parameter of a replicated strategy; a sharded one's parameters outside the models it prepared).
   virtual std::optional<ParameterShare> share(const torch::Tensor& /*parameter*/) { return std::nullopt; }
@@ -166,7 +194,7 @@ public:
   virtual bool writes_shares() const { return true; }
   /// After a checkpoint load gave `optimizer` the state of whole parameters: a sharded strategy keeps its
   /// shares of it.
-  virtual void adopt_optimizer_state(OptimizerState& /*optimizer*/) {}
+  virtual void adopt_optimizer_state(ShardableOptimizer& /*optimizer*/) {}
 };
 
 /// The gradients clipping measures and scales and the fp16 overflow check reads, and their norm. The defaults

@@ -1,8 +1,6 @@
 // What the sharded strategies share (runtime/parallel/sharding.h).
 #include "parallel/sharding.h"
 
-#include "accelerator/optimizer_state.h"
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -62,15 +60,14 @@ torch::Tensor sharded_gradient_norm(const c10::intrusive_ptr<c10d::ProcessGroup>
   return infinity ? total : total.pow(1.0 / norm_type);
 }
 
-void refuse_optimizer_without_fused_step(const OptimizerState& optimizer, const std::string& what) {
-  if (optimizer.fused != FusedKind::None) {
+void refuse_optimizer_without_fused_step(const ShardableOptimizer& optimizer, const std::string& what) {
+  if (optimizer.steps_fused()) {
     return;
   }
   throw std::invalid_argument("accelerate: prepare: " + what +
                               " steps each process's share of the parameters through ATen's fused kernels, "
                               "which exist for torch::optim::SGD, Adam and AdamW; this optimizer is a " +
-                              c10::demangle(typeid(*optimizer.optimizer).name()) +
-                              ". Use one of those, or parallel_strategy 'ddp'");
+                              optimizer.type_name() + ". Use one of those, or parallel_strategy 'ddp'");
 }
 
 void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std::string& what,
@@ -89,34 +86,6 @@ void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std:
           "' is in no optimizer given to accelerator.prepare, so it would never train; prepare the optimizer "
           "(auto optimizer = accelerator.prepare(torch::optim::AdamW(...))) before the first backward, or "
           "freeze the parameter (requires_grad(false)) before preparing the model");
-    }
-  }
-}
-
-void keep_optimizer_state_shares(
-    OptimizerState& optimizer,
-    const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of) {
-  auto& state = optimizer.optimizer->state();
-  for (const auto& group : optimizer.optimizer->param_groups()) {
-    for (const auto& parameter : group.params()) {
-      auto slot = state.find(parameter.unsafeGetTensorImpl());
-      if (slot == state.end()) {
-        continue;
-      }
-      const auto range = range_of(parameter);
-      if (!range) {
-        continue;
-      }
-      if (range->length == 0) {
-        state.erase(slot);
-        continue;
-      }
-      map_state_tensors(optimizer.fused, *slot->second, [&](const std::string&, const torch::Tensor& whole) {
-        return whole.reshape(-1)
-            .narrow(0, range->begin, range->length)
-            .to(range->device, /*non_blocking=*/false,
-                /*copy=*/true);
-      });
     }
   }
 }
@@ -177,8 +146,8 @@ void ShardedEngine::zero_share_gradient(const torch::Tensor& parameter, bool set
   }
 }
 
-void ShardedEngine::adopt_optimizer_state(OptimizerState& optimizer) {
-  keep_optimizer_state_shares(optimizer, [&](const torch::Tensor& parameter) {
+void ShardedEngine::adopt_optimizer_state(ShardableOptimizer& optimizer) {
+  optimizer.keep_state_shares([&](const torch::Tensor& parameter) {
     std::optional<StateShare> range;
     if (auto share = held(parameter)) {
       range = StateShare{share->begin, share->length, share->values.device()};

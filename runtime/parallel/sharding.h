@@ -16,8 +16,6 @@
 
 namespace accelerate::detail {
 
-struct OptimizerState;
-
 /// Where parameters of one dtype and device sit in a flat buffer of `world * share` elements, of which
 /// process r owns elements [r * share, (r + 1) * share).
 ///
@@ -51,27 +49,12 @@ torch::Tensor sharded_gradient_norm(const c10::intrusive_ptr<c10d::ProcessGroup>
 
 /// At prepare(optimizer) under a sharded strategy (`what`, e.g. "parallel_strategy 'zero' (ZeRO stage 2)"):
 /// shares are stepped through ATen's fused kernels, so an optimizer without one is refused by name.
-void refuse_optimizer_without_fused_step(const OptimizerState& optimizer, const std::string& what);
+void refuse_optimizer_without_fused_step(const ShardableOptimizer& optimizer, const std::string& what);
 
 /// At the first backward of a prepared model whose gradients go to shares (`what`: the strategy): a trainable
 /// parameter of it in no prepared optimizer (`stepped`) would silently never train, and is refused by name.
 void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std::string& what,
                                           const std::set<c10::TensorImpl*>& stepped);
-
-/// Where a process keeps the optimizer state of its share of a parameter: elements [begin, begin + length)
-/// of the flattened parameter, on `device` (the share's: CPU memory under fsdp_offload_params).
-struct StateShare {
-  int64_t begin = 0;
-  int64_t length = 0; // 0: none of it is this process's
-  torch::Device device = torch::kCPU;
-};
-
-/// After a checkpoint load gave `optimizer` whole-parameter state: keeps, of each parameter `range_of`
-/// returns a share for, that range of the flattened state, on the share's device (length 0: the state is
-/// dropped); parameters it returns nullopt for keep their whole state.
-void keep_optimizer_state_shares(
-    OptimizerState& optimizer,
-    const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of);
 
 /// The half of a sharded strategy that faces the optimizer, clipping and checkpoints: its optimizer-state
 /// sharding and gradient norms (parallel/engine.h's concerns) from this process's share of each parameter,
@@ -88,7 +71,7 @@ public:
   torch::Tensor gradient_norm(const std::vector<torch::Tensor>& gradients, double norm_type) override;
   std::optional<ParameterShare> share(const torch::Tensor& parameter) override;
   void zero_share_gradient(const torch::Tensor& parameter, bool set_to_none) override;
-  void adopt_optimizer_state(OptimizerState& optimizer) override;
+  void adopt_optimizer_state(ShardableOptimizer& optimizer) override;
 
 protected:
   /// Where the strategy keeps this process's share of a parameter it shards.

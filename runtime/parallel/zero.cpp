@@ -18,7 +18,6 @@
 // clipping is bit-identical to DDP's.
 #include "parallel/engine.h"
 
-#include "accelerator/optimizer_state.h"
 #include "parallel/sharding.h"
 #include "transport/process_group.h"
 
@@ -459,32 +458,28 @@ public:
     return prepared;
   }
 
-  void prepare_optimizer(OptimizerState& optimizer) override {
-    for (const auto& group : optimizer.optimizer->param_groups()) {
-      for (const auto& parameter : group.params()) {
-        stepped_->insert(parameter.unsafeGetTensorImpl());
-      }
+  void prepare_optimizer(ShardableOptimizer& optimizer) override {
+    for (const auto& parameter : optimizer.stepped_parameters()) {
+      stepped_->insert(parameter.unsafeGetTensorImpl());
     }
     refuse_optimizer_without_fused_step(optimizer, "parallel_strategy 'zero' (ZeRO stage " +
                                                        std::to_string(stage_) + ")");
   }
 
-  void after_optimizer_step(OptimizerState& optimizer) override {
+  void after_optimizer_step(ShardableOptimizer& optimizer) override {
     // Every bucket holding a parameter this optimizer stepped, once, in the order its parameters come (the
     // same on every process).
     torch::NoGradGuard no_grad;
     std::set<std::pair<Layout*, size_t>> gathered;
-    for (const auto& group : optimizer.optimizer->param_groups()) {
-      for (const auto& parameter : group.params()) {
-        auto found = find(parameter);
-        if (!found.first) {
-          continue;
-        }
-        const size_t bucket = found.first->entries[found.second].bucket;
-        if (gathered.insert({found.first.get(), bucket}).second) {
-          auto& flat = found.first->buckets[bucket].flat;
-          all_gather_into(context().process_group, flat, found.first->slice(bucket));
-        }
+    for (const auto& parameter : optimizer.stepped_parameters()) {
+      auto found = find(parameter);
+      if (!found.first) {
+        continue;
+      }
+      const size_t bucket = found.first->entries[found.second].bucket;
+      if (gathered.insert({found.first.get(), bucket}).second) {
+        auto& flat = found.first->buckets[bucket].flat;
+        all_gather_into(context().process_group, flat, found.first->slice(bucket));
       }
     }
   }

@@ -4,8 +4,6 @@
 
 #include <accelerate/logging.h>
 
-#include "accelerator/optimizer_state.h"
-
 #include <algorithm>
 #include <atomic>
 #include <set>
@@ -262,16 +260,14 @@ void FsdpEngine::abandon(void* handle) noexcept {
 }
 
 // ---- The optimizer's side
-void FsdpEngine::prepare_optimizer(OptimizerState& optimizer) {
-  for (const auto& group : optimizer.optimizer->param_groups()) {
-    for (const auto& parameter : group.params()) {
-      stepped_->insert(parameter.unsafeGetTensorImpl());
-    }
+void FsdpEngine::prepare_optimizer(ShardableOptimizer& optimizer) {
+  for (const auto& parameter : optimizer.stepped_parameters()) {
+    stepped_->insert(parameter.unsafeGetTensorImpl());
   }
   refuse_optimizer_without_fused_step(optimizer, "parallel_strategy 'fsdp' (" + sharding_ + ")");
 }
 
-void FsdpEngine::before_optimizer_step(OptimizerState&) {
+void FsdpEngine::before_optimizer_step(ShardableOptimizer&) {
   for (auto& [module, weak] : models_) {
     (void)module;
     if (auto sharded = weak.lock()) {
@@ -281,14 +277,12 @@ void FsdpEngine::before_optimizer_step(OptimizerState&) {
   }
 }
 
-void FsdpEngine::after_optimizer_step(OptimizerState& optimizer) {
+void FsdpEngine::after_optimizer_step(ShardableOptimizer& optimizer) {
   // The units that are gathered now (the resident ones, SHARD_GRAD_OP units whose backward did not run,
   // units inside unshard()) hold the values from before the step: gather them again, in one order.
   std::set<c10::TensorImpl*> stepped;
-  for (const auto& group : optimizer.optimizer->param_groups()) {
-    for (const auto& parameter : group.params()) {
-      stepped.insert(parameter.unsafeGetTensorImpl());
-    }
+  for (const auto& parameter : optimizer.stepped_parameters()) {
+    stepped.insert(parameter.unsafeGetTensorImpl());
   }
   for (auto& [module, weak] : models_) {
     (void)module;

@@ -421,9 +421,9 @@ public:
   void abandon(void* handle) noexcept override;
 
   // ---- The optimizer's side
-  void prepare_optimizer(OptimizerState& optimizer) override;
-  void before_optimizer_step(OptimizerState&) override;
-  void after_optimizer_step(OptimizerState& optimizer) override;
+  void prepare_optimizer(ShardableOptimizer& optimizer) override;
+  void before_optimizer_step(ShardableOptimizer&) override;
+  void after_optimizer_step(ShardableOptimizer& optimizer) override;
   std::vector<int64_t> whole_sizes(const torch::Tensor& parameter) override;
 
   bool shards_optimizer_state() const override {
