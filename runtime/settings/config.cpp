@@ -23,8 +23,6 @@ namespace {
 struct Unmapped {};
 constexpr Unmapped unmapped{};
 
-const std::vector<std::string> kPrecisions = {"no", "fp16", "bf16", "fp8"};
-
 std::optional<std::string> environment(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') {
@@ -143,8 +141,13 @@ template <> struct Parser<std::uint64_t> {
 template <typename T> void any_value(const std::string&, const T&, const std::string&) {}
 
 void one_of_precisions(const std::string& key, const std::string& value, const std::string& where) {
-  if (std::find(kPrecisions.begin(), kPrecisions.end(), value) == kPrecisions.end()) {
-    refuse(key, value, where, "is not one of no, fp16, bf16, fp8");
+  const auto& modes = spelling::mixed_precision_modes();
+  if (std::find(modes.begin(), modes.end(), value) == modes.end()) {
+    std::string listed;
+    for (const auto& mode : modes) {
+      listed += (listed.empty() ? "" : ", ") + mode;
+    }
+    refuse(key, value, where, "is not one of " + listed);
   }
 }
 
@@ -174,7 +177,7 @@ void not_negative_count(const std::string& key, std::int64_t value, const std::s
 }
 
 void one_of_zero_stages(const std::string& key, int value, const std::string& where) {
-  if (value < 0 || value > 3) {
+  if (value < spelling::kMinZeroStage || value > spelling::kMaxZeroStage) {
     refuse(key, text_of(value), where,
            "is not a ZeRO stage; use 0 (off), 1 (optimizer state sharded), 2 (optimizer state and gradients "
            "sharded) or 3 (parameters too: the fsdp strategy)");
@@ -192,7 +195,7 @@ void one_of_sharding_strategies(const std::string& key, const std::string& value
 }
 
 void one_of_fsdp_versions(const std::string& key, int value, const std::string& where) {
-  if (value != 1 && value != 2) {
+  if (value < spelling::kMinFsdpVersion || value > spelling::kMaxFsdpVersion) {
     refuse(key, text_of(value), where, "is not an FSDP version; use 1 or 2 (the same behaviour here)");
   }
 }

@@ -62,6 +62,11 @@ std::optional<long long> whole_number(const std::string& text, long long min, lo
   return value;
 }
 
+const std::vector<std::string>& mixed_precision_modes() {
+  static const std::vector<std::string> kModes = {"no", "fp16", "bf16", "fp8"};
+  return kModes;
+}
+
 const std::vector<std::string>& sharding_strategies() {
   static const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
                                                        "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};

@@ -20,6 +20,16 @@ std::optional<std::string> choice(const std::vector<std::string>& choices, const
 /// is within [min, max]; or nullopt.
 std::optional<long long> whole_number(const std::string& text, long long min, long long max);
 
+/// Accelerate's mixed-precision modes (mixed_precision, ACCELERATE_MIXED_PRECISION): no, fp16, bf16, fp8.
+const std::vector<std::string>& mixed_precision_modes();
+
+/// The ZeRO stages DeepSpeed has: 0 (off) to 3.
+constexpr int kMinZeroStage = 0;
+constexpr int kMaxZeroStage = 3;
+/// FSDP's API versions (fsdp_version): 1 and 2, which behave alike here.
+constexpr int kMinFsdpVersion = 1;
+constexpr int kMaxFsdpVersion = 2;
+
 /// Accelerate's sharding strategies (FSDP_SHARDING_STRATEGY), in the order of torch's numbers 1 to 5.
 const std::vector<std::string>& sharding_strategies();
 

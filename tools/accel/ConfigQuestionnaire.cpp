@@ -233,7 +233,7 @@ void askDeepSpeed(Prompter& prompter, Answers& answers) {
   const long long stage =
       prompter.wholeNumber("What should be your DeepSpeed's ZeRO optimization stage (1: optimizer state "
                            "sharded, 2: optimizer state and gradients sharded, 3: parameters too)?",
-                           2, 1, 3);
+                           accelerate::spelling::kDefaultZeroStage, 1, accelerate::spelling::kMaxZeroStage);
   deepspeed.set("zero_stage", ConfigValue::number(stage));
   static const std::vector<std::string> kDevices = {"none", "cpu"};
   if (stage == 2) { // Accelerate asks about offload for stages 2 and 3 only

@@ -23,13 +23,13 @@ const std::vector<std::string>& offloadDevices() {
 }
 
 const std::vector<std::string>& mixedPrecisionModes() {
-  static const std::vector<std::string> kValues = {"no", "fp16", "bf16", "fp8"};
-  return kValues;
+  return accelerate::spelling::mixed_precision_modes();
 }
 
 const std::vector<ConfigKey>& fsdpConfigKeys() {
   static const std::vector<ConfigKey> kKeys = {
-      {"fsdp_version", ValueRule::wholeNumber(1, 2)},
+      {"fsdp_version",
+       ValueRule::wholeNumber(accelerate::spelling::kMinFsdpVersion, accelerate::spelling::kMaxFsdpVersion)},
       {"fsdp_sharding_strategy", ValueRule::choiceOrNumber(accelerate::spelling::sharding_strategies(), 1, 5)
                                      .spelledAlsoAs(accelerate::spelling::sharding_strategy)},
       {"fsdp_reshard_after_forward", ValueRule::boolOrChoice(accelerate::spelling::sharding_strategies())
@@ -56,7 +56,8 @@ const std::vector<ConfigKey>& fsdpConfigKeys() {
 const std::vector<ConfigKey>& deepspeedConfigKeys() {
   static const std::vector<ConfigKey> kKeys = {
       {"deepspeed_config_file", ValueRule::text()},
-      {"zero_stage", ValueRule::wholeNumber(0, 3)},
+      {"zero_stage",
+       ValueRule::wholeNumber(accelerate::spelling::kMinZeroStage, accelerate::spelling::kMaxZeroStage)},
       {"offload_optimizer_device", ValueRule::choice(offloadDevices())},
       {"offload_param_device", ValueRule::choice(offloadDevices())},
       {"offload_optimizer_nvme_path", ValueRule::text()},
