@@ -758,6 +758,37 @@ def UnsupportedZeroSettingsAreRefused():
                           f"deepspeed_config.zero_stage 1 in the config file: {ZERO_STAGE_SELECTS_ZERO}")
 
 
+def ProcessCountsAboveTheSystemLimitsAreRefusedBeforeAnyRankStarts():
+    """Each process of a job keeps a connection to every other (and rank 0 one from each to its store): with
+    the open-file limit lowered, a count that cannot run is refused at once, naming the limit; so is a count
+    above the per-user process limit. A count within both still runs."""
+    import resource
+
+    def launch_limited(limit, value, *args):
+        def lower():
+            resource.setrlimit(limit, (value, resource.getrlimit(limit)[1]))
+        start = time.monotonic()
+        completed = subprocess.run([ACCEL, "launch", *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                                   env=environment(), preexec_fn=lower)
+        return Result(completed.returncode, completed.stdout, completed.stderr, time.monotonic() - start)
+
+    result = launch_limited(resource.RLIMIT_NOFILE, 256, "--num_processes", "200", PROBE)
+    check_usage_error(result, "accel launch: --num_processes 200 needs about 464 open files in each process (a "
+                              "connection to every other process of the job, and at rank 0 one from each to the "
+                              f"rendezvous store), over this machine's limit of 256 (ulimit -n; hard limit "
+                              f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}): raise it (ulimit -n 464) or start "
+                              "fewer processes")
+    check(result.seconds < 5, "the refusal must come before any rank starts, within 5 s", result)
+    result = launch_limited(resource.RLIMIT_NPROC, 3, "--num_processes", "4", PROBE)
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    check_usage_error(result, "accel launch: --num_processes 4 starts 4 processes on this machine, over its limit of 3 "
+                              "processes per user (ulimit -u; hard limit "
+                              f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}): raise it or start "
+                              "fewer processes")
+    result = launch_limited(resource.RLIMIT_NOFILE, 256, "--num_processes", "2", PROBE)
+    check(result.code == 0, "2 processes fit in 256 open files and must run", result)
+
+
 def GpuIdsBecomeCudaVisibleDevices():
     gpus = env_lines(launch("-q", "--gpu_ids", "1", "env").stdout)[0]
     check(gpus.get("CUDA_VISIBLE_DEVICES") == "1", "--gpu_ids must become CUDA_VISIBLE_DEVICES")

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <iostream>
 #include <sstream>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -193,6 +194,41 @@ void checkMachines(const LaunchSettings& settings, LaunchOptions& options, int t
                      std::to_string(options.numMachines) + " give every machine the same port, like 29500");
 }
 
+/// Whether the operating system lets the job open what it needs, checked before any rank starts (the ranks
+/// inherit accel's limits). Every process of a job keeps a connection to every other (Gloo's full mesh), and
+/// rank 0 also one from each process to its rendezvous store: about two descriptors per process of the job,
+/// plus what libtorch and the C library keep open. accel keeps two pipes per rank of this machine. Each rank
+/// of this machine is a process of the user's (RLIMIT_NPROC counts them).
+void checkSystemLimits(const LaunchSettings& settings, const LaunchOptions& options) {
+  constexpr unsigned long long kDescriptorsBesides = 64; // libraries, logs, shared memory, the store client
+  const unsigned long long total =
+      static_cast<unsigned long long>(options.numProcesses) * options.numMachines;
+  const std::string processes = settings.get("num_processes") ? describeSetting(settings, "num_processes")
+                                                              : std::to_string(total) + " processes";
+  auto limitText = [](rlim_t value) {
+    return value == RLIM_INFINITY ? std::string("unlimited") : std::to_string(value);
+  };
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    const unsigned long long needed =
+        std::max(2 * total, 2ULL * static_cast<unsigned long long>(options.numProcesses)) +
+        kDescriptorsBesides;
+    if (needed > files.rlim_cur)
+      throw UsageError(processes + " needs about " + std::to_string(needed) +
+                       " open files in each process (a connection to every other process of the job, and at "
+                       "rank 0 one from each to the rendezvous store), over this machine's limit of " +
+                       limitText(files.rlim_cur) + " (ulimit -n; hard limit " + limitText(files.rlim_max) +
+                       "): raise it (ulimit -n " + std::to_string(needed) + ") or start fewer processes");
+  }
+  rlimit tasks{};
+  if (::getrlimit(RLIMIT_NPROC, &tasks) == 0 && tasks.rlim_cur != RLIM_INFINITY &&
+      static_cast<rlim_t>(options.numProcesses) > tasks.rlim_cur)
+    throw UsageError(processes + " starts " + std::to_string(options.numProcesses) +
+                     " processes on this machine, over its limit of " + limitText(tasks.rlim_cur) +
+                     " processes per user (ulimit -u; hard limit " + limitText(tasks.rlim_max) +
+                     "): raise it or start fewer processes");
+}
+
 void checkGpus(const LaunchSettings& settings, const LaunchOptions& options) {
   if (settings.isTrue("multi_gpu") && !settings.isTrue("cpu") && options.numMachines == 1 &&
       options.numProcesses < 2)
@@ -275,6 +311,7 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
 
   checkMachines(settings, options, totalProcesses(settings));
   checkGpus(settings, options);
+  checkSystemLimits(settings, options);
   options.mainProcessIp = settings.get("main_process_ip").value_or("127.0.0.1");
   if (options.mainProcessIp.empty())
     throw UsageError(origin(settings, "main_process_ip") +
