@@ -18,9 +18,11 @@ namespace accelerate {
 /// False when it is 0 or unset. Throws std::invalid_argument, naming the variable, when it is not a number.
 bool is_restart();
 
-/// True when `directory` holds a checkpoint that `save_state(directory)` completed (its metadata.json): an
-/// interrupted save is never renamed into place, so it is not one. A directory of other files is not one
-/// either (and save_state refuses to replace it).
+/// True when `directory` holds a checkpoint that `save_state(directory)` completed (its metadata.json); false
+/// when there is nothing there yet (no such path, or an empty folder): an interrupted save is never renamed
+/// into place. Throws std::runtime_error naming the folder when something else is there (a file, a folder of
+/// other files or without metadata.json, a metadata.json that cannot be read): training from the beginning
+/// would lose the place a checkpoint was meant to keep, and save_state refuses to replace such a folder.
 bool checkpoint_exists(const std::string& directory);
 
 /// True when this run is a restart (is_restart()) and `directory` holds a checkpoint (checkpoint_exists()):

@@ -6,9 +6,13 @@
 #include "checkpoint/format.h"
 #include "common/durable_file.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
+
+#include <unistd.h>
 
 namespace accelerate {
 
@@ -43,8 +47,32 @@ bool is_restart() {
 }
 
 bool checkpoint_exists(const std::string& directory) {
-  return detail::is_directory(directory) &&
-         detail::path_exists(detail::join_path(directory, detail::kMetadataFile));
+  if (!detail::path_exists(directory)) {
+    return false;
+  }
+  const std::string fix =
+      ": a save_state that completed always writes one, so this is another program's folder "
+      "or a damaged checkpoint; move it away to start from the beginning, or name the "
+      "checkpoint to resume from";
+  if (!detail::is_directory(directory)) {
+    throw std::runtime_error("accelerate: '" + directory + "' is a file, not a checkpoint folder" + fix);
+  }
+  const std::string metadata = detail::join_path(directory, detail::kMetadataFile);
+  if (!detail::path_exists(metadata)) {
+    const auto entries = detail::list_directory(directory);
+    if (entries.empty()) {
+      return false; // an empty folder: nothing was saved there yet
+    }
+    throw std::runtime_error("accelerate: '" + directory + "' holds " + std::to_string(entries.size()) +
+                             " entries but no " + detail::kMetadataFile +
+                             ", so it is not a complete checkpoint" + fix);
+  }
+  if (::access(metadata.c_str(), R_OK) != 0) {
+    const int error = errno;
+    throw std::runtime_error("accelerate: '" + directory + "' is not a readable checkpoint: its " +
+                             detail::kMetadataFile + " cannot be read (" + std::strerror(error) + ")" + fix);
+  }
+  return true;
 }
 
 bool restarted_with_checkpoint(const std::string& directory) {

@@ -189,6 +189,28 @@ def CheckpointOfAnotherModelIsRefused():
     check(TRAINED.search(output) is None, "nothing may train after the refused load", output)
 
 
+def AFolderThatIsNoCheckpointStopsTheRunNamingIt():
+    """RESUME: a checkpoint folder that holds files but no metadata.json (another program's, or a damaged
+    checkpoint) stops the run with the folder named, instead of a fresh start that would later fail to save;
+    the folder is left as it was. An empty folder holds nothing yet: the run starts from the beginning."""
+    directory = workdir()
+    checkpoint = os.path.join(directory, "checkpoint")
+    os.makedirs(checkpoint)
+    with open(os.path.join(checkpoint, "notes.txt"), "w") as file:
+        file.write("not a checkpoint\n")
+    code, output = accel(TRAIN_ALWAYS, directory)
+    check(code != 0, "a folder that is no checkpoint must stop the run", output)
+    check("'checkpoint' holds 1 entries but no metadata.json, so it is not a complete checkpoint" in output,
+          "the error must name the folder and what is missing", output)
+    check("terminate called" not in output, "the error must not escape as `terminate called ...`", output)
+    check(TRAINED.search(output) is None, "nothing may train", output)
+    check(sorted(os.listdir(checkpoint)) == ["notes.txt"], "the folder must be left as it was", output)
+    os.remove(os.path.join(checkpoint, "notes.txt"))
+    code, output = accel(TRAIN_ALWAYS, directory)
+    check(code == 0, f"an empty checkpoint folder is no checkpoint yet: the run must train (exit {code})", output)
+    check(result(output)[1] == STEPS, f"the run must train all {STEPS} steps from the beginning", output)
+
+
 def RestartCountThatIsNotANumberIsRefused():
     """TORCHELASTIC_RESTART_COUNT set by hand to something that is no count: one process (no launcher) stops with
     the variable named, the runtime's one-line report instead of `terminate called after throwing`."""
@@ -203,7 +225,8 @@ def RestartCountThatIsNotANumberIsRefused():
 
 TESTS = {test.__name__: test for test in (RestartResumesFromTheLastCheckpoint, TorchrunRestartResumes,
                                           ResumeLoadsTheCheckpointOnAFirstStart, CheckpointOfAnotherModelIsRefused,
-                                          RestartCountThatIsNotANumberIsRefused)}
+                                          RestartCountThatIsNotANumberIsRefused,
+                                          AFolderThatIsNoCheckpointStopsTheRunNamingIt)}
 
 
 def main():
