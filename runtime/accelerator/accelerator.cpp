@@ -10,6 +10,7 @@
 #include "parallel/engine.h"
 #include "precision/precision.h"
 #include "transport/device.h"
+#include "transport/hang_watch.h"
 #include "transport/process_group.h"
 #include "transport/shm_allreduce.h"
 
@@ -57,6 +58,9 @@ std::weak_ptr<detail::ProcessState> process_state;
 std::shared_ptr<detail::ProcessState> acquire_process_state(const detail::ResolvedConfig& config) {
   std::lock_guard<std::mutex> lock(process_state_mutex);
   auto environment = detail::discover_launch_environment();
+  if (!config.run_id.empty()) {
+    environment.run_id = config.run_id;
+  }
   const bool use_cpu = config.cpu || !torch::cuda::is_available();
   const torch::Device device =
       use_cpu ? torch::Device(torch::kCPU)
@@ -81,6 +85,7 @@ std::shared_ptr<detail::ProcessState> acquire_process_state(const detail::Resolv
   if (created->environment.world_size > 1) {
     created->process_group =
         detail::create_process_group(created->environment, device, config.timeout, config.debug);
+    detail::start_hang_watch(created->environment, config.hang_timeout);
   }
   process_state = created;
   return created;

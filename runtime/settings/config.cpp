@@ -123,6 +123,20 @@ template <> struct Parser<std::int64_t> {
   }
 };
 
+/// A duration from text: seconds, as a number (`600`, `0.5`), as the launchers' timeouts are given.
+template <> struct Parser<std::chrono::milliseconds> {
+  static std::chrono::milliseconds parse(const std::string& key, const std::string& text,
+                                         const std::string& where) {
+    const double seconds = parse_number(
+        key, text, where, [](const std::string& s, std::size_t* used) { return std::stod(s, used); },
+        "a number of seconds");
+    if (!(seconds >= 0) || seconds > 1e9) {
+      refuse(key, text, where, "is not a number of seconds >= 0");
+    }
+    return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000 + 0.5));
+  }
+};
+
 template <> struct Parser<std::uint64_t> {
   static std::uint64_t parse(const std::string& key, const std::string& text, const std::string& where) {
     if (text.empty() || text.front() == '-') {
@@ -242,6 +256,20 @@ void positive(const std::string& key, double value, const std::string& where) {
 void positive(const std::string& key, std::chrono::milliseconds value, const std::string& where) {
   if (value.count() <= 0) {
     refuse(key, text_of(value), where, "must be > 0");
+  }
+}
+
+void not_negative(const std::string& key, std::chrono::milliseconds value, const std::string& where) {
+  if (value.count() < 0) {
+    refuse(key, text_of(value), where, "must be >= 0");
+  }
+}
+
+/// A run id names keys, files and shared-memory segments: letters, digits and `-_.:@` only, at most 128.
+void run_id_text(const std::string& key, const std::string& value, const std::string& where) {
+  if (value.size() > 128 || value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                    "0123456789-_.:@") != std::string::npos) {
+    refuse(key, value, where, "is not a run id: use at most 128 letters, digits and -_.:@");
   }
 }
 

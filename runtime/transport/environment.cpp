@@ -98,6 +98,26 @@ bool read_slurm(LaunchEnvironment& env) {
   return true;
 }
 
+/// The run id the launcher gave (LaunchEnvironment::run_id).
+std::string launcher_run_id() {
+  if (auto id = read_variable("ACCELERATE_RUN_ID")) {
+    return *id;
+  }
+  if (auto id = read_variable("TORCHELASTIC_RUN_ID")) {
+    return *id;
+  }
+  if (auto job = read_variable("SLURM_JOB_ID")) {
+    auto step = read_variable("SLURM_STEP_ID");
+    return step ? *job + "." + *step : *job;
+  }
+  for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
+    if (auto id = read_variable(name)) {
+      return *id;
+    }
+  }
+  return "";
+}
+
 } // namespace
 
 LaunchEnvironment discover_launch_environment() {
@@ -126,6 +146,7 @@ LaunchEnvironment discover_launch_environment() {
     }
     env.master_port = *port;
   }
+  env.run_id = launcher_run_id();
   return env;
 }
 

@@ -16,6 +16,11 @@ struct LaunchEnvironment {
   int master_port = 29500;
   /// Which launcher's variables were read: "torchrun", "mpirun", "srun" or "none".
   std::string launcher = "none";
+  /// The job's identity as its launcher names it: `ACCELERATE_RUN_ID` (accel launch), else torchrun's
+  /// `TORCHELASTIC_RUN_ID`, Slurm's `SLURM_JOB_ID.SLURM_STEP_ID`, Open MPI's `PMIX_NAMESPACE` or
+  /// `OMPI_MCA_ess_base_jobid`; "" when none is set (processes started by hand). The Accelerator's `run_id`
+  /// option replaces it.
+  std::string run_id;
 };
 
 /// Reads the launcher's variables; throws `std::invalid_argument` naming the variable on a bad value.

@@ -3,12 +3,17 @@
 
 #include "transport/collective_checks.h"
 #include "transport/device.h"
+#include "transport/recording_backend.h"
 #include "transport/shm_allreduce.h"
 
 #include <cstdlib>
 #include <mutex>
+#include <optional>
+
+#include <netinet/in.h>
 #include <stdexcept>
 #include <string>
+#include <sys/socket.h>
 
 #include <ATen/MemoryOverlap.h>
 
@@ -35,6 +40,39 @@ std::string agent_store_prefix() {
   return std::string("/worker/attempt_") + (attempt != nullptr && *attempt != '\0' ? attempt : "0");
 }
 
+/// The listening socket `accel launch` bound for rank 0's store and holds for the job's life
+/// (`ACCELERATE_STORE_LISTEN_FD`): bound before any rank started, so no other job can take the port between
+/// the launcher's choice and rank 0's start. Taken when it is a listening TCP socket on MASTER_PORT, once per
+/// process; otherwise the store binds the port itself.
+std::optional<int> launcher_listen_fd(const LaunchEnvironment& env) {
+  static bool taken = false;
+  const char* text = std::getenv("ACCELERATE_STORE_LISTEN_FD");
+  if (taken || text == nullptr || *text == '\0') {
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  const long fd = std::strtol(text, &end, 10);
+  if (*end != '\0' || fd < 0 || fd > 1 << 20) {
+    return std::nullopt;
+  }
+  int listening = 0;
+  socklen_t length = sizeof(listening);
+  sockaddr_storage bound{};
+  socklen_t bound_length = sizeof(bound);
+  if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 ||
+      listening == 0 ||
+      ::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&bound), &bound_length) != 0) {
+    return std::nullopt;
+  }
+  const int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                               : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  if (port != env.master_port) {
+    return std::nullopt;
+  }
+  taken = true;
+  return static_cast<int>(fd);
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env,
                                               std::chrono::milliseconds timeout) {
   const std::string prefix = agent_store_prefix();
@@ -42,8 +80,13 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env,
   options.port = static_cast<std::uint16_t>(env.master_port);
   options.isServer = env.rank == 0 && prefix.empty(); // the agent's store is there already
   options.numWorkers = env.world_size;
-  options.waitWorkers = prefix.empty();
+  // Not the store's own count of connections: a process of another job reaching this port would count as
+  // one of ours. Who belongs to the job is settled by join_run and check_world_size, by run id and rank.
+  options.waitWorkers = false;
   options.timeout = timeout;
+  if (options.isServer) {
+    options.masterListenFd = launcher_listen_fd(env);
+  }
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
@@ -57,15 +100,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env,
       throw std::runtime_error(
           "accelerate: rank 0 cannot listen on MASTER_PORT " + std::to_string(env.master_port) +
           " at MASTER_ADDR " + env.master_addr +
-          ": the port is already in use; pick a free port (accel launch --main_process_port 0)");
+          ": the port is already in use (another job's rendezvous?); pick a free port (accel launch "
+          "--main_process_port 0, or leave the port out and accel launch finds one)");
     }
     if (env.rank == 0) {
-      throw std::runtime_error("accelerate: rank 0 waited " + std::to_string(timeout.count()) + " ms at " +
-                               where + " (MASTER_ADDR:MASTER_PORT) for the other " +
-                               std::to_string(env.world_size - 1) +
-                               " process(es) to connect; check that they all started, with the same "
-                               "MASTER_ADDR, MASTER_PORT and WORLD_SIZE. Cause: " +
-                               what.substr(0, what.find('\n')));
+      throw std::runtime_error("accelerate: rank 0 could not open the rendezvous at " + where +
+                               " (MASTER_ADDR:MASTER_PORT). Cause: " + what.substr(0, what.find('\n')));
     }
     throw std::runtime_error(
         "accelerate: rank " + std::to_string(env.rank) + " could not reach the rendezvous at " + where +
@@ -74,6 +114,47 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnvironment& env,
         "Cause: " +
         what.substr(0, what.find('\n')));
   }
+}
+
+std::string describe_run(const std::string& run_id) {
+  return run_id.empty() ? std::string("no run id") : "run id '" + run_id + "'";
+}
+
+/// Rank 0 publishes the job's run id on its store; every other process reads it before it writes anything,
+/// and leaves the store untouched when it is not its own: a process that reached another job's rendezvous
+/// (the same MASTER_ADDR:MASTER_PORT) is refused with both ids, and that job goes on as if it had not come.
+/// Returns the job's keys: the store under `accelerate/run/<id>/`.
+c10::intrusive_ptr<c10d::Store> join_run(const c10::intrusive_ptr<c10d::Store>& store,
+                                         const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
+  const std::string key = "accelerate/run_id";
+  if (env.rank == 0) {
+    store->set(key, std::vector<uint8_t>(env.run_id.begin(), env.run_id.end()));
+  } else {
+    std::vector<uint8_t> value;
+    try {
+      value = store->get(key);
+    } catch (const c10::DistError& error) {
+      const std::string what = error.what_without_backtrace();
+      throw std::runtime_error(
+          "accelerate: rank " + std::to_string(env.rank) + " reached " + env.master_addr + ":" +
+          std::to_string(env.master_port) + " but no rank 0 published a run there within " +
+          std::to_string(timeout.count()) +
+          " ms; check that rank 0 started with the same MASTER_ADDR and MASTER_PORT. Cause: " +
+          what.substr(0, what.find('\n')));
+    }
+    const std::string theirs(value.begin(), value.end());
+    if (theirs != env.run_id) {
+      throw std::runtime_error(
+          "accelerate: rank " + std::to_string(env.rank) + " (" + describe_run(env.run_id) +
+          ") reached the rendezvous of another job at " + env.master_addr + ":" +
+          std::to_string(env.master_port) + " (" + describe_run(theirs) +
+          ") and left it untouched: give each job its own MASTER_PORT (accel launch finds a free one when "
+          "--main_process_port is not given), or start every process of a job with the same run id "
+          "(ACCELERATE_RUN_ID, accel launch --rdzv_id)");
+    }
+  }
+  return c10::make_intrusive<c10d::PrefixStore>(
+      "accelerate/run/" + (env.run_id.empty() ? std::string("unnamed") : env.run_id), store);
 }
 
 /// Whether the shared-memory collectives take `tensor`: decided from what every process has alike (the
@@ -97,15 +178,36 @@ bool c10d_takes_aliasing(const at::Tensor& part, const at::Tensor& whole, int ra
 }
 
 /// Every process must agree on the world size: a mismatch would otherwise hang in the rendezvous until the
-/// timeout. Each rank publishes its WORLD_SIZE; rank 0 checks everyone's, the others check rank 0's.
-void check_world_size(c10d::Store& store, const LaunchEnvironment& env) {
+/// timeout. Each rank publishes its WORLD_SIZE; rank 0 checks everyone's (waiting for each to arrive), the
+/// others check rank 0's.
+void check_world_size(c10d::Store& store, const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
   auto key = [](int rank) { return "accelerate/world_size/" + std::to_string(rank); };
   const std::string mine = std::to_string(env.world_size);
   store.set(key(env.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   const int first = env.rank == 0 ? 1 : 0;
   const int last = env.rank == 0 ? env.world_size - 1 : 0;
   for (int rank = first; rank <= last; ++rank) {
-    auto value = store.get(key(rank));
+    std::vector<uint8_t> value;
+    try {
+      value = store.get(key(rank));
+    } catch (const c10::DistError& error) {
+      std::string missing;
+      int count = 0;
+      for (int other = rank; other <= last; ++other) {
+        if (!store.check({key(other)})) {
+          missing += (count++ == 0 ? "" : ", ") + std::to_string(other);
+        }
+      }
+      const std::string what = error.what_without_backtrace();
+      throw std::runtime_error(
+          "accelerate: rank " + std::to_string(env.rank) + " waited " + std::to_string(timeout.count()) +
+          " ms at " + env.master_addr + ":" + std::to_string(env.master_port) +
+          " (MASTER_ADDR:MASTER_PORT) for " + (env.rank == 0 ? "rank(s) " + missing : std::string("rank 0")) +
+          " of the job (" + describe_run(env.run_id) +
+          ") to connect; check that they all started, with the same MASTER_ADDR, MASTER_PORT, WORLD_SIZE and "
+          "run id. Cause: " +
+          what.substr(0, what.find('\n')));
+    }
     std::string theirs(value.begin(), value.end());
     if (theirs != mine) {
       throw std::runtime_error("accelerate: rank " + std::to_string(env.rank) +
@@ -135,13 +237,16 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d:
                             c10::make_intrusive<c10d::PrefixStore>("accelerate/debug", store), timeout)
                       : backend;
   };
-  auto gloo = checked(wrap_backend_with_shared_memory(
-      create_gloo_backend(store, rank, size, master_addr, timeout), store, timeout, apart));
+  auto recorded = [](c10::intrusive_ptr<c10d::Backend> backend) -> c10::intrusive_ptr<c10d::Backend> {
+    return c10::make_intrusive<RecordingBackend>(std::move(backend));
+  };
+  auto gloo = recorded(checked(wrap_backend_with_shared_memory(
+      create_gloo_backend(store, rank, size, master_addr, timeout), store, timeout, apart)));
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   if (device.is_cuda()) {
     group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL,
-                      checked(create_nccl_backend(store, rank, size, timeout)));
+                      recorded(checked(create_nccl_backend(store, rank, size, timeout))));
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
   }
   return group;
@@ -179,9 +284,9 @@ c10::intrusive_ptr<c10d::Store> store_for_next_group(const LaunchEnvironment& en
   std::lock_guard<std::mutex> lock(mutex);
   const std::string job = env.master_addr + ":" + std::to_string(env.master_port) + "/" +
                           std::to_string(env.rank) + "/" + std::to_string(env.world_size) + "/" +
-                          agent_store_prefix();
+                          agent_store_prefix() + "/" + env.run_id;
   if (!kept->store || kept->job != job) {
-    kept->store = connect_store(env, timeout);
+    kept->store = join_run(connect_store(env, timeout), env, timeout);
     kept->job = job;
     kept->groups = 0;
   }
@@ -197,7 +302,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
                                                             std::chrono::milliseconds timeout,
                                                             bool debug_mode) {
   auto store = store_for_next_group(env, timeout);
-  check_world_size(*store, env);
+  check_world_size(*store, env, timeout);
   return make_group(store, env.rank, env.world_size, env.master_addr, device, timeout, debug_mode,
                     machines_apart(env));
 }

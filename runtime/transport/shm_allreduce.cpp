@@ -27,6 +27,9 @@
 // they issue the same collectives on tensors of the same size (checked at each collective's first chunk).
 #include "transport/shm_allreduce.h"
 
+#include "transport/recording_backend.h"
+#include "watch/heartbeat.h"
+
 #include "transport/forwarding_backend.h"
 
 #include <fcntl.h>
@@ -865,29 +868,51 @@ wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
                                                            check_pids);
 }
 
+namespace {
+
+/// The shared-memory backend under `backend` (through the heartbeat's recording, never through debug mode's
+/// checking), or null.
+SharedMemoryAllreduceBackend* shared_memory_backend(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  return dynamic_cast<SharedMemoryAllreduceBackend*>(unrecorded(backend).get());
+}
+
+/// The byte count the heartbeat notes for `tensors`.
+std::uint64_t bytes_of(const std::vector<at::Tensor>& tensors) {
+  std::uint64_t bytes = 0;
+  for (const auto& tensor : tensors) {
+    bytes += tensor.nbytes();
+  }
+  return bytes;
+}
+
+} // namespace
+
 bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backend) {
-  return dynamic_cast<const SharedMemoryAllreduceBackend*>(backend.get()) != nullptr;
+  return shared_memory_backend(backend) != nullptr;
 }
 
 void average_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend,
                               const std::vector<at::Tensor>& tensors) {
-  auto* shared = dynamic_cast<SharedMemoryAllreduceBackend*>(backend.get());
+  auto* shared = shared_memory_backend(backend);
   TORCH_CHECK(shared != nullptr, "accelerate: average_in_shared_memory needs the shared-memory backend");
+  watch::note_collective("allreduce", bytes_of(tensors));
   shared->average(tensors);
 }
 
 void reduce_scatter_average_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend,
                                              const at::Tensor& output, const at::Tensor& input) {
-  auto* shared = dynamic_cast<SharedMemoryAllreduceBackend*>(backend.get());
+  auto* shared = shared_memory_backend(backend);
   TORCH_CHECK(shared != nullptr,
               "accelerate: reduce_scatter_average_in_shared_memory needs the shared-memory backend");
+  watch::note_collective("reduce_scatter", input.nbytes());
   shared->reduce_scatter_average(output, input);
 }
 
 void all_gather_in_shared_memory(const c10::intrusive_ptr<c10d::Backend>& backend, const at::Tensor& output,
                                  const at::Tensor& input) {
-  auto* shared = dynamic_cast<SharedMemoryAllreduceBackend*>(backend.get());
+  auto* shared = shared_memory_backend(backend);
   TORCH_CHECK(shared != nullptr, "accelerate: all_gather_in_shared_memory needs the shared-memory backend");
+  watch::note_collective("allgather", input.nbytes());
   shared->all_gather(output, input);
 }
 

@@ -27,9 +27,21 @@ extern char** environ;
 
 namespace {
 
-const char* const kReportedVariables[] = {
-    "RANK",      "LOCAL_RANK", "WORLD_SIZE",      "LOCAL_WORLD_SIZE", "GROUP_RANK",  "GROUP_WORLD_SIZE",
-    "ROLE_NAME", "ROLE_RANK",  "ROLE_WORLD_SIZE", "MASTER_ADDR",      "MASTER_PORT", "OMP_NUM_THREADS"};
+const char* const kReportedVariables[] = {"RANK",
+                                          "LOCAL_RANK",
+                                          "WORLD_SIZE",
+                                          "LOCAL_WORLD_SIZE",
+                                          "GROUP_RANK",
+                                          "GROUP_WORLD_SIZE",
+                                          "ROLE_NAME",
+                                          "ROLE_RANK",
+                                          "ROLE_WORLD_SIZE",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "OMP_NUM_THREADS",
+                                          "ACCELERATE_RUN_ID",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "ACCELERATE_STORE_LISTEN_FD"};
 
 struct ProbeActions {
   int failRank = -1;

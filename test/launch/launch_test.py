@@ -126,15 +126,32 @@ def env_of(line):
 def TwoRanksGetTorchrunEnvironment():
     result = launch("--num_processes", "2", PROBE)
     check(result.code == 0, "two healthy ranks must exit 0", result)
+    # 29500 unless another job holds it at this moment: then the launcher says which port it took.
+    moved = re.search(r"the default port 29500 is in use \(another job\?\); this job's rendezvous is on port "
+                      r"(\d+)", result.stderr)
+    port = int(moved.group(1)) if moved else 29500
+    run_ids = set()
     for rank in (0, 1):
         lines = [line for line in rank_lines(result.stdout, rank) if "probe pid=" in line]
         check(len(lines) == 1, f"expected one environment line from rank {rank}", result)
         expected = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 2, "GROUP_RANK": 0,
                     "GROUP_WORLD_SIZE": 1, "ROLE_NAME": "default", "ROLE_RANK": rank, "ROLE_WORLD_SIZE": 2,
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": 29500, "OMP_NUM_THREADS": 1}
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": 1}
         got = env_of(lines[0])
         for name, value in expected.items():
             check(got.get(name) == str(value), f"rank {rank}: expected {name}={value}, got {got.get(name)}", result)
+        # One run id for the job, under accel's name and torchrun's; rank 0 alone gets the held store socket.
+        check(re.fullmatch(r"accel-[0-9a-f]{12}", got.get("ACCELERATE_RUN_ID", "")) is not None and
+              got.get("TORCHELASTIC_RUN_ID") == got.get("ACCELERATE_RUN_ID"),
+              f"rank {rank}: expected a run id accel-<12 hex digits> under both names, got {got}", result)
+        run_ids.add(got["ACCELERATE_RUN_ID"])
+        check((got.get("ACCELERATE_STORE_LISTEN_FD") != "<unset>") == (rank == 0),
+              f"rank {rank}: only rank 0 gets ACCELERATE_STORE_LISTEN_FD, got {got}", result)
+    check(len(run_ids) == 1, f"both ranks must share one run id, got {run_ids}", result)
+    again = launch("-q", "--num_processes", "2", PROBE)
+    check(env_of(again.stdout).get("ACCELERATE_RUN_ID") not in run_ids, "each launch makes a new run id", again)
+    given = launch("-q", "--num_processes", "2", "--rdzv_id", "job-7", PROBE)
+    check(given.stdout.count("ACCELERATE_RUN_ID=job-7") == 2, "--rdzv_id sets the run id", given)
     check("OMP_NUM_THREADS=1" in result.stderr, "expected the note about OMP_NUM_THREADS", result)
 
     quiet = launch("-q", "--num_processes", "2", PROBE)
@@ -847,7 +864,7 @@ def BusyPortIsRejected():
         busy.listen()
         port = busy.getsockname()[1]
         check_usage_error(launch("--num_processes", "2", "--main_process_port", str(port), PROBE),
-                          f"accel launch: --main_process_port {port} is already in use on 127.0.0.1 (another job's "
+                          f"accel launch: --main_process_port {port} is already in use on this machine (another job's "
                           "rendezvous? give another port, or 0 to pick a free one)")
 
 

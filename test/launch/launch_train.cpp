@@ -1,7 +1,8 @@
 // A tiny data-parallel training run for the launcher tests: the same program under accel launch, torchrun,
 // mpirun and Accelerate's launcher must end with bit-identical parameters, which rank 0 prints.
 //
-//   launch_train [--steps N] [--step-sleep MS] [--crash RANK STEP] [--prepare-optimizer]
+//   launch_train [--steps N] [--step-sleep MS] [--crash RANK STEP] [--pause RANK STEP SECONDS]
+//                [--prepare-optimizer]
 //
 // Preconditions for bit-identical results (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
 // batches (rank r takes slice r of the global batch), no dropout, one intra-op thread.
@@ -10,7 +11,9 @@
 // `values <every parameter element, %.17g, comma-separated>` (for comparisons across strategies, which are
 // not bit for bit).
 // --crash RANK STEP makes RANK exit 3 at STEP on the first attempt only (TORCHELASTIC_RESTART_COUNT unset
-// or 0), for --max_restarts tests; --step-sleep leaves time to kill a rank mid-run.
+// or 0), for --max_restarts tests; --step-sleep leaves time to kill a rank mid-run; --pause makes RANK sleep
+// SECONDS before STEP, alive (its heartbeat goes on) while the others wait in the step's collective: long
+// work on one process, or, longer than the collective timeout, a process that never arrives.
 #include <accelerate/accelerate.h>
 
 #include <torch/torch.h>
@@ -45,6 +48,9 @@ struct Options {
   int crashRank = -1;
   int crashStep = -1;
   bool prepareOptimizer = false; // the fused step (what ZeRO needs), printing the parallel strategy
+  int pauseRank = -1;
+  int pauseStep = -1;
+  double pauseSeconds = 0;
 };
 
 Options parseOptions(int argc, char** argv) {
@@ -60,6 +66,10 @@ Options parseOptions(int argc, char** argv) {
     else if (arg == "--crash" && i + 2 < argc) {
       options.crashRank = std::atoi(argv[++i]);
       options.crashStep = std::atoi(argv[++i]);
+    } else if (arg == "--pause" && i + 3 < argc) {
+      options.pauseRank = std::atoi(argv[++i]);
+      options.pauseStep = std::atoi(argv[++i]);
+      options.pauseSeconds = std::atof(argv[++i]);
     } else {
       std::fprintf(stderr, "launch_train: unknown argument '%s'\n", arg.c_str());
       std::exit(2);
@@ -90,8 +100,11 @@ uint64_t parameterHash(const std::vector<torch::Tensor>& parameters) {
 int main(int argc, char** argv) {
   Options options = parseOptions(argc, argv);
   at::set_num_threads(1);
-  accelerate::Accelerator accelerator(
-      accelerate::AcceleratorOptions().cpu(true).init_timeout(std::chrono::seconds(20)));
+  // 20 s unless the launcher sets the collective timeout (accel launch --timeout, ACCEL_TIMEOUT).
+  accelerate::AcceleratorOptions acceleratorOptions = accelerate::AcceleratorOptions().cpu(true);
+  if (std::getenv("ACCEL_TIMEOUT") == nullptr)
+    acceleratorOptions.init_timeout(std::chrono::seconds(20));
+  accelerate::Accelerator accelerator(acceleratorOptions);
   const int rank = accelerator.process_index();
   const int world = accelerator.num_processes();
   std::printf("train pid=%d rank=%d world=%d restart=%d\n", static_cast<int>(::getpid()), rank, world,
@@ -124,6 +137,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "launch_train: rank %d crashing at step %d as asked\n", rank, step);
       std::fflush(stderr);
       std::_Exit(3); // at once, as a crash does: no destructors closing the process group politely first
+    }
+    if (rank == options.pauseRank && step == options.pauseStep) {
+      std::printf("launch_train: rank %d pausing %g s before step %d\n", rank, options.pauseSeconds, step);
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::duration<double>(options.pauseSeconds));
     }
     auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
     auto x = at::randn({kGlobalBatch, 8}, generator, torch::kFloat64).narrow(0, rank * perRank, perRank);

@@ -331,6 +331,148 @@ def MaxRestartsRecoversFromOneCrash():
     check(re.search(r"rank 1 \(pid \d+\) failed with exit code 3", output) is not None, "accel must name rank 1", output)
 
 
+# ------------------------------------------------------------------------------------------- job identity
+
+def SimultaneousDefaultLaunchesNeverMix():
+    """Eight pairs of `accel launch --num_processes 2` on the default port, each pair started at the same
+    moment: the launcher binds and holds the port before any rank starts, so one of each pair gets 29500 (or
+    both another, when a job elsewhere holds it) and the other a free port; every job trains alone."""
+    expected = reference()
+    command = [ACCEL, "launch", "--num_processes", "2", TRAIN]  # not -q: the move to another port is a note
+    ports = []
+    for trial in range(8):
+        pair = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 errors="replace", env=environment()) for _ in range(2)]
+        for job, process in enumerate(pair):
+            output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
+            check(process.returncode == 0, f"trial {trial}, job {job}: exit {process.returncode}", output)
+            check(params_of(output) == expected, f"trial {trial}, job {job}: not the solo run's parameters", output)
+            ports.extend(re.findall(r"this job's rendezvous is on port (\d+)", output))
+    print(f"16 jobs in 8 simultaneous pairs trained alone; {len(ports)} moved off the default port")
+
+
+def AProcessOfAnotherRunIsRefusedAndTheJobGoesOn():
+    """A process that reaches another job's rendezvous (same MASTER_ADDR:MASTER_PORT, another run id) is
+    refused with both ids before it writes anything, and that job trains as if it had not come."""
+    expected = reference()
+    port = str(free_port())
+
+    def rank(number, run_id):
+        env = environment(RANK=str(number), WORLD_SIZE="2", LOCAL_RANK=str(number), LOCAL_WORLD_SIZE="2",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=port, ACCELERATE_RUN_ID=run_id)
+        return subprocess.Popen([TRAIN], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", env=env)
+
+    rank0 = rank(0, "job-a")
+    foreign = rank(1, "job-b")
+    foreign_output, _ = foreign.communicate(timeout=RUN_TIMEOUT_S)
+    check(foreign.returncode != 0, "the foreign process must be refused", foreign_output)
+    check(f"rank 1 (run id 'job-b') reached the rendezvous of another job at 127.0.0.1:{port} (run id 'job-a') "
+          "and left it untouched" in foreign_output, "the refusal must name both run ids", foreign_output)
+    rank1 = rank(1, "job-a")
+    outputs = [process.communicate(timeout=RUN_TIMEOUT_S)[0] for process in (rank0, rank1)]
+    check(rank0.returncode == 0 and rank1.returncode == 0,
+          f"job-a must finish (exit {rank0.returncode}, {rank1.returncode})", "".join(outputs))
+    check(params_of(outputs[0]) == expected, "job-a must train as a solo run", outputs[0])
+
+
+# ------------------------------------------------------------------------------------------- hangs
+
+def start_and_stop_one(command, ranks, stopped_rank, env=None):
+    """Starts `command` (a job of `ranks` launch_train ranks stepping forever), waits until every rank has
+    printed its pid and trained a moment, SIGSTOPs `stopped_rank`, and returns (exit code, output, seconds from
+    the stop to the job's end)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env or environment())
+    output = b""
+    start = time.monotonic()
+    while output.count(b"train pid=") < ranks and time.monotonic() - start < 40:
+        if select.select([process.stdout], [], [], 1)[0]:
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            output += chunk
+    pids = {int(rank): int(pid) for pid, rank in re.findall(rb"train pid=(\d+) rank=(\d)", output)}
+    check(len(pids) == ranks, f"all {ranks} ranks must start and print their pid", output.decode(errors="replace"))
+    time.sleep(1)  # mid-training: every rank is in the step loop's collectives
+    os.kill(pids[stopped_rank], signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        try:
+            os.kill(pids[stopped_rank], signal.SIGKILL)
+        except OSError:
+            pass
+    return process.returncode, (output + rest).decode(errors="replace"), time.monotonic() - stopped, pids
+
+
+HANG_TIMEOUT_S = 10
+
+
+def check_stopped_rank_named(text, rank, pid, took):
+    check(took < HANG_TIMEOUT_S + 30, f"the job must end within the hang timeout + 30 s (took {took:.1f} s)", text)
+    check(re.search(rf"rank {rank} \(pid {pid} on \S+\) gave no heartbeat for {HANG_TIMEOUT_S} s: it is stopped "
+                    rf"\(T, wait channel \S+\); its last collective #\d+ \w+ of \d+ bytes", text) is not None,
+          f"the report must name rank {rank}, its state and its last collective", text)
+
+
+def AStoppedRankEndsTheJobNamingIt():
+    """SIGSTOP one rank of 2 and of 4 under accel launch --hang_timeout 10: the launcher names it (state, wait
+    channel, last collective against the others'), kills it and ends the job with 124."""
+    for ranks, stopped_rank in ((2, 1), (4, 2)):
+        command = [ACCEL, "launch", "-q", "--num_processes", str(ranks), "--main_process_port", str(free_port()),
+                   "--hang_timeout", str(HANG_TIMEOUT_S), TRAIN, "--steps", "1000000", "--step-sleep", "5"]
+        code, text, took, pids = start_and_stop_one(command, ranks, stopped_rank)
+        check(code == 124, f"{ranks} ranks: accel must exit 124 after a hang (got {code})", text)
+        check_stopped_rank_named(text, stopped_rank, pids[stopped_rank], took)
+        check(f"killed it and stopped the other {ranks - 1} rank(s)" in text.splitlines()[-1],
+              "the launcher's last line must be the hang report", text)
+        time.sleep(0.5)
+        left = survivors()
+        check(not left, f"processes {left} outlived the job", text)
+        print(f"{ranks} ranks: rank {stopped_rank} stopped, job ended {took:.1f} s later")
+
+
+def AStoppedRankUnderTorchrunIsNamedByTheOthers():
+    """Under torchrun nobody watches heartbeats but the processes themselves: the lowest-ranked one still
+    beating names the stopped rank and kills it, and torchrun reports that rank as the root cause."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), "--no-python", TRAIN, "--steps", "1000000", "--step-sleep", "5"]
+    code, text, took, pids = start_and_stop_one(command, 2, 1, environment(ACCEL_HANG_TIMEOUT=str(HANG_TIMEOUT_S)))
+    check(code != 0, "torchrun must fail", text)
+    check_stopped_rank_named(text, 1, pids[1], took)
+    check("process 0 ends it (SIGKILL)" in text, "process 0 must say it ends the stopped one", text)
+    print(f"torchrun: rank 1 stopped, job ended {took:.1f} s later")
+
+
+def LongWorkOnTheMainProcessIsNoHang():
+    """Rank 0 works alone for 30 s while rank 1 waits in the next collective: both beat, so the hang watch
+    (10 s) leaves them be; the collective timeout, just above the work, is not reached."""
+    expected = reference()
+    code, output, took = run([ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()),
+                              "--hang_timeout", str(HANG_TIMEOUT_S), "--timeout", "40", TRAIN,
+                              "--pause", "0", "3", "30"], timeout=90)
+    check(code == 0, f"30 s of work on rank 0 must not end the job (exit {code})", output)
+    check(params_of(output) == expected, "the job must train as without the pause", output)
+    print(f"rank 0 paused 30 s; the job finished in {took:.1f} s")
+
+
+def ADeadlockedRankEndsAtTheCollectiveTimeout():
+    """Rank 1, alive (beating) but never arriving at a collective: the job ends at --timeout 10, and the
+    launcher's last line names rank 1 as the one behind."""
+    code, output, took = run([ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()),
+                              "--hang_timeout", "5", "--timeout", "10", TRAIN, "--pause", "1", "3", "1000"],
+                             timeout=90)
+    check(code != 0, "the job must fail", output)
+    check(took < 10 + 30, f"the job must end within the collective timeout + 30 s (took {took:.1f} s)", output)
+    check("process 0 waited 10000 ms for process 1" in output, "rank 0 must say whom it waited for", output)
+    last = output.strip().splitlines()[-1]
+    check(re.fullmatch(r"accel launch: last collectives: rank 0 entered collective #(\d+) .*; rank 1 entered "
+                       r"collective #(\d+) .* \(behind the others: rank 1\)", last) is not None,
+          "the launcher's last line must name rank 1 as behind", output)
+    print(f"deadlock ended after {took:.1f} s: {last}")
+
+
 # ------------------------------------------------------------------------------------------- ZeRO
 
 def AZeroFileTrainsLikeDdp():

@@ -43,7 +43,8 @@ size_t editDistance(const std::string& a, const std::string& b) {
 
 const FlagSpec* findLongFlag(const std::vector<FlagSpec>& specs, const std::string& name) {
   for (const FlagSpec& spec : specs)
-    if (spec.name == name)
+    if (spec.name == name ||
+        std::find(spec.alsoAccepted.begin(), spec.alsoAccepted.end(), name) != spec.alsoAccepted.end())
       return &spec;
   return nullptr;
 }
@@ -149,6 +150,8 @@ std::string formatFlagHelp(const std::vector<FlagSpec>& specs) {
     left += spelled(spec);
     if (spec.takesValue())
       left += " " + spec.valueName;
+    for (const std::string& other : spec.alsoAccepted)
+      left += ", --" + other;
     width = std::max(width, left.size());
     lefts.push_back(left);
   }

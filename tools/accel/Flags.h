@@ -29,16 +29,23 @@ struct FlagSpec {
   /// Names other launchers use for the same thing (torchrun's `nproc_per_node`): typing one of them gets
   /// this flag as the "did you mean" suggestion.
   std::vector<std::string> otherLaunchersNames;
+  /// Other spellings accepted as this flag (torchrun's `--rdzv_id` for `--run_id`); the value is the flag's.
+  std::vector<std::string> alsoAccepted;
 
   static FlagSpec withValue(std::string name, std::string valueName, std::string help) {
-    return {std::move(name), '\0', std::move(valueName), std::move(help), {}};
+    return {std::move(name), '\0', std::move(valueName), std::move(help), {}, {}};
   }
   static FlagSpec toggle(std::string name, char shortName, std::string help) {
-    return {std::move(name), shortName, "", std::move(help), {}};
+    return {std::move(name), shortName, "", std::move(help), {}, {}};
   }
   FlagSpec alsoCalled(std::vector<std::string> otherNames) const {
     FlagSpec copy = *this;
     copy.otherLaunchersNames = std::move(otherNames);
+    return copy;
+  }
+  FlagSpec accepting(std::vector<std::string> names) const {
+    FlagSpec copy = *this;
+    copy.alsoAccepted = std::move(names);
     return copy;
   }
   bool takesValue() const { return !valueName.empty(); }

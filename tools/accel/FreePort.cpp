@@ -1,82 +1,90 @@
-// Choosing a free TCP port for the rendezvous, and checking a given one is free (see FreePort.h).
+// Binding and holding the rendezvous port (see FreePort.h).
 #include "FreePort.h"
 
 #include "Flags.h"
 
 #include <cerrno>
 #include <cstring>
-#include <netdb.h>
+#include <iostream>
 #include <netinet/in.h>
+#include <string>
 #include <sys/socket.h>
 #include <unistd.h>
 
 namespace accel {
 namespace {
 
-// The port the kernel assigns when `candidate` is bound to port 0, or -1 with errno set.
-int bindToAnyPort(const addrinfo& candidate) {
-  int fd = ::socket(candidate.ai_family, candidate.ai_socktype | SOCK_CLOEXEC, candidate.ai_protocol);
-  if (fd < 0)
-    return -1;
+/// How many connections may wait for rank 0's store to start accepting (c10d's TCPStore listens with more).
+constexpr int kBacklog = 2048;
+
+/// A listening socket on `port` of every address: IPv6 accepting IPv4 too where the machine has IPv6, else
+/// IPv4; -1 with errno set when neither binds.
+int listenOnEveryAddress(int port) {
+  int lastErrno = 0;
+  for (int family : {AF_INET6, AF_INET}) {
+    int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      lastErrno = errno;
+      continue;
+    }
+    int on = 1; // as c10d's TCPStore binds: a port in TIME_WAIT from an earlier run is free
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    sockaddr_storage address{};
+    socklen_t length = 0;
+    if (family == AF_INET6) {
+      int off = 0;
+      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&address);
+      in6->sin6_family = AF_INET6;
+      in6->sin6_addr = in6addr_any;
+      in6->sin6_port = htons(static_cast<uint16_t>(port));
+      length = sizeof(sockaddr_in6);
+    } else {
+      auto* in4 = reinterpret_cast<sockaddr_in*>(&address);
+      in4->sin_family = AF_INET;
+      in4->sin_addr.s_addr = htonl(INADDR_ANY);
+      in4->sin_port = htons(static_cast<uint16_t>(port));
+      length = sizeof(sockaddr_in);
+    }
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 && ::listen(fd, kBacklog) == 0)
+      return fd;
+    lastErrno = errno;
+    ::close(fd);
+    if (lastErrno == EADDRINUSE)
+      break; // the port is taken; the other family would only say so again
+  }
+  errno = lastErrno;
+  return -1;
+}
+
+int boundPort(int fd) {
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
-  int port = -1;
-  if (::bind(fd, candidate.ai_addr, candidate.ai_addrlen) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) == 0) {
-    port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  }
-  int savedErrno = errno;
-  ::close(fd);
-  errno = savedErrno;
-  return port;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0)
+    return -1;
+  return bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
 }
 
 } // namespace
 
-int pickFreePort(const std::string& address) {
-  const std::string fix = " (give a port, like --main_process_port 29500)";
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* candidates = nullptr;
-  if (int rc = ::getaddrinfo(address.c_str(), "0", &hints, &candidates); rc != 0)
-    throw UsageError("--main_process_port 0 needs a free port on --main_process_ip " + address +
-                     ", which does not resolve: " + ::gai_strerror(rc) + fix);
-  int port = -1;
-  int lastErrno = 0;
-  for (addrinfo* candidate = candidates; candidate && port < 0; candidate = candidate->ai_next) {
-    port = bindToAnyPort(*candidate);
-    lastErrno = errno;
+HeldPort holdRendezvousPort(int port, bool portGiven, bool quiet) {
+  int fd = listenOnEveryAddress(port);
+  if (fd < 0 && errno == EADDRINUSE && port != 0) {
+    if (portGiven)
+      throw UsageError("--main_process_port " + std::to_string(port) +
+                       " is already in use on this machine (another job's rendezvous? give another port, or "
+                       "0 to pick a free one)");
+    fd = listenOnEveryAddress(0);
+    if (fd >= 0 && !quiet)
+      std::cerr << "accel launch: note: the default port " << port
+                << " is in use (another job?); this job's rendezvous is on port " << boundPort(fd)
+                << " (give --main_process_port to choose)\n";
   }
-  ::freeaddrinfo(candidates);
-  if (port < 0)
-    throw UsageError("--main_process_port 0 needs a free port on --main_process_ip " + address +
-                     ", but binding there failed: " + std::strerror(lastErrno) + fix);
-  return port;
-}
-
-void checkPortIsFree(const std::string& address, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* candidates = nullptr;
-  if (::getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &candidates) != 0)
-    return;
-  bool inUse = false;
-  for (addrinfo* candidate = candidates; candidate && !inUse; candidate = candidate->ai_next) {
-    int fd = ::socket(candidate->ai_family, candidate->ai_socktype | SOCK_CLOEXEC, candidate->ai_protocol);
-    if (fd < 0)
-      continue;
-    int on = 1; // as c10d's TCPStore binds: a port in TIME_WAIT from an earlier run is free
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    inUse = ::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0 && errno == EADDRINUSE;
-    ::close(fd);
-  }
-  ::freeaddrinfo(candidates);
-  if (inUse)
-    throw UsageError("--main_process_port " + std::to_string(port) + " is already in use on " + address +
-                     " (another job's rendezvous? give another port, or 0 to pick a free one)");
+  if (fd < 0)
+    throw UsageError("cannot listen on port " + std::to_string(port) + " for the rendezvous: " +
+                     std::strerror(errno) + " (give another --main_process_port, or 0 to pick a free one)");
+  return {fd, boundPort(fd)};
 }
 
 } // namespace accel

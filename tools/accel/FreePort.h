@@ -1,18 +1,20 @@
-// Choosing a free TCP port for the rendezvous (port 0), and refusing a given port that is already in use.
+// The rendezvous port of rank 0's store: bound and held by the launcher from before any rank starts.
 #pragma once
-
-#include <string>
 
 namespace accel {
 
-/// A TCP port that is free on `address` right now: binds a socket to port 0 there, reads the port the kernel
-/// chose, and closes the socket (as torchrun does; another process could take it before rank 0 binds it).
-/// Throws UsageError when nothing can be bound on `address`, e.g. when it is not this machine's address.
-int pickFreePort(const std::string& address);
+/// A listening TCP socket on every address of this machine (IPv6 and IPv4, as c10d's TCPStore binds), which
+/// the launcher keeps for the job's life and hands to rank 0's store (ACCELERATE_STORE_LISTEN_FD): binding
+/// and holding leaves no moment in which another job can take the port (two launches at the same moment on
+/// the default port), and the port stays the job's across restarts.
+struct HeldPort {
+  int fd = -1;
+  int port = 0;
+};
 
-/// Throws UsageError when `port` on `address` is taken by a listening socket (another job's rendezvous), so
-/// the launch fails at once with one line rather than in every rank. Any other bind failure is left for the
-/// ranks to report (the address may be another machine's when this one is not rank 0's).
-void checkPortIsFree(const std::string& address, int port);
+/// Binds and listens on `port`, or on a port the kernel picks when `port` is 0. When `port` is the default
+/// (not given by the user) and in use, falls back to a port the kernel picks and says so (unless `quiet`).
+/// Throws UsageError naming the port when a given port is in use or nothing can be bound.
+HeldPort holdRendezvousPort(int port, bool portGiven, bool quiet);
 
 } // namespace accel

@@ -4,13 +4,16 @@
 #include "RankEnvironment.h"
 #include "RankOutput.h"
 #include "SignalPipe.h"
+#include "watch/heartbeat.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <memory>
 #include <optional>
@@ -118,8 +121,9 @@ struct Pipe {
 /// group's id cannot be reused while the launcher may still signal it.
 class RankSupervisor {
 public:
-  RankSupervisor(const LaunchOptions& options, SignalPipe& signalPipe, int attempt)
-      : options_(options), signalPipe_(signalPipe), attempt_(attempt) {}
+  RankSupervisor(const LaunchOptions& options, SignalPipe& signalPipe, int attempt, std::string heartbeatDir)
+      : options_(options), signalPipe_(signalPipe), attempt_(attempt),
+        heartbeatDir_(std::move(heartbeatDir)) {}
   ~RankSupervisor() { killAndReapEverything(); }
   RankSupervisor(const RankSupervisor&) = delete;
   RankSupervisor& operator=(const RankSupervisor&) = delete;
@@ -138,6 +142,7 @@ private:
                                std::vector<char*>& envp) const;
 
   void waitForEvents(std::optional<Clock::time_point> deadline);
+  void checkHeartbeats();
   void handleSignals();
   void collectExitedRanks();
   void stopRanks(int signal);
@@ -167,6 +172,10 @@ private:
   std::optional<size_t> failedRank_; ///< the first rank that failed while none was being stopped
   int launcherSignal_ = 0;           ///< the first signal the launcher received, if that began the stop
   int ranksRunningWhenStopped_ = 0;
+  std::string heartbeatDir_; ///< where the ranks beat; empty when they are not watched
+  std::optional<accelerate::watch::Watcher> watcher_;
+  Clock::time_point lastHeartbeatCheck_{};
+  std::string hangReport_; ///< set when a silent rank began the stop
 };
 
 Environment RankSupervisor::environmentSharedByRanks() const {
@@ -182,6 +191,8 @@ Environment RankSupervisor::environmentSharedByRanks() const {
   // torchrun's names, so a program written for torchrun finds them (the resume contract, docs/cli.md).
   environment.set("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt_));
   environment.set("TORCHELASTIC_MAX_RESTARTS", std::to_string(options_.maxRestarts));
+  if (!heartbeatDir_.empty())
+    environment.set("ACCELERATE_HEARTBEAT_DIR", heartbeatDir_);
   return environment;
 }
 
@@ -206,6 +217,32 @@ void RankSupervisor::startRanks() {
   ranks_.reserve(static_cast<size_t>(options_.numProcesses));
   for (int rank = 0; rank < options_.numProcesses; ++rank)
     startRank(rank, shared);
+  if (!heartbeatDir_.empty()) {
+    std::vector<int> watched;
+    for (const RankProcess& process : ranks_)
+      watched.push_back(process.rank);
+    watcher_.emplace(heartbeatDir_, watched,
+                     std::chrono::milliseconds(static_cast<long long>(options_.hangTimeoutSeconds * 1000)));
+  }
+}
+
+/// A rank alive but silent for the hang timeout is named and killed (a stopped process cannot act on
+/// SIGTERM), and the others are stopped. Read a few times a second at most.
+void RankSupervisor::checkHeartbeats() {
+  if (!watcher_ || stopping() || Clock::now() - lastHeartbeatCheck_ < std::chrono::milliseconds(250))
+    return;
+  lastHeartbeatCheck_ = Clock::now();
+  auto silent = watcher_->silent_rank();
+  if (!silent)
+    return;
+  for (const RankProcess& process : ranks_) {
+    if (process.rank == *silent && process.running()) {
+      hangReport_ = watcher_->report(*silent);
+      stopRanks(SIGTERM);
+      ::kill(process.pid, SIGKILL);
+      return;
+    }
+  }
 }
 
 void RankSupervisor::startRank(int localRank, const Environment& shared) {
@@ -219,6 +256,8 @@ void RankSupervisor::startRank(int localRank, const Environment& shared) {
   placement.masterAddr = options_.mainProcessIp;
   placement.masterPort = options_.mainProcessPort;
   Environment environment = rankEnvironment(shared, placement);
+  if (placement.rank == 0 && options_.storeListenFd >= 0)
+    environment.set("ACCELERATE_STORE_LISTEN_FD", std::to_string(options_.storeListenFd));
   std::vector<char*> envp = environment.pointers();
   std::vector<std::string> argvStrings = options_.argv;
   std::vector<char*> argv;
@@ -284,6 +323,9 @@ void RankSupervisor::becomeRank(const SignalPipe::BlockedForFork& blocked, pid_t
 #else
   (void)launcherPid;
 #endif
+  // Rank 0 inherits the rendezvous socket the launcher holds (its copy of the descriptor only).
+  if (options_.machineRank == 0 && localRank == 0 && options_.storeListenFd >= 0)
+    ::fcntl(options_.storeListenFd, F_SETFD, 0);
   if (out.writeEnd >= 0) {
     ::dup2(out.writeEnd, STDOUT_FILENO);
     ::dup2(err.writeEnd, STDERR_FILENO);
@@ -308,6 +350,7 @@ int RankSupervisor::superviseUntilAllExited() {
     collectExitedRanks();
     if (!anyRunning())
       break;
+    checkHeartbeats();
     if (stopping() && !sentSigkill_ && Clock::now() >= *killDeadline_) {
       sigkillCause_ = SigkillCause::GracePeriodOver;
       signalRanks(SIGKILL);
@@ -454,6 +497,14 @@ int RankSupervisor::reportOutcome() const {
     stopped = ", with SIGKILL after the " + formatSeconds(options_.termTimeoutSeconds) + " grace period";
   else if (sigkillCause_ == SigkillCause::SecondSignal)
     stopped = ", with SIGKILL on a second signal";
+  if (!hangReport_.empty()) {
+    std::string message = hangReport_ + "; killed it";
+    if (ranksRunningWhenStopped_ > 1)
+      message +=
+          " and stopped the other " + std::to_string(ranksRunningWhenStopped_ - 1) + " rank(s)" + stopped;
+    report(message + " (--hang_timeout sets how long a rank may be silent; 0 turns the watch off)");
+    return 124;
+  }
   if (failedRank_) {
     const RankProcess& failed = ranks_[*failedRank_];
     std::string message = "rank " + std::to_string(failed.rank) + " (pid " + std::to_string(failed.pid) +
@@ -461,6 +512,12 @@ int RankSupervisor::reportOutcome() const {
     if (ranksRunningWhenStopped_ > 0)
       message += "; stopped the other " + std::to_string(ranksRunningWhenStopped_) + " rank(s)" + stopped;
     report(message);
+    // Where each rank was: after a collective timeout, the rank behind is the one that never arrived.
+    if (watcher_) {
+      const std::string collectives = watcher_->collectives();
+      if (!collectives.empty())
+        report("last collectives: " + collectives);
+    }
     return failed.exit->asExitCode();
   }
   if (launcherSignal_ != 0) {
@@ -486,12 +543,50 @@ bool RankSupervisor::anyOutputOpen() const {
   return false;
 }
 
+/// The run's heartbeat folder, made for the launch and removed with what the ranks wrote in it.
+class HeartbeatFolder {
+public:
+  explicit HeartbeatFolder(const LaunchOptions& options) {
+    if (options.hangTimeoutSeconds <= 0)
+      return;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string base = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/accelerate-" +
+                       std::to_string(::getuid()) + "-" + options.runId;
+    // A folder of this run's name left by a launcher that was killed is taken over (mkdir's EEXIST).
+    if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST)
+      throw std::system_error(errno, std::generic_category(), "cannot create the heartbeat folder " + base);
+    base_ = base;
+    path_ = base + "/heartbeats";
+    ::mkdir(path_.c_str(), 0700);
+  }
+  ~HeartbeatFolder() {
+    if (path_.empty())
+      return;
+    if (DIR* folder = ::opendir(path_.c_str())) {
+      while (dirent* entry = ::readdir(folder))
+        if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
+          ::unlink((path_ + "/" + entry->d_name).c_str());
+      ::closedir(folder);
+    }
+    ::rmdir(path_.c_str());
+    ::rmdir(base_.c_str());
+  }
+  HeartbeatFolder(const HeartbeatFolder&) = delete;
+  HeartbeatFolder& operator=(const HeartbeatFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+private:
+  std::string base_;
+  std::string path_;
+};
+
 } // namespace
 
 int launchLocalRanks(const LaunchOptions& options) {
   SignalPipe signalPipe(caughtSignals());
+  HeartbeatFolder heartbeats(options);
   for (int attempt = 0;; ++attempt) {
-    RankSupervisor supervisor(options, signalPipe, attempt);
+    RankSupervisor supervisor(options, signalPipe, attempt, heartbeats.path());
     supervisor.startRanks();
     int exitCode = supervisor.superviseUntilAllExited();
     if (exitCode == 0 || supervisor.stoppedBySignal() || attempt >= options.maxRestarts)

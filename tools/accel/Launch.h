@@ -13,7 +13,13 @@ struct LaunchOptions {
   int numMachines = 1;
   int machineRank = 0; ///< this machine's ranks are machineRank * numProcesses + 0 .. numProcesses - 1
   std::string mainProcessIp = "127.0.0.1";
-  int mainProcessPort = 29500;   ///< never 0 here: a free port has been picked already
+  int mainProcessPort = 29500; ///< never 0 here: a free port has been picked already
+  /// On the machine of rank 0: the socket listening on mainProcessPort (FreePort.h), held by the launcher
+  /// for the job's life and handed to rank 0 (ACCELERATE_STORE_LISTEN_FD); -1 elsewhere.
+  int storeListenFd = -1;
+  std::string runId; ///< the job's run id, exported as ACCELERATE_RUN_ID and TORCHELASTIC_RUN_ID
+  /// How long a rank may give no heartbeat while alive before the job is ended naming it (0: not watched).
+  double hangTimeoutSeconds = 60;
   double termTimeoutSeconds = 5; ///< how long stopping ranks get between SIGTERM and SIGKILL
   bool quiet = false;            ///< leave out the launcher's notes (errors are always printed)
   /// What every rank gets besides torchrun's variables (ACCELERATE_*, FSDP_*, CUDA_VISIBLE_DEVICES).
@@ -36,8 +42,11 @@ struct LaunchOptions {
 /// SIGKILL after the grace period. Returns the launcher's exit code: 0 when every rank exited 0; else the
 /// first failed rank's exit code (128 + signal number if a signal killed it), or 128 + the signal that
 /// stopped the launcher. After a failure, while fewer than `maxRestarts` restarts were made, every local
-/// rank is started again with TORCHELASTIC_RESTART_COUNT one higher. Throws std::system_error if the ranks
-/// cannot be started (none is left running).
+/// rank is started again with TORCHELASTIC_RESTART_COUNT one higher. Each rank's heartbeat (runtime/watch)
+/// goes to a folder the launcher makes for the run (ACCELERATE_HEARTBEAT_DIR) and removes at the end: a rank
+/// alive but silent for `hangTimeoutSeconds` is named with its process state and last collective, killed, and
+/// the job ends with exit code 124 (as timeout(1) exits); when a rank fails, each rank's last collective is
+/// reported. Throws std::system_error if the ranks cannot be started (none is left running).
 int launchLocalRanks(const LaunchOptions& options);
 
 } // namespace accel

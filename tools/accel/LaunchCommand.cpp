@@ -13,8 +13,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -67,6 +69,12 @@ const std::vector<FlagSpec>& launchFlags() {
         flag = FlagSpec::withValue(spec.name, "N", spec.help).alsoCalled({"nnodes"});
       else if (spec.name == "machine_rank")
         flag = FlagSpec::withValue(spec.name, "R", spec.help).alsoCalled({"node_rank"});
+      else if (spec.name == "run_id")
+        flag = FlagSpec::withValue(spec.name, "ID", spec.help).accepting({"rdzv_id"});
+      else if (spec.name == "init_timeout")
+        flag = FlagSpec::withValue(spec.name, "SECONDS", spec.help).accepting({"timeout"});
+      else if (spec.name == "hang_timeout")
+        flag = FlagSpec::withValue(spec.name, "SECONDS", spec.help);
       flags.push_back(flag);
     }
     return flags;
@@ -296,6 +304,19 @@ void noteRendezvous(const LaunchSettings& settings) {
               << ": accel rendezvous through a TCPStore at main_process_ip:main_process_port (as 'static')\n";
 }
 
+/// The job's run id: --run_id/--rdzv_id or ACCELERATE_RUN_ID, else a new one. The machines of a job must
+/// share it, so a job of several machines without one gets torchrun's default, "none".
+std::string runIdOf(const LaunchSettings& settings, const LaunchOptions& options) {
+  if (auto given = settings.get("run_id"); given && !given->empty())
+    return *given;
+  if (options.numMachines > 1)
+    return "none";
+  std::random_device random;
+  char text[32];
+  std::snprintf(text, sizeof(text), "accel-%08x%04x", random(), random() & 0xffffu);
+  return text;
+}
+
 LaunchOptions checkedOptions(const ParsedFlags& flags) {
   const Environment environment = Environment::current();
   std::optional<ConfigDocument> config = loadConfig(flags, environment);
@@ -340,10 +361,17 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
                      "accel launch --num_processes 2 ./train)");
   options.executablePath = resolveExecutable(flags.positionals.front());
   options.argv = flags.positionals;
-  if (options.mainProcessPort == 0)
-    options.mainProcessPort = pickFreePort(options.mainProcessIp);
-  else if (options.machineRank == 0)
-    checkPortIsFree(options.mainProcessIp, options.mainProcessPort);
+  if (auto value = settings.get("hang_timeout"))
+    options.hangTimeoutSeconds = parseSecondsFlag(origin(settings, "hang_timeout"), *value);
+  options.runId = runIdOf(settings, options);
+  for (const char* variable : {"ACCELERATE_RUN_ID", "TORCHELASTIC_RUN_ID"})
+    options.exportedVariables.emplace_back(variable, options.runId);
+  if (options.machineRank == 0) {
+    HeldPort held = holdRendezvousPort(options.mainProcessPort, settings.get("main_process_port").has_value(),
+                                       options.quiet);
+    options.storeListenFd = held.fd;
+    options.mainProcessPort = held.port;
+  }
   return options;
 }
 

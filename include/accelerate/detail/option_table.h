@@ -99,8 +99,23 @@ ACCELERATE_OPTION(bool, cuda_graph, cuda_graph, false,
                   "capture the step `graphed_step` wraps in a CUDA graph and replay it: one launch per step "
                   "instead of one per kernel, for static shapes; without a CUDA device the step runs as written")
 ACCELERATE_OPTION(std::chrono::milliseconds, init_timeout, timeout, std::chrono::minutes(10),
-                  unmapped, unmapped, positive,
-                  "limit for forming the process group and for each collective (> 0)")
+                  "ACCEL_TIMEOUT", unmapped, positive,
+                  "limit for forming the process group and for each collective (> 0), as Accelerate's "
+                  "`InitProcessGroupKwargs(timeout)`: a process that is alive but does not arrive (a deadlock, long "
+                  "work on one process while the others wait) ends the job after this long; `ACCEL_TIMEOUT` and "
+                  "`accel launch --timeout` take seconds (our own: Accelerate has neither)")
+ACCELERATE_OPTION(std::chrono::milliseconds, hang_timeout, hang_timeout, std::chrono::seconds(60),
+                  "ACCEL_HANG_TIMEOUT", unmapped, not_negative,
+                  "how long a process of the job may give no heartbeat (stopped, frozen, gone) before the job is "
+                  "ended naming it, its state and its last collective (0: not watched); `accel launch` watches "
+                  "its ranks, and under other launchers the processes of each machine watch each other; "
+                  "`ACCEL_HANG_TIMEOUT` and `accel launch --hang_timeout` take seconds (our own)")
+ACCELERATE_OPTION(std::string, run_id, run_id, "",
+                  "ACCELERATE_RUN_ID", unmapped, run_id_text,
+                  "the job's identity: a process whose run id differs from rank 0's is refused at the rendezvous, "
+                  "and what the job names on a machine (store keys, shared memory) carries it; `accel launch` makes "
+                  "one (or takes `--rdzv_id`), torchrun's `TORCHELASTIC_RUN_ID`, Slurm's job and step ids or Open "
+                  "MPI's job namespace are used when unset (our own: Accelerate has none)")
 ACCELERATE_OPTION(std::uint64_t, seed, seed, std::nullopt,
                   unmapped, unmapped, any_value,
                   "call `set_seed(seed)` at construction: every generator and the data sampler")
