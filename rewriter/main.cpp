@@ -8,6 +8,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -102,6 +103,34 @@ namespace {
 int usageError(const llvm::Twine& Message) {
   llvm::errs() << "accel-rewrite: " << Message << "\n";
   return 1;
+}
+
+/// Why `Path` cannot be a source file to rewrite (a folder, an empty file, binary data, unreadable), or ""
+/// when it may be one. A missing file is left to the driver, which names it.
+std::string notASourceFile(const std::string& Path) {
+  namespace fs = llvm::sys::fs;
+  fs::file_status Status;
+  if (fs::status(Path, Status))
+    return "";
+  if (fs::is_directory(Status))
+    return "'" + Path +
+           "' is a directory, not a source file; give the .cpp files of the training loop (e.g. " + Path +
+           "/train.cpp)";
+  if (!fs::is_regular_file(Status))
+    return "'" + Path +
+           "' is not a regular file (a device, socket or pipe); give the .cpp files of the "
+           "training loop";
+  auto Buffer = llvm::MemoryBuffer::getFile(Path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!Buffer)
+    return "cannot read '" + Path + "': " + Buffer.getError().message();
+  llvm::StringRef Text = (*Buffer)->getBuffer();
+  if (Text.trim().empty())
+    return "'" + Path + "' is empty: there is no training loop in it to rewrite";
+  const size_t Nul = Text.take_front(1 << 20).find('\0');
+  if (Nul != llvm::StringRef::npos)
+    return "'" + Path + "' is not a source file: it holds binary data (a NUL byte at offset " +
+           std::to_string(Nul) + "); give the .cpp files of the training loop";
+  return "";
 }
 
 /// How a setting a pass needs is given, for the message of a pass named without it.
@@ -246,6 +275,13 @@ int main(int argc, const char** argv) {
     return usageError("--depfile needs -o FILE, --output-dir or -i: the rule it writes names the output");
   if (!Root.empty() && OutputDir.empty())
     return usageError("--root is the directory --output-dir mirrors; give --output-dir too");
+  for (const std::string& File : Files) {
+    const std::string Problem = notASourceFile(File);
+    if (!Problem.empty()) {
+      llvm::errs() << "accel-rewrite: error: " << Problem << "; nothing was written\n";
+      return 2;
+    }
+  }
   if (Headers.getNumOccurrences() > 0 &&
       llvm::any_of(Headers, [](const std::string& H) { return H.empty(); }))
     return usageError("--headers got an empty path; give the project's headers or their directory, e.g. "

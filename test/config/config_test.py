@@ -389,7 +389,9 @@ for path in sys.argv[1:]:
 """
 
 # Variables accel exports that Python's launcher leaves out on some paths (accel exports them always).
-ACCEL_ONLY = {"ACCELERATE_USE_CPU", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"}
+ACCEL_ONLY = {"ACCELERATE_USE_CPU", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+              # the job's identity and its watch (our own: the run id, rank 0's held store socket, heartbeats)
+              "ACCELERATE_RUN_ID", "ACCELERATE_STORE_LISTEN_FD", "ACCELERATE_HEARTBEAT_DIR"}
 # Python-only: torch.compile settings (libtorch's C++ API has none) and the CPU-affinity switch.
 PYTHON_ONLY_PREFIXES = ("ACCELERATE_DYNAMO_", "ACCELERATE_CPU_AFFINITY")
 
