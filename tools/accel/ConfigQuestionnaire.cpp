@@ -295,8 +295,9 @@ void askFsdp(Prompter& prompter, Answers& answers) {
   answers.distributedType = "FSDP";
   prompter.note(
       "accelerate-cpp's FSDP shards the model unit by unit: the units are chosen among the modules whose "
-      "forward calls accelerate::fsdp::unit(*this, ...) (accel-rewrite adds that call to every module class "
-      "of a project) by the auto wrap policy.");
+      "forward calls accelerate::fsdp::unit(*this, ...) by the auto wrap policy. accel-rewrite adds that "
+      "call to every module class of a project with its fsdp-units pass, which is off by default (turn it "
+      "on with --enable=fsdp-units, or accelerate_target(... FSDP) in CMake).");
   ConfigValue fsdp = ConfigValue::map();
   const long long version = prompter.wholeNumber("What should be your FSDP version (1 or 2: the same in "
                                                  "accelerate-cpp)?",
