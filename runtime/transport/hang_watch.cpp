@@ -19,8 +19,8 @@ namespace {
 std::string file_name_of(const std::string& text) {
   std::string name = text;
   for (char& c : name) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                       c == '_' || c == '.';
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '-' || c == '_' || c == '.';
     c = plain ? c : '_';
   }
   return name;
@@ -51,7 +51,8 @@ void watch_machine(const LaunchEnvironment& env, const std::string& dir, std::ch
       });
       auto beat = watcher.last_beat(*silent);
       if (!lower_beats && beat) {
-        const std::string line = "accelerate: " + watcher.report(*silent) + "; process " + std::to_string(me) +
+        const std::string line = "accelerate: " + watcher.report(*silent) + "; process " +
+                                 std::to_string(me) +
                                  " ends it (SIGKILL) so that the launcher ends the job (ACCEL_HANG_TIMEOUT "
                                  "sets how long a process may be silent; 0 turns the watch off)\n";
         std::fputs(line.c_str(), stderr);
@@ -69,15 +70,16 @@ void start_hang_watch(const LaunchEnvironment& env, std::chrono::milliseconds ha
   if (hang_timeout.count() <= 0) {
     return;
   }
-  const auto interval = std::clamp(hang_timeout / 10, std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
+  const auto interval =
+      std::clamp(hang_timeout / 10, std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
   if (const char* dir = std::getenv("ACCELERATE_HEARTBEAT_DIR"); dir != nullptr && *dir != '\0') {
     watch::start_heartbeat(dir, env.rank, interval);
     return;
   }
   // The port too: torchrun's default run id ("none") is the same for every job, and two jobs of one machine
   // never share a port while both run.
-  const std::string run = (env.run_id.empty() ? "unnamed" : file_name_of(env.run_id)) + "-" +
-                          std::to_string(env.master_port);
+  const std::string run =
+      (env.run_id.empty() ? "unnamed" : file_name_of(env.run_id)) + "-" + std::to_string(env.master_port);
   const std::string dir = "/tmp/accelerate-" + std::to_string(::getuid()) + "-" + run + "/heartbeats";
   watch::start_heartbeat(dir, env.rank, interval);
   static bool watching = false;

@@ -283,8 +283,8 @@ std::string collective_text(const Beat& beat) {
   if (beat.collective == 0) {
     return "no collective yet";
   }
-  return "collective #" + std::to_string(beat.collective) + " " + beat.op + " of " + std::to_string(beat.bytes) +
-         " bytes";
+  return "collective #" + std::to_string(beat.collective) + " " + beat.op + " of " +
+         std::to_string(beat.bytes) + " bytes";
 }
 
 } // namespace
@@ -294,8 +294,8 @@ std::string Watcher::collectives() const {
   std::uint64_t most = 0;
   for (const Seen& seen : seen_) {
     if (seen.beat) {
-      text += (text.empty() ? "" : "; ") + ("rank " + std::to_string(seen.rank) + " entered " +
-                                             collective_text(*seen.beat) + " last");
+      text += (text.empty() ? "" : "; ") +
+              ("rank " + std::to_string(seen.rank) + " entered " + collective_text(*seen.beat) + " last");
       most = std::max(most, seen.beat->collective);
     }
   }

@@ -33,8 +33,8 @@ std::optional<Beat> read_beat(const std::string& path);
 void note_collective(const char* op, std::uint64_t bytes);
 
 /// Starts this process's heartbeat thread (once per process; later calls do nothing): every `interval` it
-/// writes the process's beat for `rank` to `dir`, until the process ends. Throws std::runtime_error when `dir`
-/// cannot be created.
+/// writes the process's beat for `rank` to `dir`, until the process ends. Throws std::runtime_error when
+/// `dir` cannot be created.
 void start_heartbeat(const std::string& dir, int rank, std::chrono::milliseconds interval);
 
 /// A process's state from /proc, in words: "stopped (T, wait channel do_signal_stop)", "running (R)", ...;
