@@ -349,8 +349,18 @@ AST_MATCHER(clang::FunctionDecl, isFileAnchor) {
   return false;
 }
 
-llvm::Expected<std::string> loadText(const MatchFinder::MatchResult&) {
-  return loadStatement();
+/// The load, after registering the run's own step counter when it is a variable declared before the run
+/// (`int step = 0; ... ++step;`): load_state then gives it back the value it had at the checkpoint, so what
+/// counts by it (a checkpoint every N steps, the step a tracker logs at) goes on from there.
+llvm::Expected<std::string> loadText(const MatchFinder::MatchResult& Result) {
+  const auto* Run = Result.Nodes.getNodeAs<clang::Stmt>(RunId);
+  std::string Text;
+  if (std::optional<StepCounterFact> Counter = existingStepCounter(*Run, *Result.Context);
+      Counter && Counter->Increment) {
+    const std::string Name = Counter->Variable->getNameAsString();
+    Text = "accelerator.register_counter(\"" + Name + "\", " + Name + ");\n";
+  }
+  return Text + loadStatement();
 }
 
 Stencil explainLoad() {
@@ -370,6 +380,10 @@ Stencil explainLoad() {
     if (How.Epoch)
       Why += "; the epoch loop starts at the loader's epoch (" + How.Loader->getNameAsString() +
              "->epoch(): 0 on a fresh start)";
+    if (std::optional<StepCounterFact> Counter = existingStepCounter(*Run, *Result.Context);
+        Counter && Counter->Increment)
+      Why += "; the loop's counter '" + Counter->Variable->getNameAsString() +
+             "' is registered, so load_state gives it back the value it had at the checkpoint";
     return Why;
   });
 }

@@ -264,7 +264,8 @@ Stencil runStart() {
     if (logsSomething(*Loop, *Result.Context))
       if (std::optional<StepCounter> Counter = stepCounter(*Loop, *Result.Context);
           Counter && Counter->Introduced)
-        Text += "\nint64_t " + Counter->Name + " = 0;";
+        Text += "\nint64_t " + Counter->Name + " = 0;\naccelerator.register_counter(\"" + Counter->Name +
+                "\", " + Counter->Name + ");";
     return Text;
   });
 }

@@ -10,6 +10,7 @@
 #include <accelerate/scheduler.h>
 #include <accelerate/tracking.h>
 
+#include <cstdint>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -336,6 +337,19 @@ public:
     register_checkpoint_entry([&object](torch::serialize::OutputArchive& archive) { object.save(archive); },
                               [&object](torch::serialize::InputArchive& archive) { object.load(archive); });
   }
+  /// Adds an integer the loop counts with (a step or epoch index, the step a tracker logs at) to what
+  /// `save_state`/`load_state` cover, under `name`: `load_state` sets it to the saved value, and registered
+  /// after a `load_state` it takes the loaded value at once, so the order of the two calls does not matter. A
+  /// name registered again replaces the earlier registration; a checkpoint without the name leaves the
+  /// counter as it is. The counter must outlive every later `save_state`/`load_state`. `accel-rewrite`
+  /// registers the step counters it writes or finds.
+  template <typename Integer> void register_counter(const std::string& name, Integer& counter) {
+    static_assert(std::is_integral_v<Integer> && !std::is_same_v<Integer, bool>,
+                  "register_counter takes an integer variable");
+    register_counter_entry(
+        name, [&counter] { return static_cast<std::int64_t>(counter); },
+        [&counter](std::int64_t value) { counter = static_cast<Integer>(value); });
+  }
   /// Saves a model's weights (main process): `model.safetensors` (readable by Python's safetensors) and a
   /// libtorch archive `model.pt` (Module::save's layout), in `directory`. Call it on every process: where
   /// parameters are sharded (parallel_strategy "fsdp", outside `unshard`) it is a collective that gathers
@@ -453,6 +467,8 @@ public:
   bool check_trigger();
 
 private:
+  void register_counter_entry(const std::string& name, std::function<std::int64_t()> get,
+                              std::function<void(std::int64_t)> set);
   void register_checkpoint_entry(std::function<void(torch::serialize::OutputArchive&)> save,
                                  std::function<void(torch::serialize::InputArchive&)> load);
   AccumulateGuard begin_accumulate(std::vector<torch::nn::Module*> models);

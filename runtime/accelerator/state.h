@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -72,6 +73,15 @@ struct AcceleratorState {
   std::vector<std::pair<std::function<void(torch::serialize::OutputArchive&)>,
                         std::function<void(torch::serialize::InputArchive&)>>>
       checkpoint_entries;
+  /// Integers added by `register_counter`, by name (one registration a name: the latest).
+  struct Counter {
+    std::string name;
+    std::function<std::int64_t()> get;
+    std::function<void(std::int64_t)> set;
+  };
+  std::vector<Counter> counters;
+  /// The counters the last `load_state` read, by name: a counter registered after it takes its value.
+  std::map<std::string, std::int64_t> loaded_counters;
   /// The number the next automatically named checkpoint gets (restored by `load_state`).
   int64_t next_checkpoint_number = 0;
   /// `set_trigger` raised it on this process.

@@ -19,6 +19,7 @@
 #include "parallel/engine.h"
 #include "precision/precision.h"
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -29,6 +30,22 @@ namespace accelerate {
 void Accelerator::register_checkpoint_entry(std::function<void(torch::serialize::OutputArchive&)> save,
                                             std::function<void(torch::serialize::InputArchive&)> load) {
   state_->checkpoint_entries.emplace_back(std::move(save), std::move(load));
+}
+
+void Accelerator::register_counter_entry(const std::string& name, std::function<std::int64_t()> get,
+                                         std::function<void(std::int64_t)> set) {
+  auto& counters = state_->counters;
+  auto same =
+      std::find_if(counters.begin(), counters.end(),
+                   [&](const detail::AcceleratorState::Counter& counter) { return counter.name == name; });
+  if (auto loaded = state_->loaded_counters.find(name); loaded != state_->loaded_counters.end()) {
+    set(loaded->second);
+  }
+  if (same != counters.end()) {
+    *same = {name, std::move(get), std::move(set)};
+  } else {
+    counters.push_back({name, std::move(get), std::move(set)});
+  }
 }
 
 std::string Accelerator::save_state(const std::string& directory) {

@@ -1,6 +1,6 @@
 // The parts of a checkpoint: each component (the models, the optimizers, the schedulers, the data positions,
-// the registered objects, the generators, the step counters) saves and loads its own part through one
-// interface, so that save_state and load_state only run the list (runtime-internal).
+// the registered objects, the generators, the step counters, the registered counters) saves and loads its own
+// part through one interface, so that save_state and load_state only run the list (runtime-internal).
 //
 // Saving: every process calls `save` with a writer that writes the checkpoint's files (the main process) and
 // each process's own files (any process), and sets the component's entry in metadata.json.
@@ -150,6 +150,7 @@ std::unique_ptr<CheckpointComponent> scheduler_component(AcceleratorState& state
 std::unique_ptr<CheckpointComponent> data_position_component(AcceleratorState& state);
 std::unique_ptr<CheckpointComponent> registered_objects_component(AcceleratorState& state);
 std::unique_ptr<CheckpointComponent> random_states_component(AcceleratorState& state);
+std::unique_ptr<CheckpointComponent> counters_component(AcceleratorState& state);
 
 // ---- Helpers the components share
 // ---------------------------------------------------------------------------

@@ -50,6 +50,36 @@ void RecordFile::write(std::string_view record) {
   size_ += static_cast<long long>(record.size());
 }
 
+void RecordFile::keep_lines(const std::function<bool(std::string_view line)>& keep) {
+  if (size_ == 0 || fd_ < 0) {
+    return;
+  }
+  const std::string text = read_whole_file(path_);
+  std::string kept;
+  bool dropped = false;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    end = end == std::string::npos ? text.size() : end + 1;
+    const std::string_view line(text.data() + start, end - start);
+    if (keep(line)) {
+      kept.append(line);
+    } else {
+      dropped = true;
+    }
+    start = end;
+  }
+  if (!dropped) {
+    return;
+  }
+  replace_file_atomically(path_, kept);
+  close();
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd_ < 0) {
+    throw file_error("reopening", path_, errno);
+  }
+  size_ = static_cast<long long>(kept.size());
+}
+
 std::string number_text(double value) {
   if (std::isnan(value)) {
     return "nan";

@@ -2,6 +2,7 @@
 // record, and numbers as the shortest text that reads back exactly (runtime-internal; no torch).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,10 @@ public:
   RecordFile& operator=(const RecordFile&) = delete;
 
   void write(std::string_view record);
+  /// Rewrites the file (atomically: a copy renamed over it) keeping only the lines `keep` accepts, and goes
+  /// on appending to it: how a run started again at step N drops the records of step N and later that an
+  /// earlier attempt wrote after its last checkpoint. Does nothing to an empty file.
+  void keep_lines(const std::function<bool(std::string_view line)>& keep);
   /// True when the file holds nothing (a new file: the place for a header).
   bool empty() const { return size_ == 0; }
   const std::string& path() const { return path_; }

@@ -17,6 +17,7 @@
 // configuration are the text plugin's string tensors. Generated protobuf code is not used: torch's headers
 // bundle their own protobuf, and this unit stays free of both (test/tracking reads the files back with
 // TensorBoard's own reader).
+#include "common/durable_file.h"
 #include "tracking/record_file.h"
 #include "tracking/registry.h"
 
@@ -174,6 +175,10 @@ public:
     const std::string name = "events.out.tfevents." + std::to_string(static_cast<long long>(now)) + "." +
                              host_name() + "." + std::to_string(::getpid()) + "." +
                              std::to_string(files_opened++);
+    // A directory that already holds event files is a run started again (after a restart, or by hand).
+    for (const std::string& entry : list_directory(run.directory)) {
+      continues_ = continues_ || entry.find("tfevents") != std::string::npos;
+    }
     file_ = std::make_unique<RecordFile>(run.directory + "/" + name, RecordFile::Mode::truncate);
     file_->write(tfrecord(Message().double_field(1, now).bytes_field(3, "brain.Event:2").bytes()));
   }
@@ -190,6 +195,18 @@ public:
   }
 
   void log(const TrackedValues& values, std::optional<int64_t> step) override {
+    if (step && continues_ && !started_) {
+      // A run started again at `step`: SessionLog START there makes TensorBoard drop what earlier
+      // files of the directory hold at this step or later (the failed attempt's steps after its last
+      // checkpoint), as PyTorch's SummaryWriter(purge_step=...) does, so a restarted run is one curve.
+      started_ = true;
+      constexpr int kSessionStart = 1; // tensorflow.SessionLog.START
+      file_->write(tfrecord(Message()
+                                .double_field(1, wall_time_now())
+                                .varint_field(2, static_cast<uint64_t>(*step))
+                                .message_field(6, Message().varint_field(1, kSessionStart))
+                                .bytes()));
+    }
     Message summary;
     for (const auto& value : values) {
       summary.message_field(1, value.is_number() ? scalar_value(value.name, value.number())
@@ -211,6 +228,8 @@ private:
   }
 
   std::unique_ptr<RecordFile> file_;
+  bool continues_ = false; ///< the directory held event files of an earlier start
+  bool started_ = false;   ///< the START event of the run's first step is written
 };
 
 } // namespace

@@ -7,10 +7,13 @@
 //
 // Numbers are the shortest text that reads back as the same double; JSON has no literal for NaN and the
 // infinities, which are written as Python's json module reads them (NaN, Infinity, -Infinity). Both files are
-// appended to, so a run started again in the same directory continues them.
+// appended to, so a run started again in the same directory continues them; its first record at step N first
+// drops the records of step N and later (an earlier attempt's steps after its last checkpoint), so no step is
+// written twice.
 #include "tracking/record_file.h"
 #include "tracking/registry.h"
 
+#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -61,6 +64,13 @@ std::string json_number(double value) {
   return text == "-inf" ? "-Infinity" : text;
 }
 
+/// Whether `text` starts with a whole number >= `first` (a record's step; `null` and other text are not).
+bool step_at_least(std::string_view text, int64_t first) {
+  int64_t step = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), step);
+  return error == std::errc() && end != text.data() && step >= first;
+}
+
 std::string json_object(const TrackedValues& values) {
   std::string out = "{";
   for (const auto& value : values) {
@@ -81,6 +91,13 @@ public:
                  "}\n");
   }
   void log(const TrackedValues& values, std::optional<int64_t> step) override {
+    if (step && !started_) {
+      started_ = true;
+      file_->keep_lines([first = *step](std::string_view line) {
+        const auto at = line.find("\"step\": ");
+        return at == std::string_view::npos || !step_at_least(line.substr(at + 8), first);
+      });
+    }
     file_->write("{\"wall_time\": " + number_text(wall_time_now()) +
                  ", \"step\": " + (step ? std::to_string(*step) : std::string("null")) +
                  ", \"values\": " + json_object(values) + "}\n");
@@ -89,6 +106,7 @@ public:
 
 private:
   std::unique_ptr<RecordFile> file_;
+  bool started_ = false; ///< the records from this run's first step on were dropped
 };
 
 /// RFC 4180: a field with a comma, a quote or a line end is quoted, its quotes doubled.
@@ -124,6 +142,13 @@ public:
     RecordFile(directory_ + "/config.csv", RecordFile::Mode::truncate).write(rows);
   }
   void log(const TrackedValues& values, std::optional<int64_t> step) override {
+    if (step && !started_) {
+      started_ = true;
+      file_->keep_lines([first = *step](std::string_view line) {
+        const auto comma = line.find(',');
+        return comma == std::string_view::npos || !step_at_least(line.substr(comma + 1), first);
+      });
+    }
     const std::string prefix =
         number_text(wall_time_now()) + "," + (step ? std::to_string(*step) : std::string()) + ",";
     std::string rows;
@@ -137,6 +162,7 @@ public:
 private:
   std::string directory_;
   std::unique_ptr<RecordFile> file_;
+  bool started_ = false; ///< the rows from this run's first step on were dropped
 };
 
 } // namespace

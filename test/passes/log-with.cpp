@@ -146,6 +146,7 @@ void until(torch::nn::Linear& model, torch::optim::SGD& optimizer, int64_t steps
 // CHECK:       {{^}}  const char* step = "adversarial";{{$}}
 // CHECK-NEXT:  {{^}}  accelerator.init_trackers("log-with");{{$}}
 // CHECK-NEXT:  {{^}}  int64_t global_step = 0;{{$}}
+// CHECK-NEXT:  {{^}}  accelerator.register_counter("global_step", global_step);{{$}}
 // CHECK-NEXT:  {{^}}  for (int epoch = 0; epoch < 2; ++epoch) {{[{]}}{{$}}
 // CHECK:       {{^}}      g_optimizer.step();{{$}}
 // CHECK-NEXT:  {{^}}      ++global_step;{{$}}

@@ -37,6 +37,7 @@ void epochs() {
   torch::optim::SGD optimizer(model->parameters(), 0.1);
   auto loader = torch::data::make_data_loader(Points().map(torch::data::transforms::Stack<>()), 8);
   // CHECK:      {{^}}  int step = 0;{{$}}
+  // CHECK-NEXT: {{^}}  accelerator.register_counter("step", step);{{$}}
   // CHECK-NEXT: {{^}}  if (accelerate::restarted_with_checkpoint("checkpoint")) {{[{]$}}
   // CHECK-NEXT: {{^}}    accelerator.load_state("checkpoint");{{$}}
   // CHECK-NEXT: {{^}}  }{{$}}
@@ -45,9 +46,10 @@ void epochs() {
   // RESUME-NEXT: {{^}}    accelerator.load_state("checkpoint");{{$}}
   // RESUME-NEXT: {{^}}  }{{$}}
   // RESUME-NEXT: {{^}}  for (int epoch = loader->epoch(); epoch < 3; ++epoch) {{[{]$}}
-  // EXPLAIN: resume.cpp:[[@LINE+4]]:3: note: [checkpoint] inserted 'if (accelerate::restarted_with_checkpoint("checkpoint")) {
+  // EXPLAIN: resume.cpp:[[@LINE+5]]:3: note: [checkpoint] inserted 'accelerator.register_counter("step", step); if (accelerate::restarted_with_checkpoint("checkpoint")) {
   // EXPLAIN-SAME: TORCHELASTIC_RESTART_COUNT > 0
   // EXPLAIN-SAME: the epoch loop starts at the loader's epoch (loader->epoch(): 0 on a fresh start)
+  // EXPLAIN-SAME: the loop's counter 'step' is registered, so load_state gives it back the value it had at the checkpoint
   int step = 0;
   for (int epoch = 0; epoch < 3; ++epoch) {
     for (auto& batch : *loader) {

@@ -11,6 +11,7 @@ fewer when it resumed). Each test runs in a temporary directory (the checkpoint 
 within HARD_TIMEOUT_S and kills whatever it started. Exit 77 = skipped, with the reason.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -26,11 +27,11 @@ RUN_TIMEOUT_S = 60
 SKIP = 77
 STEPS = 15  # 3 epochs of 5 global batches (40 samples, 4 per process on 2 processes)
 
-ACCEL = TRAIN = TRAIN_ALWAYS = ""
+ACCEL = TRAIN = TRAIN_ALWAYS = TRAIN_LOGGED = ""
 TOKEN_VARIABLE = "ACCEL_RESUME_TEST_TOKEN"
 TOKEN = f"{os.getpid()}-{time.time_ns()}"
 PARAMETER = re.compile(r"parameter (\S+) sum (\S+)")
-TRAINED = re.compile(r"trained (\d+) steps")
+TRAINED = re.compile(r"trained (\d+) steps, step counter (\d+)")
 NO_CHECKPOINT_NOTE = "holds no checkpoint yet (the job failed before its first save_state): training starts"
 
 
@@ -78,8 +79,11 @@ def result(output):
     sums = PARAMETER.findall(output)
     check(len(sums) == 4, "expected the 4 parameter sums once, from the main process only", output)
     trained = TRAINED.findall(output)
-    check(len(trained) == 1, "expected one `trained N steps` line", output)
-    return sums, int(trained[0])
+    check(len(trained) == 1, "expected one `trained N steps, step counter M` line", output)
+    # The loop's own step counter is registered by the rewrite: a resumed run's goes on from the checkpoint,
+    # so every run ends with it at STEPS, however many steps this start trained.
+    check(int(trained[0][1]) == STEPS, f"the loop's step counter must end at {STEPS}", output)
+    return sums, int(trained[0][0])
 
 
 def workdir():
@@ -223,10 +227,29 @@ def RestartCountThatIsNotANumberIsRefused():
     check(not os.path.exists(os.path.join(directory, "checkpoint")), "nothing may train or save", output)
 
 
+def TrackerStepsContinueAfterARestart():
+    """LOG_WITH jsonl, process 1 stopped before step 8 (checkpoint of step 6, step 7 already logged): the
+    restarted run logs from step 7 on at the step the restored counter gives, and drops the first attempt's
+    step 7, so metrics.jsonl holds steps 1..15, each once, in order."""
+    directory = workdir()
+    code, output = accel(TRAIN_LOGGED, directory, restarts=1, crash_at=8)
+    check(code == 0, f"one crash with --max_restarts 1 must end in success (got {code})", output)
+    sums, trained = result(output)
+    check(trained == STEPS - 6, f"the restarted job must train the {STEPS - 6} steps after step 6", output)
+    path = os.path.join(directory, "runs", "resume_train_logged", "metrics.jsonl")
+    check(os.path.exists(path), f"the jsonl tracker must write {path}", output)
+    with open(path) as lines:
+        steps = [json.loads(line)["step"] for line in lines if '"step"' in line]
+    check(steps == list(range(1, STEPS + 1)), f"metrics.jsonl must hold steps 1..{STEPS} once each, got {steps}",
+          output)
+    print(f"metrics.jsonl after a restart from step 6: steps {steps[0]}..{steps[-1]}, each once")
+
+
 TESTS = {test.__name__: test for test in (RestartResumesFromTheLastCheckpoint, TorchrunRestartResumes,
                                           ResumeLoadsTheCheckpointOnAFirstStart, CheckpointOfAnotherModelIsRefused,
                                           RestartCountThatIsNotANumberIsRefused,
-                                          AFolderThatIsNoCheckpointStopsTheRunNamingIt)}
+                                          AFolderThatIsNoCheckpointStopsTheRunNamingIt,
+                                          TrackerStepsContinueAfterARestart)}
 
 
 def main():
@@ -235,15 +258,17 @@ def main():
     parser.add_argument("--accel")
     parser.add_argument("--train")
     parser.add_argument("--train-always")
+    parser.add_argument("--train-logged")
     parser.add_argument("test", nargs="?", choices=sorted(TESTS))
     args = parser.parse_args()
     if args.list:
         print("\n".join(TESTS))
         return 0
-    if not (args.accel and args.train and args.train_always and args.test):
-        parser.error("give --accel, --train, --train-always and a test name (or --list)")
-    global ACCEL, TRAIN, TRAIN_ALWAYS
-    ACCEL, TRAIN, TRAIN_ALWAYS = (os.path.abspath(p) for p in (args.accel, args.train, args.train_always))
+    if not (args.accel and args.train and args.train_always and args.train_logged and args.test):
+        parser.error("give --accel, --train, --train-always, --train-logged and a test name (or --list)")
+    global ACCEL, TRAIN, TRAIN_ALWAYS, TRAIN_LOGGED
+    ACCEL, TRAIN, TRAIN_ALWAYS, TRAIN_LOGGED = (
+        os.path.abspath(p) for p in (args.accel, args.train, args.train_always, args.train_logged))
 
     def give_up(signum, frame):
         kill_leftovers()

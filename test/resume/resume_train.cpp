@@ -2,7 +2,8 @@
 // accelerate_target(): the rewrite saves a checkpoint there (accelerator.save_state("checkpoint")) and,
 // before the epoch loop, loads it back when the launcher restarted the job. resume_test.py kills one process
 // at a chosen step on the first start and checks that the restarted job ends with exactly the parameters of
-// an uninterrupted one.
+// an uninterrupted one, and that the loop's step counter went on from the checkpoint (the rewrite registers
+// it with register_counter). resume_train_logged also logs the printed loss (LOG_WITH jsonl) at that step.
 //
 // Test hook: CRASH_AT_STEP=<n> makes process 1 (RANK) exit with code 3 right before step n on the first start
 // only (TORCHELASTIC_RESTART_COUNT unset or 0). float64 and one intra-op thread, so equal runs are
@@ -59,9 +60,11 @@ int main(int argc, char** argv) {
   auto loader = torch::data::make_data_loader(Sines().map(torch::data::transforms::Stack<>()),
                                               torch::data::DataLoaderOptions(4));
   int step = 0;
+  int trained = 0; // the steps this start trains (step, the loop's counter, continues from a checkpoint)
   for (int epoch = 0; epoch < 3; ++epoch) {
     for (auto& batch : *loader) {
       ++step;
+      ++trained;
       if (step == crash_before) {
         std::cerr << "resume_train: stopping before step " << step << " (CRASH_AT_STEP)" << std::endl;
         std::_Exit(3);
@@ -70,12 +73,13 @@ int main(int argc, char** argv) {
       auto loss = torch::mse_loss(model->forward(batch.data), batch.target);
       loss.backward();
       optimizer.step();
+      std::cout << "step " << step << " loss " << loss.item<double>() << std::endl;
       if (step % 2 == 0) {
         torch::save(model, "model.pt");
       }
     }
   }
-  std::cout << "trained " << step << " steps" << std::endl;
+  std::cout << "trained " << trained << " steps, step counter " << step << std::endl;
   for (const auto& parameter : model->named_parameters()) {
     std::cout << "parameter " << parameter.key() << " sum " << std::setprecision(17)
               << parameter.value().sum().item<double>() << std::endl;

@@ -312,6 +312,44 @@ TEST(Checkpoint, ResumingRepeatsTrainingBitForBit) {
   EXPECT_EQ(resumed.scheduler->steps(), expected_steps);
 }
 
+TEST(Checkpoint, RegisteredCountersComeBackWhicheverCallComesFirst) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(4));
+  int64_t step = 0;
+  int epoch = 0;
+  run.accelerator.register_counter("step", step);
+  run.accelerator.register_counter("epoch", epoch);
+  run.train(3);
+  step = 3;
+  epoch = 1;
+  run.accelerator.save_state(dir / "ckpt");
+
+  Training resumed(accelerate::AcceleratorOptions().seed(5));
+  int64_t registered_before = 0;
+  resumed.accelerator.register_counter("step", registered_before);
+  resumed.accelerator.load_state(dir / "ckpt");
+  EXPECT_EQ(registered_before, 3); // load_state sets it
+  int registered_after = 0;
+  resumed.accelerator.register_counter("epoch", registered_after);
+  EXPECT_EQ(registered_after, 1); // registered after the load: takes the loaded value at once
+  int unsaved = 7;
+  resumed.accelerator.register_counter("not_in_the_checkpoint", unsaved);
+  EXPECT_EQ(unsaved, 7); // a name the checkpoint lacks is left as it is
+  // A name registered again replaces the earlier registration: the new variable is what is saved.
+  int64_t replacement = 0;
+  resumed.accelerator.register_counter("step", replacement);
+  EXPECT_EQ(replacement, 3);
+  replacement = 9;
+  registered_before = 100;
+  resumed.accelerator.save_state(dir / "again");
+
+  Training third(accelerate::AcceleratorOptions().seed(6));
+  int64_t loaded = 0;
+  third.accelerator.register_counter("step", loaded);
+  third.accelerator.load_state(dir / "again");
+  EXPECT_EQ(loaded, 9);
+}
+
 TEST(Checkpoint, LayoutAndMetadataAreDocumented) {
   ScratchDirectory dir;
   Training run(accelerate::AcceleratorOptions().seed(1));

@@ -111,6 +111,7 @@ public:
   void clip_grad_value_(const std::vector<torch::Tensor>& parameters, double clip_value);
 
   std::string save_state(const std::string& directory = "");
+  template <typename Integer> void register_counter(const std::string& name, Integer& counter);
   void load_state(const std::string& directory = "");
   void save_model(const torch::nn::Module& model, const std::string& directory);
 
