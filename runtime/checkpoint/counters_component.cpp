@@ -28,8 +28,9 @@ public:
     }
     const Json& entry = reader.entry();
     if (!entry.is_object()) {
-      throw std::runtime_error("accelerate: the checkpoint " + reader.directory() +
-                               " is damaged: metadata.json's \"counters\" is not an object of names and integers");
+      throw std::runtime_error(
+          "accelerate: the checkpoint " + reader.directory() +
+          " is damaged: metadata.json's \"counters\" is not an object of names and integers");
     }
     for (const auto& [counter, value] : entry.items()) {
       saved_[counter] = reader.number<std::int64_t>(entry, counter);
