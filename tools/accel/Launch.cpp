@@ -550,8 +550,11 @@ public:
     if (options.hangTimeoutSeconds <= 0)
       return;
     const char* tmp = std::getenv("TMPDIR");
+    // The port too: the machines of a job without --run_id share torchrun's "none", and two jobs of one
+    // machine never hold one port at once.
     std::string base = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/accelerate-" +
-                       std::to_string(::getuid()) + "-" + options.runId;
+                       std::to_string(::getuid()) + "-" + options.runId + "-" +
+                       std::to_string(options.mainProcessPort);
     // A folder of this run's name left by a launcher that was killed is taken over (mkdir's EEXIST).
     if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST)
       throw std::system_error(errno, std::generic_category(), "cannot create the heartbeat folder " + base);
