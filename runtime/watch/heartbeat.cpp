@@ -1,6 +1,8 @@
 // Heartbeats of the processes of a job and the watcher that names a silent one (see heartbeat.h).
 #include "watch/heartbeat.h"
 
+#include "common/durable_file.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -68,18 +70,6 @@ std::string host_name() {
     return "unknown";
   }
   return name;
-}
-
-void make_folders(const std::string& dir) {
-  std::string path;
-  std::stringstream parts(dir);
-  for (std::string part; std::getline(parts, part, '/');) {
-    path += (path.empty() && dir.front() != '/' ? "" : "/") + part;
-    if (!part.empty() && ::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-      throw std::runtime_error("accelerate: cannot create the heartbeat folder " + path + ": " +
-                               std::strerror(errno));
-    }
-  }
 }
 
 /// Creates `path` whole (a temporary file renamed over it, so a watcher never reads half a record) and maps
@@ -150,7 +140,7 @@ void note_collective(const char* op, std::uint64_t bytes) {
 void start_heartbeat(const std::string& dir, int rank, std::chrono::milliseconds interval) {
   static std::once_flag started;
   std::call_once(started, [&] {
-    make_folders(dir);
+    detail::make_directories(dir); // throws FileError naming the folder that cannot be made
     Record* record = create_record(beat_path(dir, rank), rank);
     if (record == nullptr) {
       throw std::runtime_error("accelerate: cannot write the heartbeat file " + beat_path(dir, rank) + ": " +
@@ -223,7 +213,8 @@ bool process_alive(int pid) {
   if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) {
     return false;
   }
-  return process_state(pid).rfind("exited", 0) != 0 && process_state(pid) != "gone";
+  const std::string state = process_state(pid);
+  return state != "gone" && state.rfind("exited", 0) != 0;
 }
 
 std::string seconds_text(std::chrono::milliseconds duration) {

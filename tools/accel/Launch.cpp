@@ -4,6 +4,7 @@
 #include "RankEnvironment.h"
 #include "RankOutput.h"
 #include "SignalPipe.h"
+#include "common/durable_file.h"
 #include "watch/heartbeat.h"
 
 #include <algorithm>
@@ -13,7 +14,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fcntl.h>
 #include <memory>
 #include <optional>
@@ -563,16 +563,12 @@ public:
     ::mkdir(path_.c_str(), 0700);
   }
   ~HeartbeatFolder() {
-    if (path_.empty())
-      return;
-    if (DIR* folder = ::opendir(path_.c_str())) {
-      while (dirent* entry = ::readdir(folder))
-        if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0)
-          ::unlink((path_ + "/" + entry->d_name).c_str());
-      ::closedir(folder);
+    try {
+      if (!base_.empty())
+        accelerate::detail::remove_tree(base_);
+    } catch (const std::exception&) {
+      // a folder left in $TMPDIR is no reason to fail a finished job
     }
-    ::rmdir(path_.c_str());
-    ::rmdir(base_.c_str());
   }
   HeartbeatFolder(const HeartbeatFolder&) = delete;
   HeartbeatFolder& operator=(const HeartbeatFolder&) = delete;
