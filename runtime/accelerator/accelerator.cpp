@@ -374,6 +374,7 @@ Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer
   prepared->gradient_state = state_->gradient_state;
   prepared->tracker = state_->training->tracker;
   prepared->fused = detail::fused_kind_of(*prepared->optimizer);
+  prepared->elementwise = detail::elementwise_kind_of(*prepared->optimizer);
   prepared->num_processes = num_processes();
   prepared->engine = state_->engine;
   prepared->clip_norm = state_->config.gradient_clipping;

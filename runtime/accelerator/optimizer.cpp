@@ -251,18 +251,69 @@ void fused_sgd_step(OptimizerState& state, const StepScaling& scaling) {
   }
 }
 
-void plain_step(OptimizerState& state, int micro_steps) {
-  if (micro_steps > 1) {
-    torch::NoGradGuard no_grad;
-    for (auto& group : state.optimizer->param_groups()) {
+/// The optimizer's own `step()`, on the gradients divided by the window's micro-steps. A parameter the
+/// strategy shards is stepped as its share: for the step, the param group holds a tensor over the share's
+/// elements whose `.grad()` is the share's gradient, and the parameter's state (shaped like the share) is
+/// keyed by it; both are put back afterwards, whatever the step throws. The optimizer's type steps per
+/// element (checked at prepare), so stepping the share updates those elements as stepping the whole would.
+void own_step(OptimizerState& state, int micro_steps) {
+  auto& optimizer = *state.optimizer;
+  auto& slots = optimizer.state();
+  struct Stand {
+    torch::Tensor* place; // the param group's entry
+    torch::Tensor parameter;
+    torch::Tensor share;
+  };
+  std::vector<Stand> stands;
+  auto put_back = [&] {
+    for (auto& stand : stands) {
+      auto slot = slots.find(stand.share.unsafeGetTensorImpl());
+      if (slot != slots.end()) {
+        auto held = std::move(slot->second);
+        slots.erase(slot);
+        slots[stand.parameter.unsafeGetTensorImpl()] = std::move(held);
+      }
+      *stand.place = stand.parameter;
+    }
+    stands.clear();
+  };
+  torch::NoGradGuard no_grad;
+  try {
+    for (auto& group : optimizer.param_groups()) {
       for (auto& param : group.params()) {
-        if (param.grad().defined()) {
-          param.grad().div_(micro_steps);
+        auto share = state.engine ? state.engine->optimizer_sharding().share(param) : std::nullopt;
+        if (!share) {
+          if (micro_steps > 1 && param.grad().defined()) {
+            param.grad().div_(micro_steps);
+          }
+          continue;
         }
+        auto stand = torch::empty({0}, share->values.options());
+        if (share->values.numel() > 0) {
+          stand.set_(share->values);
+          if (share->gradient.defined()) {
+            if (micro_steps > 1) {
+              share->gradient.div_(micro_steps);
+            }
+            stand.mutable_grad() = share->gradient;
+          }
+        }
+        auto slot = slots.find(param.unsafeGetTensorImpl());
+        if (slot != slots.end()) {
+          auto held = std::move(slot->second);
+          slots.erase(slot);
+          slots[stand.unsafeGetTensorImpl()] = std::move(held);
+        }
+        stands.push_back({&param, param, stand});
+        param = stand;
       }
     }
+    optimizer.step();
+  } catch (...) {
+    put_back();
+    throw;
   }
-  state.optimizer->step();
+  put_back();
 }
 
 /// Starts copying an fp16 step's `found_inf` to the host without waiting for it (read by
@@ -383,24 +434,45 @@ void OptimizerState::keep_state_shares(
         state.erase(slot);
         continue;
       }
-      map_state_tensors(fused, *slot->second, [&](const std::string&, const torch::Tensor& whole) {
-        return whole.reshape(-1)
-            .narrow(0, range->begin, range->length)
-            .to(range->device, /*non_blocking=*/false,
-                /*copy=*/true);
-      });
+      // Each tensor of the state is per element (shaped like the parameter): keep the share's range of it.
+      auto fields = state_fields(*slot->second);
+      for (auto& [name, value] : fields) {
+        if (!value.isTensor()) {
+          continue;
+        }
+        const auto whole = value.toTensor();
+        if (whole.dim() == 0) {
+          continue; // a number kept as a tensor
+        }
+        if (whole.numel() < range->begin + range->length) {
+          throw std::invalid_argument(
+              "accelerate: the optimizer state '" + name + "' of a parameter of this " + type_name() +
+              " holds " + std::to_string(whole.numel()) + " elements where the parameter has at least " +
+              std::to_string(range->begin + range->length) +
+              ", so no process can keep its share of it. An optimizer that makes its state when it is "
+              "constructed (as Adagrad does) must be constructed before accelerator.prepare(model) under "
+              "parallel_strategy 'fsdp', whose prepared parameters hold none of their elements outside "
+              "forward");
+        }
+        value = whole.reshape(-1)
+                    .narrow(0, range->begin, range->length)
+                    .to(range->device, /*non_blocking=*/false, /*copy=*/true);
+      }
+      slot->second = state_from_fields(*elementwise, fields);
     }
   }
 }
 
 FusedKind fused_kind_of(const torch::optim::Optimizer& optimizer) {
-  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) {
+  // The exact type: a subclass may override step(), which the fused kernels would silently skip.
+  const auto& type = typeid(optimizer);
+  if (type == typeid(torch::optim::AdamW)) {
     return FusedKind::AdamW;
   }
-  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) {
+  if (type == typeid(torch::optim::Adam)) {
     return FusedKind::Adam;
   }
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) {
+  if (type == typeid(torch::optim::SGD)) {
     return FusedKind::SGD;
   }
   return FusedKind::None;
@@ -412,84 +484,6 @@ std::vector<torch::Tensor> optimizer_gradients(const OptimizerState& state) {
     parameters.insert(parameters.end(), group.params().begin(), group.params().end());
   }
   return state.engine->gradient_norms().gradients(parameters);
-}
-
-namespace {
-
-template <typename ParamState>
-void map_adam_tensors(ParamState& adam,
-                      const std::function<torch::Tensor(const std::string&, const torch::Tensor&)>& fn) {
-  adam.exp_avg(fn("exp_avg", adam.exp_avg()));
-  adam.exp_avg_sq(fn("exp_avg_sq", adam.exp_avg_sq()));
-  if (adam.max_exp_avg_sq().defined() && adam.max_exp_avg_sq().numel() > 0) {
-    adam.max_exp_avg_sq(fn("max_exp_avg_sq", adam.max_exp_avg_sq()));
-  }
-}
-
-template <typename ParamState>
-std::unique_ptr<torch::optim::OptimizerParamState>
-make_adam_state(const std::map<std::string, torch::Tensor>& tensors, int64_t step) {
-  auto state = std::make_unique<ParamState>();
-  state->step(step);
-  state->exp_avg(tensors.at("exp_avg"));
-  state->exp_avg_sq(tensors.at("exp_avg_sq"));
-  if (auto found = tensors.find("max_exp_avg_sq"); found != tensors.end()) {
-    state->max_exp_avg_sq(found->second);
-  }
-  return state;
-}
-
-} // namespace
-
-void map_state_tensors(FusedKind kind, torch::optim::OptimizerParamState& state,
-                       const std::function<torch::Tensor(const std::string&, const torch::Tensor&)>& fn) {
-  switch (kind) {
-  case FusedKind::AdamW:
-    map_adam_tensors(static_cast<torch::optim::AdamWParamState&>(state), fn);
-    break;
-  case FusedKind::Adam:
-    map_adam_tensors(static_cast<torch::optim::AdamParamState&>(state), fn);
-    break;
-  case FusedKind::SGD: {
-    auto& sgd = static_cast<torch::optim::SGDParamState&>(state);
-    if (sgd.momentum_buffer().defined()) {
-      sgd.momentum_buffer(fn("momentum_buffer", sgd.momentum_buffer()));
-    }
-    break;
-  }
-  case FusedKind::None:
-    break;
-  }
-}
-
-std::unique_ptr<torch::optim::OptimizerParamState>
-make_parameter_state(FusedKind kind, const std::map<std::string, torch::Tensor>& tensors, int64_t step) {
-  switch (kind) {
-  case FusedKind::AdamW:
-    return make_adam_state<torch::optim::AdamWParamState>(tensors, step);
-  case FusedKind::Adam:
-    return make_adam_state<torch::optim::AdamParamState>(tensors, step);
-  case FusedKind::SGD: {
-    auto state = std::make_unique<torch::optim::SGDParamState>();
-    if (auto found = tensors.find("momentum_buffer"); found != tensors.end()) {
-      state->momentum_buffer(found->second);
-    }
-    return state;
-  }
-  case FusedKind::None:
-    break;
-  }
-  throw std::logic_error("accelerate: make_parameter_state: an optimizer without a fused kind");
-}
-
-int64_t parameter_state_step(FusedKind kind, const torch::optim::OptimizerParamState& state) {
-  if (kind == FusedKind::AdamW) {
-    return static_cast<const torch::optim::AdamWParamState&>(state).step();
-  }
-  if (kind == FusedKind::Adam) {
-    return static_cast<const torch::optim::AdamParamState&>(state).step();
-  }
-  return 0;
 }
 
 torch::Tensor clip_gradient_norm(ParallelEngine& engine, Precision& precision,
@@ -630,14 +624,6 @@ void Optimizer::step() {
       detail::defer_skip_decision(state, found_inf, std::move(stepped));
     }
   } else {
-    if (state.engine->optimizer_sharding().shards_optimizer_state()) {
-      throw std::logic_error(
-          "accelerate: optimizer.step(): under parallel_strategy '" + state.engine->name() +
-          "' every step runs through ATen's fused kernels over this process's share, but this SGD has a "
-          "param "
-          "group whose momentum buffers exist for some parameters only (a group added after the first step); "
-          "add every param group before the first step");
-    }
     bool skip = false;
     if (scaler != nullptr) {
       if (carries_scale) {
@@ -647,7 +633,7 @@ void Optimizer::step() {
       skip = found_inf.item<float>() != 0.0f; // libtorch's own step cannot read a device flag
     }
     if (!skip) {
-      detail::plain_step(state, scaling.micro_steps);
+      detail::own_step(state, scaling.micro_steps);
       ++gradients.optimizer_steps;
     }
     state.last_step_skipped = skip;

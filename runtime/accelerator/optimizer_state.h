@@ -32,11 +32,32 @@ struct PendingStep {
 /// Which ATen fused kernel steps an optimizer, if any.
 enum class FusedKind { None, Adam, AdamW, SGD };
 
+/// An optimizer type whose step updates each element from that element alone (declared with
+/// `declare_elementwise_optimizer`; SGD, Adam, AdamW, Adagrad and RMSprop from the start): a sharded strategy
+/// steps shares with it, and its per-parameter state is read and made through the state's `serialize`
+/// (runtime/accelerator/optimizer_kinds.cpp).
+struct ElementwiseKind {
+  std::string name;
+  std::function<std::unique_ptr<torch::optim::OptimizerParamState>()> make_state;
+};
+
+/// The declared kind of `optimizer`'s exact type (a subclass may step otherwise), nullptr when it has none.
+const ElementwiseKind* elementwise_kind_of(const torch::optim::Optimizer& optimizer);
+
+/// One parameter's optimizer state as the named fields its `serialize` writes (tensors and numbers).
+using StateFields = std::vector<std::pair<std::string, c10::IValue>>;
+StateFields state_fields(const torch::optim::OptimizerParamState& state);
+/// A state of `kind` holding `fields` (read back through its `serialize`).
+std::unique_ptr<torch::optim::OptimizerParamState> state_from_fields(const ElementwiseKind& kind,
+                                                                     const StateFields& fields);
+/// The step count among `fields` (the integer field "step"), 0 when there is none.
+int64_t state_step(const StateFields& fields);
+
 /// A prepared optimizer's state: what its handles share. The parallel strategy sees it through
 /// ShardableOptimizer (runtime/parallel/engine.h) only.
 struct OptimizerState final : ShardableOptimizer {
   std::vector<torch::Tensor> stepped_parameters() const override;
-  bool steps_fused() const override { return fused != FusedKind::None; }
+  bool steps_per_element() const override { return elementwise != nullptr; }
   std::string type_name() const override;
   void keep_state_shares(
       const std::function<std::optional<StateShare>(const torch::Tensor& parameter)>& range_of) override;
@@ -47,6 +68,8 @@ struct OptimizerState final : ShardableOptimizer {
   /// The Accelerator's parallel strategy: told at prepare and after each step (a sharded one steps a share).
   std::shared_ptr<ParallelEngine> engine;
   FusedKind fused = FusedKind::None;
+  /// Its declared per-element kind (nullptr: not declared; it steps only whole parameters).
+  const ElementwiseKind* elementwise = nullptr;
   /// Adam/AdamW step counts as the fused kernels want them: one float tensor per parameter, on its device,
   /// with the libtorch step count it was made for.
   std::unordered_map<void*, std::pair<torch::Tensor, int64_t>> step_tensors;
@@ -81,7 +104,7 @@ struct SchedulerState {
   std::shared_ptr<Precision> precision;
 };
 
-/// Picks the fused kernel for `optimizer`'s type and options, or None.
+/// Picks the fused kernel for `optimizer`'s exact type, or None (a subclass steps with its own step()).
 FusedKind fused_kind_of(const torch::optim::Optimizer& optimizer);
 
 /// Whether `state`'s next step runs through one of ATen's fused kernels.
@@ -96,16 +119,6 @@ void advance_adam_step_counts(OptimizerState& state, const std::vector<std::pair
 /// The gradients of every parameter `state`'s optimizer steps, as the strategy holds them (the defined
 /// `.grad()`s, or this process's shares: `GradientNorms::gradients`).
 std::vector<torch::Tensor> optimizer_gradients(const OptimizerState& state);
-
-/// Replaces each tensor of one parameter's optimizer state of `kind` (Adam, AdamW: exp_avg, exp_avg_sq and,
-/// with amsgrad, max_exp_avg_sq; SGD: momentum_buffer, when there is one) by `fn(name, tensor)`.
-void map_state_tensors(FusedKind kind, torch::optim::OptimizerParamState& state,
-                       const std::function<torch::Tensor(const std::string&, const torch::Tensor&)>& fn);
-/// A parameter state of `kind` holding `tensors` (by the names above) and, for Adam and AdamW, `step`.
-std::unique_ptr<torch::optim::OptimizerParamState>
-make_parameter_state(FusedKind kind, const std::map<std::string, torch::Tensor>& tensors, int64_t step);
-/// Adam's and AdamW's step count of one parameter's state (0 for SGD).
-int64_t parameter_state_step(FusedKind kind, const torch::optim::OptimizerParamState& state);
 
 /// `Accelerator::clip_grad_norm_` (and `gradient_clipping`'s clip in every step): scales the gradients of
 /// `parameters`, as `engine` holds them, to a total norm of at most `max_norm`; returns the norm before.

@@ -1,9 +1,12 @@
 // The optimizers' part of a checkpoint: each prepared optimizer's libtorch archive (per-parameter state and
 // param groups) in `optimizer.bin`, `optimizer_1.bin`, ..., with its type and the fused kernels' step count.
-// Under a strategy that shards the optimizer state (ZeRO), that archive holds the param groups, and each
-// process writes its shares of the state to `optimizer_shares_<rank>.bin` (`optimizer_1_shares_<rank>.bin`,
-// ...). Either form loads into either kind of strategy at any world size: the state is first made whole per
-// parameter, then the strategy keeps its shares (`ParallelEngine::adopt_optimizer_state`).
+// Under a strategy that shards the optimizer state (ZeRO, FSDP), that archive holds the param groups, and
+// each process writes its shares of the state to `optimizer_shares_<rank>.bin`
+// (`optimizer_1_shares_<rank>.bin`,
+// ...): each field of a parameter's state as its `serialize` names it, per-element tensors over the share's
+// range, numbers whole, for any optimizer type that steps per element. Either form loads into either kind of
+// strategy at any world size: the state is first made whole per parameter, then the strategy keeps its shares
+// (`ParallelEngine::adopt_optimizer_state`).
 #include "accelerator/optimizer_state.h"
 #include "accelerator/state.h"
 #include "checkpoint/component.h"
@@ -60,14 +63,26 @@ std::string encode_shares(const OptimizerState& prepared, int rank) {
     }
     const int64_t offset = share ? share->offset : 0;
     const int64_t length = share ? share->values.numel() : parameter.numel();
-    table.insert(table.end(), {static_cast<int64_t>(index), offset, length,
-                               parameter_state_step(prepared.fused, *slot->second)});
-    map_state_tensors(prepared.fused, *slot->second,
-                      [&](const std::string& name, const torch::Tensor& tensor) {
-                        archive.write("share_" + std::to_string(written) + "_" + name, tensor.reshape(-1),
-                                      /*is_buffer=*/true);
-                        return tensor;
-                      });
+    const auto fields = state_fields(*slot->second);
+    table.insert(table.end(), {static_cast<int64_t>(index), offset, length, state_step(fields)});
+    // Its tensors over the range (each per element), and its numbers (the same on every process).
+    const std::string prefix = "share_" + std::to_string(written) + "_";
+    for (const auto& [name, value] : fields) {
+      if (!value.isTensor() || value.toTensor().dim() == 0) {
+        archive.write(prefix + name, value);
+        continue;
+      }
+      const auto& tensor = value.toTensor();
+      if (tensor.numel() != length) {
+        throw std::logic_error("accelerate: save_state: the optimizer state '" + name + "' of parameter " +
+                               std::to_string(index) + " of this " + type_of(*prepared.optimizer) +
+                               " holds " + std::to_string(tensor.numel()) + " elements for a share of " +
+                               std::to_string(length) +
+                               ": the optimizer is not per element (do not declare it with "
+                               "declare_elementwise_optimizer; use parallel_strategy 'ddp')");
+      }
+      archive.write(prefix + name, tensor.reshape(-1), /*is_buffer=*/true);
+    }
     ++written;
   }
   archive.write("shares", torch::tensor(table, torch::kInt64).reshape({written, 4}), /*is_buffer=*/true);
@@ -77,6 +92,7 @@ std::string encode_shares(const OptimizerState& prepared, int rank) {
 /// The state of whole parameters, by parameter index, assembled from every process's shares.
 struct WholeState {
   std::map<std::string, torch::Tensor> tensors;
+  std::map<std::string, c10::IValue> numbers; // fields that are no per-element tensor (a step count)
   int64_t step = 0;
   int64_t covered = 0;
 };
@@ -98,6 +114,7 @@ void add_shares(const std::string& directory, const std::string& name, const std
     damaged("have no table of shares");
   }
   auto rows = table.accessor<int64_t, 2>();
+  const auto keys = archive.keys();
   for (int64_t row = 0; row < table.size(0); ++row) {
     const int64_t index = rows[row][0];
     const int64_t offset = rows[row][1];
@@ -118,12 +135,20 @@ void add_shares(const std::string& directory, const std::string& name, const std
     }
     state.step = rows[row][3];
     state.covered += length;
-    // The tensors this kind of state has: read each one this share wrote.
-    for (const std::string field : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}) {
-      torch::Tensor part;
-      if (!archive.try_read("share_" + std::to_string(row) + "_" + field, part, /*is_buffer=*/true)) {
+    // Every field this share wrote: per-element tensors over its range, and numbers.
+    const std::string prefix = "share_" + std::to_string(row) + "_";
+    for (const auto& key : keys) {
+      if (key.compare(0, prefix.size(), prefix) != 0) {
         continue;
       }
+      const std::string field = key.substr(prefix.size());
+      c10::IValue value;
+      archive.try_read(key, value);
+      if (!value.isTensor() || value.toTensor().dim() == 0) {
+        state.numbers[field] = value;
+        continue;
+      }
+      const auto part = value.toTensor();
       if (part.numel() != length) {
         damaged("hold " + std::to_string(part.numel()) + " elements of " + field + " for parameter " +
                 std::to_string(index) + " where the table says " + std::to_string(length));
@@ -193,6 +218,12 @@ public:
       }
       // Every process's shares, made whole: each parameter with state must be covered exactly once.
       const auto& prepared = *state_.optimizers[i];
+      if (prepared.elementwise == nullptr) {
+        throw std::invalid_argument("accelerate: load_state: the checkpoint holds the state of its " + type +
+                                    " in per-process shares, and this program has not declared " + type +
+                                    " per element: call accelerate::declare_elementwise_optimizer<" + type +
+                                    ", ItsParamState>() before prepare, as the program that saved it did");
+      }
       // The whole parameters' sizes (under fsdp a parameter holds none of its elements outside forward).
       std::vector<int64_t> numels;
       for (const auto& parameter : parameters_of(*prepared.optimizer)) {
@@ -239,13 +270,19 @@ public:
         const auto parameters = parameters_of(*prepared.optimizer);
         for (const auto& [index, whole] : *wholes_[i]) {
           const auto& parameter = parameters[index];
-          std::map<std::string, torch::Tensor> tensors;
+          StateFields fields;
+          if (whole.numbers.count("step") == 0) {
+            fields.emplace_back("step", whole.step); // checkpoints before numbers were written: the table's
+          }
+          for (const auto& [name, number] : whole.numbers) {
+            fields.emplace_back(name, number);
+          }
           for (const auto& [name, tensor] : whole.tensors) {
-            tensors[name] = tensor.to(parameter.options().requires_grad(false))
-                                .view(state_.engine->optimizer_sharding().whole_sizes(parameter));
+            fields.emplace_back(name, tensor.to(parameter.options().requires_grad(false))
+                                          .view(state_.engine->optimizer_sharding().whole_sizes(parameter)));
           }
           prepared.optimizer->state()[parameter.unsafeGetTensorImpl()] =
-              make_parameter_state(prepared.fused, tensors, whole.step);
+              state_from_fields(*prepared.elementwise, fields);
         }
       }
       state_.engine->optimizer_sharding().adopt_optimizer_state(

@@ -152,9 +152,10 @@ public:
   virtual ~ShardableOptimizer() = default;
   /// The parameters it steps, group after group (the same order on every process).
   virtual std::vector<torch::Tensor> stepped_parameters() const = 0;
-  /// Whether its steps run through one of ATen's fused kernels (torch::optim::SGD, Adam, AdamW), the only
-  /// steps a strategy can point at a share.
-  virtual bool steps_fused() const = 0;
+  /// Whether its step updates each element from that element alone (ATen's fused kernels for SGD, Adam and
+  /// AdamW; a type declared with declare_elementwise_optimizer), the only steps a strategy can point at a
+  /// share.
+  virtual bool steps_per_element() const = 0;
   /// The optimizer's C++ type, for messages.
   virtual std::string type_name() const = 0;
   /// After a checkpoint load gave it the state of whole parameters: keeps, of each parameter `range_of`

@@ -60,14 +60,27 @@ torch::Tensor sharded_gradient_norm(const c10::intrusive_ptr<c10d::ProcessGroup>
   return infinity ? total : total.pow(1.0 / norm_type);
 }
 
-void refuse_optimizer_without_fused_step(const ShardableOptimizer& optimizer, const std::string& what) {
-  if (optimizer.steps_fused()) {
+void refuse_optimizer_not_per_element(const ShardableOptimizer& optimizer, const std::string& what) {
+  if (optimizer.steps_per_element()) {
     return;
   }
-  throw std::invalid_argument("accelerate: prepare: " + what +
-                              " steps each process's share of the parameters through ATen's fused kernels, "
-                              "which exist for torch::optim::SGD, Adam and AdamW; this optimizer is a " +
-                              optimizer.type_name() + ". Use one of those, or parallel_strategy 'ddp'");
+  const std::string type = optimizer.type_name();
+  if (type == "torch::optim::LBFGS") {
+    throw std::invalid_argument(
+        "accelerate: prepare: " + what +
+        " steps each process's share of the parameters, but torch::optim::LBFGS steps with a closure over "
+        "the "
+        "whole model (its line search and two-loop recursion take dot products over every element), which no "
+        "share can compute. Use parallel_strategy 'ddp' with LBFGS, or an optimizer that steps per element "
+        "(SGD, Adam, AdamW, Adagrad, RMSprop)");
+  }
+  throw std::invalid_argument(
+      "accelerate: prepare: " + what + " steps each process's share of the parameters, and " + type +
+      " is not declared to update each element from that element alone. If its step reads nothing but each "
+      "element's parameter, gradient and state, call accelerate::declare_elementwise_optimizer<" +
+      type +
+      ", ItsParamState>() before prepare; if it couples elements (a norm over a parameter or the model, a "
+      "trust ratio, factored moments), use parallel_strategy 'ddp'");
 }
 
 void refuse_parameters_no_optimizer_steps(const PreparedModel& model, const std::string& what,

@@ -48,8 +48,9 @@ torch::Tensor sharded_gradient_norm(const c10::intrusive_ptr<c10d::ProcessGroup>
                                     double norm_type);
 
 /// At prepare(optimizer) under a sharded strategy (`what`, e.g. "parallel_strategy 'zero' (ZeRO stage 2)"):
-/// shares are stepped through ATen's fused kernels, so an optimizer without one is refused by name.
-void refuse_optimizer_without_fused_step(const ShardableOptimizer& optimizer, const std::string& what);
+/// each process steps its shares, so an optimizer whose step is not known to be per element is refused by
+/// name (LBFGS, which needs a closure over the whole model, with its own reason).
+void refuse_optimizer_not_per_element(const ShardableOptimizer& optimizer, const std::string& what);
 
 /// At the first backward of a prepared model whose gradients go to shares (`what`: the strategy): a trainable
 /// parameter of it in no prepared optimizer (`stepped`) would silently never train, and is refused by name.

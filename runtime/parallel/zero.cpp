@@ -10,7 +10,8 @@
 // process r is its intersection with that slice: at most one contiguous range, stepped as a 1-D view of the
 // parameter's own storage. ATen's fused optimizer kernels are elementwise, and parameters and slices start on
 // 64-byte boundaries, so stepping a share updates those elements exactly as stepping the whole parameter
-// would.
+// would. Another optimizer steps the share with its own step() when its type is declared per element
+// (accelerate::declare_elementwise_optimizer; the prepared optimizer's step, runtime/accelerator).
 //
 // Transport: the collectives of runtime/transport/process_group.h (through shared memory when every process
 // is on this machine, as DDP's gradient average; c10d's Gloo or NCCL otherwise). The average is the same
@@ -462,8 +463,11 @@ public:
     for (const auto& parameter : optimizer.stepped_parameters()) {
       stepped_->insert(parameter.unsafeGetTensorImpl());
     }
-    refuse_optimizer_without_fused_step(optimizer, "parallel_strategy 'zero' (ZeRO stage " +
-                                                       std::to_string(stage_) + ")");
+    refuse_optimizer_not_per_element(optimizer,
+                                     "parallel_strategy 'zero' (ZeRO stage " + std::to_string(stage_) + ")");
+    // State the optimizer made when it was constructed (Adagrad's), for whole parameters: this process's
+    // shares.
+    adopt_optimizer_state(optimizer);
   }
 
   void after_optimizer_step(ShardableOptimizer& optimizer) override {

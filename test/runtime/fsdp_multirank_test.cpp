@@ -1037,20 +1037,6 @@ TEST(Fsdp, AUnitOutsideEveryPreparedModelIsRefused) {
   EXPECT_NO_THROW(stray(torch::zeros({2, kWidth})));
 }
 
-TEST(Fsdp, AnOptimizerWithoutAFusedStepIsRefusedByName) {
-  accelerate::Accelerator accelerator(kSharded[0].apply(test_options()));
-  auto model = std::make_shared<Model>(Shape{}, torch::kFloat32);
-  accelerator.prepare(model);
-  try {
-    accelerator.prepare(torch::optim::RMSprop(model->parameters(), 1e-3));
-    FAIL() << "RMSprop was accepted under FSDP";
-  } catch (const std::invalid_argument& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("RMSprop"), std::string::npos) << message;
-    EXPECT_NE(message.find("fsdp"), std::string::npos) << message;
-  }
-}
-
 // ---- Checkpoints across strategies and world sizes -----------------------------------------------------
 
 std::string checkpoints() {

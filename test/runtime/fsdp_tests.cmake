@@ -7,7 +7,7 @@ foreach(nproc IN ITEMS 2 3)
 endforeach()
 foreach(name IN ITEMS ActivationCheckpointingRecomputesTheSameGradients OffloadParamsIsANoOpOnTheCpu Float32NormWiseWithinOneMillionth TheFp16ScalerSkipsTheStepsDdpSkips Bf16MixedPrecisionMatchesDdp
                      UnitParametersHoldNoDataOutsideTheirForward AUnitOutsideEveryPreparedModelIsRefused
-                     AnOptimizerWithoutAFusedStepIsRefusedByName AutoWrapPoliciesChooseTheUnits
+                     AutoWrapPoliciesChooseTheUnits
                      AUnitsBackwardHoldsTwoUnitSizedBuffersAtMost)
   accelerate_multirank_test(multirank.Fsdp.${name} NPROC 2 FILTER Fsdp.${name})
 endforeach()

@@ -2,7 +2,7 @@
 
 foreach(name IN ITEMS MatchesDdpWithoutAccumulationOrClipping Stage2ReduceScattersBucketsWhileBackwardRuns
                      TheFp16ScalerSkipsTheStepsDdpSkipsWhenOneShareOverflows
-                     AnOptimizerWithoutAFusedStepIsRefusedByName Stage2RefusesAParameterNoPreparedOptimizerSteps
+                     Stage2RefusesAParameterNoPreparedOptimizerSteps
                      UnevenBatchesAreRefusedAtPrepareDataLoader)
   accelerate_multirank_test(multirank.Zero.${name} NPROC 2 FILTER Zero.${name})
 endforeach()

@@ -264,7 +264,10 @@ void FsdpEngine::prepare_optimizer(ShardableOptimizer& optimizer) {
   for (const auto& parameter : optimizer.stepped_parameters()) {
     stepped_->insert(parameter.unsafeGetTensorImpl());
   }
-  refuse_optimizer_without_fused_step(optimizer, "parallel_strategy 'fsdp' (" + sharding_ + ")");
+  refuse_optimizer_not_per_element(optimizer, "parallel_strategy 'fsdp' (" + sharding_ + ")");
+  // State the optimizer made when it was constructed (Adagrad's), for whole parameters: this process's
+  // shares.
+  adopt_optimizer_state(optimizer);
 }
 
 void FsdpEngine::before_optimizer_step(ShardableOptimizer&) {
