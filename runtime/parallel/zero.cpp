@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
@@ -65,15 +66,21 @@ struct Layout {
     torch::Tensor gradient;   // stage 2: the share's accumulated gradient
     bool arrived = false;     // stage 2: its gradient came in the armed backward
     bool used = true;         // stage 2: some process's armed backward reached it
+    // offload_optimizer_device "cpu": the share and its gradient in CPU memory (pinned beside a GPU), which
+    // the optimizer steps; the device's share is copied in before each step and back after it.
+    torch::Tensor host_values;
+    torch::Tensor host_gradient;
   };
 
   std::vector<Bucket> buckets;
   std::vector<Entry> entries;
   int rank = 0;
   int world = 1;
+  bool offload = false; // the optimizer steps the host copies (Entry::host_values)
 
-  Layout(const std::vector<torch::Tensor>& parameters, int rank_, int world_, int64_t bucket_bytes)
-      : rank(rank_), world(world_) {
+  Layout(const std::vector<torch::Tensor>& parameters, int rank_, int world_, int64_t bucket_bytes,
+         bool offload_)
+      : rank(rank_), world(world_), offload(offload_) {
     torch::NoGradGuard no_grad;
     // Whole parameters, newest first, into the open bucket of their device and dtype while it has room (a
     // parameter larger than a bucket gets one of its own).
@@ -119,11 +126,20 @@ struct Layout {
         entry.share_length = placed.share_length;
         entry.slice_offset = placed.slice_offset;
         entry.values = bucket.flat.narrow(0, rank * bucket.share + placed.slice_offset, placed.share_length);
+        if (offload) {
+          entry.host_values = host_buffer(entry.values);
+        }
         bucket.members.push_back(entries.size());
         entries.push_back(std::move(entry));
       }
       buckets.push_back(std::move(bucket));
     }
+  }
+
+  /// A CPU tensor shaped like `like` (pinned when `like` is on a GPU, so copies to and from it are DMA).
+  static torch::Tensor host_buffer(const torch::Tensor& like) {
+    auto options = like.options().device(torch::kCPU).requires_grad(false);
+    return torch::empty(like.sizes(), options.pinned_memory(!like.device().is_cpu()));
   }
 
   /// This process's slice of bucket `b`.
@@ -319,7 +335,7 @@ private:
     Reduced reduced;
     reduced.fresh = std::all_of(bucket.members.begin(), bucket.members.end(), [&](size_t member) {
       const auto& entry = layout_->entries[member];
-      return entry.share_length == 0 || !entry.gradient.defined();
+      return entry.share_length == 0 || !entry.gradient.defined() || layout_->offload;
     });
     reduced.averaged =
         reduced.fresh ? bucket.share_gradient : torch::empty({bucket.share}, bucket.flat.options());
@@ -338,6 +354,17 @@ private:
         continue;
       }
       auto part = reduced.averaged.narrow(0, entry.slice_offset, entry.share_length);
+      if (layout_->offload) {
+        // The share's gradient is kept in CPU memory, where the optimizer steps (as DeepSpeed's
+        // ZeRO-Offload).
+        if (entry.host_gradient.defined()) {
+          entry.host_gradient.add_(part.to(torch::kCPU));
+        } else {
+          entry.host_gradient = Layout::host_buffer(part);
+          entry.host_gradient.copy_(part);
+        }
+        continue;
+      }
       if (reduced.fresh) {
         entry.gradient = part;
       } else if (entry.gradient.defined()) {
@@ -419,16 +446,11 @@ class ZeroEngine final : public ShardedEngine {
 public:
   explicit ZeroEngine(const ParallelContext& context)
       : ShardedEngine(context), replicated_(make_ddp_engine(context)),
-        stage_(context.config.zero_stage == 0 ? 2 : context.config.zero_stage) {
+        stage_(context.config.zero_stage == 0 ? 2 : context.config.zero_stage),
+        offload_(context.config.offload_optimizer_device == "cpu" && takes_offload_path(context.device)) {
     if (stage_ != 1 && stage_ != 2) {
       throw std::invalid_argument("accelerate: parallel_strategy 'zero' takes zero_stage 1 or 2, not " +
                                   std::to_string(stage_));
-    }
-    if (context.config.offload_optimizer_device == "cpu" && !context.device.is_cpu()) {
-      throw std::invalid_argument(
-          "accelerate: offload_optimizer_device 'cpu' with training on " + context.device.str() +
-          " is not available in this version of the runtime (the optimizer state stays on the device); set "
-          "offload_optimizer_device: none");
     }
   }
 
@@ -446,11 +468,11 @@ public:
     std::shared_ptr<Layout> layout;
     if (stage_ == 1) {
       auto inner = replicated_->prepare_model(model); // placement, broadcast, DDP's synchronisation
-      layout = std::make_shared<Layout>(trainable_parameters(model), rank, world, bucket_bytes);
+      layout = std::make_shared<Layout>(trainable_parameters(model), rank, world, bucket_bytes, offload_);
       prepared = std::make_shared<ShardedOptimizerModel>(std::move(inner), layout, job);
     } else {
       place_and_broadcast(model);
-      layout = std::make_shared<Layout>(trainable_parameters(model), rank, world, bucket_bytes);
+      layout = std::make_shared<Layout>(trainable_parameters(model), rank, world, bucket_bytes, offload_);
       prepared = std::make_shared<ShardedGradientModel>(model, layout, stepped_, job);
     }
     for (size_t i = 0; i < layout->entries.size(); ++i) {
@@ -470,11 +492,55 @@ public:
     adopt_optimizer_state(optimizer);
   }
 
+  void before_optimizer_step(ShardableOptimizer& optimizer) override {
+    if (!offload_) {
+      return;
+    }
+    // The host copies take the device's values (which anything may have written since: a load, the user).
+    torch::NoGradGuard no_grad;
+    for (const auto& parameter : optimizer.stepped_parameters()) {
+      auto [layout, index] = find(parameter);
+      if (layout && layout->entries[index].share_length > 0) {
+        auto& entry = layout->entries[index];
+        entry.host_values.copy_(entry.values);
+      }
+    }
+  }
+
+  std::optional<ParameterShare> share(const torch::Tensor& parameter) override {
+    auto result = ShardedEngine::share(parameter);
+    if (!offload_ || !result || stage_ != 1 || !result->gradient.defined()) {
+      return result;
+    }
+    // Stage 1 keeps whole gradients on the device: the share's part goes to CPU memory, where it is stepped.
+    auto [layout, index] = find(parameter);
+    auto& entry = layout->entries[index];
+    if (!entry.host_gradient.defined()) {
+      entry.host_gradient = Layout::host_buffer(result->gradient);
+    }
+    entry.host_gradient.copy_(result->gradient);
+    result->gradient = entry.host_gradient;
+    return result;
+  }
+
   void after_optimizer_step(ShardableOptimizer& optimizer) override {
     // Every bucket holding a parameter this optimizer stepped, once, in the order its parameters come (the
     // same on every process).
     torch::NoGradGuard no_grad;
     std::set<std::pair<Layout*, size_t>> gathered;
+    for (const auto& parameter : optimizer.stepped_parameters()) {
+      auto found = find(parameter);
+      if (!found.first) {
+        continue;
+      }
+      if (offload_) {
+        // The stepped host copy back into the device's share, before the bucket is gathered.
+        auto& entry = found.first->entries[found.second];
+        if (entry.share_length > 0) {
+          entry.values.copy_(entry.host_values);
+        }
+      }
+    }
     for (const auto& parameter : optimizer.stepped_parameters()) {
       auto found = find(parameter);
       if (!found.first) {
@@ -507,7 +573,10 @@ public:
         << (world > 1 ? "optimizer state" + std::string(stage_ == 2 ? " and gradients" : "") + " in " +
                             std::to_string(world) + " shares"
                       : "one process: nothing to shard");
-    if (context().config.offload_optimizer_device == "cpu") {
+    if (offload_) {
+      out << "; offload_optimizer_device cpu: the shares, their gradients and the optimizer state in CPU "
+             "memory, stepped there";
+    } else if (context().config.offload_optimizer_device == "cpu") {
       out << "; offload_optimizer_device cpu: a no-op (the optimizer state is already on the CPU)";
     }
     return out.str();
@@ -520,6 +589,9 @@ protected:
       return std::nullopt;
     }
     auto& entry = layout->entries[index];
+    if (offload_) {
+      return Held{entry.host_values, &entry.host_gradient, entry.share_begin, entry.share_length, layout};
+    }
     return Held{entry.values, &entry.gradient, entry.share_begin, entry.share_length, layout};
   }
   bool gradients_in_shares() const override { return stage_ == 2; }
@@ -538,8 +610,16 @@ private:
     return {std::move(layout), found->second.second};
   }
 
+  /// offload_optimizer_device "cpu" on a GPU (or on the CPU under ACCELERATE_ZERO_OFFLOAD_PATH_ON_CPU=1,
+  /// the test hook that runs the copies with CPU memory standing in for the device's).
+  static bool takes_offload_path(const torch::Device& device) {
+    const char* hook = std::getenv("ACCELERATE_ZERO_OFFLOAD_PATH_ON_CPU");
+    return !device.is_cpu() || (hook != nullptr && std::string(hook) == "1");
+  }
+
   std::unique_ptr<ParallelEngine> replicated_;
   int stage_;
+  bool offload_;
   std::shared_ptr<std::set<c10::TensorImpl*>> stepped_ = std::make_shared<std::set<c10::TensorImpl*>>();
   std::unordered_map<c10::TensorImpl*, std::pair<std::weak_ptr<Layout>, size_t>> entries_;
 };

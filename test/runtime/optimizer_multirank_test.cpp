@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -147,8 +148,11 @@ std::pair<torch::Tensor, torch::Tensor> batch(int step, int rank, int world) {
 }
 
 struct Strategy {
-  std::string name; // "ddp", "zero1", "zero2", "fsdp"
+  std::string name; // "ddp", "zero1", "zero2", "fsdp", "zero1-offload", "zero2-offload"
   accelerate::AcceleratorOptions apply(accelerate::AcceleratorOptions options) const {
+    if (name.size() > 8 && name.compare(name.size() - 8, 8, "-offload") == 0) {
+      return Strategy{name.substr(0, name.size() - 8)}.apply(options).offload_optimizer_device("cpu");
+    }
     if (name == "ddp") {
       return options.parallel_strategy("ddp");
     }
@@ -162,11 +166,23 @@ struct Strategy {
     return options.parallel_strategy("zero").zero_stage(name == "zero1" ? 1 : 2).bucket_cap_mb(0.0005);
   }
 };
-const std::vector<Strategy> kStrategies = {{"ddp"}, {"zero1"}, {"zero2"}, {"fsdp"}};
+const std::vector<Strategy> kStrategies = {{"ddp"},  {"zero1"},         {"zero2"},
+                                           {"fsdp"}, {"zero1-offload"}, {"zero2-offload"}};
+
+/// Whether the test hook runs ZeRO-Offload's copies on the CPU (test/runtime/optimizer_tests.cmake).
+bool offload_path_on_cpu() {
+  const char* hook = std::getenv("ACCELERATE_ZERO_OFFLOAD_PATH_ON_CPU");
+  return hook != nullptr && std::string(hook) == "1";
+}
 
 /// The optimizer `name` over `model`'s parameters: Adagrad (lr decay, weight decay, a nonzero initial sum:
-/// its state is made when it is constructed), RMSprop (centered, with momentum), or Lion.
+/// its state is made when it is constructed), RMSprop (centered, with momentum), Lion, or AdamW (stepped by
+/// ATen's fused kernel, here for ZeRO-Offload's path).
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name, Net& model) {
+  if (name == "adamw") {
+    return std::make_shared<torch::optim::AdamW>(model.parameters(),
+                                                 torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+  }
   if (name == "adagrad") {
     return std::make_shared<torch::optim::Adagrad>(
         model.parameters(),
@@ -232,14 +248,21 @@ struct Trainer {
 TEST(ShardedOptimizers, EachOptimizerMatchesDdpUnderEachShardedStrategy) {
   accelerate::Accelerator outer(test_options());
   ASSERT_EQ(outer.num_processes(), 2) << "run this test under accel launch with 2 processes";
-  for (const std::string optimizer : {"adagrad", "rmsprop", "lion"}) {
+  for (const std::string optimizer : {"adagrad", "rmsprop", "lion", "adamw"}) {
     Trainer ddp(kStrategies[0], optimizer, /*seed=*/11);
     ddp.steps(0, 12);
     const auto expected = ddp.parameters();
+    std::map<std::string, torch::Tensor> trained;
     for (size_t s = 1; s < kStrategies.size(); ++s) {
       Trainer sharded(kStrategies[s], optimizer, /*seed=*/11);
+      if (kStrategies[s].name.find("offload") != std::string::npos) {
+        EXPECT_EQ(sharded.accelerator.state().find("stepped there") != std::string::npos,
+                  offload_path_on_cpu())
+            << sharded.accelerator.state();
+      }
       sharded.steps(0, 12);
       const auto actual = sharded.parameters();
+      trained[kStrategies[s].name] = actual;
       ASSERT_FALSE(torch::equal(actual, flat(*std::make_shared<Net>()))) << "nothing trained";
       EXPECT_TRUE(accelerate_test::within(actual, expected, 1e-12,
                                           optimizer + " under " + kStrategies[s].name + " against DDP"));
@@ -265,6 +288,10 @@ TEST(ShardedOptimizers, EachOptimizerMatchesDdpUnderEachShardedStrategy) {
       // fc2's weight, the largest parameter (70 elements), is split between the two processes everywhere.
       EXPECT_GT(held, 0) << optimizer << " under " << kStrategies[s].name << ": no state";
       EXPECT_LT(held, 70) << optimizer << " under " << kStrategies[s].name << ": a state tensor is whole";
+    }
+    // ZeRO-Offload steps the same kernels on copies of the same shares: bit for bit ZeRO's.
+    for (const std::string stage : {"zero1", "zero2"}) {
+      EXPECT_TRUE(torch::equal(trained[stage + "-offload"], trained[stage])) << optimizer << " " << stage;
     }
   }
 }
