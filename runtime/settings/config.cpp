@@ -2,6 +2,7 @@
 // defaults, for every row of <accelerate/detail/option_table.h>.
 #include "settings/config.h"
 
+#include "settings/deepspeed_json.h"
 #include "settings/spelling.h"
 #include "settings/strategy.h"
 
@@ -379,6 +380,9 @@ struct FileSettings {
   std::string fsdp;
   /// fsdp_config.fsdp_reshard_after_forward named this sharding strategy (FSDP1's spelling).
   std::optional<std::string> reshard_strategy;
+  /// deepspeed_config.deepspeed_config_file ("" when absent), and the keys set that it replaces.
+  std::string deepspeed_config_file;
+  std::vector<std::string> replaced_keys;
 };
 
 FileSettings read_config_file(const std::string& path) {
@@ -464,6 +468,13 @@ FileSettings read_config_file(const std::string& path) {
     file.read_from["gradient_accumulation_steps"] = "deepspeed_config.gradient_accumulation_steps";
   }
   read_reshard_text(file.settings, kReshardKey, label, file.reshard_strategy);
+  if (const YAML::Node named = yaml_at(root, settings::kDeepSpeedConfigFileKey); named && named.IsScalar()) {
+    file.deepspeed_config_file = named.Scalar();
+  }
+  file.replaced_keys = settings::keys_replaced_by_deepspeed_json([&](const std::string& dotted) {
+    const YAML::Node value = yaml_at(root, dotted);
+    return value && !value.IsNull();
+  });
 #else
   throw std::invalid_argument("accelerate: ACCELERATE_CONFIG_FILE='" + path +
                               "' is set, but this build of the runtime has no YAML support (yaml-cpp was not "
@@ -487,6 +498,9 @@ struct Sources {
   EnvironmentSettings environment;
   FileSettings file;
   std::string file_label;
+  /// What a DeepSpeed JSON (deepspeed_config_file) decides, by option, and what named it; empty without one.
+  std::map<std::string, settings::DeepSpeedJsonSetting> deepspeed_json;
+  std::string deepspeed_json_named_by;
 
   /// The source of a setting read from the file under `yaml_key`, naming the key it was really read from
   /// when that differs.
@@ -504,10 +518,24 @@ void resolve_option(ResolvedConfig& config, const Sources& sources, const std::s
                     const YamlKey& yaml_key, Check check) {
   std::string where;
   std::string source;
+  // A DeepSpeed JSON's own value wins over the environment (which only fills its "auto", as in Accelerate),
+  // and is refused beside another in AcceleratorOptions.
+  const auto json = sources.deepspeed_json.find(key);
   if (option.has_value()) {
     field = *option;
     where = "AcceleratorOptions";
     source = "options";
+    if (json != sources.deepspeed_json.end()) {
+      settings::check_given_against(json->second, text_of(*option),
+                                    key + "='" + text_of(*option) + "' (from AcceleratorOptions)",
+                                    "accelerate: ");
+    }
+  } else if (json != sources.deepspeed_json.end()) {
+    if constexpr (!std::is_same_v<Environment, Unmapped>) { // each option a JSON decides has a variable
+      where = json->second.origin;
+      field = Parser<T>::parse(key, json->second.text, where);
+      source = where;
+    }
   } else if (auto text = lookup(sources.environment.settings, variable)) {
     if constexpr (!std::is_same_v<Environment, Unmapped>) {
       where = "the environment";
@@ -529,6 +557,34 @@ void resolve_option(ResolvedConfig& config, const Sources& sources, const std::s
     check(key, field, where);
   } else if (field.has_value()) {
     check(key, *field, where);
+  }
+}
+
+/// The DeepSpeed JSON named by ACCELERATE_DEEPSPEED_CONFIG_FILE, else by the config file's
+/// deepspeed_config.deepspeed_config_file, read into `sources` (settings/deepspeed_json.h): its "auto" values
+/// take the options' values, else the environment's; refused beside the config keys it replaces.
+void read_deepspeed_json_source(const AcceleratorOptions& options, Sources& sources) {
+  settings::DeepSpeedJsonRequest request;
+  request.named_in_environment(environment(settings::kDeepSpeedConfigFileVariable).value_or(""));
+  request.named_in_file(sources.file.deepspeed_config_file, sources.file.replaced_keys, sources.file_label);
+  request.launcher_fields = environment("ACCELERATE_CONFIG_DS_FIELDS").value_or("");
+  auto add = [&](const char* name, const auto& option, const auto& variable) {
+    if (option) {
+      request.give(name, text_of(*option), "AcceleratorOptions");
+    } else if (auto text = lookup(sources.environment.settings, variable)) {
+      request.give(name, *text, "the environment");
+    }
+  };
+#define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC)                     \
+  add(#NAME, options.NAME##_, ENVIRONMENT);
+#include <accelerate/detail/option_table.h>
+#undef ACCELERATE_OPTION
+  request.world_size = spelling::whole_number(environment("WORLD_SIZE").value_or(""), 1, 1LL << 31);
+  if (auto json = settings::read_requested_deepspeed_json(request, "accelerate: ")) {
+    sources.deepspeed_json_named_by = request.named_by;
+    for (auto& setting : json->settings) {
+      sources.deepspeed_json[setting.option] = setting;
+    }
   }
 }
 
@@ -562,6 +618,9 @@ std::string request(const Sources& sources, const std::string& variable, const s
 }
 
 std::string deepspeed_request(const Sources& sources) {
+  if (!sources.deepspeed_json_named_by.empty()) {
+    return "deepspeed_config_file (" + sources.deepspeed_json_named_by + ")";
+  }
   return request(sources, spelling::kUseDeepSpeedVariable, sources.file.deepspeed);
 }
 
@@ -909,6 +968,7 @@ ResolvedConfig resolve_config(const AcceleratorOptions& options) {
     sources.file = read_config_file(*path);
     sources.file_label = "config file " + *path;
   }
+  read_deepspeed_json_source(options, sources);
 #define ACCELERATE_OPTION(TYPE, NAME, FIELD, DEFAULT, ENVIRONMENT, YAML_KEY, CHECK, DOC)                     \
   resolve_option<TYPE>(config, sources, #NAME, options.NAME##_, config.FIELD, ENVIRONMENT, YAML_KEY,         \
                        [](const std::string& key, const auto& value, const std::string& where) {             \

@@ -31,10 +31,15 @@ struct ResolvedConfig {
 };
 
 /// Merges, highest first: `options`, the `ACCELERATE_*` / `FSDP_*` environment, the YAML file named by
-/// `ACCELERATE_CONFIG_FILE` (never the default config path), defaults. A YAML key with dots names nested
-/// mappings (`deepspeed_config.zero_stage`); `deepspeed_config.gradient_accumulation_steps` counts when the
-/// top-level key is absent; a key of `fsdp_config` without the `fsdp_` prefix counts as the prefixed one, as
-/// in Accelerate. Then selects the strategy:
+/// `ACCELERATE_CONFIG_FILE` (never the default config path), defaults. A DeepSpeed JSON config named by
+/// `ACCELERATE_DEEPSPEED_CONFIG_FILE` or the file's `deepspeed_config.deepspeed_config_file`
+/// (settings/deepspeed_json.h) decides zero_stage, the offload devices, gradient_accumulation_steps,
+/// gradient_clipping and mixed_precision above the environment, which only fills its "auto" values; one of
+/// them set in `options` to another value, or the config file's keys it replaces, are refused. A YAML key
+/// with dots names nested mappings (`deepspeed_config.zero_stage`);
+/// `deepspeed_config.gradient_accumulation_steps` counts when the top-level key is absent; a key of
+/// `fsdp_config` without the `fsdp_` prefix counts as the prefixed one, as in Accelerate. Then selects the
+/// strategy:
 /// - ZeRO: DeepSpeed asked for (`distributed_type: DEEPSPEED`, a `deepspeed_config` section,
 ///   `ACCELERATE_USE_DEEPSPEED=true`) without a stage means zero_stage 2, as in Accelerate; zero_stage 1 or 2
 ///   makes an unset parallel_strategy "zero"; parallel_strategy "zero" without a stage means stage 2;
@@ -47,11 +52,11 @@ struct ResolvedConfig {
 ///   TRANSFORMER_BASED_WRAP refused without classes.
 /// `sources` names what a derived value came from. Throws `std::invalid_argument` naming the option, the
 /// value, where it came from and what is allowed on a bad setting; on DeepSpeed and FSDP settings this
-/// version does not implement (a `deepspeed_config_file`, parameter or NVMe offload, offload of checkpointed
-/// activations, hybrid sharding, optimizer offload under fsdp, ...); and on settings that
-/// contradict each other (parallel_strategy set to another strategy than the one zero_stage or FSDP selects,
-/// "zero" with zero_stage 0 set explicitly, ZeRO's stage 1 or 2 with FSDP, optimizer offload without ZeRO,
-/// an fsdp_* option set in `options` without the fsdp strategy).
+/// version does not implement (a DeepSpeed JSON key that would change results, parameter or NVMe offload,
+/// offload of checkpointed activations, hybrid sharding, optimizer offload under fsdp, ...); and on settings
+/// that contradict each other (parallel_strategy set to another strategy than the one zero_stage or FSDP
+/// selects, "zero" with zero_stage 0 set explicitly, ZeRO's stage 1 or 2 with FSDP, optimizer offload without
+/// ZeRO, an fsdp_* option set in `options` without the fsdp strategy).
 ResolvedConfig resolve_config(const AcceleratorOptions& options);
 
 /// One row of the option table as text: what `accel` (its flags for the rows only the runtime reads) and the

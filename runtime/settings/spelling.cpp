@@ -229,9 +229,6 @@ bool refuses(const FsdpSetting& setting, const std::string& value) {
 
 const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings() {
   static const std::vector<UnsupportedDeepSpeedSetting> kSettings = {
-      {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "none",
-       "names a DeepSpeed JSON config, which accelerate-cpp does not read (remove it and give zero_stage, "
-       "offload_optimizer_device, gradient_clipping and gradient_accumulation_steps instead)"},
       {"offload_optimizer_nvme_path", nullptr, "none",
        "is for NVMe offload, which accelerate-cpp does not have (remove it; offload_optimizer_device takes "
        "none or cpu)"},

@@ -487,10 +487,12 @@ BAD_FILES = [
      "f.yaml:3:3: deepspeed_config.offload_param_device cpu conflicts with zero_stage 2 (Accelerate's default): "
      "DeepSpeed offloads parameters at ZeRO stage 3 only (use zero_stage 3, where it runs as fsdp_offload_params true, "
      "or offload_param_device none)"),
-    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds_config.json\n",
-     "f.yaml:3:3: deepspeed_config.deepspeed_config_file ds_config.json names a DeepSpeed JSON config, which "
-     "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, gradient_clipping and "
-     "gradient_accumulation_steps instead)"),
+    ("distributed_type: DEEPSPEED\nmixed_precision: bf16\ndeepspeed_config:\n  deepspeed_config_file: ds_config.json\n"
+     "  zero_stage: 2\n",
+     "f.yaml:5:3: with deepspeed_config_file set, Accelerate ignores these config keys and refuses them: zero_stage, "
+     "mixed_precision. Give them in the DeepSpeed config file (gradient_accumulation_steps, gradient_clipping, "
+     "zero_optimization.stage, zero_optimization.offload_optimizer.device, zero_optimization.offload_param.device, "
+     "fp16.enabled or bf16.enabled) and remove them here"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  zero3_init_flag: true\n",
      "f.yaml:4:3: deepspeed_config.zero3_init_flag true is for ZeRO stage 3's partitioned construction "
      "(deepspeed.zero.Init), which accelerate-cpp does not do: every process builds the whole model and prepare() "
@@ -1041,6 +1043,183 @@ def RuntimeUnderAccelLaunchReadsWhatPythonsLauncherExports():
             got = [probe(environment(**env))[name][0] for name in FSDP_FIELDS]
             check(got == values, f"{path} with Python's exports {env}: expected {values}, the runtime resolved {got}")
             print(f"{os.path.basename(path)}: {' '.join(values)} under accel launch and Python's launcher")
+
+
+# ------------------------------------------------------------------------------------------- DeepSpeed JSON
+
+# A DeepSpeed JSON as most DeepSpeed users have it: Hugging Face's "auto" values, tuning keys.
+DS_JSON = {
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 2,
+    "gradient_clipping": "auto", "steps_per_print": 100, "wall_clock_breakdown": False,
+    "bf16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
+                          "reduce_bucket_size": "auto", "round_robin_gradients": True,
+                          "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+}
+
+
+def write_json(directory, name, value):
+    return write_file(directory, name, value if isinstance(value, str) else json.dumps(value, indent=2))
+
+
+def DeepSpeedJsonIsReadAsAccelerateReadsIt():
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_json(directory, "ds.json", DS_JSON)
+        yaml_path = write_file(directory, "ds.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                               f"  deepspeed_config_file: {path}\n  zero3_init_flag: false\n")
+        key = f"DeepSpeed config {path}, key "
+        mapped = dict(zero_stage=("2", key + "zero_optimization.stage"),
+                      parallel_strategy=("zero", f"zero_stage 2 from {key}zero_optimization.stage"),
+                      offload_optimizer_device=("cpu", key + "zero_optimization.offload_optimizer.device"),
+                      offload_param_device=("none", f"DeepSpeed config {path}, zero_optimization.offload_param."
+                                            "device absent: DeepSpeed's none"),
+                      gradient_accumulation_steps=("2", key + "gradient_accumulation_steps"),
+                      # "auto" as Accelerate fills it: nothing gave a clipping, so 1.0; no mixed precision given.
+                      gradient_clipping=("1", key + 'gradient_clipping "auto": Accelerate\'s 1.0'),
+                      mixed_precision="no")
+        expect(probe(environment(ACCELERATE_CONFIG_FILE=yaml_path)), "the JSON named by the config file", **mapped)
+        # Named by the variable Accelerate's launcher exports; "auto" takes what the environment and the options
+        # give, and the file's own values win over the environment, as in Accelerate.
+        env = environment(ACCELERATE_DEEPSPEED_CONFIG_FILE=path, ACCELERATE_MIXED_PRECISION="bf16",
+                          ACCELERATE_GRADIENT_ACCUMULATION_STEPS="4", ACCELERATE_DEEPSPEED_ZERO_STAGE="1")
+        expect(probe(env, "gradient_clipping=0.5"), "the JSON named by ACCELERATE_DEEPSPEED_CONFIG_FILE",
+               zero_stage="2", gradient_accumulation_steps="2",
+               mixed_precision=("bf16", f'DeepSpeed config {path}, fp16.enabled and bf16.enabled "auto" or absent: '
+                                "from the environment"),
+               gradient_clipping=("0.5", "options"))
+        refusal = probe_refusal(env, "gradient_accumulation_steps=4")
+        check(refusal.startswith("accelerate: gradient_accumulation_steps='4' (from AcceleratorOptions) conflicts "
+                                 f"with gradient_accumulation_steps='2' (from {key}gradient_accumulation_steps): the "
+                                 "DeepSpeed config file decides it"), "an option against the file's value", refusal)
+        # Stage 3 with DeepSpeed's CPU offload runs the fsdp strategy with fsdp_offload_params; a file without a
+        # stage runs DeepSpeed's stage 0 (replicated); fp16 with the loss-scale values the runtime's scaler runs.
+        stage3 = write_json(directory, "stage3.json", {"zero_optimization": {
+            "stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"},
+            "stage3_gather_16bit_weights_on_model_save": "auto", "stage3_max_live_parameters": 1e9}})
+        expect(probe(environment(ACCELERATE_DEEPSPEED_CONFIG_FILE=stage3)), "ZeRO-3 from a JSON",
+               parallel_strategy="fsdp", fsdp_sharding_strategy="FULL_SHARD", fsdp_offload_params="true",
+               offload_param_device="cpu", gradient_accumulation_steps="1", gradient_clipping="0")
+        fp16 = write_json(directory, "fp16.json", {"zero_optimization": {}, "fp16": {
+            "enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 2000, "hysteresis": 1},
+            "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4})
+        expect(probe(environment(ACCELERATE_DEEPSPEED_CONFIG_FILE=fp16, WORLD_SIZE="2")), "fp16, stage 0",
+               zero_stage=("0", f"DeepSpeed config {fp16}, zero_optimization.stage absent: DeepSpeed's 0"),
+               parallel_strategy="ddp", mixed_precision=("fp16", f"DeepSpeed config {fp16}, key fp16.enabled"))
+        # accel launch reads the file by the same rules: the rank resolves what the runtime alone does, the tuning
+        # keys are noted, and the ranks get the file's absolute path, not the values it decides.
+        code, out, err = accel("launch", "--config_file", yaml_path, "--num_processes", "1", "--main_process_port",
+                               free_port(), PROBE)
+        check(code == 0, "accel launch must run the DeepSpeed JSON", out + err)
+        expect(parse_state(out), "the rank under accel launch", **mapped)
+        for noted in ["zero_optimization.overlap_comm", "zero_optimization.offload_optimizer.pin_memory",
+                      "steps_per_print"]:
+            check(f"accel launch: note: DeepSpeed config {path}: {noted}: " in err, f"accel must note {noted}", err)
+        exported = accel_exports(yaml_path)
+        check(exported.get("ACCELERATE_DEEPSPEED_CONFIG_FILE") == path and exported.get("ACCELERATE_USE_DEEPSPEED")
+              == "true" and "ACCELERATE_DEEPSPEED_ZERO_STAGE" not in exported
+              and exported.get("ACCELERATE_MIXED_PRECISION") == "no", "accel launch's exports", exported)
+        code, out, err = accel("launch", "-q", "--use_deepspeed", "--deepspeed_config_file", path, "--num_processes",
+                               "1", "--main_process_port", free_port(), "--mixed_precision", "bf16", PROBE)
+        check(code == 0 and parse_state(out).get("mixed_precision", ("",))[0] == "bf16",
+              "--mixed_precision fills bf16.enabled \"auto\" in the rank", out + err)
+        code, out, err = accel("launch", "-q", "--use_deepspeed", "--deepspeed_config_file", path, "--num_processes",
+                               "1", "--zero_stage", "3", "true")
+        check(code == 2 and "--zero_stage 3 conflicts with "
+              f"zero_stage='2' (from {key}zero_optimization.stage)" in err and len(err.splitlines()) == 1,
+              "a flag against the file's value: exit 2, one line naming both", f"exit {code}\n{err}")
+
+
+# (JSON, the refusal's text after "DeepSpeed config PATH"), the same from accel launch and the runtime.
+REFUSED_JSON = [
+    ({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}},
+     ": optimizer {...} is an optimizer for DeepSpeed to build (Accelerate then needs DummyOptim in the program); "
+     "accelerate-cpp prepares the optimizer the program builds: remove the block and build that optimizer in code"),
+    ({"zero_optimization": {"stage": 2}, "scheduler": {"type": "WarmupLR"}},
+     ": scheduler {...} is a learning-rate scheduler for DeepSpeed to build"),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}},
+     ': zero_optimization.offload_param.device "nvme" is NVMe offload, which accelerate-cpp does not have (use '
+     '"none" or "cpu")'),
+    ({"zero_optimization": {"stage": 2, "zero_quantized_gradients": True}},
+     ": zero_optimization.zero_quantized_gradients true quantizes the averaged gradients (ZeRO++), which changes "
+     "results and accelerate-cpp does not do (use false)"),
+    ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "speed": 3}}},
+     ": zero_optimization.offload_optimizer.speed 3 is a DeepSpeed setting accelerate-cpp does not run, and it may "
+     "change results (remove it;"),
+    ({"zero_optimization": {"stage": 2}, "pipeline": {"stages": 2}},
+     ": pipeline {...} is a DeepSpeed setting accelerate-cpp does not run"),
+    ({"zero_optimization": {"stage": 2}, "communication_data_type": "fp16"},
+     ': communication_data_type "fp16" averages gradients in another dtype'),
+    ({"zero_optimization": {"stage": 2}, "fp16": {"enabled": True, "loss_scale_window": 1000, "hysteresis": 2}},
+     ": fp16.hysteresis 2 delays halving the loss scale after an overflow; accelerate-cpp's scaler halves it at "
+     "every overflow, as torch.amp.GradScaler (use 1, or remove it: then 1 runs, not DeepSpeed's 2)"),
+    ({"zero_optimization": {"stage": 2}, "fp16": {"enabled": True, "min_loss_scale": 1}},
+     ": fp16.min_loss_scale 1 is a floor of the loss scale"),
+    ({"zero_optimization": {"stage": 2}, "fp16": {"enabled": True}, "bf16": {"enabled": True}},
+     ": fp16.enabled true and bf16.enabled are both on; DeepSpeed runs one of them (turn one off)"),
+    ({"zero_optimization": {"stage": 4}},
+     ": zero_optimization.stage 4 is not a ZeRO stage; use 0 (off), 1 (optimizer state sharded)"),
+    ({"zero_optimization": {"stage": 2}, "gradient_accumulation_steps": 0},
+     ": gradient_accumulation_steps 0 must be a whole number >= 1 or \"auto\""),
+    ({"zero_optimization": {"stage": 2}, "gradient_clipping": "high"},
+     ': gradient_clipping "high" must be a number >= 0 (0: off) or "auto"'),
+    ({"zero_optimization": {"stage": 2}, "train_batch_size": 12, "train_micro_batch_size_per_gpu": 4,
+      "gradient_accumulation_steps": 2},
+     ": train_batch_size 12 is not train_micro_batch_size_per_gpu 4 x gradient_accumulation_steps 2 x 2 processes = "
+     "16, which DeepSpeed requires"),
+    ({"fp16": {"enabled": True}},
+     " has no zero_optimization object, which Accelerate requires of a DeepSpeed config"),
+    ('{\n  "zero_optimization": {"stage": 2,}\n}\n',
+     ":2:36: malformed JSON: syntax error while parsing object key - unexpected '}'; expected string literal"),
+    ('[1, 2]', " must be a JSON object of DeepSpeed settings (got array)"),
+]
+
+
+def DeepSpeedJsonRefusalsNameTheJsonPath():
+    with tempfile.TemporaryDirectory() as directory:
+        for i, (value, expected) in enumerate(REFUSED_JSON):
+            path = write_json(directory, f"case{i}.json", value)
+            wanted = f"DeepSpeed config {path}{expected}"
+            code, out, err = accel("launch", "--use_deepspeed", "--deepspeed_config_file", path, "--num_processes",
+                                   "2", "true")
+            check(code == 2 and len(err.splitlines()) == 1 and err.startswith("accel launch: " + wanted),
+                  f"accel launch must refuse {value!r} in one line beginning {wanted!r}", f"exit {code}\n{err}")
+            refusal = probe_refusal(environment(ACCELERATE_DEEPSPEED_CONFIG_FILE=path, WORLD_SIZE="2"))
+            check(refusal.startswith("accelerate: " + wanted), f"the runtime must refuse {value!r} too", refusal)
+        # Keys of a block that is off do nothing: accepted.
+        off = write_json(directory, "off.json", {"zero_optimization": {"stage": 1},
+                                                 "fp16": {"enabled": False, "loss_scale_window": 1000}})
+        expect(probe(environment(ACCELERATE_DEEPSPEED_CONFIG_FILE=off)), "fp16 off", zero_stage="1",
+               mixed_precision="no")
+        # The mixed precision given may not be the one the other block turns on, as in Accelerate.
+        bf16 = write_json(directory, "bf16.json", {"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}})
+        refusal = probe_refusal(environment(ACCELERATE_DEEPSPEED_CONFIG_FILE=bf16, ACCELERATE_MIXED_PRECISION="fp16"))
+        check(refusal.startswith(f"accelerate: DeepSpeed config {bf16}: bf16.enabled true conflicts with "
+                                 "mixed_precision fp16 (from the environment)"), "bf16 against fp16", refusal)
+        # A file that cannot be read is named, with what named it.
+        missing = os.path.join(directory, "missing.json")
+        refusal = probe_refusal(environment(ACCELERATE_DEEPSPEED_CONFIG_FILE=missing))
+        check(refusal.startswith(f"accelerate: DeepSpeed config {missing} cannot be read (No such file or directory; "
+                                 "named by ACCELERATE_DEEPSPEED_CONFIG_FILE in the environment)"), "missing", refusal)
+        code, out, err = accel("launch", "--use_deepspeed", "--deepspeed_config_file", missing, "true")
+        check(code == 2 and err.startswith(f"accel launch: DeepSpeed config {missing} cannot be read (No such file or "
+                                           f"directory; named by --deepspeed_config_file {missing})"), "missing", err)
+        # Accelerate's keys beside the file: refused by accel (the config file's line) and the runtime alike, and
+        # when Accelerate's launcher lists them (ACCELERATE_CONFIG_DS_FIELDS).
+        good = write_json(directory, "good.json", {"zero_optimization": {"stage": 2}})
+        yaml_path = write_file(directory, "both.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                               f"  deepspeed_config_file: {good}\n  gradient_accumulation_steps: 2\n"
+                               "  offload_optimizer_device: none\n")
+        listed = ("with deepspeed_config_file set, Accelerate ignores these config keys and refuses them: "
+                  "gradient_accumulation_steps, offload_optimizer_device. Give them in the DeepSpeed config file")
+        code, out, err = accel("config", "--validate", yaml_path)
+        check(code == 2 and err.startswith(f"accel config: {yaml_path}:4:3: {listed}"), "accel: the keys beside", err)
+        refusal = probe_refusal(environment(ACCELERATE_CONFIG_FILE=yaml_path))
+        check(refusal.startswith(f"accelerate: config file {yaml_path}: {listed}"), "runtime: the keys beside", refusal)
+        refusal = probe_refusal(environment(ACCELERATE_DEEPSPEED_CONFIG_FILE=good,
+                                            ACCELERATE_CONFIG_DS_FIELDS="deepspeed_config_file,zero_stage"))
+        check(refusal.startswith("accelerate: ACCELERATE_CONFIG_DS_FIELDS='deepspeed_config_file,zero_stage'") and
+              "refuses them: zero_stage." in refusal, "runtime: Accelerate's launcher's list", refusal)
+        print(f"{len(REFUSED_JSON)} JSON files refused alike by accel and the runtime")
 
 
 # ------------------------------------------------------------------------------------------- default, env

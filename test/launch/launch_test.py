@@ -740,10 +740,11 @@ def UnsupportedZeroSettingsAreRefused():
     check_usage_error(launch("--use_deepspeed", "--offload_optimizer_device", "nvme", PROBE),
                       "accel launch: --offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe (use "
                       "none or cpu)")
-    check_usage_error(launch("--use_deepspeed", "--deepspeed_config_file", "ds.json", PROBE),
-                      "accel launch: --deepspeed_config_file ds.json names a DeepSpeed JSON config, which "
-                      "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, "
-                      "gradient_clipping and gradient_accumulation_steps instead)")
+    missing = os.path.join(tempfile.gettempdir(), f"accel-missing-{os.getpid()}.json")
+    check_usage_error(launch("--use_deepspeed", "--deepspeed_config_file", missing, PROBE),
+                      f"accel launch: DeepSpeed config {missing} cannot be read (No such file or directory; named by "
+                      f"--deepspeed_config_file {missing}): fix the path (a relative one is from the working "
+                      "directory, as in Accelerate)")
     check_usage_error(launch("--use_deepspeed", "--zero3_init_flag", "true", PROBE),
                       "accel launch: --zero3_init_flag true is for ZeRO stage 3's partitioned construction "
                       "(deepspeed.zero.Init), which accelerate-cpp does not do: every process builds the whole model "
@@ -760,10 +761,11 @@ def UnsupportedZeroSettingsAreRefused():
                  ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_device: nvme\n",
                   "3:3: deepspeed_config.offload_optimizer_device nvme: accelerate-cpp does not offload to NVMe (use "
                   "none or cpu)"),
-                 ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
-                  "3:3: deepspeed_config.deepspeed_config_file ds.json names a DeepSpeed JSON config, which "
-                  "accelerate-cpp does not read (remove it and give zero_stage, offload_optimizer_device, "
-                  "gradient_clipping and gradient_accumulation_steps instead)")]
+                 ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n  zero_stage: 2\n",
+                  "4:3: with deepspeed_config_file set, Accelerate ignores these config keys and refuses them: "
+                  "zero_stage. Give them in the DeepSpeed config file (gradient_accumulation_steps, "
+                  "gradient_clipping, zero_optimization.stage, zero_optimization.offload_optimizer.device, "
+                  "zero_optimization.offload_param.device, fp16.enabled or bf16.enabled) and remove them here")]
         for text, what in cases:
             with open(path, "w") as file:
                 file.write(text)

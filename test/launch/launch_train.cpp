@@ -2,7 +2,7 @@
 // mpirun and Accelerate's launcher must end with bit-identical parameters, which rank 0 prints.
 //
 //   launch_train [--steps N] [--step-sleep MS] [--crash RANK STEP] [--pause RANK STEP SECONDS]
-//                [--prepare-optimizer]
+//                [--prepare-optimizer] [--accumulate]
 //
 // Preconditions for bit-identical results (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
 // batches (rank r takes slice r of the global batch), no dropout, one intra-op thread.
@@ -14,6 +14,9 @@
 // or 0), for --max_restarts tests; --step-sleep leaves time to kill a rank mid-run; --pause makes RANK sleep
 // SECONDS before STEP, alive (its heartbeat goes on) while the others wait in the step's collective: long
 // work on one process, or, longer than the collective timeout, a process that never arrives.
+// --accumulate (with --prepare-optimizer) runs each step inside `accelerator.accumulate(model)`, so that
+// gradient_accumulation_steps and gradient_clipping apply, and rank 0 prints `loss <step> <its loss, %.17g>`
+// for each step and the state's gradient_accumulation_steps, gradient_clipping and mixed_precision lines.
 #include <accelerate/accelerate.h>
 
 #include <torch/torch.h>
@@ -48,6 +51,7 @@ struct Options {
   int crashRank = -1;
   int crashStep = -1;
   bool prepareOptimizer = false; // the fused step (what ZeRO needs), printing the parallel strategy
+  bool accumulate = false;
   int pauseRank = -1;
   int pauseStep = -1;
   double pauseSeconds = 0;
@@ -63,6 +67,8 @@ Options parseOptions(int argc, char** argv) {
       options.stepSleepMs = std::atoi(argv[++i]);
     else if (arg == "--prepare-optimizer")
       options.prepareOptimizer = true;
+    else if (arg == "--accumulate")
+      options.accumulate = options.prepareOptimizer = true;
     else if (arg == "--crash" && i + 2 < argc) {
       options.crashRank = std::atoi(argv[++i]);
       options.crashStep = std::atoi(argv[++i]);
@@ -123,8 +129,11 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::istringstream state(accelerator.state());
       for (std::string line; std::getline(state, line);) {
+        const bool accumulation = line.rfind("gradient_accumulation_steps:", 0) == 0 ||
+                                  line.rfind("gradient_clipping:", 0) == 0 ||
+                                  line.rfind("mixed_precision:", 0) == 0;
         if (line.rfind("parallel_strategy:", 0) == 0 || line.rfind("zero:", 0) == 0 ||
-            line.rfind("fsdp:", 0) == 0) {
+            line.rfind("fsdp:", 0) == 0 || (options.accumulate && accumulation)) {
           std::printf("%s\n", line.c_str());
         }
       }
@@ -146,12 +155,18 @@ int main(int argc, char** argv) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
     auto x = at::randn({kGlobalBatch, 8}, generator, torch::kFloat64).narrow(0, rank * perRank, perRank);
     auto y = at::randn({kGlobalBatch, 1}, generator, torch::kFloat64).narrow(0, rank * perRank, perRank);
+    std::optional<accelerate::Accelerator::AccumulateGuard> accumulating;
+    if (options.accumulate)
+      accumulating.emplace(accelerator.accumulate(model));
     if (prepared) {
       prepared->zero_grad();
     } else {
       plain.zero_grad();
     }
-    accelerator.backward(torch::mse_loss(model->forward(x), y));
+    const torch::Tensor loss = torch::mse_loss(model->forward(x), y);
+    accelerator.backward(loss);
+    if (options.accumulate && rank == 0)
+      std::printf("loss %d %.17g\n", step, loss.item<double>());
     if (prepared) {
       prepared->step();
     } else {

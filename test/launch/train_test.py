@@ -497,6 +497,49 @@ def AZeroFileTrainsLikeDdp():
     expect_parity("ZeRO-2 from the YAML file against DDP", zero, values_of(output))
 
 
+LOSSES = re.compile(r"^(?:\[rank0\]: )?loss (\d+) (\S+)$", re.MULTILINE)
+
+
+def ADeepSpeedJsonTrainsLikeItsYaml():
+    # DeepSpeed's own JSON (deepspeed_config_file) and the equivalent Accelerate YAML keys select the same ZeRO-2
+    # run, with 2 accumulation steps and clipping (the JSON's "auto" clipping is Accelerate's 1.0): the same code
+    # path, so rank 0's losses and parameters are bit-identical.
+    yaml_keys = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nuse_cpu: true\nnum_machines: 1\n"
+                 "num_processes: 2\n")
+    ds_json = ('{"zero_optimization": {"stage": 2, "overlap_comm": true, "contiguous_gradients": true,\n'
+               '  "reduce_bucket_size": "auto", "offload_optimizer": {"device": "none"}},\n'
+               ' "gradient_accumulation_steps": 2, "gradient_clipping": "auto",\n'
+               ' "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "bf16": {"enabled": "auto"},\n'
+               ' "steps_per_print": 10, "wall_clock_breakdown": false}\n')
+    runs = {}
+    with tempfile.TemporaryDirectory() as directory:
+        json_path = os.path.join(directory, "ds.json")
+        files = {"yaml": yaml_keys + "mixed_precision: 'no'\ndeepspeed_config:\n  zero_stage: 2\n"
+                         "  gradient_accumulation_steps: 2\n  gradient_clipping: 1.0\n  zero3_init_flag: false\n",
+                 "json": yaml_keys + f"deepspeed_config:\n  deepspeed_config_file: {json_path}\n"
+                         "  zero3_init_flag: false\n"}
+        with open(json_path, "w") as file:
+            file.write(ds_json)
+        for name, text in files.items():
+            path = os.path.join(directory, name + ".yaml")
+            with open(path, "w") as file:
+                file.write(text)
+            code, output, _ = run([ACCEL, "launch", "-q", "--config_file", path, "--main_process_port",
+                                   str(free_port()), TRAIN, "--steps", "6", "--accumulate"])
+            check(code == 0 and "zero: stage 2, optimizer state and gradients in 2 shares" in output,
+                  f"the {name} file must select ZeRO stage 2 in the ranks' runtime", output)
+            check(re.search(r"^(\[rank0\]: )?gradient_accumulation_steps: 2  \(", output, re.MULTILINE) and
+                  re.search(r"^(\[rank0\]: )?gradient_clipping: 1  \(", output, re.MULTILINE),
+                  f"the {name} file must give the ranks 2 accumulation steps and clipping 1", output)
+            losses = LOSSES.findall(output)
+            check(len(losses) == 6, f"the {name} run must print 6 losses from rank 0", output)
+            runs[name] = (losses, params_of(output))
+        check("DeepSpeed config " + json_path in output, "the JSON run's settings must name the JSON", output)
+    check(runs["json"] == runs["yaml"], "the DeepSpeed JSON must train exactly as the equivalent YAML",
+          f"yaml: {runs['yaml']}\njson: {runs['json']}\n")
+    print(f"6 losses and the parameters ({runs['json'][1][0]}) bit-identical from the YAML and the DeepSpeed JSON")
+
+
 def AnFsdpFileTrainsLikeDdp():
     # Python Accelerate's FSDP file (version 2, no automatic wrapping) and DeepSpeed ZeRO-3 files select the fsdp
     # strategy through accel launch; launch_train's model has no units, so all of it is the root's resident unit

@@ -418,9 +418,10 @@ TEST(Config, ZeroSettingsThisRuntimeLacksAreRefusedNamingKeyValueAndSource) {
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_optimizer_device: nvme\n",
        "offload_optimizer_device='nvme' (from config file PATH) is not an offload device this runtime has; "
        "use none or cpu"},
-      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
-       "deepspeed_config.deepspeed_config_file='ds.json' (from config file PATH) names a DeepSpeed JSON "
-       "config, which accelerate-cpp does not read"},
+      {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n  zero_stage: 2\n",
+       "config file PATH: with deepspeed_config_file set, Accelerate ignores these config keys and refuses "
+       "them: "
+       "zero_stage."},
       {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  offload_param_device: cpu\n",
        "offload_param_device='cpu' (from config file PATH) conflicts with zero_stage='2' (from Accelerate's "
        "DeepSpeed default stage"},
@@ -439,11 +440,13 @@ TEST(Config, ZeroSettingsThisRuntimeLacksAreRefusedNamingKeyValueAndSource) {
     EXPECT_NE(message.find(expected), std::string::npos) << c.yaml << message;
   }
   {
-    LauncherVariables variables({{"ACCELERATE_DEEPSPEED_CONFIG_FILE", "ds.json"}});
+    const std::string missing = testing::TempDir() + "/missing-ds.json";
+    LauncherVariables variables({{"ACCELERATE_DEEPSPEED_CONFIG_FILE", missing}});
     EXPECT_NE(
-        error_of([] {
-          accelerate::detail::resolve_config({});
-        }).find("ACCELERATE_DEEPSPEED_CONFIG_FILE='ds.json' (from the environment) names a DeepSpeed JSON"),
+        error_of([] { accelerate::detail::resolve_config({}); })
+            .find("DeepSpeed config " + missing +
+                  " cannot be read (No such file or directory; named by ACCELERATE_DEEPSPEED_CONFIG_FILE in "
+                  "the environment)"),
         std::string::npos);
   }
   {

@@ -2,6 +2,7 @@
 #include "ConfigFile.h"
 
 #include "ConfigSchema.h"
+#include "settings/deepspeed_json.h"
 #include "settings/spelling.h"
 #include "settings/strategy.h"
 
@@ -316,6 +317,20 @@ std::string zeroStageOf(const ConfigDocument& document) {
 /// as fsdp_offload_params), the clipping and the accumulation steps are run; the multi-node launcher keys are
 /// accepted (accel starts each machine's ranks).
 void checkDeepSpeedSection(const ConfigDocument& document) {
+  // A DeepSpeed JSON replaces Accelerate's own DeepSpeed keys, which Accelerate refuses beside it.
+  if (auto file = document.scalar(accelerate::settings::kDeepSpeedConfigFileKey);
+      file && accelerate::settings::names_deepspeed_json(*file)) {
+    const std::vector<std::string> replaced = accelerate::settings::keys_replaced_by_deepspeed_json(
+        [&](const std::string& dotted) { return document.scalar(dotted).has_value(); });
+    if (!replaced.empty()) {
+      const std::string first = replaced.front() == "mixed_precision" ||
+                                        (replaced.front() == "gradient_accumulation_steps" &&
+                                         !document.scalar("deepspeed_config.gradient_accumulation_steps"))
+                                    ? replaced.front()
+                                    : "deepspeed_config." + replaced.front();
+      throw ConfigError(document.where(first) + accelerate::settings::deepspeed_json_conflict(replaced));
+    }
+  }
   for (const char* key :
        {"deepspeed_config.offload_optimizer_device", "deepspeed_config.offload_param_device"})
     if (auto device = document.scalar(key); device && *device == "nvme")

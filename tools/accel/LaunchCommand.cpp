@@ -321,12 +321,19 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
   const Environment environment = Environment::current();
   std::optional<ConfigDocument> config = loadConfig(flags, environment);
   LaunchSettings settings = resolveLaunchSettings(config ? &*config : nullptr, environment, flags);
+  std::optional<long long> worldSize;
+  if (auto processes = settings.get("num_processes"))
+    worldSize = std::stoll(*processes);
+  const std::vector<std::string> deepspeedNotes = applyDeepSpeedJson(settings, worldSize);
   // Refuses conflicting settings, and what the strategy cannot run, before any rank starts.
   refuseUnsupportedTraining(settings, parallelStrategyOf(settings));
   LaunchOptions options;
   options.quiet = flags.has("quiet");
   if (config && !options.quiet)
     noteIgnoredConfig(*config);
+  if (!options.quiet)
+    for (const std::string& note : deepspeedNotes)
+      std::cerr << "accel launch: note: " << note << "\n";
   if (!options.quiet)
     noteRendezvous(settings);
 

@@ -4,12 +4,15 @@
 
 #include "ConfigSchema.h"
 #include "settings/config.h"
+#include "settings/deepspeed_json.h"
 #include "settings/spelling.h"
 #include "settings/strategy.h"
 
 #include <algorithm>
+#include <climits>
 #include <optional>
 #include <stdexcept>
+#include <unistd.h>
 
 namespace accel {
 namespace {
@@ -143,7 +146,12 @@ std::vector<SettingSpec> acceleratesSettingSpecs() {
       known("gradient_clipping", "clip the gradients' total norm to this in every optimizer step"),
       known("zero3_init_flag", "false only (no partitioned construction)"),
       known("zero3_save_16bit_model", "false only (see --fsdp_state_dict_type)"),
-      known("deepspeed_config_file", "refused: accelerate-cpp reads no DeepSpeed JSON config"),
+      valued("deepspeed_config_file", accelerate::settings::kDeepSpeedConfigFileKey,
+             accelerate::settings::kDeepSpeedConfigFileVariable,
+             configRuleOf(accelerate::settings::kDeepSpeedConfigFileKey),
+             "a DeepSpeed JSON config: its zero_optimization, gradient_accumulation_steps, gradient_clipping "
+             "and "
+             "fp16/bf16 set the settings above (docs/config.md, \"A DeepSpeed JSON config\")"),
       known("deepspeed_moe_layer_cls_names", "refused: no DeepSpeed mixture-of-experts"),
   };
 }
@@ -185,8 +193,14 @@ std::optional<SettingSource> LaunchSettings::sourceOf(const std::string& name) c
   return found->second.source;
 }
 
-void LaunchSettings::set(const std::string& name, std::string text, SettingSource source) {
-  values_[name] = {std::move(text), source};
+std::string LaunchSettings::originOf(const std::string& name) const {
+  auto found = values_.find(name);
+  return found == values_.end() ? "" : found->second.origin;
+}
+
+void LaunchSettings::set(const std::string& name, std::string text, SettingSource source,
+                         std::string origin) {
+  values_[name] = {std::move(text), source, std::move(origin)};
 }
 
 // ------------------------------------------------------------------------------------------- resolving
@@ -309,6 +323,8 @@ std::string describeSetting(const LaunchSettings& settings, const std::string& n
   auto value = settings.get(name);
   if (!value)
     return "";
+  if (const std::string origin = settings.originOf(name); !origin.empty())
+    return name + " " + *value + " (from " + origin + ")";
   const auto& specs = launchSettingSpecs();
   auto spec = std::find_if(specs.begin(), specs.end(), [&](const SettingSpec& s) { return s.name == name; });
   switch (settings.sourceOf(name).value_or(SettingSource::Flag)) {
@@ -419,6 +435,62 @@ void refuseUnsupportedTraining(const LaunchSettings& settings, const std::string
   }
 }
 
+std::vector<std::string> applyDeepSpeedJson(LaunchSettings& settings, std::optional<long long> worldSize) {
+  namespace ds = accelerate::settings;
+  ds::DeepSpeedJsonRequest request;
+  request.path = settings.get("deepspeed_config_file").value_or("");
+  if (!ds::names_deepspeed_json(request.path))
+    return {};
+  request.named_by = describeSetting(settings, "deepspeed_config_file");
+  if (settings.get("use_deepspeed") == std::optional<std::string>("false"))
+    throw UsageError(request.named_by +
+                     " names a DeepSpeed config, and a mode flag turned DeepSpeed off (use "
+                     "--use_deepspeed, or leave the other mode flag out)");
+  // The config keys the file replaces (a config file naming it was refused with them when it was read; here
+  // the file is named by a flag or the environment).
+  for (const std::string& key : ds::keys_replaced_by_deepspeed_json())
+    if (settings.sourceOf(key) == SettingSource::ConfigFile)
+      request.replaced_keys.push_back(key);
+  request.replaced_keys_origin = "the config file";
+  for (const std::string& option : ds::deepspeed_json_options())
+    if (auto value = settings.get(option); value && settings.sourceOf(option) != SettingSource::ConfigFile)
+      request.give(option, *value, describeSetting(settings, option));
+  request.world_size = worldSize;
+  std::optional<ds::DeepSpeedJson> json;
+  try {
+    json = ds::read_requested_deepspeed_json(request, "");
+    for (const ds::DeepSpeedJsonSetting& setting : json->settings)
+      if (settings.sourceOf(setting.option) == SettingSource::Flag)
+        ds::check_given_against(setting, *settings.get(setting.option),
+                                describeSetting(settings, setting.option), "");
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+  const auto& specs = launchSettingSpecs();
+  for (const ds::DeepSpeedJsonSetting& setting : json->settings) {
+    // An "auto" that took a flag's or the environment's value: that value stays, exported as it is.
+    if (!setting.decided_by_file && request.given.count(setting.option))
+      continue;
+    auto spec = std::find_if(specs.begin(), specs.end(),
+                             [&](const SettingSpec& s) { return s.name == setting.option; });
+    std::optional<std::string> canonical = canonicalValue(spec->rule, setting.text, nullptr);
+    settings.set(setting.option, canonical.value_or(setting.text), SettingSource::ConfigFile, setting.origin);
+  }
+  if (!settings.isTrue("use_deepspeed"))
+    settings.set("use_deepspeed", "true", SettingSource::ConfigFile, request.named_by);
+  // The ranks may run elsewhere than accel's working directory.
+  if (request.path.front() != '/') {
+    char directory[PATH_MAX];
+    if (::getcwd(directory, sizeof directory) != nullptr)
+      settings.set("deepspeed_config_file", std::string(directory) + "/" + request.path,
+                   *settings.sourceOf("deepspeed_config_file"));
+  }
+  std::vector<std::string> notes;
+  for (const std::string& note : json->notes)
+    notes.push_back("DeepSpeed config " + request.path + ": " + note);
+  return notes;
+}
+
 int zeroStageOf(const LaunchSettings& settings) {
   auto stage = settings.get("zero_stage");
   if (settings.isTrue("use_deepspeed"))
@@ -492,6 +564,10 @@ void addSectionVariables(std::vector<std::pair<std::string, std::string>>& varia
         spec.name == "gradient_accumulation_steps")
       continue;
     std::optional<std::string> value = settings.get(spec.name);
+    // A value from a DeepSpeed JSON: the ranks read the file (ACCELERATE_DEEPSPEED_CONFIG_FILE), as in
+    // Accelerate.
+    if (value && !settings.originOf(spec.name).empty())
+      continue;
     if (!value) {
       auto fallback = defaults.find(spec.name);
       if (fallback == defaults.end())
@@ -509,7 +585,8 @@ std::string deepspeedFieldsFromConfig(const LaunchSettings& settings, const Conf
     if (const ConfigValue* section = config->root.find("deepspeed_config"))
       for (const auto& entry : section->entries)
         fields += (fields.empty() ? "" : ",") + entry.first;
-  if (settings.sourceOf("mixed_precision") == SettingSource::ConfigFile)
+  if (settings.sourceOf("mixed_precision") == SettingSource::ConfigFile &&
+      settings.originOf("mixed_precision").empty())
     fields += std::string(fields.empty() ? "" : ",") + "mixed_precision";
   return lowercase(fields);
 }
@@ -533,10 +610,14 @@ acceleratorVariables(const LaunchSettings& settings, TrainingMode mode, const Co
   std::vector<std::pair<std::string, std::string>> variables;
   const bool useCpu = settings.isTrue("cpu");
   variables.emplace_back(variableOf("cpu"), useCpu ? "True" : "False");
-  variables.emplace_back(variableOf("mixed_precision"), settings.get("mixed_precision").value_or("no"));
+  // Values from a DeepSpeed JSON are not exported: the ranks read the file, as in Accelerate.
+  auto exported = [&](const std::string& name) {
+    return settings.originOf(name).empty() ? settings.get(name) : std::nullopt;
+  };
+  variables.emplace_back(variableOf("mixed_precision"), exported("mixed_precision").value_or("no"));
   if (settings.isTrue("debug"))
     variables.emplace_back(variableOf("debug"), "true");
-  if (auto steps = settings.get("gradient_accumulation_steps"))
+  if (auto steps = exported("gradient_accumulation_steps"))
     variables.emplace_back(variableOf("gradient_accumulation_steps"), *steps);
   if (auto gpuIds = settings.get("gpu_ids"); gpuIds && *gpuIds != "all" && !useCpu)
     variables.emplace_back("CUDA_VISIBLE_DEVICES", *gpuIds);

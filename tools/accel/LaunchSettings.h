@@ -43,12 +43,17 @@ public:
   struct Value {
     std::string text; ///< canonical (ConfigValues.h)
     SettingSource source;
+    /// How messages name where it came from, where the source alone does not say: a DeepSpeed JSON's key
+    /// ("DeepSpeed config ds.json, key zero_optimization.stage"); "" otherwise.
+    std::string origin;
   };
 
   std::optional<std::string> get(const std::string& name) const;
   bool isTrue(const std::string& name) const { return get(name).value_or("false") == "true"; }
   std::optional<SettingSource> sourceOf(const std::string& name) const;
-  void set(const std::string& name, std::string text, SettingSource source);
+  /// The origin `set` was given for `name`, or "".
+  std::string originOf(const std::string& name) const;
+  void set(const std::string& name, std::string text, SettingSource source, std::string origin = "");
 
 private:
   std::map<std::string, Value> values_;
@@ -61,6 +66,16 @@ enum class TrainingMode { Plain, Fsdp, DeepSpeed };
 /// variable or flag and the allowed values for a bad one; config values were checked when it was read.
 LaunchSettings resolveLaunchSettings(const ConfigDocument* config, const Environment& environment,
                                      const ParsedFlags& flags);
+
+/// Reads the DeepSpeed JSON config that deepspeed_config_file names (--deepspeed_config_file,
+/// ACCELERATE_DEEPSPEED_CONFIG_FILE or the config file's key), by the runtime's rules
+/// (runtime/settings/deepspeed_json.h), with `worldSize` ranks: its zero_stage, offload devices,
+/// gradient_accumulation_steps, gradient_clipping and mixed_precision replace those of `settings` (the
+/// environment's fill its "auto" values, as the runtime's do), DeepSpeed is on, and the path becomes
+/// absolute. Returns the notes on the keys accepted without effect. Throws UsageError naming the file, the
+/// JSON path and the fix for a file the runtime would refuse, for a flag that contradicts the file, for the
+/// config keys the file replaces set beside it, and where a mode flag turned DeepSpeed off.
+std::vector<std::string> applyDeepSpeedJson(LaunchSettings& settings, std::optional<long long> worldSize);
 
 /// The ZeRO stage the ranks run with: with DeepSpeed on (use_deepspeed) the stage set, else Accelerate's
 /// default 2; otherwise a stage from the environment (the ranks inherit it), else 0.
