@@ -1,8 +1,10 @@
-// FSDP's offloads on the device, side by side in one run: FULL_SHARD as it is, with fsdp_offload_params (each
+// The offloads on the device, side by side in one run: FULL_SHARD as it is, with fsdp_offload_params (each
 // process's shards, their gradients and the optimizer step in pinned CPU memory), with activation
 // checkpointing, and with both offloads (fsdp_activation_checkpointing_offload: the inputs checkpointed units
-// keep, in CPU memory until their backward). scripts/gpu-check.sh runs it with one process per GPU, two at
-// most (stage fsdp-offload):
+// keep, in CPU memory until their backward); and ZeRO-2 as it is, with ZeRO-Offload (offload_optimizer_device
+// cpu: each process's share, its gradient and the optimizer state in pinned CPU memory, stepped there) at
+// stages 2 and 1, compared with ZeRO-2. ZeRO on one process shards nothing, so there its offload does
+// nothing. scripts/gpu-check.sh runs it with one process per GPU, two at most (stage fsdp-offload):
 //
 //   accel launch --num_processes 2 build/bin/bench_fsdp_offload [--width W] [--layers L] [--batch B]
 //       [--steps N] [--rtol R]
@@ -23,7 +25,8 @@
 // line, and exits 1 when a configuration is outside the bound or its losses are not finite.
 //
 // On the CPU every offload is a no-op unless ACCELERATE_FSDP_OFFLOAD_PATH_ON_CPU=1 (a test hook) takes its
-// code path; the smoke test (bench.fsdp_offload.smoke) runs it that way, where the four agree bit for bit.
+// code path (ACCELERATE_ZERO_OFFLOAD_PATH_ON_CPU=1 for ZeRO's); the smoke test (bench.fsdp_offload.smoke)
+// runs it that way, where each agrees bit for bit with its base.
 #include "../test/support/spread.h"
 #include "arguments.h"
 
@@ -81,13 +84,19 @@ struct Configuration {
   bool offload_params;
   bool checkpointing;
   bool checkpointing_offload;
+  int zero_stage = 0;             // > 0: parallel_strategy "zero" at this stage instead of FSDP
+  bool offload_optimizer = false; // offload_optimizer_device "cpu" (ZeRO-Offload)
 };
 
+// Each configuration is compared with the first of its strategy (full_shard; zero2).
 const Configuration kConfigurations[] = {
     {"full_shard", false, false, false},
     {"full_shard_offload", true, false, false},
     {"full_shard_checkpointing", false, true, false},
     {"full_shard_checkpointing_offload", true, true, true},
+    {"zero2", false, false, false, 2, false},
+    {"zero2_offload_optimizer", false, false, false, 2, true},
+    {"zero1_offload_optimizer", false, false, false, 1, true},
 };
 
 struct Figures {
@@ -128,12 +137,17 @@ double median(std::vector<double> values) {
 }
 
 Figures train(const Configuration& configuration, int64_t width, int layers, int64_t batch, int steps) {
-  auto options = accelerate::AcceleratorOptions()
-                     .parallel_strategy("fsdp")
-                     .fsdp_sharding_strategy("FULL_SHARD")
-                     .fsdp_offload_params(configuration.offload_params)
-                     .fsdp_activation_checkpointing(configuration.checkpointing)
-                     .fsdp_activation_checkpointing_offload(configuration.checkpointing_offload);
+  auto options = configuration.zero_stage > 0
+                     ? accelerate::AcceleratorOptions()
+                           .parallel_strategy("zero")
+                           .zero_stage(configuration.zero_stage)
+                           .offload_optimizer_device(configuration.offload_optimizer ? "cpu" : "none")
+                     : accelerate::AcceleratorOptions()
+                           .parallel_strategy("fsdp")
+                           .fsdp_sharding_strategy("FULL_SHARD")
+                           .fsdp_offload_params(configuration.offload_params)
+                           .fsdp_activation_checkpointing(configuration.checkpointing)
+                           .fsdp_activation_checkpointing_offload(configuration.checkpointing_offload);
   accelerate::Accelerator accelerator(options);
   const auto device = accelerator.device();
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + accelerator.process_index());
@@ -205,13 +219,18 @@ int run(int argc, char** argv) {
   }
   bool ok = true;
   std::ostringstream table, json;
-  table << "| configuration | device peak (MB) | vs full_shard | step (ms) | vs full_shard | last loss | "
-           "‖Δθ‖/‖θ‖ vs full_shard |\n|---|---|---|---|---|---|---|\n";
+  table << "| configuration | device peak (MB) | vs base | step (ms) | vs base | last loss | "
+           "‖Δθ‖/‖θ‖ vs base |\n|---|---|---|---|---|---|---|\n";
   json << "{\"processes\": " << outer.num_processes() << ", \"device\": \"" << outer.device().str()
        << "\", \"width\": " << width << ", \"layers\": " << layers << ", \"batch\": " << batch
        << ", \"steps\": " << steps << ", \"configurations\": [";
-  const auto& base = results.front();
   for (size_t i = 0; i < results.size(); ++i) {
+    // The base: the first configuration of the same strategy.
+    size_t b = 0;
+    while (kConfigurations[b].zero_stage > 0 != (kConfigurations[i].zero_stage > 0)) {
+      ++b;
+    }
+    const auto& base = results[b];
     const auto& figures = results[i];
     const double difference =
         outer.is_main_process()
@@ -220,9 +239,9 @@ int run(int argc, char** argv) {
     const bool finite = std::all_of(figures.losses.begin(), figures.losses.end(),
                                     [](double loss) { return std::isfinite(loss); });
     const bool within = finite && difference <= rtol;
-    if (outer.is_main_process() && i > 0) {
-      accelerate_test::report_spread(std::string(kConfigurations[i].name) + " against full_shard", difference,
-                                     rtol);
+    if (outer.is_main_process() && i != b) {
+      accelerate_test::report_spread(
+          std::string(kConfigurations[i].name) + " against " + kConfigurations[b].name, difference, rtol);
     }
     ok = ok && within;
     char peak[32] = "n/a", ratio[32] = "n/a", row[512];
@@ -247,10 +266,13 @@ int run(int argc, char** argv) {
               << ", " << layers << " blocks of width " << width << ", batch " << batch << ", " << steps
               << " steps (median step time after the first)\n"
               << table.str();
-    std::istringstream state(results.back().state); // the strategy's line of accelerator.state()
-    for (std::string line; std::getline(state, line);) {
-      if (line.find("fsdp: ") != std::string::npos) {
-        std::cout << "strategy with both offloads: " << line.substr(line.find("fsdp: ")) << "\n";
+    // The strategy's line of accelerator.state() where both FSDP offloads ran, and where ZeRO-Offload did.
+    for (const auto& [index, prefix] : {std::pair<size_t, const char*>{3, "fsdp: "}, {5, "zero: "}}) {
+      std::istringstream state(results[index].state);
+      for (std::string line; std::getline(state, line);) {
+        if (line.find(prefix) != std::string::npos) {
+          std::cout << kConfigurations[index].name << ": " << line.substr(line.find(prefix)) << "\n";
+        }
       }
     }
     std::cout << "FSDP_OFFLOAD_RESULT " << json.str() << std::endl;

@@ -442,18 +442,39 @@ private:
   bool armed_ = false;
 };
 
+/// offload_optimizer_device "cpu" on a GPU (or on the CPU under ACCELERATE_ZERO_OFFLOAD_PATH_ON_CPU=1, the
+/// test hook that runs the copies with CPU memory standing in for the device's).
+bool takes_offload_path(const ParallelContext& context) {
+  const char* hook = std::getenv("ACCELERATE_ZERO_OFFLOAD_PATH_ON_CPU");
+  return context.config.offload_optimizer_device == "cpu" &&
+         (!context.device.is_cpu() || (hook != nullptr && std::string(hook) == "1"));
+}
+
+/// ZeRO-Offload on one process, as DeepSpeed's on one GPU: the model is one share over a group of one, so
+/// that the optimizer steps it in CPU memory.
+ParallelContext with_group_of_one(ParallelContext context) {
+  if (!context.process_group && takes_offload_path(context)) {
+    context.process_group = create_group_of_one(context.device, context.config.timeout);
+  }
+  return context;
+}
+
 class ZeroEngine final : public ShardedEngine {
 public:
-  explicit ZeroEngine(const ParallelContext& context)
+  explicit ZeroEngine(const ParallelContext& context) : ZeroEngine(with_group_of_one(context), 0) {}
+
+private:
+  ZeroEngine(const ParallelContext& context, int)
       : ShardedEngine(context), replicated_(make_ddp_engine(context)),
         stage_(context.config.zero_stage == 0 ? 2 : context.config.zero_stage),
-        offload_(context.config.offload_optimizer_device == "cpu" && takes_offload_path(context.device)) {
+        offload_(takes_offload_path(context)) {
     if (stage_ != 1 && stage_ != 2) {
       throw std::invalid_argument("accelerate: parallel_strategy 'zero' takes zero_stage 1 or 2, not " +
                                   std::to_string(stage_));
     }
   }
 
+public:
   std::string name() const override { return "zero"; }
 
   std::shared_ptr<PreparedModel> prepare_model(torch::nn::Module& model) override {
@@ -570,9 +591,9 @@ public:
     std::ostringstream out;
     const int world = context().process_group ? context().process_group->getSize() : 1;
     out << "zero: stage " << stage_ << ", "
-        << (world > 1 ? "optimizer state" + std::string(stage_ == 2 ? " and gradients" : "") + " in " +
-                            std::to_string(world) + " shares"
-                      : "one process: nothing to shard");
+        << (world > 1 || offload_ ? "optimizer state" + std::string(stage_ == 2 ? " and gradients" : "") +
+                                        " in " + std::to_string(world) + " shares"
+                                  : "one process: nothing to shard");
     if (offload_) {
       out << "; offload_optimizer_device cpu: the shares, their gradients and the optimizer state in CPU "
              "memory, stepped there";
@@ -608,13 +629,6 @@ private:
       return {nullptr, 0};
     }
     return {std::move(layout), found->second.second};
-  }
-
-  /// offload_optimizer_device "cpu" on a GPU (or on the CPU under ACCELERATE_ZERO_OFFLOAD_PATH_ON_CPU=1,
-  /// the test hook that runs the copies with CPU memory standing in for the device's).
-  static bool takes_offload_path(const torch::Device& device) {
-    const char* hook = std::getenv("ACCELERATE_ZERO_OFFLOAD_PATH_ON_CPU");
-    return !device.is_cpu() || (hook != nullptr && std::string(hook) == "1");
   }
 
   std::unique_ptr<ParallelEngine> replicated_;
