@@ -215,9 +215,10 @@ for entry in "${STAGES[@]}"; do
   elif [ "$stage" = side-by-side ]; then
     timeout --kill-after=10 "$limit" "$PYTHON" "$REPO/bench/compare.py" "${SIDE_BY_SIDE[@]}" > "$OUT/$stage.txt" 2>&1
   elif [ "$stage" = fsdp-offload ]; then
-    # FULL_SHARD with and without fsdp_offload_params and fsdp_activation_checkpointing_offload, one process per
-    # GPU (one process: each unit one share): the parameters within fp32's 1e-5 of FULL_SHARD's, and the device
-    # memory peaks side by side.
+    # FULL_SHARD with and without fsdp_offload_params and fsdp_activation_checkpointing_offload, and ZeRO-2 with
+    # and without ZeRO-Offload (offload_optimizer_device cpu, stages 2 and 1), one process per GPU (one process:
+    # each unit one share, ZeRO's model one share): the parameters within fp32's 1e-5 of their base's, and the
+    # device memory peaks side by side.
     timeout --kill-after=10 "$limit" "$BUILD_DIR/bin/accel" launch --num_processes "$GPUS" \
       "$BUILD_DIR/bin/bench_fsdp_offload" --width 2048 --layers 8 --batch 16 \
       --steps "$([ -n "$QUICK" ] && echo 4 || echo 10)" > "$OUT/$stage.txt" 2>&1
