@@ -39,9 +39,6 @@ const char* const kMonitoring = "configures DeepSpeed's logging or monitoring; a
 const char* const kUnknown =
     "is a DeepSpeed setting accelerate-cpp does not run, and it may change results (remove it; "
     "docs/config.md, \"A DeepSpeed JSON config\", lists what is read)";
-const char* const kOffload16Bit =
-    "writes ZeRO stage 3's 16-bit whole-model file, which accelerate-cpp does not write (use false; "
-    "fsdp_state_dict_type FULL_STATE_DICT puts whole models in checkpoints)";
 
 std::string shown(const Json& value) {
   if (value.is_object()) {
@@ -242,9 +239,18 @@ const std::vector<KeyRule>& zero_rules() {
       {"load_from_fp32_weights", Rule::NoEffect,
        "shapes how DeepSpeed loads its checkpoint files; accelerate-cpp reads its own; accepted, no effect "
        "here"},
-      {"stage3_gather_16bit_weights_on_model_save", Rule::DefaultOnly, kOffload16Bit, {false, "auto"}},
-      {"stage3_gather_fp16_weights_on_model_save", Rule::DefaultOnly, kOffload16Bit, {false, "auto"}},
-      {"gather_16bit_weights_on_model_save", Rule::DefaultOnly, kOffload16Bit, {false, "auto"}},
+      {"stage3_gather_16bit_weights_on_model_save",
+       Rule::DefaultOnly,
+       spelling::kSixteenBitModelFile,
+       {false, "auto"}},
+      {"stage3_gather_fp16_weights_on_model_save",
+       Rule::DefaultOnly,
+       spelling::kSixteenBitModelFile,
+       {false, "auto"}},
+      {"gather_16bit_weights_on_model_save",
+       Rule::DefaultOnly,
+       spelling::kSixteenBitModelFile,
+       {false, "auto"}},
       {"cpu_offload",
        Rule::DefaultOnly,
        "is DeepSpeed's older spelling of optimizer offload (use \"offload_optimizer\": {\"device\": \"cpu\"} "

@@ -158,6 +158,10 @@ const char* const kShardingAgainstZeroStage3 =
 const char* const kUseFsdpVariable = "ACCELERATE_USE_FSDP";
 const char* const kUseDeepSpeedVariable = "ACCELERATE_USE_DEEPSPEED";
 
+const char* const kSixteenBitModelFile =
+    "is for ZeRO stage 3's 16-bit whole-model file, which accelerate-cpp does not write (use false; "
+    "fsdp_state_dict_type FULL_STATE_DICT puts whole models in checkpoints)";
+
 const char* const kShardedZeroStageAgainstFsdp =
     "a ZeRO stage of 1 or 2 runs the zero strategy, and FSDP the fsdp strategy; ask for one: leave out the "
     "DeepSpeed settings (or use zero_stage 3, which is fully sharded), or the FSDP ones";
@@ -238,8 +242,7 @@ const std::vector<UnsupportedDeepSpeedSetting>& unsupported_deepspeed_settings()
        "is for ZeRO stage 3's partitioned construction (deepspeed.zero.Init), which accelerate-cpp does not "
        "do: every process builds the whole model and prepare() shards it (use false)"},
       {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false",
-       "is for ZeRO stage 3's 16-bit whole-model file, which accelerate-cpp does not write (use false; "
-       "fsdp_state_dict_type FULL_STATE_DICT puts whole models in checkpoints)"},
+       kSixteenBitModelFile},
       {"deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", "",
        "names Python module classes for DeepSpeed's mixture-of-experts, which accelerate-cpp does not have "
        "(remove it)"},

@@ -87,6 +87,10 @@ extern const char* const kShardingAgainstZeroStage3;
 /// zero_stage setting and what asked for FSDP, in either order).
 extern const char* const kShardedZeroStageAgainstFsdp;
 
+/// Why ZeRO stage 3's 16-bit whole-model file is refused (Accelerate's zero3_save_16bit_model, DeepSpeed's
+/// stage3_gather_16bit_weights_on_model_save), and the fix; follows "<setting> ".
+extern const char* const kSixteenBitModelFile;
+
 /// DeepSpeed's CPU offload under ZeRO stage 3 (offload_optimizer_device or offload_param_device `cpu`), which
 /// runs as the fsdp strategy's fsdp_offload_params true, against fsdp_offload_params false: why, and the fix;
 /// follows "<offload setting> conflicts with <fsdp_offload_params setting>: ".
