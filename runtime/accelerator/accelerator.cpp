@@ -13,6 +13,7 @@
 #include "transport/hang_watch.h"
 #include "transport/process_group.h"
 #include "transport/shm_allreduce.h"
+#include "watch/stacks.h"
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +23,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 
 #if defined(__GLIBCXX__)
 #include <cxxabi.h>
@@ -82,6 +84,9 @@ std::shared_ptr<detail::ProcessState> acquire_process_state(const detail::Resolv
   if (device.is_cuda()) {
     detail::set_current_cuda_device(device.index());
   }
+  // `kill -USR2 <pid>` prints where the process is, launched or not (the heartbeat says so to watchers).
+  watch::install_stack_report("process " + std::to_string(created->environment.rank) + " (pid " +
+                              std::to_string(::getpid()) + ")");
   if (created->environment.world_size > 1) {
     created->process_group =
         detail::create_process_group(created->environment, device, config.timeout, config.debug);

@@ -3,8 +3,8 @@
 
 #include "accelerator/state.h"
 #include "common/durable_file.h"
-#include "transport/collective_checks.h"
 #include "transport/store_rendezvous.h"
+#include "watch/stacks.h"
 
 #include <unistd.h>
 
@@ -191,7 +191,7 @@ std::runtime_error Collective::store_lost(const c10::Error& error) const {
 }
 
 void Collective::check_arrival(const std::string& argument) {
-  const std::string location = caller_location();
+  const std::string location = watch::caller_location();
   const std::string mine = op_ + "\n" + argument + "\n" + location;
   const auto timeout = state_.config.timeout;
   std::vector<std::string> arrived;
@@ -207,7 +207,7 @@ void Collective::check_arrival(const std::string& argument) {
           return "accelerate: " + op_ + " is collective: every process must call it, but process" +
                  (absent.missing.size() == 1 ? " " : "es ") + list + " did not within " +
                  std::to_string(timeout.count()) + " ms, while process " + std::to_string(rank_) +
-                 " called it from " + describe_code_location(location) + ". " +
+                 " called it from " + watch::describe_code_location(location) + ". " +
                  (op_ == "save_model"
                       ? "Under a strategy that shards parameters every process sends its shares of the model "
                         "to the main process, which writes the files"
@@ -235,7 +235,7 @@ void Collective::check_arrival(const std::string& argument) {
       throw std::logic_error("accelerate: process " + std::to_string(rank_) + " called " +
                              call(op_, argument) + " while process " + std::to_string(rank) + " called " +
                              call(their_op, their_argument) + " (from " +
-                             describe_code_location(theirs.substr(second + 1)) +
+                             watch::describe_code_location(theirs.substr(second + 1)) +
                              "): every process must make the same checkpoint call with the same directory");
     }
   }

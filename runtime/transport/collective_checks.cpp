@@ -4,10 +4,7 @@
 
 #include "transport/forwarding_backend.h"
 #include "transport/store_rendezvous.h"
-
-#include <dlfcn.h>
-#include <execinfo.h>
-#include <unistd.h>
+#include "watch/stacks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -22,36 +19,6 @@ namespace {
 
 /// What this thread's collectives are for (CollectivePurpose), or null.
 thread_local const std::string* current_purpose = nullptr;
-
-// ---- Where the call came from ----------------------------------------------------------------------------
-
-/// Libraries whose frames are not the caller's code: libtorch, this runtime, Gloo/NCCL/CUDA, libc, libstdc++.
-bool is_library_frame(const std::string& path) {
-  const std::string name = path.substr(path.find_last_of('/') + 1);
-  static const char* const prefixes[] = {"libtorch", "libc10",     "libaccelerate_runtime",
-                                         "libgloo",  "libstdc++",  "libc.so",
-                                         "libc-",    "libgcc_s",   "ld-linux",
-                                         "libgomp",  "libpthread", "libshm",
-                                         "libnccl",  "libcuda",    "libcudart",
-                                         "libm.so",  "libdl.so",   "libprotobuf",
-                                         "libkineto"};
-  return std::any_of(std::begin(prefixes), std::end(prefixes),
-                     [&](const char* prefix) { return name.rfind(prefix, 0) == 0; });
-}
-
-std::string executable_path() {
-  char buffer[4096];
-  const ssize_t length = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  return length > 0 ? std::string(buffer, static_cast<size_t>(length)) : std::string();
-}
-
-std::string shell_quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) {
-    quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  }
-  return quoted + "'";
-}
 
 // ---- The collective fingerprint --------------------------------------------------------------------------
 
@@ -205,7 +172,7 @@ private:
     const uint64_t sequence = ++sequence_;
     const std::string fingerprint =
         current_purpose == nullptr ? operation : operation + " for the " + *current_purpose;
-    const std::string mine = fingerprint + "\n" + caller_location();
+    const std::string mine = fingerprint + "\n" + watch::caller_location();
     std::vector<std::string> values;
     try {
       if (sequence > 2) {
@@ -220,7 +187,7 @@ private:
                    " did not reach collective #" + std::to_string(sequence) + " within " +
                    std::to_string(timeout_.count()) + " ms, while " + name_processes(absent.present) +
                    " called " + fingerprint + " from " +
-                   describe_code_location(mine.substr(mine.find('\n') + 1)) + ". " +
+                   watch::describe_code_location(mine.substr(mine.find('\n') + 1)) + ". " +
                    (absent.missing.size() == 1 ? "It" : "They") +
                    " skipped this collective, is stuck before it, or died: every process must issue "
                    "the same collectives in the same order (look for a rank-dependent branch, e.g. "
@@ -263,7 +230,7 @@ private:
         deviants.insert(deviants.end(), ranks.begin(), ranks.end());
       }
       lines += "\n  " + name_processes(ranks) + ": " + print + ", called from " +
-               describe_code_location(locations[static_cast<size_t>(ranks.front())]);
+               watch::describe_code_location(locations[static_cast<size_t>(ranks.front())]);
     }
     std::sort(deviants.begin(), deviants.end());
     throw std::runtime_error(
@@ -288,74 +255,6 @@ CollectivePurpose::CollectivePurpose(std::string purpose)
 
 CollectivePurpose::~CollectivePurpose() {
   current_purpose = previous_;
-}
-
-std::string caller_location() {
-  void* frames[64];
-  const int count = ::backtrace(frames, 64);
-  for (int i = 1; i < count; ++i) {
-    Dl_info info{};
-    if (::dladdr(frames[i], &info) == 0 || info.dli_fname == nullptr || is_library_frame(info.dli_fname)) {
-      continue;
-    }
-    std::string path = info.dli_fname;
-    if (path.empty() || ::access(path.c_str(), R_OK) != 0) {
-      path = executable_path();
-    }
-    // A return address points after the call: step back one byte to land in the calling line.
-    const auto offset =
-        reinterpret_cast<uintptr_t>(frames[i]) - 1 - reinterpret_cast<uintptr_t>(info.dli_fbase);
-    std::ostringstream out;
-    out << path << "+0x" << std::hex << offset;
-    return out.str();
-  }
-  return "an unknown location";
-}
-
-std::string describe_code_location(const std::string& location) {
-  const auto plus = location.rfind("+0x");
-  if (plus == std::string::npos) {
-    return location;
-  }
-  const std::string path = location.substr(0, plus);
-  const std::string command =
-      "addr2line -C -f -e " + shell_quote(path) + " " + location.substr(plus + 1) + " 2>/dev/null";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    return location;
-  }
-  char line[4096];
-  std::string function, file;
-  if (std::fgets(line, sizeof(line), pipe) != nullptr) {
-    function = line;
-  }
-  if (std::fgets(line, sizeof(line), pipe) != nullptr) {
-    file = line;
-  }
-  ::pclose(pipe);
-  auto trim = [](std::string& text) {
-    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) {
-      text.pop_back();
-    }
-  };
-  trim(function);
-  trim(file);
-  if (const auto discriminator = file.find(" (discriminator"); discriminator != std::string::npos) {
-    file.erase(discriminator);
-  }
-  const bool known_function = !function.empty() && function != "??";
-  const bool known_file = !file.empty() && file.rfind("??", 0) != 0;
-  const bool known_line = known_file && file.back() != '?' && file.compare(file.size() - 2, 2, ":0") != 0;
-  if (known_line) {
-    return file + (known_function ? " (" + function + ")" : "");
-  }
-  if (known_file && known_function) { // symbols name the source file, but without debug info no line
-    return function + " in " + file.substr(0, file.rfind(':'));
-  }
-  if (known_function) {
-    return function + " (" + location + ")";
-  }
-  return location;
 }
 
 c10::intrusive_ptr<c10d::Backend> wrap_backend_for_debug_mode(c10::intrusive_ptr<c10d::Backend> backend,

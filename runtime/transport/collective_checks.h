@@ -1,6 +1,6 @@
 // Debug mode's check of collectives (ACCELERATE_DEBUG_MODE): a c10d Backend wrapper that compares every
 // collective across processes before any data moves, and the caller locations its messages name
-// (runtime-internal).
+// (runtime-internal; the locations themselves are watch/stacks.h).
 #pragma once
 
 #include <chrono>
@@ -35,14 +35,6 @@ private:
   std::string purpose_;
   const std::string* previous_;
 };
-
-/// Where the code that called into the runtime is: the innermost stack frame outside libtorch, this
-/// runtime and the C and C++ libraries, as `binary+0xoffset` (cheap; see `describe_code_location`).
-std::string caller_location();
-
-/// `location` (from `caller_location`) as `file:line (function)` when the binary has debug information and
-/// `addr2line` is installed, `function (binary+0xoffset)` with symbols only, else as it is.
-std::string describe_code_location(const std::string& location);
 
 /// "process 2" or "processes 0, 3": how debug mode's messages name processes.
 std::string name_processes(const std::vector<int>& ranks);

@@ -150,4 +150,17 @@ LaunchEnvironment discover_launch_environment() {
   return env;
 }
 
+std::string run_file_name(const std::string& run_id) {
+  if (run_id.empty()) {
+    return "unnamed";
+  }
+  std::string name = run_id.substr(0, 64);
+  for (char& c : name) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '-' || c == '_' || c == '.';
+    c = plain ? c : '_';
+  }
+  return name;
+}
+
 } // namespace accelerate::detail

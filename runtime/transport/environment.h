@@ -23,6 +23,10 @@ struct LaunchEnvironment {
   std::string run_id;
 };
 
+/// The run id as a part of a file or shared-memory name: other characters than letters, digits, '-', '_' and
+/// '.' become '_', at most 64 characters; "unnamed" for an empty id.
+std::string run_file_name(const std::string& run_id);
+
 /// Reads the launcher's variables; throws `std::invalid_argument` naming the variable on a bad value.
 LaunchEnvironment discover_launch_environment();
 

@@ -15,17 +15,6 @@
 namespace accelerate::detail {
 namespace {
 
-/// The run id as a file name: other characters become '_'.
-std::string file_name_of(const std::string& text) {
-  std::string name = text;
-  for (char& c : name) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                       c == '-' || c == '_' || c == '.';
-    c = plain ? c : '_';
-  }
-  return name;
-}
-
 void watch_machine(const LaunchEnvironment& env, const std::string& dir, std::chrono::milliseconds timeout,
                    std::chrono::milliseconds interval) {
   std::vector<int> ranks;
@@ -51,10 +40,23 @@ void watch_machine(const LaunchEnvironment& env, const std::string& dir, std::ch
       });
       auto beat = watcher.last_beat(*silent);
       if (!lower_beats && beat) {
-        const std::string line = "accelerate: " + watcher.report(*silent) + "; process " +
-                                 std::to_string(me) +
-                                 " ends it (SIGKILL) so that the launcher ends the job (ACCEL_HANG_TIMEOUT "
-                                 "sets how long a process may be silent; 0 turns the watch off)\n";
+        // The live processes of the machine (this one too) print where they wait for it, first.
+        std::vector<int> live;
+        for (int rank : ranks) {
+          if (rank != *silent) {
+            live.push_back(rank);
+          }
+        }
+        watch::StackRequest stacks(dir, live);
+        const auto asked = std::chrono::steady_clock::now();
+        while (!stacks.done() && std::chrono::steady_clock::now() - asked < std::chrono::seconds(5)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        const std::string line =
+            "accelerate: " + watcher.report(*silent) + "; process " + std::to_string(me) +
+            " ends it (SIGKILL) so that the launcher ends the job" +
+            (stacks.asked().empty() ? "" : "; the stacks of processes " + stacks.asked() + " are above") +
+            " (ACCEL_HANG_TIMEOUT sets how long a process may be silent; 0 turns the watch off)\n";
         std::fputs(line.c_str(), stderr);
         std::fflush(stderr);
         ::kill(beat->pid, SIGKILL);
@@ -78,8 +80,7 @@ void start_hang_watch(const LaunchEnvironment& env, std::chrono::milliseconds ha
   }
   // The port too: torchrun's default run id ("none") is the same for every job, and two jobs of one machine
   // never share a port while both run.
-  const std::string run =
-      (env.run_id.empty() ? "unnamed" : file_name_of(env.run_id)) + "-" + std::to_string(env.master_port);
+  const std::string run = run_file_name(env.run_id) + "-" + std::to_string(env.master_port);
   const std::string dir = "/tmp/accelerate-" + std::to_string(::getuid()) + "-" + run + "/heartbeats";
   watch::start_heartbeat(dir, env.rank, interval);
   static bool watching = false;

@@ -229,7 +229,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d:
                                                   int size, const std::string& master_addr,
                                                   const c10::Device& device,
                                                   std::chrono::milliseconds timeout, bool debug_mode,
-                                                  const std::string& apart) {
+                                                  const std::string& apart, const std::string& run_id) {
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
   auto checked = [&](c10::intrusive_ptr<c10d::Backend> backend) {
     return debug_mode ? wrap_backend_for_debug_mode(
@@ -241,7 +241,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d:
     return c10::make_intrusive<RecordingBackend>(std::move(backend));
   };
   auto gloo = recorded(checked(wrap_backend_with_shared_memory(
-      create_gloo_backend(store, rank, size, master_addr, timeout), store, timeout, apart)));
+      create_gloo_backend(store, rank, size, master_addr, timeout), store, timeout, apart, run_id)));
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   if (device.is_cuda()) {
@@ -304,13 +304,13 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
   auto store = store_for_next_group(env, timeout);
   check_world_size(*store, env, timeout);
   return make_group(store, env.rank, env.world_size, env.master_addr, device, timeout, debug_mode,
-                    machines_apart(env));
+                    machines_apart(env), env.run_id);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> create_group_of_one(const c10::Device& device,
                                                            std::chrono::milliseconds timeout) {
   return make_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, "127.0.0.1", device, timeout,
-                    /*debug_mode=*/false, "a group of one process has nothing to share");
+                    /*debug_mode=*/false, "a group of one process has nothing to share", /*run_id=*/"");
 }
 
 MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>& world,
@@ -351,11 +351,12 @@ MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>
   auto store = world->getStore();
   const std::string machine_prefix = "accelerate/machine/" + std::to_string(groups.machine_index) + "/";
   groups.machine = make_group(c10::make_intrusive<c10d::PrefixStore>(machine_prefix, store), env.local_rank,
-                              per_machine, env.master_addr, device, timeout, debug_mode, "");
+                              per_machine, env.master_addr, device, timeout, debug_mode, "", env.run_id);
   const std::string replica_prefix = "accelerate/replicas/" + std::to_string(env.local_rank) + "/";
-  groups.replicas = make_group(c10::make_intrusive<c10d::PrefixStore>(replica_prefix, store),
-                               groups.machine_index, groups.machines, env.master_addr, device, timeout,
-                               debug_mode, "the processes of this group are on different machines");
+  groups.replicas =
+      make_group(c10::make_intrusive<c10d::PrefixStore>(replica_prefix, store), groups.machine_index,
+                 groups.machines, env.master_addr, device, timeout, debug_mode,
+                 "the processes of this group are on different machines", env.run_id);
   return groups;
 }
 

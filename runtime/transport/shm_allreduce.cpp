@@ -27,6 +27,7 @@
 // they issue the same collectives on tensors of the same size (checked at each collective's first chunk).
 #include "transport/shm_allreduce.h"
 
+#include "transport/environment.h"
 #include "transport/recording_backend.h"
 #include "watch/heartbeat.h"
 
@@ -283,10 +284,10 @@ public:
   Segment& operator=(const Segment&) = delete;
 
   /// Rank 0: creates and fills a new segment; returns its name. Throws `std::runtime_error` with the reason.
-  std::string create(uint64_t nonce) {
+  std::string create(uint64_t nonce, const std::string& run_id) {
     std::random_device random;
-    const std::string name =
-        "/accelerate-allreduce-" + std::to_string(getpid()) + "-" + std::to_string(random());
+    const std::string name = "/accelerate-allreduce-" + run_file_name(run_id) + "-" +
+                             std::to_string(getpid()) + "-" + std::to_string(random());
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
       throw std::runtime_error(errno_text("shm_open(" + name + ")"));
@@ -772,10 +773,9 @@ void set_string(c10d::Store& store, const std::string& key, const std::string& v
 
 } // namespace
 
-c10::intrusive_ptr<c10d::Backend>
-wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
-                                const c10::intrusive_ptr<c10d::Store>& store,
-                                std::chrono::milliseconds timeout, const std::string& apart) {
+c10::intrusive_ptr<c10d::Backend> wrap_backend_with_shared_memory(
+    c10::intrusive_ptr<c10d::Backend> inner, const c10::intrusive_ptr<c10d::Store>& store,
+    std::chrono::milliseconds timeout, const std::string& apart, const std::string& run_id) {
   const int rank = inner->getRank();
   const int world = inner->getSize();
   if (world < 2) {
@@ -813,7 +813,7 @@ wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
     if (wanted) {
       try {
         const uint64_t nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-        announcement = segment->create(nonce) + " " + std::to_string(nonce);
+        announcement = segment->create(nonce, run_id) + " " + std::to_string(nonce);
       } catch (const std::exception& error) {
         answer = error.what();
       }

@@ -24,11 +24,11 @@ namespace accelerate::detail {
 /// process reaches the same decision. An all-reduce waits at most `timeout` for the other processes, and
 /// throws at once, naming it, when one of them has exited. A non-empty `apart` says why the processes must
 /// not share memory even where they could (they are on different machines, by the launcher's account): then
-/// `inner` is returned (with `1`, the reason is thrown), without a collective.
-c10::intrusive_ptr<c10d::Backend>
-wrap_backend_with_shared_memory(c10::intrusive_ptr<c10d::Backend> inner,
-                                const c10::intrusive_ptr<c10d::Store>& store,
-                                std::chrono::milliseconds timeout, const std::string& apart = "");
+/// `inner` is returned (with `1`, the reason is thrown), without a collective. The segment's name carries
+/// `run_id` (run_file_name), so what a job leaves in /dev/shm says which job it was.
+c10::intrusive_ptr<c10d::Backend> wrap_backend_with_shared_memory(
+    c10::intrusive_ptr<c10d::Backend> inner, const c10::intrusive_ptr<c10d::Store>& store,
+    std::chrono::milliseconds timeout, const std::string& apart = "", const std::string& run_id = "");
 
 /// Whether `backend` (as `wrap_backend_with_shared_memory` returned it) all-reduces through shared memory.
 bool uses_shared_memory_allreduce(const c10::intrusive_ptr<c10d::Backend>& backend);

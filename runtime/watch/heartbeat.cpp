@@ -2,12 +2,15 @@
 #include "watch/heartbeat.h"
 
 #include "common/durable_file.h"
+#include "watch/stacks.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
 #include <mutex>
@@ -33,8 +36,13 @@ struct Record {
   std::uint64_t collective;
   std::uint64_t bytes;
   char op[32];
+  std::int32_t stack_signal; // from here on: version 2 (ACCBEAT2)
+  std::uint32_t stacks;
 };
-constexpr char kMagic[8] = {'A', 'C', 'C', 'B', 'E', 'A', 'T', '1'};
+constexpr char kMagic[8] = {'A', 'C', 'C', 'B', 'E', 'A', 'T', '2'};
+/// Version 1's magic: its records end before stack_signal (read as "no stack report").
+constexpr char kMagicVersion1[8] = {'A', 'C', 'C', 'B', 'E', 'A', 'T', '1'};
+constexpr std::size_t kVersion1Size = offsetof(Record, stack_signal);
 
 struct Collectives {
   std::mutex mutex;
@@ -74,7 +82,7 @@ std::string host_name() {
 
 /// Creates `path` whole (a temporary file renamed over it, so a watcher never reads half a record) and maps
 /// it; null when that fails.
-Record* create_record(const std::string& path, int rank) {
+Record* create_record(const std::string& path, int rank, int stack_signal) {
   const std::string temporary = path + ".tmp";
   const int fd = ::open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -84,6 +92,7 @@ Record* create_record(const std::string& path, int rank) {
   std::memcpy(record.magic, kMagic, sizeof(kMagic));
   record.rank = rank;
   record.pid = static_cast<std::int32_t>(::getpid());
+  record.stack_signal = stack_signal;
   copy_text(record.host, sizeof(record.host), host_name());
   copy_text(record.op, sizeof(record.op), "-");
   void* mapped = MAP_FAILED;
@@ -110,10 +119,18 @@ std::optional<Beat> read_beat(const std::string& path) {
     return std::nullopt;
   }
   Record record{};
-  const bool whole = ::pread(fd, &record, sizeof(record), 0) == static_cast<ssize_t>(sizeof(record));
+  const ssize_t got = ::pread(fd, &record, sizeof(record), 0);
   ::close(fd);
-  if (!whole || std::memcmp(record.magic, kMagic, sizeof(kMagic)) != 0) {
+  const bool version2 =
+      got == static_cast<ssize_t>(sizeof(record)) && std::memcmp(record.magic, kMagic, sizeof(kMagic)) == 0;
+  const bool version1 = got >= static_cast<ssize_t>(kVersion1Size) &&
+                        std::memcmp(record.magic, kMagicVersion1, sizeof(kMagicVersion1)) == 0;
+  if (!version2 && !version1) {
     return std::nullopt;
+  }
+  if (!version2) {
+    record.stack_signal = 0;
+    record.stacks = 0;
   }
   record.host[sizeof(record.host) - 1] = '\0';
   record.op[sizeof(record.op) - 1] = '\0';
@@ -125,6 +142,8 @@ std::optional<Beat> read_beat(const std::string& path) {
   beat.collective = record.collective;
   beat.op = record.op;
   beat.bytes = record.bytes;
+  beat.stack_signal = record.stack_signal;
+  beat.stacks = record.stacks;
   return beat;
 }
 
@@ -141,7 +160,9 @@ void start_heartbeat(const std::string& dir, int rank, std::chrono::milliseconds
   static std::once_flag started;
   std::call_once(started, [&] {
     detail::make_directories(dir); // throws FileError naming the folder that cannot be made
-    Record* record = create_record(beat_path(dir, rank), rank);
+    const bool stacks =
+        install_stack_report("process " + std::to_string(rank) + " (pid " + std::to_string(::getpid()) + ")");
+    Record* record = create_record(beat_path(dir, rank), rank, stacks ? kStackSignal : 0);
     if (record == nullptr) {
       throw std::runtime_error("accelerate: cannot write the heartbeat file " + beat_path(dir, rank) + ": " +
                                std::strerror(errno));
@@ -165,7 +186,8 @@ void start_heartbeat(const std::string& dir, int rank, std::chrono::milliseconds
     std::thread([record, interval] {
       while (true) {
         std::this_thread::sleep_for(interval);
-        __atomic_add_fetch(&record->count, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&record->stacks, stacks_printed(), __ATOMIC_RELAXED);
+        __atomic_add_fetch(&record->count, 1, __ATOMIC_RELEASE);
       }
     }).detach();
   });
@@ -280,26 +302,139 @@ std::string collective_text(const Beat& beat) {
 
 } // namespace
 
+std::vector<int> Watcher::behind() const {
+  std::uint64_t most = 0;
+  for (const Seen& seen : seen_) {
+    if (seen.beat) {
+      most = std::max(most, seen.beat->collective);
+    }
+  }
+  std::vector<int> ranks;
+  for (const Seen& seen : seen_) {
+    if (seen.beat && seen.beat->collective < most) {
+      ranks.push_back(seen.rank);
+    }
+  }
+  return ranks;
+}
+
 std::string Watcher::collectives() const {
   std::string text;
-  std::uint64_t most = 0;
   for (const Seen& seen : seen_) {
     if (seen.beat) {
       text += (text.empty() ? "" : "; ") +
               ("rank " + std::to_string(seen.rank) + " entered " + collective_text(*seen.beat) + " last");
-      most = std::max(most, seen.beat->collective);
     }
   }
   std::string behind;
-  for (const Seen& seen : seen_) {
-    if (seen.beat && seen.beat->collective < most) {
-      behind += (behind.empty() ? "" : ", ") + std::to_string(seen.rank);
-    }
+  for (int rank : this->behind()) {
+    behind += (behind.empty() ? "" : ", ") + std::to_string(rank);
   }
   if (!behind.empty()) {
     text += " (behind the others: rank " + behind + ")";
   }
   return text;
+}
+
+StackRequest::StackRequest(const std::string& dir, const std::vector<int>& ranks) : dir_(dir) {
+  for (int rank : ranks) {
+    auto beat = read_beat(beat_path(dir, rank));
+    if (!beat || beat->stack_signal == 0 || beat->host != host_name().substr(0, 63) ||
+        !process_alive(beat->pid)) {
+      continue;
+    }
+    if (::kill(beat->pid, beat->stack_signal) == 0) {
+      asked_.push_back({rank, beat->pid, beat->stacks});
+    }
+  }
+}
+
+bool StackRequest::done() const {
+  return std::all_of(asked_.begin(), asked_.end(), [&](const Asked& asked) {
+    auto beat = read_beat(beat_path(dir_, asked.rank));
+    return !beat || beat->pid != asked.pid || beat->stacks != asked.stacks_before ||
+           !process_alive(asked.pid);
+  });
+}
+
+std::string StackRequest::asked() const {
+  std::string text;
+  for (const Asked& asked : asked_) {
+    text += (text.empty() ? "" : ", ") + std::to_string(asked.rank);
+  }
+  return text;
+}
+
+namespace {
+
+/// The names in folder `path` (without "." and ".."); nullopt when it cannot be read.
+std::optional<std::vector<std::string>> folder_entries(const std::string& path) {
+  DIR* folder = ::opendir(path.c_str());
+  if (folder == nullptr) {
+    return std::nullopt;
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(folder)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") {
+      names.push_back(name);
+    }
+  }
+  ::closedir(folder);
+  return names;
+}
+
+bool ends_with(const std::string& text, const std::string& end) {
+  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+}
+
+} // namespace
+
+int sweep_stale_heartbeat_folders(const std::string& tmp, std::chrono::seconds quiet) {
+  const std::string prefix = "accelerate-" + std::to_string(::getuid()) + "-";
+  auto names = folder_entries(tmp);
+  if (!names) {
+    return 0;
+  }
+  int removed = 0;
+  const auto now = std::chrono::system_clock::now();
+  for (const std::string& name : *names) {
+    if (name.rfind(prefix, 0) != 0) {
+      continue;
+    }
+    const std::string base = tmp + "/" + name;
+    const std::string beats = base + "/heartbeats";
+    struct stat info{};
+    if (::lstat(beats.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != ::getuid()) {
+      continue;
+    }
+    const auto changed = std::chrono::system_clock::from_time_t(info.st_mtime);
+    auto files = folder_entries(beats);
+    auto above = folder_entries(base);
+    if (!files || !above || above->size() != 1 || now - changed < quiet) {
+      continue;
+    }
+    bool stale = true;
+    for (const std::string& file : *files) {
+      const bool beat_file =
+          file.rfind("rank", 0) == 0 && (ends_with(file, ".beat") || ends_with(file, ".tmp"));
+      auto beat = ends_with(file, ".beat") ? read_beat(beats + "/" + file) : std::nullopt;
+      if (!beat_file || (beat && process_alive(beat->pid))) {
+        stale = false;
+        break;
+      }
+    }
+    if (!stale) {
+      continue;
+    }
+    for (const std::string& file : *files) {
+      ::unlink((beats + "/" + file).c_str());
+    }
+    if (::rmdir(beats.c_str()) == 0 && ::rmdir(base.c_str()) == 0) {
+      ++removed;
+    }
+  }
+  return removed;
 }
 
 std::string Watcher::report(int rank) const {

@@ -21,6 +21,8 @@ struct Beat {
   std::uint64_t collective = 0; ///< how many collectives the process has entered (0: none yet)
   std::string op;               ///< the last one's name ("allreduce", ...), "-" before the first
   std::uint64_t bytes = 0;      ///< the last one's input bytes
+  int stack_signal = 0;         ///< the signal that makes it print its stack (stacks.h); 0: none installed
+  std::uint32_t stacks = 0;     ///< how many stacks it has printed (published with the next heartbeat)
 };
 
 /// `<dir>/rank<r>.beat`.
@@ -33,8 +35,8 @@ std::optional<Beat> read_beat(const std::string& path);
 void note_collective(const char* op, std::uint64_t bytes);
 
 /// Starts this process's heartbeat thread (once per process; later calls do nothing): every `interval` it
-/// writes the process's beat for `rank` to `dir`, until the process ends. Throws std::runtime_error when
-/// `dir` cannot be created.
+/// writes the process's beat for `rank` to `dir`, until the process ends. Installs the stack report
+/// (stacks.h) and says so in the beat. Throws std::runtime_error when `dir` cannot be created.
 void start_heartbeat(const std::string& dir, int rank, std::chrono::milliseconds interval);
 
 /// A process's state from /proc, in words: "stopped (T, wait channel do_signal_stop)", "running (R)", ...;
@@ -53,6 +55,9 @@ public:
   std::optional<int> silent_rank();
   /// One line per watched rank with a beat: its last collective (sequence number, op, bytes).
   std::string collectives() const;
+  /// The ranks whose last collective is before another's: after a collective timeout, those that never
+  /// arrived.
+  std::vector<int> behind() const;
   /// The message naming silent rank `rank`: how long, its process state, its last collective against the
   /// others'.
   std::string report(int rank) const;
@@ -70,6 +75,33 @@ private:
   std::chrono::milliseconds timeout_;
   std::vector<Seen> seen_;
 };
+
+/// Asks the processes of `ranks` whose beats in `dir` are on this machine, alive and able to print their
+/// stack (stack_signal set) for it, and says which were asked. `done()` is true once each has printed a stack
+/// since, or gone: the watcher waits for that (a second or so) before it stops the job, so the stacks are
+/// written before the processes end.
+class StackRequest {
+public:
+  StackRequest(const std::string& dir, const std::vector<int>& ranks);
+  bool done() const;
+  /// The ranks asked, "1, 3"; empty when none could be.
+  std::string asked() const;
+
+private:
+  struct Asked {
+    int rank = 0;
+    int pid = 0;
+    std::uint32_t stacks_before = 0;
+  };
+  std::string dir_;
+  std::vector<Asked> asked_;
+};
+
+/// Removes the heartbeat folders (`<tmp>/accelerate-<uid>-*/heartbeats/`) this user's jobs left behind when
+/// they ended without their cleanup (SIGKILLed ranks or launchers): a folder goes when it has been unchanged
+/// for `quiet`, none of its beats names a live process, and it holds nothing but beats. Returns how many
+/// went; never throws (a folder that cannot be read or removed stays).
+int sweep_stale_heartbeat_folders(const std::string& tmp, std::chrono::seconds quiet);
 
 /// Seconds as text for messages: "10 s", "2.5 s".
 std::string seconds_text(std::chrono::milliseconds duration);

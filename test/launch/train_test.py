@@ -13,6 +13,7 @@ import re
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -283,21 +284,28 @@ def TwoMachinesInNetworkNamespacesMatchOneMachine():
 
 # ------------------------------------------------------------------------------------------- faults
 
-def KilledRankEndsTheJob():
-    command = [ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()), TRAIN,
-               "--steps", "100000", "--step-sleep", "5"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment())
+def start_job(command, ranks, env=None):
+    """Starts `command` (a job of `ranks` launch_train ranks) and reads its output until every rank has printed
+    its pid, then lets it train a moment; returns (the process, the output so far, {rank: pid})."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env or environment())
     output = b""
     start = time.monotonic()
-    while output.count(b"train pid=") < 2 and time.monotonic() - start < 30:
+    while output.count(b"train pid=") < ranks and time.monotonic() - start < 40:
         if select.select([process.stdout], [], [], 1)[0]:
             chunk = os.read(process.stdout.fileno(), 65536)
             if not chunk:
                 break
             output += chunk
     pids = {int(rank): int(pid) for pid, rank in re.findall(rb"train pid=(\d+) rank=(\d)", output)}
-    check(set(pids) == {0, 1}, "both ranks must start and print their pid", output.decode(errors="replace"))
-    time.sleep(1)  # mid-training: both ranks are in the step loop's collectives
+    check(len(pids) == ranks, f"all {ranks} ranks must start and print their pid", output.decode(errors="replace"))
+    time.sleep(1)  # mid-training: every rank is in the step loop's collectives
+    return process, output, pids
+
+
+def KilledRankEndsTheJob():
+    command = [ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()), TRAIN,
+               "--steps", "100000", "--step-sleep", "5"]
+    process, output, pids = start_job(command, 2)
     os.kill(pids[1], signal.SIGKILL)
     killed = time.monotonic()
     rest, _ = process.communicate(timeout=40)
@@ -382,18 +390,7 @@ def start_and_stop_one(command, ranks, stopped_rank, env=None):
     """Starts `command` (a job of `ranks` launch_train ranks stepping forever), waits until every rank has
     printed its pid and trained a moment, SIGSTOPs `stopped_rank`, and returns (exit code, output, seconds from
     the stop to the job's end)."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env or environment())
-    output = b""
-    start = time.monotonic()
-    while output.count(b"train pid=") < ranks and time.monotonic() - start < 40:
-        if select.select([process.stdout], [], [], 1)[0]:
-            chunk = os.read(process.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            output += chunk
-    pids = {int(rank): int(pid) for pid, rank in re.findall(rb"train pid=(\d+) rank=(\d)", output)}
-    check(len(pids) == ranks, f"all {ranks} ranks must start and print their pid", output.decode(errors="replace"))
-    time.sleep(1)  # mid-training: every rank is in the step loop's collectives
+    process, output, pids = start_job(command, ranks, env)
     os.kill(pids[stopped_rank], signal.SIGSTOP)
     stopped = time.monotonic()
     try:
@@ -407,6 +404,20 @@ def start_and_stop_one(command, ranks, stopped_rank, env=None):
 
 
 HANG_TIMEOUT_S = 10
+
+
+def check_stack_printed(text, rank, pid, frames=()):
+    """Rank `rank` (pid `pid`) printed its main thread's stack (runtime/watch/stacks.h), with a frame naming
+    each of `frames`."""
+    prefix = rf"(?:\[rank{rank}\]: )?"
+    found = re.search(rf"^{prefix}accelerate: process {rank} \(pid {pid}\): its main thread's stack, asked for by "
+                      rf"pid \d+ \(\S+\):\n((?:{prefix}  #\d+ .*\n)+){prefix}accelerate: end of the stack of process "
+                      rf"{rank} \(pid {pid}\)$", text, re.MULTILINE)
+    check(found is not None, f"rank {rank} must print its stack", text)
+    for frame in frames:
+        check(re.search(rf"  #\d+ {frame}\b", found.group(1)) is not None,
+              f"rank {rank}'s stack must show {frame}", found.group(1))
+    return found.group(1)
 
 
 def check_stopped_rank_named(text, rank, pid, took):
@@ -425,8 +436,15 @@ def AStoppedRankEndsTheJobNamingIt():
         code, text, took, pids = start_and_stop_one(command, ranks, stopped_rank)
         check(code == 124, f"{ranks} ranks: accel must exit 124 after a hang (got {code})", text)
         check_stopped_rank_named(text, stopped_rank, pids[stopped_rank], took)
+        live = [rank for rank in range(ranks) if rank != stopped_rank]
         check(f"killed it and stopped the other {ranks - 1} rank(s)" in text.splitlines()[-1],
               "the launcher's last line must be the hang report", text)
+        check(text.splitlines()[-1].endswith(f"for {'their stacks' if len(live) > 1 else 'its stack'} (above) "
+                                             "(--hang_timeout sets how long a rank may be silent; 0 turns the "
+                                             "watch off)"), "the hang report must point to the live ranks' stacks",
+              text)
+        for rank in live:  # where each live rank waits for the stopped one
+            check_stack_printed(text, rank, pids[rank], frames=("main",))
         time.sleep(0.5)
         left = survivors()
         check(not left, f"processes {left} outlived the job", text)
@@ -442,6 +460,8 @@ def AStoppedRankUnderTorchrunIsNamedByTheOthers():
     check(code != 0, "torchrun must fail", text)
     check_stopped_rank_named(text, 1, pids[1], took)
     check("process 0 ends it (SIGKILL)" in text, "process 0 must say it ends the stopped one", text)
+    check("the stacks of processes 0 are above" in text, "process 0 must print its own stack first", text)
+    check_stack_printed(text, 0, pids[0], frames=("main",))
     print(f"torchrun: rank 1 stopped, job ended {took:.1f} s later")
 
 
@@ -460,10 +480,16 @@ def LongWorkOnTheMainProcessIsNoHang():
 def ADeadlockedRankEndsAtTheCollectiveTimeout():
     """Rank 1, alive (beating) but never arriving at a collective: the job ends at --timeout 10, and the
     launcher's last line names rank 1 as the one behind."""
-    code, output, took = run([ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()),
-                              "--hang_timeout", "5", "--timeout", "10", TRAIN, "--pause", "1", "3", "1000"],
-                             timeout=90)
+    command = [ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()),
+               "--hang_timeout", "5", "--timeout", "10", TRAIN, "--pause", "1", "3", "1000"]
+    start = time.monotonic()
+    process, early, pids = start_job(command, 2)
+    rest, _ = process.communicate(timeout=90)
+    code, output, took = process.returncode, (early + rest).decode(errors="replace"), time.monotonic() - start
     check(code != 0, "the job must fail", output)
+    # Rank 1, alive and behind, prints where it is stuck: its pause (a sleep) in main, before the collective.
+    check_stack_printed(output, 1, pids[1], frames=("nanosleep", "main"))
+    check("asked rank 1 for its stack (above)" in output, "the launcher must say it asked rank 1", output)
     check(took < 10 + 30, f"the job must end within the collective timeout + 30 s (took {took:.1f} s)", output)
     check("process 0 waited 10000 ms for process 1" in output, "rank 0 must say whom it waited for", output)
     last = output.strip().splitlines()[-1]
@@ -471,6 +497,60 @@ def ADeadlockedRankEndsAtTheCollectiveTimeout():
                        r"collective #(\d+) .* \(behind the others: rank 1\)", last) is not None,
           "the launcher's last line must name rank 1 as behind", output)
     print(f"deadlock ended after {took:.1f} s: {last}")
+
+
+def AStackOnRequestLeavesTheJobTraining():
+    """`kill -USR2` on a rank mid-training prints its main thread's stack and nothing else: the job trains on to
+    the parameters of an undisturbed run (the signal interrupts its collectives' waits, which resume)."""
+    expected = accel_run("--num_processes", "2", "--main_process_port", str(free_port()), train_args=("--steps", "100"))
+    command = [ACCEL, "launch", "-q", "--num_processes", "2", "--main_process_port", str(free_port()), TRAIN,
+               "--steps", "100", "--step-sleep", "40"]
+    process, output, pids = start_job(command, 2)
+    for _ in range(3):
+        os.kill(pids[1], signal.SIGUSR2)
+        time.sleep(0.3)
+    rest, _ = process.communicate(timeout=RUN_TIMEOUT_S)
+    text = (output + rest).decode(errors="replace")
+    check(process.returncode == 0, f"the job must finish (exit {process.returncode})", text)
+    check_stack_printed(text, 1, pids[1], frames=("main",))
+    check(params_of(text) == expected, "the job must train as without the requests", text)
+    print(f"rank 1 printed {text.count('end of the stack of process 1')} stacks and trained on")
+
+
+def StaleHeartbeatFoldersAreSweptAtLaunch():
+    """Heartbeat folders that killed jobs left (no cleanup ran) go at the next launch: only those unchanged for 10
+    minutes whose beats name no live process and that hold nothing else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        def beat_folder(name, pid, age_s, extra=None):
+            base = os.path.join(tmp, f"accelerate-{os.getuid()}-{name}")
+            os.makedirs(os.path.join(base, "heartbeats"))
+            record = struct.pack("<8sii64sQQQ32siI", b"ACCBEAT2", 0, pid, socket.gethostname().encode()[:63], 5, 3,
+                                 8, b"allreduce", 0, 0)
+            with open(os.path.join(base, "heartbeats", "rank0.beat"), "wb") as file:
+                file.write(record)
+            if extra:
+                with open(os.path.join(base, extra), "w") as file:
+                    file.write("not a beat")
+            then = time.time() - age_s
+            os.utime(os.path.join(base, "heartbeats"), (then, then))
+            return base
+
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        stale = beat_folder("killed-29500", dead.pid, 3600)
+        live = beat_folder("running-29501", os.getpid(), 3600)
+        fresh = beat_folder("starting-29502", dead.pid, 10)
+        other = beat_folder("kept-29503", dead.pid, 3600, extra="notes.txt")
+        code, output, _ = run([ACCEL, "launch", "-q", "--num_processes", "1", "--main_process_port", str(free_port()),
+                               TRAIN, "--steps", "2"], env=environment(TMPDIR=tmp))
+        check(code == 0, f"the launch must succeed (exit {code})", output)
+        check(not os.path.exists(stale), "the stale folder must be swept", output)
+        for kept, why in ((live, "its beat names a live process"), (fresh, "it changed within 10 minutes"),
+                          (other, "it holds more than beats")):
+            check(os.path.isdir(kept), f"{kept} must stay: {why}", output)
+        left = sorted(os.listdir(tmp))
+        check(len(left) == 3, f"only the three kept folders must be left (the launch's own is removed): {left}", output)
+    print("the stale heartbeat folder was swept; the live, fresh and foreign ones stayed")
 
 
 # ------------------------------------------------------------------------------------------- ZeRO

@@ -42,6 +42,10 @@ std::vector<int> caughtSignals() {
 
 /// After the last rank exits, how long processes it left behind (after SIGKILL) get to close its pipes.
 constexpr std::chrono::milliseconds kFinalDrainTimeout{1000};
+/// How long a stop waits for the stacks it asked of live ranks (one is out in well under a second).
+constexpr std::chrono::milliseconds kStackWait{5000};
+/// How long a heartbeat folder whose beats name no live process must have been unchanged to be swept.
+constexpr std::chrono::seconds kStaleHeartbeatFolder{600};
 
 std::string signalName(int signal) {
   static const std::pair<int, const char*> kNames[] = {
@@ -143,6 +147,8 @@ private:
 
   void waitForEvents(std::optional<Clock::time_point> deadline);
   void checkHeartbeats();
+  void beginStop(const std::vector<int>& stackRanks, pid_t silentPid);
+  void finishPendingStop();
   void handleSignals();
   void collectExitedRanks();
   void stopRanks(int signal);
@@ -176,6 +182,15 @@ private:
   std::optional<accelerate::watch::Watcher> watcher_;
   Clock::time_point lastHeartbeatCheck_{};
   std::string hangReport_; ///< set when a silent rank began the stop
+  /// A stop that waits for the stacks asked of live ranks (after a hang, or a failure with ranks behind in
+  /// the collectives) to be printed, kStackWait at most, so they reach the output before the ranks end.
+  struct PendingStop {
+    accelerate::watch::StackRequest stacks;
+    Clock::time_point deadline;
+    pid_t silentPid = 0; ///< the silent rank, SIGKILLed with the stop (a hang); 0 after a failure
+  };
+  std::optional<PendingStop> pendingStop_;
+  std::string stacksAsked_; ///< the ranks asked for their stacks, "1, 3", for the report
 };
 
 Environment RankSupervisor::environmentSharedByRanks() const {
@@ -229,7 +244,8 @@ void RankSupervisor::startRanks() {
 /// A rank alive but silent for the hang timeout is named and killed (a stopped process cannot act on
 /// SIGTERM), and the others are stopped. Read a few times a second at most.
 void RankSupervisor::checkHeartbeats() {
-  if (!watcher_ || stopping() || Clock::now() - lastHeartbeatCheck_ < std::chrono::milliseconds(250))
+  if (!watcher_ || stopping() || pendingStop_ ||
+      Clock::now() - lastHeartbeatCheck_ < std::chrono::milliseconds(250))
     return;
   lastHeartbeatCheck_ = Clock::now();
   auto silent = watcher_->silent_rank();
@@ -238,11 +254,41 @@ void RankSupervisor::checkHeartbeats() {
   for (const RankProcess& process : ranks_) {
     if (process.rank == *silent && process.running()) {
       hangReport_ = watcher_->report(*silent);
-      stopRanks(SIGTERM);
-      ::kill(process.pid, SIGKILL);
+      std::vector<int> live; // where the others wait for it
+      for (const RankProcess& other : ranks_)
+        if (other.rank != *silent && other.running())
+          live.push_back(other.rank);
+      beginStop(live, process.pid);
       return;
     }
   }
+}
+
+/// Asks `stackRanks` (live ranks) for their stacks, then stops the job once they are printed (see
+/// PendingStop), SIGKILLing `silentPid` (0: none) with the others' SIGTERM.
+void RankSupervisor::beginStop(const std::vector<int>& stackRanks, pid_t silentPid) {
+  if (!heartbeatDir_.empty() && !stackRanks.empty()) {
+    accelerate::watch::StackRequest request(heartbeatDir_, stackRanks);
+    stacksAsked_ = request.asked();
+    if (!stacksAsked_.empty()) {
+      pendingStop_.emplace(PendingStop{std::move(request), Clock::now() + kStackWait, silentPid});
+      return;
+    }
+  }
+  stopRanks(SIGTERM);
+  if (silentPid > 0)
+    ::kill(silentPid, SIGKILL);
+}
+
+void RankSupervisor::finishPendingStop() {
+  if (!pendingStop_ || (!pendingStop_->stacks.done() && Clock::now() < pendingStop_->deadline))
+    return;
+  const pid_t silentPid = pendingStop_->silentPid;
+  pendingStop_.reset();
+  if (!stopping())
+    stopRanks(SIGTERM);
+  if (silentPid > 0)
+    ::kill(silentPid, SIGKILL);
 }
 
 void RankSupervisor::startRank(int localRank, const Environment& shared) {
@@ -351,12 +397,16 @@ int RankSupervisor::superviseUntilAllExited() {
     if (!anyRunning())
       break;
     checkHeartbeats();
+    finishPendingStop();
     if (stopping() && !sentSigkill_ && Clock::now() >= *killDeadline_) {
       sigkillCause_ = SigkillCause::GracePeriodOver;
       signalRanks(SIGKILL);
       sentSigkill_ = true;
     }
-    waitForEvents(sentSigkill_ ? std::nullopt : killDeadline_);
+    if (pendingStop_)
+      waitForEvents(Clock::now() + std::chrono::milliseconds(100)); // to see the stacks out soon
+    else
+      waitForEvents(sentSigkill_ ? std::nullopt : killDeadline_);
   }
   // Every rank has exited; processes they started may still hold their output pipes. Those get what is left
   // of the grace period (all of it after a clean finish, from SIGTERM), then SIGKILL.
@@ -430,9 +480,19 @@ void RankSupervisor::collectExitedRanks() {
       if (!firstFailed || !process.exit->killedBySignal)
         firstFailed = i;
   }
-  if (firstFailed && !stopping()) {
+  if (firstFailed && !stopping() && !pendingStop_) {
     failedRank_ = *firstFailed;
-    stopRanks(SIGTERM);
+    // Live ranks behind the others in the collectives (after a collective timeout: the ones that never
+    // arrived) print their stacks before the job stops: where they are stuck.
+    std::vector<int> behind;
+    if (watcher_) {
+      watcher_->silent_rank(); // reads the beats as they are now
+      for (int rank : watcher_->behind())
+        for (const RankProcess& process : ranks_)
+          if (process.rank == rank && process.running())
+            behind.push_back(rank);
+    }
+    beginStop(behind, 0);
   }
 }
 
@@ -497,11 +557,16 @@ int RankSupervisor::reportOutcome() const {
     stopped = ", with SIGKILL after the " + formatSeconds(options_.termTimeoutSeconds) + " grace period";
   else if (sigkillCause_ == SigkillCause::SecondSignal)
     stopped = ", with SIGKILL on a second signal";
+  const bool several = stacksAsked_.find(',') != std::string::npos;
+  const std::string stacks = stacksAsked_.empty() ? ""
+                             : several ? "; asked ranks " + stacksAsked_ + " for their stacks (above)"
+                                       : "; asked rank " + stacksAsked_ + " for its stack (above)";
   if (!hangReport_.empty()) {
     std::string message = hangReport_ + "; killed it";
     if (ranksRunningWhenStopped_ > 1)
       message +=
           " and stopped the other " + std::to_string(ranksRunningWhenStopped_ - 1) + " rank(s)" + stopped;
+    message += stacks;
     report(message + " (--hang_timeout sets how long a rank may be silent; 0 turns the watch off)");
     return 124;
   }
@@ -511,7 +576,7 @@ int RankSupervisor::reportOutcome() const {
                           ") " + failed.exit->describe();
     if (ranksRunningWhenStopped_ > 0)
       message += "; stopped the other " + std::to_string(ranksRunningWhenStopped_) + " rank(s)" + stopped;
-    report(message);
+    report(message + stacks);
     // Where each rank was: after a collective timeout, the rank behind is the one that never arrived.
     if (watcher_) {
       const std::string collectives = watcher_->collectives();
@@ -549,11 +614,15 @@ public:
   explicit HeartbeatFolder(const LaunchOptions& options) {
     if (options.hangTimeoutSeconds <= 0)
       return;
-    const char* tmp = std::getenv("TMPDIR");
+    const char* variable = std::getenv("TMPDIR");
+    const std::string tmp = variable != nullptr && *variable != '\0' ? variable : "/tmp";
+    // What jobs killed without their cleanup left (their beats name no live process) goes first; the
+    // runtime's own folders under other launchers are in /tmp.
+    for (const std::string& folder : {tmp, std::string("/tmp")})
+      accelerate::watch::sweep_stale_heartbeat_folders(folder, kStaleHeartbeatFolder);
     // The port too: the machines of a job without --run_id share torchrun's "none", and two jobs of one
     // machine never hold one port at once.
-    std::string base = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/accelerate-" +
-                       std::to_string(::getuid()) + "-" + options.runId + "-" +
+    std::string base = tmp + "/accelerate-" + std::to_string(::getuid()) + "-" + options.runId + "-" +
                        std::to_string(options.mainProcessPort);
     // A folder of this run's name left by a launcher that was killed is taken over (mkdir's EEXIST).
     if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST)
