@@ -3,6 +3,7 @@
 
 #include "accelerator/backward.h"
 #include "accelerator/debug_mode.h"
+#include "accelerator/estimate_memory.h"
 #include "accelerator/optimizer_state.h"
 #include "accelerator/state.h"
 #include "data/dispatch.h"
@@ -352,6 +353,7 @@ detail::LoaderContext Accelerator::loader_context() const {
 }
 
 void Accelerator::prepare_model(torch::nn::Module& model) {
+  detail::report_model_for_memory_estimate(model); // under `accel estimate-memory`: counts and ends here
   auto& models = state_->models;
   if (std::any_of(models.begin(), models.end(), [&](const auto& m) { return &m->model() == &model; })) {
     throw std::invalid_argument("accelerate::Accelerator::prepare: model '" + model.name() +

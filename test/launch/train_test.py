@@ -553,6 +553,86 @@ def StaleHeartbeatFoldersAreSweptAtLaunch():
     print("the stale heartbeat folder was swept; the live, fresh and foreign ones stayed")
 
 
+# ------------------------------------------------------------------------------------------- estimate-memory
+
+def estimate_rows(output):
+    """{dtype: (largest layer, total size, training using Adam)} and {strategy: (weights, gradients, Adam state,
+    per process)} from `accel estimate-memory`'s two tables."""
+    rows = [[cell.strip() for cell in line.strip("│").split("│")] for line in output.splitlines()
+            if line.startswith("│") and line.count("│") > 2]
+    accelerate = {row[0]: tuple(row[1:]) for row in rows if row[0] in ("float32", "float16", "int8", "int4")}
+    ours = {row[0]: tuple(row[1:]) for row in rows if row[0] in ("DDP", "ZeRO-1", "ZeRO-2", "FSDP")}
+    return accelerate, ours
+
+
+def accelerate_estimate(model):
+    """What Python Accelerate's `accelerate estimate-memory` prints for `model` (torch.nn.Module), per dtype:
+    its own functions (calculate_maximum_sizes, estimate_training_usage, convert_bytes) on the model."""
+    from accelerate.commands.estimate import estimate_training_usage
+    from accelerate.utils import calculate_maximum_sizes, convert_bytes
+    total, largest = calculate_maximum_sizes(model)
+    rows = {}
+    for dtype, divisor in (("float32", 1), ("float16", 2), ("int8", 4), ("int4", 8)):
+        training = max(estimate_training_usage(total, dtype).values())
+        rows[dtype] = (convert_bytes(largest[0] / divisor if divisor > 1 else largest[0]),
+                       convert_bytes(total / divisor if divisor > 1 else total),
+                       convert_bytes(training) if training != -1 else "N/A")
+    return rows
+
+
+def EstimateMemoryCountsAsAccelerateDoes():
+    """`accel estimate-memory` on the training program (launch_train's model, counted at its first prepare) and on
+    a sharded safetensors checkpoint: Accelerate's table equals Python Accelerate's own functions on the same
+    model, and the per-process table equals an independent count (parameters x 4 bytes, Adam's two moments)."""
+    import torch
+    from safetensors.torch import save_file
+
+    class Mlp(torch.nn.Module):  # launch_train.cpp's model
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 1)
+
+    def mib(value):  # convert_bytes, a whole number of bytes as an integer
+        from accelerate.utils import convert_bytes
+        return convert_bytes(int(value) if float(value).is_integer() else value)
+
+    code, output, took = run([ACCEL, "estimate-memory", "--num_processes", "4", TRAIN, "--steps", "1000000"])
+    check(code == 0, f"estimate-memory on the program must exit 0 (got {code})", output)
+    check("train pid=" in output and "params " not in output, "the program must end at its first prepare", output)
+    accelerate, ours = estimate_rows(output)
+    check(accelerate == accelerate_estimate(Mlp()), f"Accelerate's table must be Accelerate's: {accelerate_estimate(Mlp())}",
+          output)
+    p = (8 * 16 + 16 + 16 * 1 + 1) * 4  # every parameter trained, float32; no buffers
+    layer = (8 * 16 + 16) * 4  # fc1
+    expected = {"DDP": (p, p, 2 * p), "ZeRO-1": (p, p, 2 * p / 4), "ZeRO-2": (p, p / 4, 2 * p / 4),
+                "FSDP": (p / 4 + layer, p / 4 + layer, 2 * p / 4)}
+    for strategy, (weights, gradients, adam) in expected.items():
+        want = (mib(weights), mib(gradients), mib(adam), mib(weights + gradients + adam))
+        check(ours.get(strategy) == want, f"{strategy}: expected {want}, got {ours.get(strategy)}", output)
+
+    with tempfile.TemporaryDirectory() as folder:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Embedding(1000, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, 1000))
+        tensors = {name: tensor.detach().to(torch.bfloat16).contiguous() for name, tensor in model.state_dict().items()}
+        names = sorted(tensors)
+        save_file({n: tensors[n] for n in names[:2]}, os.path.join(folder, "model-00001-of-00002.safetensors"))
+        save_file({n: tensors[n] for n in names[2:]}, os.path.join(folder, "model-00002-of-00002.safetensors"))
+        code, output, _ = run([ACCEL, "estimate-memory", folder])
+        check(code == 0, f"estimate-memory on a sharded checkpoint must exit 0 (got {code})", output)
+        accelerate, _ = estimate_rows(output)
+        check(accelerate == accelerate_estimate(model), f"the checkpoint's table must be Accelerate's on the model: "
+              f"{accelerate_estimate(model)}", output)
+        broken = os.path.join(folder, "broken.safetensors")
+        with open(broken, "wb") as file:
+            file.write(b"\xff" * 16)
+        code, output, _ = run([ACCEL, "estimate-memory", broken])
+        check(code == 1 and "is not a safetensors file" in output, "a broken file must be named as such", output)
+    code, output, _ = run([ACCEL, "estimate-memory", "--dtypes", "float32,bf8", TRAIN])
+    check(code == 2 and "'bf8' is not one of float32, float16, int8, int4" in output, "a bad dtype is a usage error",
+          output)
+    print(f"Accelerate's table and the per-process table match for the program ({took:.1f} s) and the checkpoint")
+
+
 # ------------------------------------------------------------------------------------------- ZeRO
 
 def AZeroFileTrainsLikeDdp():

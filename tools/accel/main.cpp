@@ -1,9 +1,12 @@
-// The `accel` command: picks the subcommand (`config`, `launch`, `env`) and turns errors into exit codes.
+// The `accel` command: picks the subcommand (`config`, `launch`, `env`, `estimate-memory`) and turns errors
+// into exit codes.
 #include "ConfigCommand.h"
 #include "EnvCommand.h"
+#include "EstimateMemoryCommand.h"
 #include "Flags.h"
 #include "LaunchCommand.h"
 
+#include <algorithm>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -22,6 +25,7 @@ const Subcommand kSubcommands[] = {
     {"config", accel::kConfigSummary, accel::runConfigCommand},
     {"launch", accel::kLaunchSummary, accel::runLaunchCommand},
     {"env", accel::kEnvSummary, accel::runEnvCommand},
+    {"estimate-memory", accel::kEstimateMemorySummary, accel::runEstimateMemoryCommand},
 };
 
 constexpr int kUsageErrorExitCode = 2;
@@ -33,9 +37,12 @@ std::string usage() {
                      "accelerate-cpp's command-line tool.\n"
                      "\n"
                      "commands:\n";
+  size_t width = 0;
   for (const Subcommand& subcommand : kSubcommands)
-    text += "  " + std::string(subcommand.name) + std::string(8 - std::string(subcommand.name).size(), ' ') +
-            subcommand.summary + "\n";
+    width = std::max(width, std::string(subcommand.name).size());
+  for (const Subcommand& subcommand : kSubcommands)
+    text += "  " + std::string(subcommand.name) +
+            std::string(width + 2 - std::string(subcommand.name).size(), ' ') + subcommand.summary + "\n";
   text += "\n"
           "Run `accel <command> --help` for a command's flags.\n";
   return text;
