@@ -7,11 +7,13 @@
 #include "lsp/Positions.h"
 #include "rewriter/CheckCompiles.h"
 #include "rewriter/PassRunner.h"
+#include "rewriter/TextDiff.h"
 #include "rewriter/ToolRunner.h"
 
 #include "clang/Tooling/Core/Replacement.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
@@ -602,7 +604,15 @@ private:
                                       Options.RuntimeIncludeDir, A.Preamble.get(), Rewrite.Original, &Reused);
       llvm::handleAllErrors(
           std::move(Compiles),
-          [&](const rewriter::CompileError& Compile) { A.CheckFailure = Compile.firstError(); },
+          [&](const rewriter::CompileError& Compile) {
+            // The check compiled the rewritten text as A.MainPath: its lines moved by those the rewrite
+            // inserted above them, so the error is given at the line of the buffer.
+            auto IsMain = [&A](llvm::StringRef Name) {
+              return Name == A.MainPath || llvm::sys::fs::equivalent(Name, A.MainPath);
+            };
+            A.CheckFailure = rewriter::atOriginalLines(Compile.firstError(),
+                                                       {{Rewrite.Original, Rewrite.Rewritten, IsMain}});
+          },
           [&](const llvm::ErrorInfoBase& Other) { A.CheckFailure = Other.message(); });
       A.Checked = true;
       log(llvm::formatv("{0}: the rewrite's compile check took {1:f2} s ({2})", A.MainPath,

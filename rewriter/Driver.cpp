@@ -99,6 +99,26 @@ std::string place(const Finding& Found) {
   return Found.File + ":" + std::to_string(Found.Line) + ":" + std::to_string(Found.Column);
 }
 
+/// The working directory of the compile of `File` (its compile command's), where the file names in its
+/// diagnostics are relative to.
+std::string compileDirectory(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File) {
+  std::vector<clang::tooling::CompileCommand> Commands = Database.getCompileCommands(File);
+  return Commands.empty() ? std::string() : Commands.front().Directory;
+}
+
+/// The real path of `Name`, a file as a compile in `Directory` names it; "" when it does not exist.
+std::string realPathIn(llvm::StringRef Directory, llvm::StringRef Name) {
+  llvm::SmallString<256> Path(Name);
+  if (!llvm::sys::path::is_absolute(Path) && !Directory.empty()) {
+    Path = Directory;
+    llvm::sys::path::append(Path, Name);
+  }
+  llvm::SmallString<256> Real;
+  if (llvm::sys::fs::real_path(Path, Real))
+    return "";
+  return Real.str().str();
+}
+
 /// Where a pass changed a header, in any input's rewrite: real path, offset, pass.
 using ChangedSites = std::set<std::tuple<std::string, unsigned, std::string>>;
 
@@ -395,6 +415,17 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
             checkRewriteCompiles(Database, Inputs[K].Absolute, Rewrite.Rewritten, ChangedHeaders, Options)) {
       std::string Cause = "change the code they point at by hand (an accelerator under another name, say), "
                           "or report this with the input file";
+      // The diagnostics name places in the rewritten texts, whose lines moved by those the rewrite inserted
+      // above them: each is given at the line of the file as it is.
+      std::string Directory = compileDirectory(Database, Inputs[K].Absolute);
+      std::vector<RewrittenFile> Rewritten = {
+          {Rewrite.Original, Rewrite.Rewritten,
+           [&, K](llvm::StringRef Name) { return realPathIn(Directory, Name) == Inputs[K].Real; }}};
+      for (const auto& [Path, Header] : Headers)
+        if (Header.changed())
+          Rewritten.push_back({Header.Original, Header.Rewritten, [&, Path = Path](llvm::StringRef Name) {
+                                 return realPathIn(Directory, Name) == Path;
+                               }});
       Err = llvm::handleErrors(std::move(Err), [&](std::unique_ptr<CompileError> Compile) -> llvm::Error {
         if (llvm::Regex("conversion from '(accelerate::)?Optimizer' to '(const )?torch::optim::")
                 .match(Compile->diagnostics()))
@@ -403,14 +434,15 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
                   "functions and lambdas called with the optimizer, and of functions handed on beside it); "
                   "where the errors point, through a std::function, a function pointer or a template, write "
                   "accelerate::Optimizer& (or torch::optim::Optimizer&) and run again";
-        return llvm::Error(std::move(Compile));
+        return llvm::make_error<CompileError>(atOriginalLines(Compile->diagnostics(), Rewritten));
       });
       return fail(std::move(Err),
                   "the rewritten " + Inputs[K].Given +
                       (ChangedHeaders.empty() ? std::string() : " (with the rewritten headers)") +
-                      " would not compile (diagnostics above, in the rewritten text); the rewrite was "
-                      "abandoned and nothing was written. The input compiles, so the rewrite caused these "
-                      "errors: " +
+                      " would not compile (diagnostics above, each at its line in the file as it is, with "
+                      "its line and column in the rewritten text where the rewrite moved it); the rewrite "
+                      "was abandoned and nothing was written. The input compiles, so the rewrite caused "
+                      "these errors: " +
                       Cause + ". The runtime headers checked against are in " + Options.RuntimeIncludeDir);
     }
   }

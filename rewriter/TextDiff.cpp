@@ -1,9 +1,12 @@
 // rewriter/TextDiff.cpp: a longest-common-subsequence line alignment (files are small: a training loop).
 #include "rewriter/TextDiff.h"
 
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Regex.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace accelerate::rewriter {
 namespace {
@@ -145,6 +148,43 @@ std::vector<unsigned> originalLines(llvm::StringRef Old, llvm::StringRef New) {
     K = Run;
   }
   return Result;
+}
+
+std::string atOriginalLines(llvm::StringRef Diagnostics, llvm::ArrayRef<RewrittenFile> Files) {
+  // `<file>:<line>:<column>: <message>`, after the escape sequences that colour a terminal's diagnostics.
+  static const llvm::Regex Place("^((\033\\[[0-9;]*m)*)([^:\033]+):([0-9]+):([0-9]+): (.*)$");
+  std::vector<std::optional<std::vector<unsigned>>> Lines(Files.size()); // each file's, when first needed
+  std::string Out;
+  llvm::StringRef Rest = Diagnostics;
+  while (!Rest.empty()) {
+    auto [Text, After] = Rest.split('\n');
+    bool Newline = Text.size() < Rest.size();
+    Rest = After;
+    llvm::SmallVector<llvm::StringRef, 7> Parts;
+    unsigned Line = 0;
+    std::optional<size_t> Named; // the file of Files the place is in
+    if (Place.match(Text, &Parts) && !Parts[4].getAsInteger(10, Line) && Line > 0)
+      for (size_t K = 0; K < Files.size() && !Named; ++K)
+        if (Files[K].Names && Files[K].Names(Parts[3]))
+          Named = K;
+    unsigned Original = Line;
+    if (Named) {
+      std::optional<std::vector<unsigned>>& From = Lines[*Named];
+      if (!From)
+        From = originalLines(Files[*Named].Original, Files[*Named].Rewritten);
+      if (Line <= From->size())
+        Original = (*From)[Line - 1];
+    }
+    if (Original != Line)
+      Out += (Parts[1] + Parts[3] + ":" + llvm::Twine(Original) + ": " + Parts[6] + " (line " + Parts[4] +
+              ", column " + Parts[5] + " of the rewritten text)")
+                 .str();
+    else
+      Out += Text.str();
+    if (Newline)
+      Out += "\n";
+  }
+  return Out;
 }
 
 std::string withLineDirectives(llvm::StringRef FileName, llvm::StringRef Old, llvm::StringRef New) {

@@ -5,6 +5,7 @@
 #include "passes/Registry.h"
 #include "rewriter/CheckCompiles.h"
 #include "rewriter/PassRunner.h"
+#include "rewriter/TextDiff.h"
 #include "rewriter/ToolRunner.h"
 #include "tidy/FixIts.h"
 #include "tidy/RuleCheck.h"
@@ -19,10 +20,8 @@
 #include "clang/Tooling/Core/Replacement.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/Regex.h"
 
 #include <dlfcn.h>
-#include <optional>
 
 namespace accelerate::tidy {
 namespace {
@@ -38,59 +37,17 @@ std::string modulePath() {
   return "";
 }
 
-/// The line of `Rewrite.Original` that line `Line` (1-based) of `Rewrite.Rewritten` comes from: a line the
-/// rewrite kept has its old number; a line of an edit's text, the line where that edit begins.
-unsigned originalLine(const rewriter::FileRewrite& Rewrite, unsigned Line) {
-  llvm::StringRef Rewritten = Rewrite.Rewritten;
-  size_t Position = 0; // where the line begins in Rewritten
-  for (unsigned L = 1; L < Line; ++L) {
-    Position = Rewritten.find('\n', Position);
-    if (Position == llvm::StringRef::npos)
-      return Line;
-    ++Position;
-  }
-  // Rewritten is Original with these edits applied (rewriter::applyEdits).
-  clang::tooling::Replacements Edits;
-  for (const rewriter::PlannedEdit& Edit : Rewrite.Edits)
-    llvm::consumeError(Edits.add(Edit.Replacement));
-  int64_t Shift = 0; // Rewritten's length minus Original's, before Position
-  std::optional<size_t> InEdit;
-  for (const clang::tooling::Replacement& Edit : Edits) {
-    int64_t Begins = int64_t(Edit.getOffset()) + Shift; // where its text begins in Rewritten
-    if (int64_t(Position) < Begins)
-      break;
-    if (int64_t(Position) < Begins + int64_t(Edit.getReplacementText().size())) {
-      InEdit = Edit.getOffset();
-      break;
-    }
-    Shift += int64_t(Edit.getReplacementText().size()) - int64_t(Edit.getLength());
-  }
-  size_t Offset = InEdit ? *InEdit : size_t(int64_t(Position) - Shift);
-  return 1 + llvm::StringRef(Rewrite.Original).take_front(Offset).count('\n');
-}
-
 /// The compile check's first error (`<file>:<line>:<column>: error: ...`) with a place in the main file given
-/// at its line in the file clang-tidy checks: the check compiles the rewritten text, whose lines the rewrite
-/// moves by the lines it inserts above them (an `#include`, the accelerator, a `prepare`, ...). A line that
-/// moved becomes `<file>:<original line>: error: ... (line L, column C of the rewritten text)`; an error in
-/// another file, or on a line that kept its number, is shown as the compiler gave it.
+/// at its line in the file clang-tidy checks (rewriter::atOriginalLines): the check compiles the rewritten
+/// text, whose lines the rewrite moves by the lines it inserts above them.
 std::string atOriginalLine(const std::string& Error, const rewriter::FileRewrite& Rewrite,
                            const clang::SourceManager& SM) {
-  llvm::SmallVector<llvm::StringRef, 5> Parts;
-  if (!llvm::Regex("^([^:]+):([0-9]+):([0-9]+): (.*)$").match(Error, &Parts))
-    return Error;
   auto Main = SM.getFileEntryRefForID(SM.getMainFileID());
-  auto Named = SM.getFileManager().getOptionalFileRef(Parts[1]);
-  unsigned Line = 0;
-  if (!Main || !Named || Named->getUniqueID() != Main->getUniqueID() || Parts[2].getAsInteger(10, Line) ||
-      Line == 0)
-    return Error;
-  unsigned Original = originalLine(Rewrite, Line);
-  if (Original == Line)
-    return Error;
-  return (Parts[1] + ":" + llvm::Twine(Original) + ": " + Parts[4] + " (line " + Parts[2] + ", column " +
-          Parts[3] + " of the rewritten text)")
-      .str();
+  auto IsMain = [&SM, Main](llvm::StringRef Name) {
+    auto Named = SM.getFileManager().getOptionalFileRef(Name);
+    return Main && Named && Named->getUniqueID() == Main->getUniqueID();
+  };
+  return rewriter::atOriginalLines(Error, {{Rewrite.Original, Rewrite.Rewritten, IsMain}});
 }
 
 /// accelerate-distribute-loop: on a plain single-device training loop, one warning at the training loop

@@ -3,9 +3,10 @@
 publishDiagnostics, codeAction, codeAction/resolve, executeCommand -> workspace/applyEdit, didChange, shutdown,
 exit; and the bad input the server must survive: malformed JSON and headers, unknown methods, requests before
 initialize and after shutdown, a file with no compile command, a compile command naming a missing compiler, a
-buffer that does not compile, a file outside the workspace, a file over the size limit, the code action applied
-twice, a command for a version that changed, a cancelled request, non-ASCII text before the loop (UTF-16
-positions). Each applied rewrite must equal accel-rewrite's output byte for byte.
+buffer that does not compile, a rewrite that would not compile (its error given at the buffer's line), a
+file outside the workspace, a file over the size limit, the code action applied twice, a command for a version
+that changed, a cancelled request, non-ASCII text before the loop (UTF-16 positions). Each applied rewrite
+must equal accel-rewrite's output byte for byte.
 
 The files include the small mirror of libtorch's API in test/passes/Inputs, so each parse takes about a second.
 
@@ -140,6 +141,10 @@ def main():
     files["unsafe"] = os.path.join(ws, "unsafe.cpp")
     shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tidy", "Inputs",
                              "unsafe_rewrite.cpp"), files["unsafe"])
+    # A rewrite that would not compile on a line the rewrite moves down (it inserts four lines above it).
+    files["moved"] = os.path.join(ws, "moved.cpp")
+    shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tidy", "Inputs",
+                             "moved_error.cpp"), files["moved"])
     files["stale"] = os.path.join(ws, "stale", "train.cpp")
     with open(files["stale"], "w") as f:
         f.write(TRAIN)
@@ -166,7 +171,7 @@ def main():
         f.write(TRAIN)
     entries = [
         {"directory": ws, "file": files[n], "arguments": ["clang++"] + flags + ["-c", files[n]]}
-        for n in ("train.cpp", "unicode.cpp", "big", "unsafe", "lint.cpp")
+        for n in ("train.cpp", "unicode.cpp", "big", "unsafe", "moved", "lint.cpp")
     ]
     with open(os.path.join(ws, "build", "compile_commands.json"), "w") as f:
         json.dump(entries, f)
@@ -346,6 +351,18 @@ def run(client, ws, files, outside, flags, args):
     check(distribute is not None and "edit" not in distribute and "would not compile" in reason
           and "error: " in reason, "a rewrite that would not compile is not offered; the first error is shown",
           json.dumps(actions)[:400])
+    # Its error on a line the rewrite moved is given at the line of the buffer (15, `hook(optimizer);`), with
+    # its place in the rewritten text, as the clang-tidy module gives it (test/tidy/bad-input.cpp).
+    client.open(files["moved"])
+    client.wait_diagnostics(uri_of(files["moved"]), 1, 120)
+    actions = client.code_actions(files["moved"], 9, 120)["result"]
+    distribute = action(actions, DISTRIBUTE)
+    reason = (distribute or {}).get("disabled", {}).get("reason", "")
+    check(distribute is not None and "edit" not in distribute
+          and files["moved"] + ":15: error: no viable conversion from 'Optimizer' to 'torch::optim::SGD' "
+          "(line 19, column 10 of the rewritten text)" in reason,
+          "a compile error of the rewrite names the buffer's line, not the rewritten text's",
+          json.dumps(actions)[:600])
 
     # A lint check's finding: a diagnostic with the check's name, and its fix as a quick fix on that line.
     lint = files["lint.cpp"]

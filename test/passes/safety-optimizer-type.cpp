@@ -17,8 +17,9 @@ void train(torch::nn::Linear net) {
   std::function<void(torch::optim::SGD&)> callback = decay;
   callback(optimizer);
 }
-// CHECK: input.cpp:{{[0-9]+}}:3: error: no matching function for call to object of type 'std::function
-// CHECK: accel-rewrite: error: the rewritten {{.*}}input.cpp would not compile (diagnostics above, in the
+// CHECK: input.cpp:[[@LINE-2]]: error: no matching function for call to object of type 'std::function
+// CHECK-SAME: (line {{[0-9]+}}, column 3 of the rewritten text)
+// CHECK: accel-rewrite: error: the rewritten {{.*}}input.cpp would not compile (diagnostics above, each at
 // CHECK-SAME: a prepared optimizer is an accelerate::Optimizer, and here one reaches a torch::optim::<type>& the
 // CHECK-SAME: rewriter could not retype
 // CHECK-SAME: write accelerate::Optimizer& (or torch::optim::Optimizer&) and run again

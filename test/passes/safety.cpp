@@ -19,5 +19,5 @@ void step(accelerate::Accelerator& acc, torch::Tensor loss) {
   loss.backward();
 }
 // CHECK: input.cpp:[[@LINE-2]]:3: error: use of undeclared identifier 'accelerator'
-// CHECK: accel-rewrite: error: the rewritten {{.*}}input.cpp would not compile (diagnostics above, in the
-// CHECK-SAME: rewritten text); the rewrite was abandoned and nothing was written
+// CHECK: accel-rewrite: error: the rewritten {{.*}}input.cpp would not compile (diagnostics above, each at its
+// CHECK-SAME: line in the file as it is{{.*}}); the rewrite was abandoned and nothing was written
