@@ -2,6 +2,7 @@
 #pragma once
 
 #include <accelerate/accelerator.h>
+#include <accelerate/activation_checkpoint.h>
 #include <accelerate/fsdp.h>
 #include <accelerate/local_sgd.h>
 #include <accelerate/logging.h>

@@ -2,6 +2,8 @@
 // be a unit. docs/runtime.md, "Fully sharded training (FSDP)", says what a unit is and how it trains.
 #pragma once
 
+#include <accelerate/activation_checkpoint.h>
+
 #include <torch/torch.h>
 
 #include <functional>
@@ -50,130 +52,8 @@ public:
   virtual bool offloads_inputs() const { return false; }
 };
 
-/// Runs a body again in backward: takes the inputs (detached copies of the tensors the body was given, in
-/// order) and returns the outputs, as collect() lists them.
-using Recompute = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
-
-/// The random number generators and autocast as a body's run sees them (captured before it runs).
-struct ForwardState;
-std::shared_ptr<ForwardState> capture_forward_state(const std::vector<torch::Tensor>& inputs);
-
-/// Activation checkpointing of `module`'s body, which ran without autograd
-/// (runtime/parallel/fsdp/checkpointing.cpp): returns `outputs` as new tensors whose backward runs
-/// `recompute` on detached copies of `inputs` (with the random number generators and autocast as `state`
-/// holds them), backpropagates through what it computes (the module's parameters get their gradients), and
-/// hands the inputs' gradients on.
-std::vector<torch::Tensor> checkpoint(const std::shared_ptr<ForwardState>& state, torch::nn::Module& module,
-                                      const std::vector<torch::Tensor>& inputs,
-                                      const std::vector<torch::Tensor>& outputs, Recompute recompute);
-
 /// The host in charge, or null (one relaxed atomic load).
 UnitHost* active_host();
-
-inline void collect(const torch::Tensor& tensor, std::vector<torch::Tensor>& out) {
-  out.push_back(tensor);
-}
-inline void collect(const std::vector<torch::Tensor>& tensors, std::vector<torch::Tensor>& out) {
-  out.insert(out.end(), tensors.begin(), tensors.end());
-}
-template <typename... T> void collect(const std::tuple<T...>& tuple, std::vector<torch::Tensor>& out);
-template <typename A, typename B> void collect(const std::pair<A, B>& pair, std::vector<torch::Tensor>& out) {
-  collect(pair.first, out);
-  collect(pair.second, out);
-}
-template <typename... T> void collect(const std::tuple<T...>& tuple, std::vector<torch::Tensor>& out) {
-  std::apply([&](const auto&... items) { (collect(items, out), ...); }, tuple);
-}
-
-/// The opposite of collect: puts `tensors[next...]` in the places collect() read, in the same order.
-inline void replace(torch::Tensor& tensor, const std::vector<torch::Tensor>& tensors, size_t& next) {
-  tensor = tensors[next++];
-}
-inline void replace(std::vector<torch::Tensor>& list, const std::vector<torch::Tensor>& tensors,
-                    size_t& next) {
-  for (auto& tensor : list) {
-    tensor = tensors[next++];
-  }
-}
-template <typename... T>
-void replace(std::tuple<T...>& tuple, const std::vector<torch::Tensor>& tensors, size_t& next);
-template <typename A, typename B>
-void replace(std::pair<A, B>& pair, const std::vector<torch::Tensor>& tensors, size_t& next) {
-  replace(pair.first, tensors, next);
-  replace(pair.second, tensors, next);
-}
-template <typename... T>
-void replace(std::tuple<T...>& tuple, const std::vector<torch::Tensor>& tensors, size_t& next) {
-  std::apply([&](auto&... items) { (replace(items, tensors, next), ...); }, tuple);
-}
-
-template <typename T> constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T>, torch::Tensor>;
-
-/// Runs `body(inputs...)` as a unit that keeps only `inputs` for its backward (see checkpoint()).
-template <typename Result, typename Body, typename Inputs>
-Result run_checkpointed(torch::nn::Module& module, const Body& body, const Inputs& inputs) {
-  std::vector<torch::Tensor> tensors;
-  std::apply(
-      [&](const auto&... input) {
-        (
-            [&](const auto& item) {
-              if constexpr (is_tensor_v<decltype(item)>) {
-                tensors.push_back(item);
-              }
-            }(input),
-            ...);
-      },
-      inputs);
-  auto state = capture_forward_state(tensors);
-  std::optional<Result> result;
-  {
-    torch::NoGradGuard no_grad;
-    Inputs copy = inputs; // the body may assign to its parameters
-    result.emplace(std::apply(body, copy));
-  }
-  std::vector<torch::Tensor> outputs;
-  collect(*result, outputs);
-  // The recomputation gets the kept inputs from checkpoint(), which may hold them elsewhere (offload): the
-  // copy of the inputs it captures holds no tensor, only the other arguments.
-  Inputs others = inputs;
-  std::apply(
-      [](auto&... input) {
-        (([](auto& item) {
-           if constexpr (is_tensor_v<decltype(item)>) {
-             item = torch::Tensor();
-           }
-         }(input)),
-         ...);
-      },
-      others);
-  Recompute recompute = [body, others](const std::vector<torch::Tensor>& detached) {
-    Inputs copy = others;
-    size_t next = 0;
-    std::apply(
-        [&](auto&... input) {
-          (([&](auto& item) {
-             if constexpr (is_tensor_v<decltype(item)>) {
-               item = detached[next++];
-             }
-           }(input)),
-           ...);
-        },
-        copy);
-    std::vector<torch::Tensor> out;
-    collect(std::apply(body, copy), out);
-    return out;
-  };
-  const auto replaced = checkpoint(state, module, tensors, outputs, std::move(recompute));
-  size_t next = 0;
-  replace(*result, replaced, next);
-  return std::move(*result);
-}
-
-template <typename T, typename = void> struct Collectable : std::false_type {};
-template <typename T>
-struct Collectable<
-    T, std::void_t<decltype(collect(std::declval<const T&>(), std::declval<std::vector<torch::Tensor>&>()))>>
-    : std::true_type {};
 
 template <typename Module, typename All, size_t... I>
 decltype(auto) run_unit(Module& module, All all, std::index_sequence<I...>) {
@@ -181,7 +61,7 @@ decltype(auto) run_unit(Module& module, All all, std::index_sequence<I...>) {
   using Body = std::tuple_element_t<sizeof...(I), All>;
   using Result = std::invoke_result_t<Body&, std::tuple_element_t<I, All>...>;
   static_assert(
-      Collectable<std::decay_t<Result>>::value,
+      accelerate::detail::Collectable<std::decay_t<Result>>::value,
       "accelerate::fsdp::unit: the body must return torch::Tensor, std::vector<torch::Tensor>, or a "
       "std::tuple / std::pair of them (the unit's backward is attached to its outputs)");
   auto call = [&]() -> Result {
@@ -202,7 +82,7 @@ decltype(auto) run_unit(Module& module, All all, std::index_sequence<I...>) {
     if constexpr (std::is_reference_v<Result>) {
       Result result = call();
       std::vector<torch::Tensor> outputs;
-      collect(result, outputs);
+      accelerate::detail::collect(result, outputs);
       host->leave(handle, outputs);
       return result;
     } else {
@@ -213,15 +93,15 @@ decltype(auto) run_unit(Module& module, All all, std::index_sequence<I...>) {
       if constexpr (kRecomputable) {
         if (torch::GradMode::is_enabled() && host->recomputes(handle)) {
           using Inputs = std::tuple<std::decay_t<std::tuple_element_t<I, All>>...>;
-          result.emplace(
-              run_checkpointed<Result>(base, std::decay_t<Body>(body), Inputs(std::get<I>(all)...)));
+          result.emplace(accelerate::detail::run_checkpointed<Result>(
+              base, std::decay_t<Body>(body), Inputs(std::get<I>(all)...), host->offloads_inputs()));
         }
       }
       if (!result) {
         result.emplace(call());
       }
       std::vector<torch::Tensor> outputs;
-      collect(*result, outputs);
+      accelerate::detail::collect(*result, outputs);
       host->leave(handle, outputs);
       return Result(std::move(*result));
     }

@@ -1,6 +1,7 @@
 // The Accelerator: configuration, device, process group, prepare, the synchronised backward, accumulation.
 #include <accelerate/accelerator.h>
 
+#include "accelerator/activation_checkpoint.h"
 #include "accelerator/backward.h"
 #include "accelerator/debug_mode.h"
 #include "accelerator/estimate_memory.h"
@@ -202,7 +203,13 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(make_state(options
       return shared->machine_groups;
     };
   }
+  const auto* host_before = fsdp::detail::active_host();
   state.engine = make_engine(context);
+  // Under a strategy whose engine takes no unit calls (all but fsdp's sharding), activation checkpointing of
+  // the unit-calling modules is a host of its own.
+  if (state.config.activation_checkpointing && fsdp::detail::active_host() == host_before) {
+    state.recomputed_units = std::make_shared<detail::RecomputedUnits>();
+  }
   if (state.process_group) {
     state.training->join = std::make_shared<detail::JoinCoordinator>(state.process_group, &state.models);
   }
@@ -363,6 +370,9 @@ void Accelerator::prepare_model(torch::nn::Module& model) {
   state_->training->reach.add(prepared.get());
   models.push_back(std::move(prepared));
   state_->precision->prepare_model(model);
+  if (state_->recomputed_units) {
+    state_->recomputed_units->add_model(model);
+  }
 }
 
 Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {

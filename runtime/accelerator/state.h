@@ -19,6 +19,8 @@
 
 namespace accelerate::detail {
 
+class RecomputedUnits; // accelerator/activation_checkpoint.h
+
 class ParallelEngine;
 class PreparedModel;
 struct OptimizerState;
@@ -61,6 +63,8 @@ struct AcceleratorState {
   /// The parallel strategy (runtime/parallel/engine.h), chosen at construction from
   /// `config.parallel_strategy`.
   std::shared_ptr<ParallelEngine> engine;
+  /// activation_checkpointing's unit host where the strategy leaves unit() a plain call (null otherwise).
+  std::shared_ptr<RecomputedUnits> recomputed_units;
   /// One per prepared model, in preparation order.
   std::vector<std::shared_ptr<PreparedModel>> models;
   std::vector<std::shared_ptr<OptimizerState>> optimizers;

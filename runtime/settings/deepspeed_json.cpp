@@ -181,7 +181,7 @@ const std::vector<KeyRule>& top_level_rules() {
       {"activation_checkpointing", Rule::NoEffect,
        "configures deepspeed.checkpointing, which only Python models that call it use; accepted, no effect "
        "here "
-       "(accelerate-cpp's activation checkpointing is fsdp_activation_checkpointing)"},
+       "(accelerate-cpp's is the activation_checkpointing setting, or accelerate::checkpoint in the model)"},
       {"checkpoint", Rule::NoEffect,
        "configures DeepSpeed's checkpoint files; accelerate-cpp writes its own (save_state); accepted, no "
        "effect "

@@ -277,7 +277,7 @@ Outcome train(const Strategy& strategy, const RunSettings& run) {
     auto loss = torch::cross_entropy_loss(model->forward(tokens).reshape({-1, kVocab}), targets.reshape(-1));
     outcome.losses.push_back(loss.item<double>());
     if (micro == 0) {
-      outcome.recomputed_units = count_nodes(loss, "accelerate::fsdp::CheckpointBackward");
+      outcome.recomputed_units = count_nodes(loss, "accelerate::CheckpointBackward");
     }
     if (run.no_sync_first && micro % run.accumulation == 0 && !accelerator.sync_gradients()) {
       auto no_sync = accelerator.no_sync(model);
@@ -1262,7 +1262,7 @@ TEST(FsdpCheckpoints, ACheckpointedUnitKeepsAnUndefinedInput) {
       optimizer.zero_grad();
       auto loss = model->forward(x).pow(2).mean();
       if (step == 0) {
-        EXPECT_EQ(count_nodes(loss, "accelerate::fsdp::CheckpointBackward"), checkpointing ? 2 : 0);
+        EXPECT_EQ(count_nodes(loss, "accelerate::CheckpointBackward"), checkpointing ? 2 : 0);
       }
       accelerator.backward(loss);
       optimizer.step();

@@ -205,6 +205,13 @@ ACCELERATE_OPTION(bool, fsdp_activation_checkpointing, fsdp_activation_checkpoin
                   "at a time, for a second forward of each unit); a unit whose forward passes its inputs to "
                   "`accelerate::fsdp::unit` (as the fsdp-units pass writes it) is recomputed, the form without "
                   "inputs never is")
+ACCELERATE_OPTION(bool, activation_checkpointing, activation_checkpointing, false,
+                  "ACCELERATE_ACTIVATION_CHECKPOINTING", unmapped, any_value,
+                  "under every strategy (and on one process), each module of a prepared model whose forward passes "
+                  "its inputs to `accelerate::fsdp::unit` (as the fsdp-units pass writes it), the model itself "
+                  "excepted, keeps only its inputs and runs its body again in backward, as "
+                  "fsdp_activation_checkpointing does for fsdp's units (which it also turns on); by hand, "
+                  "`accelerate::checkpoint` needs no setting (our own: Accelerate has no such key)")
 ACCELERATE_OPTION(bool, fsdp_activation_checkpointing_offload, fsdp_activation_checkpointing_offload, false,
                   "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD", "fsdp_config.fsdp_activation_checkpointing_offload",
                   any_value,

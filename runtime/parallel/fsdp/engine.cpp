@@ -15,19 +15,6 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
-namespace accelerate::fsdp::detail {
-namespace {
-
-std::atomic<UnitHost*> host{nullptr};
-
-} // namespace
-
-UnitHost* active_host() {
-  return host.load(std::memory_order_acquire);
-}
-
-} // namespace accelerate::fsdp::detail
-
 namespace accelerate::detail::fsdp_internal {
 namespace {
 
@@ -40,7 +27,8 @@ std::string type_name(const std::type_info& type) {
 FsdpEngine::FsdpEngine(const ParallelContext& context)
     : ShardedEngine(with_group_of_one(context)), replicated_(make_ddp_engine(context)),
       sharding_(context.config.fsdp_sharding_strategy), hybrid_(sharding_.rfind("HYBRID_SHARD", 0) == 0),
-      activation_checkpointing_(context.config.fsdp_activation_checkpointing) {
+      activation_checkpointing_(context.config.fsdp_activation_checkpointing ||
+                                context.config.activation_checkpointing) {
   if (sharding_ != "FULL_SHARD" && sharding_ != "SHARD_GRAD_OP" && sharding_ != "NO_SHARD" &&
       sharding_ != "HYBRID_SHARD" && sharding_ != "HYBRID_SHARD_ZERO2") {
     throw std::invalid_argument(
@@ -86,13 +74,12 @@ FsdpEngine::FsdpEngine(const ParallelContext& context)
   // The job's group, or the group of one that offload on one process works over.
   if (ParallelEngine::context().process_group && sharding_ != "NO_SHARD") {
     // From now on a unit's forward is this engine's (the previous one's again when this one goes).
-    previous_host_ = fsdp::detail::host.exchange(this);
+    previous_host_ = accelerate::detail::install_unit_host(this);
   }
 }
 
 FsdpEngine::~FsdpEngine() {
-  fsdp::detail::UnitHost* self = this;
-  fsdp::detail::host.compare_exchange_strong(self, previous_host_);
+  accelerate::detail::remove_unit_host(this, previous_host_);
 }
 
 std::shared_ptr<PreparedModel> FsdpEngine::prepare_model(torch::nn::Module& model) {
@@ -213,7 +200,7 @@ void* FsdpEngine::enter(torch::nn::Module& module, const std::type_info& type) {
   if (unit.depth++ == 0) {
     try {
       sharded->gather(unit);
-      if (torch::GradMode::is_enabled() && !fsdp::detail::recomputing) {
+      if (torch::GradMode::is_enabled() && !accelerate::detail::recomputing) {
         sharded->record(index);
         if (sharded->forward_prefetch) {
           sharded->prefetch(sharded->neighbour(index, +1));

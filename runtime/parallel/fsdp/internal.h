@@ -52,6 +52,7 @@
 
 #include <accelerate/fsdp.h>
 
+#include "accelerator/activation_checkpoint.h"
 #include "parallel/engine.h"
 #include "parallel/sharding.h"
 #include "transport/collective_checks.h"
@@ -72,14 +73,6 @@
 #include <vector>
 
 #include <torch/csrc/autograd/function.h>
-
-namespace accelerate::fsdp::detail {
-
-/// True while a checkpointed unit's body runs again in backward: the units it calls do not count as a forward
-/// (their order, which prefetch follows, is the forward's).
-extern thread_local bool recomputing;
-
-} // namespace accelerate::fsdp::detail
 
 namespace accelerate::detail::fsdp_internal {
 

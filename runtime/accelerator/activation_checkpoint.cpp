@@ -1,8 +1,12 @@
-// Activation checkpointing (fsdp_activation_checkpointing): a unit body that keeps only its inputs (in CPU
-// memory with fsdp_activation_checkpointing_offload) and runs again in backward as its forward ran.
-#include "parallel/fsdp/internal.h"
+// Activation checkpointing: a body that keeps only its inputs (in CPU memory when offloaded) and runs again
+// in backward as its forward ran; `accelerate::checkpoint` and fully sharded training's units
+// (fsdp_activation_checkpointing) alike (include/accelerate/activation_checkpoint.h).
+#include "accelerator/activation_checkpoint.h"
+
+#include <accelerate/activation_checkpoint.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <tuple>
 
@@ -12,8 +16,51 @@
 #include <torch/csrc/autograd/variable.h>
 
 namespace accelerate::fsdp::detail {
+namespace {
+
+std::atomic<UnitHost*> host{nullptr};
+
+} // namespace
+
+UnitHost* active_host() {
+  return host.load(std::memory_order_acquire);
+}
+
+} // namespace accelerate::fsdp::detail
+
+namespace accelerate::detail {
 
 thread_local bool recomputing = false;
+
+fsdp::detail::UnitHost* install_unit_host(fsdp::detail::UnitHost* installed) {
+  return fsdp::detail::host.exchange(installed);
+}
+
+void remove_unit_host(fsdp::detail::UnitHost* installed, fsdp::detail::UnitHost* previous) {
+  fsdp::detail::host.compare_exchange_strong(installed, previous);
+}
+
+RecomputedUnits::RecomputedUnits() : previous_(install_unit_host(this)) {}
+
+RecomputedUnits::~RecomputedUnits() {
+  remove_unit_host(this, previous_);
+}
+
+void RecomputedUnits::add_model(torch::nn::Module& model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    modules_.insert(module.get());
+  }
+}
+
+void* RecomputedUnits::enter(torch::nn::Module& module, const std::type_info& type) {
+  // A class that inherits its forward (and the unit call in it) from its base is not a unit, as under fsdp.
+  if (!fsdp::detail::is_unit_type(type)) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return modules_.count(&module) != 0 ? &module : nullptr;
+}
 
 /// The state a body ran under in forward that its second run in backward must see again: the random number
 /// generators of the devices its tensors are on (dropout draws the same mask) and autocast.
@@ -111,7 +158,7 @@ public:
     }
   }
 
-  std::string name() const override { return "accelerate::fsdp::CheckpointBackward"; }
+  std::string name() const override { return "accelerate::CheckpointBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& gradients) override {
     std::vector<torch::Tensor> detached;
@@ -178,9 +225,11 @@ private:
 
 } // namespace
 
-std::vector<torch::Tensor> checkpoint(const std::shared_ptr<ForwardState>& state, torch::nn::Module& module,
-                                      const std::vector<torch::Tensor>& inputs,
-                                      const std::vector<torch::Tensor>& outputs, Recompute recompute) {
+std::vector<torch::Tensor> checkpoint_outputs(const std::shared_ptr<ForwardState>& state,
+                                              torch::nn::Module& module,
+                                              const std::vector<torch::Tensor>& inputs,
+                                              const std::vector<torch::Tensor>& outputs, Recompute recompute,
+                                              bool offload) {
   torch::autograd::variable_list edges;
   for (const auto& input : inputs) {
     if (input.defined() && input.requires_grad()) {
@@ -198,11 +247,10 @@ std::vector<torch::Tensor> checkpoint(const std::shared_ptr<ForwardState>& state
   if (placeholder) {
     edges.push_back(torch::empty({0}, torch::TensorOptions().requires_grad(true)));
   }
-  const auto* host = active_host();
-  auto node = std::shared_ptr<CheckpointBackward>(
-      new CheckpointBackward(inputs, host != nullptr && host->offloads_inputs(), std::move(parameters),
-                             placeholder, std::move(recompute), *state),
-      torch::autograd::deleteNode);
+  auto node =
+      std::shared_ptr<CheckpointBackward>(new CheckpointBackward(inputs, offload, std::move(parameters),
+                                                                 placeholder, std::move(recompute), *state),
+                                          torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(edges));
   std::vector<torch::Tensor> attached;
   attached.reserve(outputs.size());
@@ -218,4 +266,4 @@ std::vector<torch::Tensor> checkpoint(const std::shared_ptr<ForwardState>& state
   return attached;
 }
 
-} // namespace accelerate::fsdp::detail
+} // namespace accelerate::detail
