@@ -273,12 +273,14 @@ StatementMatcher trainingRun(BarPlan::Kind Shape) {
       .bind(LoopId);
 }
 
-/// `accelerate::ProgressBar progress(steps, "train");`
+/// `accelerate::ProgressBar progress(steps, "train");` and the bar registered as a counter under its name, so
+/// that a `load_state` (a resumed run's) puts it back at the count it had reached.
 Stencil barDeclaration() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
-    return "accelerate::ProgressBar " + barName(*Loop, *Result.Context) + "(" +
-           planFor(*Loop, *Result.Context).Total + ", \"train\");";
+    std::string Name = barName(*Loop, *Result.Context);
+    return "accelerate::ProgressBar " + Name + "(" + planFor(*Loop, *Result.Context).Total +
+           ", \"train\");\naccelerator.register_counter(\"" + Name + "\", " + Name + ");";
   });
 }
 
@@ -309,7 +311,8 @@ Stencil explainSteps() {
                 ? "advanced right after the statement that increments '" + Plan.Counter->getNameAsString() +
                       "', so that its count is the counter's"
                 : std::string("advanced after the training step")) +
-           ", and closed after the loop";
+           ", and closed after the loop; it is registered with the accelerator (register_counter), so a "
+           "run resumed by load_state goes on from the count it had reached instead of from 0";
   });
 }
 
@@ -328,7 +331,9 @@ Stencil explainLoader() {
     BarPlan Plan = planFor(*Loop, *Result.Context);
     return "the loader's batches go through accelerate::progress_bar, labelled " + Plan.Description +
            ": a bar over each pass over the loader (its size() batches on this process), shown by the main "
-           "process, on a terminal in place, else in plain lines at every tenth";
+           "process, on a terminal in place, else in plain lines at every tenth; a pass that a resumed "
+           "loader "
+           "starts after the batches the checkpoint had consumed starts its bar there";
   });
 }
 
@@ -347,6 +352,10 @@ Stencil whyNoBar() {
 }
 
 } // namespace
+
+StatementMatcher progressBarOverSteps() {
+  return trainingRun(BarPlan::Steps);
+}
 
 PassRule progressBarPass() {
   auto Include = edit(addInclude("accelerate/accelerate.h", IncludeFormat::Angled));

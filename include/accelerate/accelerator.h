@@ -7,6 +7,7 @@
 #include <accelerate/graphed_step.h>
 #include <accelerate/optimizer.h>
 #include <accelerate/options.h>
+#include <accelerate/progress.h>
 #include <accelerate/scheduler.h>
 #include <accelerate/tracking.h>
 
@@ -349,6 +350,13 @@ public:
     register_counter_entry(
         name, [&counter] { return static_cast<std::int64_t>(counter); },
         [&counter](std::int64_t value) { counter = static_cast<Integer>(value); });
+  }
+  /// A progress bar's count, the same way: `load_state` puts the bar at the count it had when the checkpoint
+  /// was saved (`ProgressBar::set_count`), so a resumed run's bar goes on from there instead of from 0.
+  /// `accel-rewrite --progress-bar` registers the bars it writes over a step count.
+  void register_counter(const std::string& name, ProgressBar& bar) {
+    register_counter_entry(
+        name, [&bar] { return bar.count(); }, [&bar](std::int64_t value) { bar.set_count(value); });
   }
   /// Saves a model's weights (main process): `model.safetensors` (readable by Python's safetensors) and a
   /// libtorch archive `model.pt` (Module::save's layout), in `directory`. Call it on every process: where

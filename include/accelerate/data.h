@@ -471,6 +471,10 @@ public:
 
   /// This process's batches per epoch.
   size_t size() const { return core_->plan().batches_for_process(); }
+  /// Where the pass in progress (or the latest one) began among this process's batches of its epoch: past
+  /// the batches a resumed state had consumed (`set_state`, `load_state`), else at 0. A progress bar over the
+  /// loader (`progress_bar`) starts there.
+  size_t pass_start() const { return core_->pass_start(); }
   /// Moves to the start of `epoch` (a no-op when it is the current one). Passes advance it by themselves.
   void set_epoch(uint64_t epoch) { core_->set_epoch(epoch); }
   uint64_t epoch() const { return core_->state().epoch; }

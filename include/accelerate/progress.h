@@ -16,6 +16,12 @@ struct ProgressState;
 template <typename Range, typename = void> struct has_size : std::false_type {};
 template <typename Range>
 struct has_size<Range, std::void_t<decltype(std::declval<const Range&>().size())>> : std::true_type {};
+
+/// A range that says where its pass begins (a prepared loader resumed mid-epoch: `DataLoader::pass_start`).
+template <typename Range, typename = void> struct has_pass_start : std::false_type {};
+template <typename Range>
+struct has_pass_start<Range, std::void_t<decltype(std::declval<const Range&>().pass_start())>>
+    : std::true_type {};
 } // namespace detail
 
 /// A progress bar, as Accelerate's `tqdm(main_process_only=True)` gives: it shows on the local main process
@@ -25,8 +31,14 @@ struct has_size<Range, std::void_t<decltype(std::declval<const Range&>().size())
 /// output is not a terminal (a pipe, a log file) it prints plain lines: one at every tenth of the total
 /// (every ten seconds when the total is not known) and one at the end.
 ///
+/// A resumed run's bar goes on from where it stood: given to `Accelerator::register_counter`, its count is
+/// saved by `save_state` and put back by `load_state` (`accel-rewrite --progress-bar` registers the bars it
+/// writes over a step count); a bar over a prepared loader (`progress_bar`) starts at the batch the resumed
+/// loader starts at.
+///
 /// ```
 /// accelerate::ProgressBar bar(num_steps, "train");
+/// accelerator.register_counter("progress", bar);
 /// for (int64_t step = 0; step < num_steps; ++step) {
 ///   ...
 ///   bar.update();
@@ -44,6 +56,9 @@ public:
 
   /// `steps` more steps done.
   void update(int64_t steps = 1);
+  /// Puts the bar at `count` steps done, as a resumed run stands (tqdm's `initial`): the elapsed time, the
+  /// rate and the remaining time count from there. `load_state` calls it for a registered bar.
+  void set_count(int64_t count);
   /// Draws the last state and ends the line; the destructor does it when this was not called.
   void close();
   int64_t count() const;
@@ -55,7 +70,9 @@ private:
 };
 
 /// A range that iterates another (a prepared loader, any range with `begin()` and `end()`) and advances a
-/// `ProgressBar` over it by one per element; the total is the range's `size()` when it has one.
+/// `ProgressBar` over it by one per element; the total is the range's `size()` when it has one. A range with
+/// `pass_start()` (a prepared loader) starts the bar there: a loader resumed mid-epoch by `load_state` skips
+/// the batches the checkpoint had consumed, and its bar shows them as done.
 template <typename Range> class ProgressRange {
 public:
   using Inner = decltype(std::declval<Range&>().begin());
@@ -85,7 +102,13 @@ public:
 
   ProgressRange(Range& range, std::string description)
       : range_(range), bar_(total_of(range), std::move(description)) {}
-  Iterator begin() { return Iterator(range_.begin(), &bar_); }
+  Iterator begin() {
+    Iterator first(range_.begin(), &bar_);
+    if constexpr (detail::has_pass_start<Range>::value) {
+      bar_.set_count(static_cast<int64_t>(range_.pass_start()));
+    }
+    return first;
+  }
   Iterator end() { return Iterator(range_.end(), &bar_); }
   ProgressBar& bar() { return bar_; }
 

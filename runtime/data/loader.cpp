@@ -299,6 +299,7 @@ void LoaderCore::begin_pass() {
   schedule->seed = position_.seed;
   schedule->epoch = position_.epoch;
   schedule->first = position_.batches_consumed;
+  pass_start_ = schedule->first;
   schedule->end = std::max(plan_->batches_for_process(), schedule->first);
   schedule->plan = plan_;
   schedule->order = order();

@@ -70,6 +70,9 @@ void write_out(const std::string& text) {
 struct ProgressState {
   int64_t total = 0;
   int64_t count = 0;
+  /// The count `set_count` last gave (a resumed run's position): the rate counts the steps after it, from
+  /// `start`, which `set_count` moves to its call.
+  int64_t initial = 0;
   std::string description;
   bool terminal = false;
   bool closed = false;
@@ -82,7 +85,7 @@ struct ProgressState {
   /// The bar's state as text: the terminal's bar, or a plain line's fields.
   std::string render() const {
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    const double rate = elapsed > 0 ? static_cast<double>(count) / elapsed : 0.0;
+    const double rate = elapsed > 0 ? static_cast<double>(count - initial) / elapsed : 0.0;
     const double remaining = rate > 0 && total > 0 ? static_cast<double>(total - count) / rate : NAN;
     std::string loss;
     {
@@ -207,6 +210,19 @@ void ProgressBar::update(int64_t steps) {
   }
   state_->count += steps;
   state_->draw(false);
+}
+
+void ProgressBar::set_count(int64_t count) {
+  if (!state_ || state_->closed || count == state_->count) {
+    return;
+  }
+  state_->count = count;
+  state_->initial = count;
+  state_->start = detail::Clock::now();
+  if (state_->terminal) {
+    state_->draw(false, /*now_anyway=*/true);
+  }
+  // In plain lines, the next update prints the tenth it reaches, so the first line after a resume shows it.
 }
 
 void ProgressBar::close() {

@@ -1,7 +1,8 @@
 // The progress-bar pass, switched on by --progress-bar: a training loop that runs to a step count gets an
-// accelerate::ProgressBar over that count, advanced where its counter advances and closed after the loop; a
-// training loop over a prepared data loader iterates it through accelerate::progress_bar (one bar per epoch);
-// any other training loop is reported with the code to write by hand.
+// accelerate::ProgressBar over that count, registered as a counter (so a load_state puts it back at the count
+// it had reached), advanced where its counter advances and closed after the loop; a training loop over a
+// prepared data loader iterates it through accelerate::progress_bar (one bar per epoch, which starts where a
+// resumed loader starts); any other training loop is reported with the code to write by hand.
 // RUN: %accel-rewrite %s --progress-bar -- -std=c++17 -I%S/Inputs | FileCheck %s
 // RUN: %accel-rewrite %s --progress-bar -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null \
 // RUN:   | FileCheck %s --check-prefix=WARN --implicit-check-not=warning:
@@ -23,6 +24,7 @@
 // LOGGED:       {{^}}  int64_t step = 0;{{$}}
 // LOGGED-NEXT:  {{^}}  accelerator.init_trackers("progress-bar");{{$}}
 // LOGGED-NEXT:  {{^}}  accelerate::ProgressBar progress(steps, "train");{{$}}
+// LOGGED-NEXT:  {{^}}  accelerator.register_counter("progress", progress);{{$}}
 // LOGGED-NEXT:  {{^}}  while (step < steps) {{[{]}}{{$}}
 // LOGGED:       {{^}}        accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step);{{$}}
 // LOGGED-NEXT:  {{^}}      }{{$}}
@@ -52,6 +54,7 @@
 // CHECK-LABEL: {{^}}void until(
 // CHECK:       {{^}}  int64_t step = 0;{{$}}
 // CHECK-NEXT:  {{^}}  accelerate::ProgressBar progress(steps, "train");{{$}}
+// CHECK-NEXT:  {{^}}  accelerator.register_counter("progress", progress);{{$}}
 // CHECK-NEXT:  {{^}}  while (step < steps) {{[{]}}{{$}}
 // CHECK-NEXT:  {{^}}    for (auto& batch : *loader) {{[{]}}{{$}}
 // CHECK:       {{^}}      if (++step % 10 == 1) {{[{]}}{{$}}
@@ -88,6 +91,7 @@ void until(torch::nn::Linear& model, torch::optim::SGD& optimizer, int64_t steps
 // steps left.
 // CHECK-LABEL: {{^}}void plain_steps(
 // CHECK:       {{^}}  accelerate::ProgressBar train_progress(n, "train");{{$}}
+// CHECK-NEXT:  {{^}}  accelerator.register_counter("train_progress", train_progress);{{$}}
 // CHECK-NEXT:  {{^}}  for (int64_t i = 0; i < n; ++i) {{[{]}}{{$}}
 // CHECK:       {{^}}    optimizer.step();{{$}}
 // CHECK-NEXT:  {{^}}    train_progress.update();{{$}}
@@ -96,6 +100,7 @@ void until(torch::nn::Linear& model, torch::optim::SGD& optimizer, int64_t steps
 // CHECK-NEXT:  {{^}}  train_progress.close();{{$}}
 // CHECK-NEXT:  {{^}}  int64_t done = n / 2;{{$}}
 // CHECK-NEXT:  {{^}}  accelerate::ProgressBar progress_2((2 * n) - done, "train");{{$}}
+// CHECK-NEXT:  {{^}}  accelerator.register_counter("progress_2", progress_2);{{$}}
 // CHECK-NEXT:  {{^}}  while (done < 2 * n) {{[{]}}{{$}}
 // CHECK:       {{^}}    done++;{{$}}
 // CHECK-NEXT:  {{^}}    progress_2.update();{{$}}
@@ -147,8 +152,29 @@ void one_pass(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   }
 }
 
-// Loops whose length is not known, and a loop where the bar cannot go: reported, left as they are.
+// An epoch loop that saves a checkpoint: on a restart the checkpoint pass loads it before the loop, and the
+// resumed loader's first pass starts after the batches the checkpoint had consumed, where progress_bar starts
+// its bar (DataLoader::pass_start); the loader's position is the bar's, so nothing more is registered.
+// CHECK-LABEL: {{^}}void checkpointed(
+// CHECK:       {{^}}  accelerator.load_state("checkpoint");{{$}}
+// CHECK-NOT:   register_counter
+// CHECK:       {{^}}  for (int epoch = loader->epoch(); epoch < 3; ++epoch) {{[{]}}{{$}}
+// CHECK-NEXT:  {{^}}    for (auto& batch : accelerate::progress_bar(*loader, "epoch " + std::to_string(epoch))) {{[{]}}{{$}}
+// CHECK-NOT:   register_counter
 // CHECK-LABEL: {{^}}void unsupported(
+void checkpointed(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
+  auto loader = torch::data::make_data_loader(Points().map(torch::data::transforms::Stack<>()), 64);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (auto& batch : *loader) {
+      optimizer.zero_grad();
+      model->forward(batch.data).sum().backward();
+      optimizer.step();
+      torch::save(model, "model.pt");
+    }
+  }
+}
+
+// Loops whose length is not known, and a loop where the bar cannot go: reported, left as they are.
 // CHECK-NOT:   {{^ *[^/ ].*(ProgressBar|progress_bar|progress[.])}}
 // CHECK-LABEL: {{^}}int main(
 // WARN: progress-bar.cpp:[[@LINE+6]]:3: warning: progress bar not added: the loop neither runs to a step count (`while (step < steps)` with a counter it increments once per step, `for (int64_t i = 0; i < n; ++i)`) nor over a prepared data loader, so the bar's total is not known here; write it by hand: 'accelerate::ProgressBar progress(total_steps, "train");' before the loop and 'progress.update();' after each training step, or iterate a prepared loader through 'accelerate::progress_bar(*loader, "train")' [progress-bar]
@@ -189,6 +215,7 @@ int main() {
   plain_steps(model, optimizer, 100);
   epochs(model, optimizer);
   one_pass(model, optimizer);
+  checkpointed(model, optimizer);
   unsupported(model, optimizer, 100, true);
   return 0;
 }

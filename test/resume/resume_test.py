@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """A rewritten program resumes from its checkpoint after a restart: resume_test.py --accel A --train T
---train-always R TestName (one ctest test each, resume.<TestName>).
+--train-always R --train-logged L TestName (one ctest test each, resume.<TestName>).
 
 T is test/resume/resume_train.cpp built by accelerate_target() (the rewrite saves a checkpoint every other step
 and loads it before the epoch loop on a launcher's restart), R the same source built with RESUME (it loads the
-checkpoint on any start that finds one). CRASH_AT_STEP=n stops process 1 before step n on the first start. The
+checkpoint on any start that finds one), L the same source built with LOG_WITH jsonl and PROGRESS_BAR. CRASH_AT_STEP=n stops process 1 before step n on the first start. The
 oracle: every run ends with the parameter sums of an uninterrupted run, printed to 17 digits in float64
 (bit-identical runs print identical lines), and prints how many steps it trained itself (15 uninterrupted;
 fewer when it resumed). Each test runs in a temporary directory (the checkpoint goes to ./checkpoint), ends
@@ -227,10 +227,12 @@ def RestartCountThatIsNotANumberIsRefused():
     check(not os.path.exists(os.path.join(directory, "checkpoint")), "nothing may train or save", output)
 
 
-def TrackerStepsContinueAfterARestart():
-    """LOG_WITH jsonl, process 1 stopped before step 8 (checkpoint of step 6, step 7 already logged): the
-    restarted run logs from step 7 on at the step the restored counter gives, and drops the first attempt's
-    step 7, so metrics.jsonl holds steps 1..15, each once, in order."""
+def TrackerStepsAndProgressBarContinueAfterARestart():
+    """LOG_WITH jsonl and PROGRESS_BAR, process 1 stopped before step 8 (checkpoint of step 6, step 7 already
+    logged): the restarted run logs from step 7 on at the step the restored counter gives, and drops the first
+    attempt's step 7, so metrics.jsonl holds steps 1..15, each once, in order. Its progress bar over the loader
+    of epoch 1 (5 batches a process; the checkpoint had consumed 1) goes on from there: the restarted run's
+    plain lines for epoch 1 show 2/5 to 5/5, not 1/5 to 4/5."""
     directory = workdir()
     code, output = accel(TRAIN_LOGGED, directory, restarts=1, crash_at=8)
     check(code == 0, f"one crash with --max_restarts 1 must end in success (got {code})", output)
@@ -243,13 +245,23 @@ def TrackerStepsContinueAfterARestart():
     check(steps == list(range(1, STEPS + 1)), f"metrics.jsonl must hold steps 1..{STEPS} once each, got {steps}",
           output)
     print(f"metrics.jsonl after a restart from step 6: steps {steps[0]}..{steps[-1]}, each once")
+    marker = "restart 1 of --max_restarts 1"
+    check(marker in output, "accel must say it restarted", output)
+    restarted = output[output.index(marker):]
+    bars = {epoch: [int(count) for count in re.findall(rf"^\[rank0\]: epoch {epoch}: +\d+% (\d+)/5 \[", restarted,
+                                                       re.M)]
+            for epoch in (0, 1, 2)}
+    check(bars == {0: [], 1: [2, 3, 4, 5], 2: [1, 2, 3, 4, 5]},
+          f"after the restart, the bar of epoch 1 must go on from the checkpoint's batch (2/5 to 5/5) and the bar "
+          f"of epoch 2 start at 1/5; got {bars}", output)
+    print(f"progress bar after a restart from step 6: epoch 1 at {bars[1]}, epoch 2 at {bars[2]}")
 
 
 TESTS = {test.__name__: test for test in (RestartResumesFromTheLastCheckpoint, TorchrunRestartResumes,
                                           ResumeLoadsTheCheckpointOnAFirstStart, CheckpointOfAnotherModelIsRefused,
                                           RestartCountThatIsNotANumberIsRefused,
                                           AFolderThatIsNoCheckpointStopsTheRunNamingIt,
-                                          TrackerStepsContinueAfterARestart)}
+                                          TrackerStepsAndProgressBarContinueAfterARestart)}
 
 
 def main():

@@ -350,6 +350,53 @@ TEST(Checkpoint, RegisteredCountersComeBackWhicheverCallComesFirst) {
   EXPECT_EQ(loaded, 9);
 }
 
+TEST(Checkpoint, AProgressBarGoesOnFromWhereTheCheckpointLeftIt) {
+  ScratchDirectory dir;
+  // A bar over a step count, registered as accel-rewrite --progress-bar registers it, saved after 3 steps.
+  Training run(accelerate::AcceleratorOptions().seed(4));
+  accelerate::ProgressBar bar(10, "train");
+  ASSERT_TRUE(bar.shown()); // one process: the local main one, which shows it
+  run.accelerator.register_counter("progress", bar);
+  run.train(3, [&](int step) {
+    bar.update();
+    if (step == 3) {
+      run.accelerator.save_state(dir / "ckpt");
+    }
+  });
+
+  // load_state puts it back at its count, whether it was registered before the load or after.
+  Training resumed(accelerate::AcceleratorOptions().seed(5));
+  accelerate::ProgressBar before(10, "train");
+  resumed.accelerator.register_counter("progress", before);
+  resumed.accelerator.load_state(dir / "ckpt");
+  EXPECT_EQ(before.count(), 3);
+  accelerate::ProgressBar after(10, "train");
+  resumed.accelerator.register_counter("progress", after);
+  EXPECT_EQ(after.count(), 3);
+  after.update();
+  EXPECT_EQ(after.count(), 4);
+
+  // A bar over the prepared loader, which load_state resumed after the 3 batches of the 7 of an epoch that
+  // the checkpoint had consumed: it starts at 3 and ends at 7; the next pass starts at 0.
+  std::vector<int64_t> counts;
+  auto resumed_pass = accelerate::progress_bar(*resumed.loader, "epoch 0");
+  for (auto& batch : resumed_pass) {
+    (void)batch;
+    counts.push_back(resumed_pass.bar().count());
+  }
+  EXPECT_EQ(counts, (std::vector<int64_t>{3, 4, 5, 6}));
+  EXPECT_EQ(resumed_pass.bar().count(), 7);
+  EXPECT_EQ(resumed.loader->pass_start(), 3u);
+  counts.clear();
+  auto next_pass = accelerate::progress_bar(*resumed.loader, "epoch 1");
+  for (auto& batch : next_pass) {
+    (void)batch;
+    counts.push_back(next_pass.bar().count());
+  }
+  EXPECT_EQ(counts, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(next_pass.bar().count(), 7);
+}
+
 TEST(Checkpoint, LayoutAndMetadataAreDocumented) {
   ScratchDirectory dir;
   Training run(accelerate::AcceleratorOptions().seed(1));

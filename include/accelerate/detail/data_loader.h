@@ -131,6 +131,9 @@ public:
   void begin_pass();
   /// The batches the pass in progress hands out (null outside a pass).
   const std::shared_ptr<const PassSchedule>& schedule() const { return schedule_; }
+  /// Where the latest pass began in this process's batches of its epoch: its schedule's `first` (past the
+  /// batches a resumed state had consumed, else 0), kept after the pass ends.
+  size_t pass_start() const { return pass_start_; }
   /// The index of the batch `next_batch` hands out next; `std::nullopt` at the end of the epoch or outside a
   /// pass.
   std::optional<size_t> upcoming_batch() const;
@@ -155,6 +158,7 @@ private:
   std::shared_ptr<const ShardPlan> plan_;
   DataLoaderState position_;
   bool resume_pending_ = false;
+  size_t pass_start_ = 0;
   bool in_pass_ = false;
   GradientState saved_;
   std::shared_ptr<const std::vector<size_t>> order_;

@@ -70,6 +70,8 @@ public:
 };
 using LogValues = std::vector<std::pair<std::string, LogValue>>;
 
+class ProgressBar;
+
 class Accelerator {
 public:
   explicit Accelerator(AcceleratorOptions options = AcceleratorOptions());
@@ -112,6 +114,7 @@ public:
 
   std::string save_state(const std::string& directory = "");
   template <typename Integer> void register_counter(const std::string& name, Integer& counter);
+  void register_counter(const std::string& name, ProgressBar& bar);
   void load_state(const std::string& directory = "");
   void save_model(const torch::nn::Module& model, const std::string& directory);
 
@@ -156,6 +159,7 @@ class ProgressBar {
 public:
   explicit ProgressBar(int64_t total = 0, std::string description = "");
   void update(int64_t steps = 1);
+  void set_count(int64_t count);
   void close();
   int64_t count() const;
   bool shown() const;
