@@ -353,11 +353,9 @@ public:
   }
   /// A progress bar's count, the same way: `load_state` puts the bar at the count it had when the checkpoint
   /// was saved (`ProgressBar::set_count`), so a resumed run's bar goes on from there instead of from 0.
+  /// Unlike an integer, the bar may go first: a bar gone out of scope is saved at its last count.
   /// `accel-rewrite --progress-bar` registers the bars it writes over a step count.
-  void register_counter(const std::string& name, ProgressBar& bar) {
-    register_counter_entry(
-        name, [&bar] { return bar.count(); }, [&bar](std::int64_t value) { bar.set_count(value); });
-  }
+  void register_counter(const std::string& name, ProgressBar& bar);
   /// Saves a model's weights (main process): `model.safetensors` (readable by Python's safetensors) and a
   /// libtorch archive `model.pt` (Module::save's layout), in `directory`. Call it on every process: where
   /// parameters are sharded (parallel_strategy "fsdp", outside `unshard`) it is a collective that gathers

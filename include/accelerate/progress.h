@@ -10,6 +10,8 @@
 
 namespace accelerate {
 
+class Accelerator;
+
 namespace detail {
 struct ProgressState;
 
@@ -66,7 +68,8 @@ public:
   bool shown() const;
 
 private:
-  std::unique_ptr<detail::ProgressState> state_;
+  friend class Accelerator; // register_counter holds the state, which outlives the bar
+  std::shared_ptr<detail::ProgressState> state_;
 };
 
 /// A range that iterates another (a prepared loader, any range with `begin()` and `end()`) and advances a

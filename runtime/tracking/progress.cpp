@@ -1,5 +1,6 @@
-// Progress bars: which process shows them, how they draw on a terminal and in plain lines, and the last
-// logged loss they show.
+// Progress bars: which process shows them, how they draw on a terminal and in plain lines, the last logged
+// loss they show, and a bar's count as a registered counter (Accelerator::register_counter).
+#include <accelerate/accelerator.h>
 #include <accelerate/progress.h>
 
 #include "tracking/output_process.h"
@@ -119,6 +120,9 @@ struct ProgressState {
     return text;
   }
 
+  /// The count a resumed run stands at (ProgressBar::set_count); a closed bar keeps its own.
+  void set_count(int64_t value);
+
   void draw(bool final, bool now_anyway = false) {
     const auto now = Clock::now();
     if (terminal) {
@@ -146,6 +150,19 @@ struct ProgressState {
     }
   }
 };
+
+void ProgressState::set_count(int64_t value) {
+  if (closed || value == count) {
+    return;
+  }
+  count = value;
+  initial = value;
+  start = Clock::now();
+  if (terminal) {
+    draw(false, /*now_anyway=*/true);
+  }
+  // In plain lines, the next update prints the tenth it reaches, so the first line after a resume shows it.
+}
 
 bool progress_bar_shown() {
   return bars_shown.load() > 0;
@@ -180,7 +197,7 @@ ProgressBar::ProgressBar(int64_t total, std::string description) {
   if (detail::output_process().local_rank != 0) {
     return; // other processes hold no state: every call is a no-op
   }
-  state_ = std::make_unique<detail::ProgressState>();
+  state_ = std::make_shared<detail::ProgressState>();
   state_->total = std::max<int64_t>(total, 0);
   state_->description = std::move(description);
   state_->terminal = ::isatty(STDOUT_FILENO) == 1;
@@ -213,16 +230,23 @@ void ProgressBar::update(int64_t steps) {
 }
 
 void ProgressBar::set_count(int64_t count) {
-  if (!state_ || state_->closed || count == state_->count) {
-    return;
+  if (state_) {
+    state_->set_count(count);
   }
-  state_->count = count;
-  state_->initial = count;
-  state_->start = detail::Clock::now();
-  if (state_->terminal) {
-    state_->draw(false, /*now_anyway=*/true);
-  }
-  // In plain lines, the next update prints the tenth it reaches, so the first line after a resume shows it.
+}
+
+void Accelerator::register_counter(const std::string& name, ProgressBar& bar) {
+  // The registration holds the bar's state, not the bar: a bar of a function that has returned (the job's
+  // accelerator outlives it) is saved at its last count and set no more, never read after it is gone. No
+  // state (a process that does not show the bar): 0, and nothing to set.
+  std::shared_ptr<detail::ProgressState> state = bar.state_;
+  register_counter_entry(
+      name, [state] { return state ? state->count : int64_t{0}; },
+      [state](int64_t value) {
+        if (state) {
+          state->set_count(value);
+        }
+      });
 }
 
 void ProgressBar::close() {

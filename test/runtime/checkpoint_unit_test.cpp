@@ -375,6 +375,18 @@ TEST(Checkpoint, AProgressBarGoesOnFromWhereTheCheckpointLeftIt) {
   EXPECT_EQ(after.count(), 3);
   after.update();
   EXPECT_EQ(after.count(), 4);
+  // A bar that is gone (a function's, which returned while the job's accelerator lives on) is saved at its
+  // last count: the registration holds its state, never the bar itself.
+  {
+    accelerate::ProgressBar gone(10, "train");
+    resumed.accelerator.register_counter("gone", gone);
+    gone.update(2);
+  }
+  const std::string saved = resumed.accelerator.save_state(dir / "again");
+  const auto metadata =
+      nlohmann::json::parse(accelerate::detail::read_whole_file(join_path(saved, "metadata.json")));
+  EXPECT_EQ(metadata["counters"]["gone"], 2);
+  EXPECT_EQ(metadata["counters"]["progress"], 4);
 
   // A bar over the prepared loader, which load_state resumed after the 3 batches of the 7 of an epoch that
   // the checkpoint had consumed: it starts at 3 and ends at 7; the next pass starts at 0.
