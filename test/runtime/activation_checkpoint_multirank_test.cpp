@@ -8,6 +8,7 @@
 // masks the forward drew (the random number generators are restored for it, then put back).
 #include <accelerate/accelerate.h>
 
+#include "../support/autograd_graph.h"
 #include "../support/numerics.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,8 @@
 #include <vector>
 
 namespace {
+
+using accelerate_test::count_nodes;
 
 /// Linear, tanh, dropout: its body checkpointed when `checkpointed`.
 struct Block : torch::nn::Module {
@@ -73,25 +76,6 @@ struct Net : torch::nn::Module {
   std::shared_ptr<UnitBlock> unit_first, unit_second;
   torch::nn::Linear head{nullptr};
 };
-
-/// How many nodes named `name` the autograd graph of `root` holds.
-int count_nodes(const torch::Tensor& root, const std::string& name) {
-  std::vector<torch::autograd::Node*> pending{root.grad_fn().get()};
-  std::set<torch::autograd::Node*> seen;
-  int count = 0;
-  while (!pending.empty()) {
-    auto* node = pending.back();
-    pending.pop_back();
-    if (node == nullptr || !seen.insert(node).second) {
-      continue;
-    }
-    count += node->name() == name ? 1 : 0;
-    for (const auto& edge : node->next_edges()) {
-      pending.push_back(edge.function.get());
-    }
-  }
-  return count;
-}
 
 constexpr const char* kCheckpointNode = "accelerate::CheckpointBackward";
 

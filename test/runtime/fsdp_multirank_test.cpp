@@ -13,6 +13,7 @@
 #include "../../runtime/parallel/engine.h"
 #include "../../runtime/transport/process_group.h"
 #include "../../runtime/transport/shm_allreduce.h"
+#include "../support/autograd_graph.h"
 #include "../support/numerics.h"
 
 #include <gtest/gtest.h>
@@ -29,6 +30,8 @@
 #include <unistd.h>
 
 namespace {
+
+using accelerate_test::count_nodes;
 
 /// Whether the test hook that runs FSDP's offload code paths on the CPU is set (the offload tests are
 /// registered with it).
@@ -236,25 +239,6 @@ struct Outcome {
   std::vector<double> losses;
   int recomputed_units = 0; // checkpointed units in the first step's graph
 };
-
-/// The nodes named `name` in the autograd graph behind `root`.
-int count_nodes(const torch::Tensor& root, const std::string& name) {
-  std::vector<torch::autograd::Node*> pending{root.grad_fn().get()};
-  std::set<torch::autograd::Node*> seen;
-  int count = 0;
-  while (!pending.empty()) {
-    auto* node = pending.back();
-    pending.pop_back();
-    if (node == nullptr || !seen.insert(node).second) {
-      continue;
-    }
-    count += node->name() == name ? 1 : 0;
-    for (const auto& edge : node->next_edges()) {
-      pending.push_back(edge.function.get());
-    }
-  }
-  return count;
-}
 
 Outcome train(const Strategy& strategy, const RunSettings& run) {
   accelerate_test::set_intra_op_threads();
