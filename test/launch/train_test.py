@@ -633,6 +633,66 @@ def EstimateMemoryCountsAsAccelerateDoes():
     print(f"Accelerate's table and the per-process table match for the program ({took:.1f} s) and the checkpoint")
 
 
+CHECK_LINE = re.compile(r"^(?:\[rank\d+\]: )?accel test: (rendezvous|collectives|data loader|strategy|mixed precision|"
+                        r"gradient synchronisation|save and load) +(ok|FAILED)(.*)$", re.MULTILINE)
+
+
+def accel_test(*flags):
+    code, output, took = run([ACCEL, "test", "-q", *flags])
+    return code, output, dict((name, (verdict, rest)) for name, verdict, rest in CHECK_LINE.findall(output)), took
+
+
+def AccelTestChecksTheSetupEndToEnd():
+    """`accel test` runs its program on the configured processes: every check passes on 1 and 2 processes, under
+    ddp, ZeRO-2 with accumulation and bf16, and fsdp; a broken configuration fails naming the problem; a check
+    that finds a broken setup fails with its reason (a process whose collectives lie: a reduce that adds one)."""
+    checks = ("rendezvous", "collectives", "data loader", "strategy", "mixed precision", "gradient synchronisation",
+              "save and load")
+    times = []
+    for label, flags, expected in (
+            ("1 process", ["--num_processes", "1"], "1 process on 1 machine"),
+            ("2 processes, ddp", ["--num_processes", "2"], "2 processes on 1 machine"),
+            ("2 processes, zero 2, bf16, 2 accumulation steps",
+             ["--num_processes", "2", "--use_deepspeed", "--zero_stage", "2", "--mixed_precision", "bf16",
+              "--gradient_accumulation_steps", "2"], "zero: stage 2"),
+            ("2 processes, fsdp", ["--num_processes", "2", "--use_fsdp"], "fsdp: FULL_SHARD")):
+        code, output, lines, took = accel_test(*flags, "--main_process_port", str(free_port()))
+        times.append(f"{label} {took:.1f} s")
+        check(code == 0, f"accel test ({label}) must exit 0 (got {code})", output)
+        check(sorted(lines) == sorted(checks) and all(v == "ok" for v, _ in lines.values()),
+              f"accel test ({label}) must print one ok line per check: {lines}", output)
+        check(expected in output, f"accel test ({label}) must report '{expected}'", output)
+        check("Test is a success!" in output, f"accel test ({label}) must end with the verdict", output)
+
+    # A broken configuration: nothing starts, the problem and the file are named, exit 2.
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "broken.yaml")
+        with open(path, "w") as file:
+            file.write("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\n"
+                       "mixed_precision: fp17\n")
+        code, output, _, _ = accel_test("--config_file", path)
+        check(code == 2 and "accel test:" in output and "fp17" in output and "broken.yaml" in output,
+              "a broken config file must stop accel test with its problem and the file named (exit 2)", output)
+    code, output, _, _ = accel_test("--num_processes", "2", "./train")
+    check(code == 2 and "'./train' is not a flag" in output, "a program argument must be refused", output)
+
+    # A setup whose collectives are wrong: ACCEL_TEST_FAULT=reduce makes process 1 see each reduce of the
+    # collectives check one too high, as a transport that corrupts data would. The check fails with its reason
+    # on that process, every process agrees it failed, and the verdict and the exit code say so.
+    code, output, lines, _ = run_broken()
+    check(code == 1 and lines.get("collectives", ("",))[0] == "FAILED" and "FAILED on 1 of 2 processes" in output
+          and "reduce SUM gave 4" in output and "accel test: FAILED: 1 of 7 checks failed" in output,
+          "a wrong reduce must fail the collectives check (naming the process count and the value) and the verdict",
+          output)
+    print("accel test: " + ", ".join(times) + "; broken config, program argument and wrong reduce caught")
+
+
+def run_broken():
+    code, output, took = run([ACCEL, "test", "-q", "--num_processes", "2", "--main_process_port", str(free_port())],
+                             environment(ACCEL_TEST_FAULT="reduce"))
+    return code, output, dict((name, (verdict, rest)) for name, verdict, rest in CHECK_LINE.findall(output)), took
+
+
 # ------------------------------------------------------------------------------------------- ZeRO
 
 def AZeroFileTrainsLikeDdp():

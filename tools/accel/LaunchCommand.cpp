@@ -384,6 +384,10 @@ LaunchOptions checkedOptions(const ParsedFlags& flags) {
 
 } // namespace
 
+const std::vector<FlagSpec>& launchFlagSpecs() {
+  return launchFlags();
+}
+
 int runLaunchCommand(const std::vector<std::string>& args) {
   ParsedFlags flags = parseFlags(launchFlags(), args);
   if (flags.has("help")) {

@@ -1,10 +1,11 @@
-// The `accel` command: picks the subcommand (`config`, `launch`, `env`, `estimate-memory`) and turns errors
-// into exit codes.
+// The `accel` command: picks the subcommand (`config`, `launch`, `env`, `estimate-memory`, `test`) and turns
+// errors into exit codes.
 #include "ConfigCommand.h"
 #include "EnvCommand.h"
 #include "EstimateMemoryCommand.h"
 #include "Flags.h"
 #include "LaunchCommand.h"
+#include "TestCommand.h"
 
 #include <algorithm>
 #include <exception>
@@ -26,6 +27,7 @@ const Subcommand kSubcommands[] = {
     {"launch", accel::kLaunchSummary, accel::runLaunchCommand},
     {"env", accel::kEnvSummary, accel::runEnvCommand},
     {"estimate-memory", accel::kEstimateMemorySummary, accel::runEstimateMemoryCommand},
+    {"test", accel::kTestSummary, accel::runTestCommand},
 };
 
 constexpr int kUsageErrorExitCode = 2;
