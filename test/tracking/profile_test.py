@@ -13,6 +13,8 @@ Scenarios (each one ctest test, see CMakeLists.txt):
                  repeat, on_trace_ready sees each cycle and the file written at the end holds the last one
                  (Accelerate's export after PyTorch's cycles); without a schedule every step is recorded and no
                  step is marked; an empty output_trace_dir writes no file.
+  rewritten      a plain loop built by accelerate_target(... PROFILE) (profile_plain.cpp), run on 2 processes with
+                 ACCEL_PROFILE_SCHEDULE and ACCEL_PROFILE_DIR: each process's trace holds the schedule's active steps.
   bad-settings   a schedule that is not one (from the variable: at construction; from ProfileKwargs), an unknown
                  activity, a trace directory that cannot be made: each refused with the bad value and the fix; a
                  schedule that never records warns and writes nothing.
@@ -174,11 +176,21 @@ def bad_settings(runner):
     check(not os.listdir(os.path.join(runner.work, "never")), "a trace was written for a run that recorded nothing")
 
 
+def rewritten(runner):
+    # profile_plain, a plain loop built by accelerate_target(... PROFILE): 8 steps on each of 2 processes.
+    env = {"ACCEL_PROFILE_SCHEDULE": "2,1,3,1", "ACCEL_PROFILE_DIR": "traces"}
+    out, _ = runner.run_ok([], nproc=2, env=env)
+    check("done" in out, f"the rewritten loop did not finish:\n{out}")
+    for index in (0, 1):
+        check_step_trace(os.path.join(runner.work, "traces", f"profile_{index}.json"), [3, 4, 5])
+
+
 SCENARIOS = {
     "two-processes": two_processes,
     "memory": memory,
     "settings": settings,
     "bad-settings": bad_settings,
+    "rewritten": rewritten,
 }
 
 
