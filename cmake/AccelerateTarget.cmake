@@ -1,7 +1,7 @@
 # accelerate_target(): build a plain single-device training loop as a distributed binary.
 #
 #   accelerate_target(<target> SOURCES <file>... [PASSES <pass>...] [DISABLE <pass>...] [NO_REWRITE <file>...]
-#                     [LOG_WITH <tracker>...] [PROGRESS_BAR] [RESUME] [FSDP])
+#                     [LOG_WITH <tracker>...] [PROGRESS_BAR] [PROFILE] [RESUME] [FSDP])
 #
 # Creates the executable <target>. At build time the files in SOURCES (except those also in NO_REWRITE) are
 # rewritten by accel-rewrite, in one run, into <build dir>/<target>.accelerate/, and the rewritten copies are
@@ -14,7 +14,10 @@
 # accelerator gets them in its options, the loop starts and finishes them, and its printed loss is logged
 # (docs/tracking.md); they write under ./runs/<target>, or $ACCEL_PROJECT_DIR/<target>. PROGRESS_BAR
 # (`accel-rewrite --progress-bar`) shows a progress bar over the training loop on the main process
-# (accelerate::ProgressBar over its step count, or accelerate::progress_bar over its data loader).
+# (accelerate::ProgressBar over its step count, or accelerate::progress_bar over its data loader). PROFILE
+# (`accel-rewrite --profile`) runs the training loop under libtorch's profiler (accelerator.profile(), stepped
+# after each optimizer step): each process writes a Chrome trace to $ACCEL_PROFILE_DIR/profile_<process>.json
+# (default ./profile), on the schedule $ACCEL_PROFILE_SCHEDULE gives (docs/tracking.md, "Profiling").
 # Where the training loop saves a model, the rewrite saves a checkpoint (accelerator.save_state("checkpoint"))
 # and loads it back before the loop when the launcher restarts the job; RESUME (`accel-rewrite --resume`) loads
 # it on any start that finds one. FSDP (`accel-rewrite --enable=fsdp-units`) runs the forward of every module class the sources and
@@ -36,13 +39,13 @@ if(TORCH_INSTALL_PREFIX)
 endif()
 
 function(accelerate_target target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "RESUME;FSDP;PROGRESS_BAR" "" "SOURCES;NO_REWRITE;PASSES;DISABLE;LOG_WITH")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "RESUME;FSDP;PROGRESS_BAR;PROFILE" "" "SOURCES;NO_REWRITE;PASSES;DISABLE;LOG_WITH")
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "accelerate_target(${target}): no SOURCES given; list the training loop's .cpp files")
   endif()
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "accelerate_target(${target}): unknown arguments '${ARG_UNPARSED_ARGUMENTS}'; the "
-                        "keywords are SOURCES, PASSES, DISABLE, NO_REWRITE, LOG_WITH, PROGRESS_BAR, RESUME and FSDP")
+                        "keywords are SOURCES, PASSES, DISABLE, NO_REWRITE, LOG_WITH, PROGRESS_BAR, PROFILE, RESUME and FSDP")
   endif()
   if(NOT TARGET accelerate::runtime)
     message(FATAL_ERROR "accelerate_target(${target}): accelerate::runtime is not defined. Call "
@@ -89,6 +92,9 @@ function(accelerate_target target)
   endif()
   if(ARG_PROGRESS_BAR)
     list(APPEND pass_flags "--progress-bar")
+  endif()
+  if(ARG_PROFILE)
+    list(APPEND pass_flags "--profile")
   endif()
   if(ARG_RESUME)
     list(APPEND pass_flags "--resume")

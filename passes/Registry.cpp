@@ -13,6 +13,7 @@
 #include "passes/LayersPass.h"
 #include "passes/MainProcessPass.h"
 #include "passes/PreparePass.h"
+#include "passes/ProfilePass.h"
 #include "passes/ProgressBarPass.h"
 #include "passes/TrackingPass.h"
 #include "passes/TrainingCode.h"
@@ -129,6 +130,16 @@ llvm::ArrayRef<PassInfo> allPasses() {
        /*TurnedOnBy=*/"`--progress-bar`", /*UsesAccelerator=*/progressBarOverSteps,
        /*UsesAcceleratorInMain=*/nullptr,
        /*AcceleratorOptions=*/nullptr, /*Setting=*/"--progress-bar"},
+      {"profile", profilePass,
+       "with `--profile`: the training loop runs under `accelerator.profile()` (libtorch's profiler), "
+       "stepped "
+       "after each optimizer step; each process writes a Chrome trace",
+       /*OnByDefault=*/false, /*WhenNothingFound=*/{},
+       /*LeavesAlone=*/"loops written without braces around them or their body (warnings)",
+       /*TurnedOnBy=*/"`--profile`, `accelerate_target(... PROFILE)`",
+       /*UsesAccelerator=*/profiledTrainingRun,
+       /*UsesAcceleratorInMain=*/nullptr,
+       /*AcceleratorOptions=*/nullptr, /*Setting=*/"--profile"},
       {"distributed", distributedPass,
        "notes functions left alone because they already use the runtime or c10d",
        /*OnByDefault=*/true, /*WhenNothingFound=*/{},

@@ -61,6 +61,12 @@ static cl::opt<bool> ProgressBar(
     cl::desc("Show a progress bar over the training loop on the main process (accelerate::ProgressBar, over "
              "its step count or its data loader); runs the progress-bar pass"),
     cl::cat(Category));
+static cl::opt<bool> Profile(
+    "profile",
+    cl::desc("Run the training loop under the profiler (accelerator.profile(), stepped after each optimizer "
+             "step; each process writes a Chrome trace to ACCEL_PROFILE_DIR, default ./profile); runs the "
+             "profile pass"),
+    cl::cat(Category));
 static cl::opt<std::string>
     ProjectName("project-name",
                 cl::desc("With --log-with: the project init_trackers names, where the trackers write "
@@ -138,6 +144,7 @@ llvm::StringRef settingUsage(llvm::StringRef Setting) {
   static const std::pair<llvm::StringRef, llvm::StringRef> Usages[] = {
       {"--log-with", "--log-with=NAME,... (the trackers to log to, e.g. --log-with=tensorboard)"},
       {"--progress-bar", "--progress-bar (it adds the bar only when asked to)"},
+      {"--profile", "--profile (it adds the profiler only when asked to)"},
   };
   for (const auto& [Flag, Usage] : Usages)
     if (Flag == Setting)
@@ -146,8 +153,8 @@ llvm::StringRef settingUsage(llvm::StringRef Setting) {
 }
 
 /// The passes to run (passes::selectPasses): the default ones, or exactly those named by --passes, plus
-/// --enable and the passes --log-with and --progress-bar turn on, minus --disable. A problem is a usage error
-/// that names the fix.
+/// --enable and the passes --log-with, --progress-bar and --profile turn on, minus --disable. A problem is a
+/// usage error that names the fix.
 bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
   using accelerate::passes::PassRequestProblem;
   accelerate::passes::PassRequest Request{{OnlyPasses.begin(), OnlyPasses.end()},
@@ -158,6 +165,8 @@ bool selectPasses(std::vector<accelerate::passes::PassInfo>& Selected) {
     Request.Settings.push_back("--log-with");
   if (ProgressBar)
     Request.Settings.push_back("--progress-bar");
+  if (Profile)
+    Request.Settings.push_back("--profile");
   auto Chosen = accelerate::passes::selectPasses(Request);
   if (auto* Passes = std::get_if<std::vector<accelerate::passes::PassInfo>>(&Chosen)) {
     Selected = std::move(*Passes);

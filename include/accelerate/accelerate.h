@@ -8,6 +8,7 @@
 #include <accelerate/logging.h>
 #include <accelerate/nn.h>
 #include <accelerate/options.h>
+#include <accelerate/profiler.h>
 #include <accelerate/progress.h>
 #include <accelerate/resume.h>
 #include <accelerate/safetensors.h>

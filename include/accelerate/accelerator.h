@@ -7,6 +7,7 @@
 #include <accelerate/graphed_step.h>
 #include <accelerate/optimizer.h>
 #include <accelerate/options.h>
+#include <accelerate/profiler.h>
 #include <accelerate/progress.h>
 #include <accelerate/scheduler.h>
 #include <accelerate/tracking.h>
@@ -361,6 +362,14 @@ public:
   /// parameters are sharded (parallel_strategy "fsdp", outside `unshard`) it is a collective that gathers
   /// them onto the main process one unit at a time; elsewhere the other processes return at once.
   void save_model(const torch::nn::Module& model, const std::string& directory);
+
+  // ---- Profiling ----------------------------------------------------------------------------------------
+  /// Starts libtorch's profiler (Kineto) on this process, as Accelerate's `accelerator.profile(kwargs)`:
+  /// the returned `Profiler` records until its `stop()`, stepped by `step()` through its schedule, and
+  /// writes `<output_trace_dir>/profile_<process_index>.json` (<accelerate/profiler.h>). What `kwargs`
+  /// leaves unset comes from the `profile_trace_dir` and `profile_schedule` settings. A bad activity or
+  /// schedule, or a trace directory that cannot be made, throws `std::invalid_argument` naming it.
+  [[nodiscard]] Profiler profile(const ProfileKwargs& kwargs = ProfileKwargs());
 
   // ---- Collectives --------------------------------------------------------------------------------------
   /// Concatenates `tensor` from every process along dimension 0 (same shape on every process).

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <stdexcept>
 
 namespace accelerate::spelling {
 namespace {
@@ -60,6 +61,40 @@ std::optional<long long> whole_number(const std::string& text, long long min, lo
     return std::nullopt;
   }
   return value;
+}
+
+std::optional<std::vector<int>> profile_schedule(const std::string& text) {
+  std::vector<int> numbers;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::size_t first = part.find_first_not_of(" \t");
+    const std::size_t last = part.find_last_not_of(" \t");
+    part = first == std::string::npos ? "" : part.substr(first, last - first + 1);
+    const long long minimum = numbers.size() == 2 ? 1 : 0;
+    const auto number = whole_number(part, minimum, 1000000000);
+    if (!number || numbers.size() == 4) {
+      return std::nullopt;
+    }
+    numbers.push_back(static_cast<int>(*number));
+    if (comma == std::string::npos) {
+      break;
+    }
+    start = comma + 1;
+  }
+  if (numbers.size() < 3) {
+    return std::nullopt;
+  }
+  numbers.resize(4, 0);
+  return numbers;
+}
+
+void profile_schedule_text(const std::string& key, const std::string& text, const std::string& where) {
+  if (!text.empty() && !profile_schedule(text)) {
+    throw std::invalid_argument("accelerate: " + key + "='" + text + "' (from " + where +
+                                ") is not a profiler schedule; " + kProfileScheduleForm);
+  }
 }
 
 const std::vector<std::string>& mixed_precision_modes() {

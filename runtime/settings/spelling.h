@@ -20,6 +20,19 @@ std::optional<std::string> choice(const std::vector<std::string>& choices, const
 /// is within [min, max]; or nullopt.
 std::optional<long long> whole_number(const std::string& text, long long min, long long max);
 
+/// A profiler schedule as `profile_schedule` (ACCEL_PROFILE_SCHEDULE) writes it: "wait,warmup,active" or
+/// "wait,warmup,active,repeat", whole numbers (spaces allowed around them), active >= 1, the others >= 0;
+/// the numbers in that order (repeat 0 when left out), or nullopt. kProfileScheduleForm says what to write.
+std::optional<std::vector<int>> profile_schedule(const std::string& text);
+inline constexpr const char* kProfileScheduleForm =
+    "write \"wait,warmup,active\" or \"wait,warmup,active,repeat\": whole numbers, active >= 1, the "
+    "others >= 0 (e.g. \"1,1,3,1\": wait one step, warm up one, record three, once), or leave it empty to "
+    "record every step (in ACCEL_PROFILE_SCHEDULE, `accel launch --profile_schedule` or "
+    "AcceleratorOptions().profile_schedule)";
+/// The option table's check of profile_schedule (empty, or a schedule): throws std::invalid_argument as the
+/// settings' other refusals do ("accelerate: KEY='TEXT' (from WHERE) ...").
+void profile_schedule_text(const std::string& key, const std::string& text, const std::string& where);
+
 /// Accelerate's mixed-precision modes (mixed_precision, ACCELERATE_MIXED_PRECISION): no, fp16, bf16, fp8.
 const std::vector<std::string>& mixed_precision_modes();
 

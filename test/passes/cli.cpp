@@ -19,7 +19,8 @@
 // RUN: not %accel-rewrite %s --passes=backward,bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not %accel-rewrite %s --disable=bogus -- -std=c++17 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // UNKNOWN: accel-rewrite: unknown pass 'bogus' (known: backward, accelerator, prepare, data-loader, device,
-// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, fsdp-units, tracking, progress-bar, distributed)
+// UNKNOWN-SAME: accumulate, clip, main-process, checkpoint, layers, fsdp-units, tracking, progress-bar, profile,
+// UNKNOWN-SAME: distributed)
 // RUN: %accel-rewrite --list-passes | FileCheck %s --check-prefix=LIST
 // LIST:      backward: `X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`
 // LIST-NEXT: accelerator: declares `accelerator`
@@ -34,6 +35,7 @@
 // LIST-NEXT: fsdp-units: {{.*}} [off by default]
 // LIST-NEXT: tracking: with `--log-with NAME,...`: {{.*}} [off by default]
 // LIST-NEXT: progress-bar: with `--progress-bar`: {{.*}} [off by default]
+// LIST-NEXT: profile: with `--profile`: {{.*}} [off by default]
 // LIST-NEXT: distributed:
 // RUN: %accel-rewrite --help | FileCheck %s --check-prefix=HELP
 // HELP: accel-rewrite FILE [-o OUT | -i | --diff | --check] [--explain] [-p BUILD_DIR] [-- compile flags]
@@ -51,6 +53,7 @@
 // HELP: -o <file>
 // HELP: -p <string>
 // HELP: --passes=<name,...>
+// HELP: --profile
 // HELP: --progress-bar
 
 int main() {}

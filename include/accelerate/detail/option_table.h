@@ -62,6 +62,18 @@ ACCELERATE_OPTION(std::vector<std::string>, log_with, log_with, std::vector<std:
                   "`\"tensorboard\"`, `\"jsonl\"`, `\"csv\"`, `\"all\"` (every built-in) or a name given to "
                   "`accelerate::register_tracker` (docs/tracking.md); a name nobody registered is reported by "
                   "`init_trackers` with the known names, and training goes on")
+ACCELERATE_OPTION(std::string, profile_trace_dir, profile_trace_dir, "profile",
+                  "ACCEL_PROFILE_DIR", unmapped, any_value,
+                  "where `accelerator.profile()` writes each process's Chrome trace, "
+                  "`<dir>/profile_<process_index>.json`, when its `ProfileKwargs` names no `output_trace_dir` "
+                  "(docs/tracking.md, \"Profiling\"); empty: no trace file; `ACCEL_PROFILE_DIR` is our own "
+                  "(Accelerate has no variable)")
+ACCELERATE_OPTION(std::string, profile_schedule, profile_schedule, "",
+                  "ACCEL_PROFILE_SCHEDULE", unmapped, spelling::profile_schedule_text,
+                  "the schedule of `accelerator.profile()` when its `ProfileKwargs` gives no `schedule_option`: "
+                  "`\"wait,warmup,active,repeat\"` whole numbers (active >= 1; repeat optional, 0: cycles until "
+                  "the profile stops), as PyTorch's `torch.profiler.schedule`; empty: every step recorded; "
+                  "`ACCEL_PROFILE_SCHEDULE` is our own")
 ACCELERATE_OPTION(bool, automatic_checkpoint_naming, automatic_checkpoint_naming, true,
                   unmapped, unmapped, any_value,
                   "`save_state()` without a directory names checkpoints `project_dir/checkpoints/checkpoint_<n>`; "

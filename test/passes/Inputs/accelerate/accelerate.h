@@ -72,6 +72,15 @@ using LogValues = std::vector<std::pair<std::string, LogValue>>;
 
 class ProgressBar;
 
+struct ProfileKwargs {};
+class Profiler {
+public:
+  Profiler(Profiler&& other) noexcept;
+  ~Profiler();
+  void step();
+  void stop();
+};
+
 class Accelerator {
 public:
   explicit Accelerator(AcceleratorOptions options = AcceleratorOptions());
@@ -124,6 +133,7 @@ public:
   template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>> T reduce(T value, ReduceOp op = ReduceOp::SUM);
   torch::Tensor broadcast(const torch::Tensor& tensor, int from_process = 0);
   void wait_for_everyone();
+  [[nodiscard]] Profiler profile(const ProfileKwargs& kwargs = ProfileKwargs());
 
   class MainProcessFirstGuard {
   public:
