@@ -86,6 +86,8 @@ std::vector<const clang::Stmt*> runsOf(const clang::FunctionDecl& Function, clan
   return Runs;
 }
 
+/// True when the run logs a line at its step counter: a line it logs that it prints at every step, or once
+/// per epoch of a loop that keeps no counter.
 bool logsAtStepCounter(const clang::Stmt& Run, clang::ASTContext& Context);
 
 /// The run's step counter. A counter the pass declares is named `step` (else `global_step`, `step_2`, ...,
@@ -214,10 +216,6 @@ std::string whyNotLoggedHere(const clang::Expr& Statement, clang::ASTContext& Co
       return "effect";
   return "";
 }
-
-/// True when the run logs a line at its step counter: a line it logs that it prints at every step, or once
-/// per epoch of a loop that keeps no counter.
-bool logsAtStepCounter(const clang::Stmt& Run, clang::ASTContext& Context);
 
 /// What stops the pass from logging the values an output statement prints, or "" when nothing does.
 std::string whyNotLogged(const clang::Expr& Statement, const clang::Stmt& Run, clang::ASTContext& Context) {
@@ -411,10 +409,13 @@ Stencil explainLog() {
 Stencil handWrittenLog() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
+    const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
     PrintedValue First = printedValues(*Statement, *Result.Context).front();
     std::string Variable = variableOf(First);
+    std::string Counter = counterOf(*Statement, *Loop, *Result.Context);
     return "accelerator.log({{\"" + escaped(Variable) + "\", " +
-           globalValueText(First, *Result.Context).value_or(Variable) + "}}, step)";
+           globalValueText(First, *Result.Context).value_or(Variable) + "}}, " +
+           (Counter.empty() ? "step" : Counter) + ")";
   });
 }
 

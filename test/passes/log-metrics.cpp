@@ -3,7 +3,8 @@
 // (this process's sums and counts reduced with SUM, means of losses with MEAN), under the text printed before
 // it, at the step counter for a line printed every step and at the epoch counter for a line printed once per
 // epoch. A line that prints no training number is not logged; a number of this process's share that the
-// rewriter cannot combine over the processes is reported, not logged.
+// rewriter cannot combine over the processes, a value printed by printf and a value with an update in it are
+// reported, not logged.
 // RUN: %accel-rewrite %s --log-with=jsonl -- -std=c++17 -I%S/Inputs | FileCheck %s
 // RUN: %accel-rewrite %s --log-with=jsonl -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null \
 // RUN:   | FileCheck %s --check-prefix=WARN --implicit-check-not=warning:
@@ -16,6 +17,7 @@
 #include "datasets.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 
 struct Net : torch::nn::Module {
@@ -113,5 +115,33 @@ void no_numbers(Net& net, torch::optim::SGD& optimizer, const torch::Tensor& inp
     loss.backward();
     optimizer.step();
     std::cout << "epoch " << epoch << " done" << std::endl;
+  }
+}
+
+// Values the pass does not log, each reported: a number printed by printf (its label is in the format; the
+// warning gives the call to write), and a printed value with an update in it (logging it would run it again).
+// CHECK-LABEL: {{^}}void unlogged_values(
+// CHECK-NOT:   {{^ *}}accelerator{{[.]}}log(
+// CHECK:       {{^}}    accelerator.print("mean loss ", accelerator.reduce(total, accelerate::ReduceOp::MEAN) / batches--);{{$}}
+// CHECK-NEXT:  {{^}}  }{{$}}
+// CHECK-NEXT:  {{^}}  accelerator.end_training();{{$}}
+// WARN: log-metrics.cpp:[[@LINE+16]]:5: warning: output not rewritten: it prints numbers computed from this process's share of the data{{.*}} [main-process]
+// WARN: log-metrics.cpp:[[@LINE+15]]:5: warning: value not logged: its label is in a printf format, which the rewriter does not read; log it by hand after this line: accelerator.log({{[{][{]}}"total", accelerator.reduce(total, accelerate::ReduceOp::MEAN) / batches}}, epoch) [tracking]
+// WARN: log-metrics.cpp:[[@LINE+15]]:5: warning: not logged: 'batches--' may change what the program computes next, and logging what this line prints would run it a second time; evaluate it into a variable on the line before, and run again [tracking]
+void unlogged_values(Net& net, torch::optim::SGD& optimizer) {
+  auto loader = torch::data::make_data_loader(Points().map(torch::data::transforms::Stack<>()), 64);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    double total = 0;
+    int batches = 0;
+    for (auto& batch : *loader) {
+      optimizer.zero_grad();
+      auto loss = net.forward(batch.data).sum();
+      loss.backward();
+      optimizer.step();
+      total += loss.item<double>();
+      ++batches;
+    }
+    std::printf("mean loss %f\n", total / batches);
+    std::cout << "mean loss " << total / batches-- << std::endl;
   }
 }

@@ -196,13 +196,13 @@ void silent(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   }
 }
 
-// Losses the pass does not log, each reported with the call to write: in a printf (the label is in the
-// format), and under a condition on a tensor (the mean over the processes is a collective).
+// Losses the pass does not log, each reported with the call to write (at the loop's step counter): in a printf
+// (the label is in the format), and under a condition on a tensor (the mean over the processes is a collective).
 // CHECK-LABEL: {{^}}void unlogged(
 // CHECK-NOT:   {{^ *}}accelerator{{[.]}}log(
 // CHECK:       {{^}}  accelerator.end_training();{{$}}
-// WARN: log-with.cpp:[[@LINE+8]]:5: warning: loss not logged: its label is in a printf format, which the rewriter does not read; log it by hand after this line: accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step) [tracking]
-// WARN: log-with.cpp:[[@LINE+9]]:7: warning: loss not logged: this line prints under a condition on a tensor, which the processes could disagree on, and the mean over the processes is a collective every process must take; log it outside the condition: accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step) [tracking]
+// WARN: log-with.cpp:[[@LINE+8]]:5: warning: loss not logged: its label is in a printf format, which the rewriter does not read; log it by hand after this line: accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, i) [tracking]
+// WARN: log-with.cpp:[[@LINE+9]]:7: warning: loss not logged: this line prints under a condition on a tensor, which the processes could disagree on, and the mean over the processes is a collective every process must take; log it outside the condition: accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, i) [tracking]
 void unlogged(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   for (int i = 0; i < 10; ++i) {
     optimizer.zero_grad();
