@@ -506,8 +506,8 @@ std::string literalText(const clang::Expr* E) {
 
 } // namespace
 
-std::vector<PrintedLoss> printedLosses(const clang::Expr& Statement, clang::ASTContext& Context) {
-  std::vector<PrintedLoss> Printed;
+std::vector<PrintedValue> printedValues(const clang::Expr& Statement, clang::ASTContext& Context) {
+  std::vector<PrintedValue> Printed;
   std::vector<const clang::Expr*> Operands;
   std::optional<StreamChain> Chain = streamChain(&Statement);
   if (Chain) {
@@ -525,22 +525,87 @@ std::vector<PrintedLoss> printedLosses(const clang::Expr& Statement, clang::ASTC
   if (!Function || !Function->hasBody())
     return Printed;
   std::vector<const clang::ValueDecl*> Losses = lossesOf(*Function, Context);
-  for (size_t I = 0; I < Operands.size(); ++I)
-    for (const clang::Expr* Read : lossReads(*Operands[I], Losses, Context)) {
-      const clang::ValueDecl* Loss = namedDeclaration(Read);
-      if (!Loss || llvm::any_of(Printed, [&](const PrintedLoss& Seen) { return Seen.Loss == Loss; }))
-        continue;
-      PrintedLoss Found;
-      Found.Loss = Loss;
-      if (Chain) {
-        size_t Before = I;
-        while (Before > 0 && isManipulator(Operands[Before - 1]))
-          --Before;
-        Found.PrintedBefore = Before > 0 ? literalText(Operands[Before - 1]) : "";
-      }
-      Printed.push_back(std::move(Found));
+  bool PerProcess = readsShardedData(*Function, Context);
+  for (size_t I = 0; I < Operands.size(); ++I) {
+    PrintedValue Value;
+    Value.Operand = Operands[I];
+    Value.LossReads = lossReads(*Operands[I], Losses, Context);
+    Value.Numbers = shareReads(*Operands[I], *Function, Context);
+    if (Value.LossReads.empty() && Value.Numbers.empty())
+      continue;
+    Value.PerProcess = PerProcess;
+    Value.SideEffect = firstSideEffect(*Operands[I]);
+    if (Chain) {
+      size_t Before = I;
+      while (Before > 0 && isManipulator(Operands[Before - 1]))
+        --Before;
+      Value.PrintedBefore = Before > 0 ? literalText(Operands[Before - 1]) : "";
     }
+    Printed.push_back(std::move(Value));
+  }
   return Printed;
+}
+
+std::optional<std::string> globalValueText(const PrintedValue& Value, clang::ASTContext& Context) {
+  if (Value.PerProcess &&
+      llvm::any_of(Value.Numbers, [](const auto& Use) { return Use.second == Share::Unknown; }))
+    return std::nullopt;
+  const clang::SourceManager& SM = Context.getSourceManager();
+  auto Range = [&](const clang::Expr* E) {
+    return clang::Lexer::makeFileCharRange(clang::CharSourceRange::getTokenRange(E->getSourceRange()), SM,
+                                           Context.getLangOpts());
+  };
+  // A bare `loss.item<T>()` is logged as the tensor: `accelerator.reduce(loss.detach(), ...)`.
+  const clang::Expr* Bare = Value.Operand->IgnoreUnlessSpelledInSource()->IgnoreParenImpCasts();
+  const clang::Expr* Object = nullptr;
+  if (const auto* Member = llvm::dyn_cast<clang::CXXMemberCallExpr>(Bare))
+    Object = Member->getImplicitObjectArgument();
+  else if (const auto* Call = llvm::dyn_cast<clang::CallExpr>(Bare))
+    if (const auto* Dependent =
+            llvm::dyn_cast<clang::CXXDependentScopeMemberExpr>(Call->getCallee()->IgnoreParenImpCasts()))
+      Object = Dependent->getBase();
+  if (Object && Value.LossReads.size() == 1 && Value.Numbers.empty() &&
+      Object->IgnoreParenImpCasts() == Value.LossReads.front()->IgnoreParenImpCasts()) {
+    clang::CharSourceRange Loss = Range(Value.LossReads.front());
+    if (Loss.isInvalid())
+      return std::nullopt;
+    return "accelerator.reduce(" + clang::Lexer::getSourceText(Loss, SM, Context.getLangOpts()).str() +
+           ".detach(), accelerate::ReduceOp::MEAN)";
+  }
+  clang::CharSourceRange Whole = Range(Value.Operand);
+  if (Whole.isInvalid())
+    return std::nullopt;
+  unsigned Begin = SM.getFileOffset(Whole.getBegin()), End = SM.getFileOffset(Whole.getEnd());
+  std::vector<std::pair<unsigned, std::string>> Insertions; // at offsets in the operand's text
+  auto Wrap = [&](const clang::Expr* E, llvm::StringRef Op) {
+    clang::CharSourceRange Part = Range(E);
+    if (Part.isInvalid() || SM.getFileID(Part.getBegin()) != SM.getFileID(Whole.getBegin()))
+      return false;
+    unsigned From = SM.getFileOffset(Part.getBegin()), To = SM.getFileOffset(Part.getEnd());
+    if (From < Begin || To > End)
+      return false;
+    Insertions.emplace_back(To - Begin, (", accelerate::ReduceOp::" + Op + ")").str());
+    Insertions.emplace_back(From - Begin, "accelerator.reduce(");
+    return true;
+  };
+  for (const clang::Expr* Loss : Value.LossReads)
+    if (!Wrap(Loss, "MEAN"))
+      return std::nullopt;
+  if (Value.PerProcess)
+    for (const auto& [Use, Kind] : Value.Numbers)
+      if (!Wrap(Use, Kind == Share::Sum ? "SUM" : "MEAN"))
+        return std::nullopt;
+  std::string Text = clang::Lexer::getSourceText(Whole, SM, Context.getLangOpts()).str();
+  // From the end, so that earlier offsets stay valid; at one offset the opening first, so that a closing
+  // inserted there after it comes before it.
+  llvm::stable_sort(Insertions, [](const auto& A, const auto& B) {
+    bool OpensA = llvm::StringRef(A.second).starts_with("accelerator."),
+         OpensB = llvm::StringRef(B.second).starts_with("accelerator.");
+    return A.first != B.first ? A.first > B.first : OpensA && !OpensB;
+  });
+  for (const auto& [Offset, Inserted] : Insertions)
+    Text.insert(Offset, Inserted);
+  return Text;
 }
 
 StatementMatcher mainProcessOutput() {

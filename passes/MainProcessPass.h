@@ -3,6 +3,7 @@
 #define ACCELERATE_PASSES_MAINPROCESSPASS_H
 
 #include "passes/Registry.h"
+#include "passes/TrainingCode.h"
 
 #include "clang/ASTMatchers/ASTMatchers.h"
 
@@ -30,19 +31,38 @@ PassRule mainProcessPass();
 /// Matches the output statements mainProcessPass() rewrites (they use `accelerator`).
 clang::ast_matchers::StatementMatcher mainProcessOutput();
 
-/// A loss an output statement prints: `loss.item<T>()` (in any operand) of a tensor its function runs
-/// backward on, as mainProcessPass() recognises it.
-struct PrintedLoss {
-  const clang::ValueDecl* Loss = nullptr; ///< The loss variable.
-  /// In a `<<` chain, the text of the string literal printed right before the operand that reads the loss
-  /// (stream manipulators such as `std::setprecision(8)` in between skipped), its escapes resolved; "" when
-  /// what comes before is not a string literal. None in a `printf`, whose format holds the label.
+/// A number an output statement prints that the training computes, as mainProcessPass() classifies it: an
+/// operand that reads a loss the function runs backward on (`loss.item<T>()`), or a local computed from the
+/// batches (shareOf: a sum or count, a mean of losses, or another number made of them, such as `total / n`,
+/// `correct / seen`).
+struct PrintedValue {
+  const clang::Expr* Operand = nullptr; ///< The operand printed: of the `<<` chain, or a printf argument.
+  /// In a `<<` chain, the text of the string literal printed right before it (stream manipulators such as
+  /// `std::setprecision(8)` in between skipped), its escapes resolved; "" when what comes before is not a
+  /// string literal. None in a `printf`, whose format holds the label.
   std::optional<std::string> PrintedBefore;
+  /// The loss objects of its `loss.item<T>()` reads, in source order.
+  std::vector<const clang::Expr*> LossReads;
+  /// Its uses of locals computed from the batches, with their kind (shareOf).
+  std::vector<std::pair<const clang::DeclRefExpr*, Share>> Numbers;
+  /// True when the function reads a prepared loader: the Numbers are this process's share, which
+  /// mainProcessPass() reduces where they are printed (sums and counts with SUM, means with MEAN), and leaves
+  /// the line per process when one is Share::Unknown.
+  bool PerProcess = false;
+  /// The first call or update in it not known to be pure (see mainProcessPass()), or null.
+  const clang::Expr* SideEffect = nullptr;
 };
 
-/// The losses that `Statement`, a `<<` chain on std::cout, std::cerr or std::clog, or a `printf`/`fprintf`
-/// call, prints, in the order printed (each loss variable once). Files a program writes are not printing.
-std::vector<PrintedLoss> printedLosses(const clang::Expr& Statement, clang::ASTContext& Context);
+/// The training numbers that `Statement`, a `<<` chain on std::cout, std::cerr or std::clog, or a
+/// `printf`/`fprintf` call, prints, in the order printed. Files a program writes are not printing.
+std::vector<PrintedValue> printedValues(const clang::Expr& Statement, clang::ASTContext& Context);
+
+/// `Value`'s operand as written, its losses and this process's shares made global as mainProcessPass() makes
+/// them where the line prints: `accelerator.reduce(total, accelerate::ReduceOp::MEAN) / n`; a bare
+/// `loss.item<T>()` as the 0-d tensor `accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)`. None
+/// when a number cannot be made global (Share::Unknown of this process's share) or the operand's text is not
+/// all in the file (a macro).
+std::optional<std::string> globalValueText(const PrintedValue& Value, clang::ASTContext& Context);
 
 } // namespace accelerate::passes
 

@@ -112,12 +112,12 @@ llvm::ArrayRef<PassInfo> allPasses() {
        /*TurnedOnBy=*/"`--enable=fsdp-units`, `accelerate_target(... FSDP)`"},
       {"tracking", trackingPass,
        "with `--log-with NAME,...`: the accelerator logs to those trackers; `init_trackers` before the "
-       "training loop, `end_training` after it, and each printed loss is also logged (`accelerator.log`) "
-       "under its printed label, as its mean over the processes",
+       "training loop, `end_training` after it, and each printed loss, mean, sum or count is also logged "
+       "(`accelerator.log`) under its printed label, made global as the printed line makes it",
        /*OnByDefault=*/false, /*WhenNothingFound=*/{},
        /*LeavesAlone=*/
-       "losses in `printf` or under a tensor condition, loops that print no loss, unbraced "
-       "loops (warnings)",
+       "values in `printf` or under a tensor condition, ratios of this process's sums, loops that "
+       "print no training number, unbraced loops (warnings)",
        /*TurnedOnBy=*/"`--log-with`", /*UsesAccelerator=*/trackedTrainingLoop,
        /*UsesAcceleratorInMain=*/nullptr,
        /*AcceleratorOptions=*/trackedAcceleratorOptions, /*Setting=*/"--log-with"},

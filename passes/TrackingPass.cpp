@@ -13,6 +13,7 @@
 #include "clang/AST/StmtCXX.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
 #include "clang/Basic/SourceManager.h"
+#include "clang/Lex/Lexer.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -85,8 +86,9 @@ std::vector<const clang::Stmt*> runsOf(const clang::FunctionDecl& Function, clan
   return Runs;
 }
 
-/// True when a run logs something: an output statement in it prints a loss the pass logs.
-bool logsSomething(const clang::Stmt& Run, clang::ASTContext& Context);
+/// True when the run logs a line at its step counter: a line it logs that it prints at every step, or once
+/// per epoch of a loop that keeps no counter.
+bool logsAtStepCounter(const clang::Stmt& Run, clang::ASTContext& Context);
 
 /// The run's step counter. A counter the pass declares is named `step` (else `global_step`, `step_2`, ...,
 /// whichever is free, also of the other runs of the function) and is incremented after the last optimizer
@@ -113,7 +115,7 @@ std::optional<StepCounter> stepCounter(const clang::Stmt& Run, clang::ASTContext
       Counter.Name = Name;
       return Counter;
     }
-    if (!existingStepCounter(*Other, Context) && logsSomething(*Other, Context))
+    if (!existingStepCounter(*Other, Context) && logsAtStepCounter(*Other, Context))
       Taken.insert(Name);
   }
   Counter.Name = FreeName();
@@ -141,63 +143,112 @@ std::string tagOf(llvm::StringRef Printed) {
   return Tag;
 }
 
-/// The values one output statement logs: (tag, loss variable) for each loss it prints.
-std::vector<std::pair<std::string, std::string>> loggedLosses(const clang::Expr& Statement,
-                                                              clang::ASTContext& Context) {
-  std::vector<std::pair<std::string, std::string>> Logged;
-  for (const PrintedLoss& Printed : printedLosses(Statement, Context)) {
-    std::string Variable = Printed.Loss->getNameAsString();
+/// A value one output statement logs: the name it is logged under, and the expression logged.
+struct LoggedValue {
+  std::string Tag;
+  std::string Text;
+};
+
+/// The variable a printed value is computed from: its loss, else its first training number.
+std::string variableOf(const PrintedValue& Value) {
+  if (!Value.LossReads.empty())
+    if (const clang::ValueDecl* Loss = namedDeclaration(Value.LossReads.front()))
+      return Loss->getNameAsString();
+  if (!Value.Numbers.empty())
+    return Value.Numbers.front().first->getDecl()->getNameAsString();
+  return "value";
+}
+
+/// The values one output statement logs: each training number it prints (printedValues), under the text
+/// printed before it (else the variable it is computed from), made global as the printed line makes it.
+std::vector<LoggedValue> loggedValues(const clang::Expr& Statement, clang::ASTContext& Context) {
+  std::vector<LoggedValue> Logged;
+  for (const PrintedValue& Printed : printedValues(Statement, Context)) {
+    std::optional<std::string> Text = globalValueText(Printed, Context);
+    if (!Text || Printed.SideEffect)
+      continue;
+    std::string Variable = variableOf(Printed);
     std::string Tag = tagOf(Printed.PrintedBefore.value_or(""));
     auto Taken = [&](const std::string& Name) {
-      return llvm::any_of(Logged, [&](const auto& Entry) { return Entry.first == Name; });
+      return llvm::any_of(Logged, [&](const LoggedValue& Entry) { return Entry.Tag == Name; });
     };
     if (Tag.empty() || Taken(Tag))
       Tag = Variable;
     if (!Taken(Tag))
-      Logged.emplace_back(Tag, Variable);
+      Logged.push_back({Tag, *Text});
   }
   return Logged;
 }
 
-/// What stops the pass from logging the losses an output statement prints, or "" when nothing does.
-std::string whyNotLogged(const clang::Expr& Statement, const clang::Stmt& Run, clang::ASTContext& Context) {
-  std::vector<PrintedLoss> Printed = printedLosses(Statement, Context);
+/// The loop counter a line that the run prints once per epoch is logged at: the `for` variable of the
+/// training loop around it (`for (int epoch = 0; ...; ++epoch)`), written nowhere else in that loop. Null
+/// for a line printed at every step (in the innermost training loop) and for a loop that keeps no counter of
+/// its own: such a line is logged at the step counter.
+const clang::VarDecl* epochCounter(const clang::Expr& Statement, const clang::Stmt& Run,
+                                   clang::ASTContext& Context) {
+  std::vector<const clang::Stmt*> Loops = trainingLoopsOf(Run, Context);
+  std::vector<const clang::Stmt*> Around = enclosingLoops(Statement, Context);
+  if (llvm::is_contained(Around, Loops.back()))
+    return nullptr;
+  for (const clang::Stmt* Loop : Around)
+    if (llvm::is_contained(Loops, Loop)) {
+      const clang::VarDecl* Counter = forLoopCounter(*Loop);
+      return Counter && writesIn(*Loop, *Counter, Context) == 1 ? Counter : nullptr;
+    }
+  return nullptr;
+}
+
+/// What stops the pass from logging the values an output statement prints, or "" when nothing does
+/// (ignoring the step counter: see whyNotLogged).
+std::string whyNotLoggedHere(const clang::Expr& Statement, clang::ASTContext& Context) {
+  std::vector<PrintedValue> Printed = printedValues(Statement, Context);
   if (Printed.empty())
     return "";
   if (!Printed.front().PrintedBefore)
     return "printf";
   if (isUnderTensorCondition(Statement, Context))
     return "condition";
-  if (!stepCounter(Run, Context))
-    return "counter";
+  for (const PrintedValue& Value : Printed)
+    if (!globalValueText(Value, Context))
+      return "share";
+  for (const PrintedValue& Value : Printed)
+    if (Value.SideEffect)
+      return "effect";
   return "";
 }
 
-bool logsSomething(const clang::Stmt& Run, clang::ASTContext& Context) {
-  auto Output =
-      expr(anyOf(cxxOperatorCallExpr(), binaryOperator(), callExpr()), isWholeStatement()).bind("output");
-  for (const BoundNodes& Found : match(
-           traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(forEachDescendant(Output))), Run, Context)) {
-    const auto* Statement = Found.getNodeAs<clang::Expr>("output");
-    if (enclosingRun(*Statement, Context) == &Run && !printedLosses(*Statement, Context).empty() &&
-        printedLosses(*Statement, Context).front().PrintedBefore &&
-        !isUnderTensorCondition(*Statement, Context))
-      return true;
-  }
-  return false;
+/// What stops the pass from logging the values an output statement prints, or "" when nothing does.
+std::string whyNotLogged(const clang::Expr& Statement, const clang::Stmt& Run, clang::ASTContext& Context) {
+  std::string Why = whyNotLoggedHere(Statement, Context);
+  if (Why.empty() && !epochCounter(Statement, Run, Context) && !stepCounter(Run, Context))
+    return "counter";
+  return Why;
 }
 
-/// True when no output statement in the run prints a loss at all (not even one the pass cannot log).
-bool printsNoLoss(const clang::Stmt& Run, clang::ASTContext& Context) {
+/// The output statements of the run (not of a run inside it) that print a training number.
+std::vector<const clang::Expr*> printingStatements(const clang::Stmt& Run, clang::ASTContext& Context) {
   auto Output =
       expr(anyOf(cxxOperatorCallExpr(), binaryOperator(), callExpr()), isWholeStatement()).bind("output");
+  std::vector<const clang::Expr*> Statements;
   for (const BoundNodes& Found : match(
            traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(forEachDescendant(Output))), Run, Context)) {
     const auto* Statement = Found.getNodeAs<clang::Expr>("output");
-    if (enclosingRun(*Statement, Context) == &Run && !printedLosses(*Statement, Context).empty())
-      return false;
+    if (enclosingRun(*Statement, Context) == &Run && !printedValues(*Statement, Context).empty())
+      Statements.push_back(Statement);
   }
-  return true;
+  return Statements;
+}
+
+bool logsAtStepCounter(const clang::Stmt& Run, clang::ASTContext& Context) {
+  return llvm::any_of(printingStatements(Run, Context), [&](const clang::Expr* Statement) {
+    return whyNotLoggedHere(*Statement, Context).empty() && !epochCounter(*Statement, Run, Context);
+  });
+}
+
+/// True when no output statement in the run prints a training number at all (not even one the pass cannot
+/// log).
+bool printsNothingTracked(const clang::Stmt& Run, clang::ASTContext& Context) {
+  return printingStatements(Run, Context).empty();
 }
 
 AST_MATCHER(clang::Stmt, isTrackingOn) {
@@ -213,20 +264,21 @@ AST_MATCHER(clang::Stmt, hasBlockParent) {
   return !Parents.empty() && Parents[0].get<clang::CompoundStmt>();
 }
 
-/// The body of a tracked run in which no output prints a loss.
+/// The body of a tracked run in which no output prints a training number.
 AST_MATCHER(clang::Stmt, isBodyOfSilentRun) {
   clang::ASTContext& Context = Finder->getASTContext();
   clang::DynTypedNodeList Parents = Context.getParents(Node);
   const auto* Loop = Parents.empty() ? nullptr : Parents[0].get<clang::Stmt>();
   return Loop && isLoop(*Loop) && loopBody(*Loop) == &Node && isTrackedRun(*Loop, Context) &&
-         printsNoLoss(*Loop, Context);
+         printsNothingTracked(*Loop, Context);
 }
 
-/// An output statement in a tracked run that prints a loss; bound to StatementId, the run to LoopId.
-AST_MATCHER_P(clang::Expr, printsLossIn, std::string, Reason) {
+/// An output statement in a tracked run that prints a training number, which `Reason` stops from being
+/// logged ("" for none); bound to StatementId, the run to LoopId.
+AST_MATCHER_P(clang::Expr, printsValueIn, std::string, Reason) {
   clang::ASTContext& Context = Finder->getASTContext();
   const clang::Stmt* Run = enclosingRun(Node, Context);
-  if (!Run || printedLosses(Node, Context).empty() || whyNotLogged(Node, *Run, Context) != Reason)
+  if (!Run || printedValues(Node, Context).empty() || whyNotLogged(Node, *Run, Context) != Reason)
     return false;
   Builder->setBinding(LoopId, clang::DynTypedNode::create(*Run));
   return true;
@@ -244,7 +296,7 @@ StatementMatcher trainingRun() {
 }
 
 StatementMatcher loggedOutput(std::string Reason) {
-  return expr(isTrackingOn(), isWholeStatement(), inScope(), printsLossIn(std::move(Reason)))
+  return expr(isTrackingOn(), isWholeStatement(), inScope(), printsValueIn(std::move(Reason)))
       .bind(StatementId);
 }
 
@@ -256,12 +308,12 @@ std::string projectName(const clang::SourceManager& SM) {
 }
 
 /// `accelerator.init_trackers("<file stem>");`, and the run's counter when the pass declares it (only a run
-/// that logs something needs one).
+/// that logs a line at the step counter needs one).
 Stencil runStart() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
     std::string Text = "accelerator.init_trackers(\"" + escaped(projectName(*Result.SourceManager)) + "\");";
-    if (logsSomething(*Loop, *Result.Context))
+    if (logsAtStepCounter(*Loop, *Result.Context))
       if (std::optional<StepCounter> Counter = stepCounter(*Loop, *Result.Context);
           Counter && Counter->Introduced)
         Text += "\nint64_t " + Counter->Name + " = 0;\naccelerator.register_counter(\"" + Counter->Name +
@@ -277,7 +329,7 @@ EditGenerator counterIncrement() {
     clang::ASTContext& Context = *Result.Context;
     const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
     llvm::SmallVector<Edit, 1> Edits;
-    if (!logsSomething(*Loop, Context))
+    if (!logsAtStepCounter(*Loop, Context))
       return Edits;
     std::optional<StepCounter> Counter = stepCounter(*Loop, Context);
     if (!Counter || !Counter->Introduced)
@@ -299,7 +351,7 @@ Stencil explainRun() {
                       "on every process; they write on the main process only, under ./runs/" +
                       projectName(*Result.SourceManager) + ", or $ACCEL_PROJECT_DIR/" +
                       projectName(*Result.SourceManager) + ")";
-    if (logsSomething(*Loop, *Result.Context))
+    if (logsAtStepCounter(*Loop, *Result.Context))
       if (std::optional<StepCounter> Counter = stepCounter(*Loop, *Result.Context))
         Why +=
             Counter->Introduced
@@ -311,39 +363,95 @@ Stencil explainRun() {
   });
 }
 
-/// `accelerator.log({{"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step);`
+/// The counter a logged line is logged at: the epoch counter of a line printed once per epoch, else the
+/// step counter.
+std::string counterOf(const clang::Expr& Statement, const clang::Stmt& Run, clang::ASTContext& Context) {
+  if (const clang::VarDecl* Epoch = epochCounter(Statement, Run, Context))
+    return Epoch->getNameAsString();
+  std::optional<StepCounter> Counter = stepCounter(Run, Context);
+  return Counter ? Counter->Name : "";
+}
+
+/// `accelerator.log({{"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step);`, or
+/// `accelerator.log({{"mean_loss", accelerator.reduce(total, accelerate::ReduceOp::MEAN) / n}}, epoch);`
 Stencil logStatement() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
     const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
     std::vector<std::string> Values;
-    for (const auto& [Tag, Variable] : loggedLosses(*Statement, *Result.Context))
-      Values.push_back("{\"" + escaped(Tag) + "\", accelerator.reduce(" + Variable +
-                       ".detach(), accelerate::ReduceOp::MEAN)}");
-    std::optional<StepCounter> Counter = stepCounter(*Loop, *Result.Context);
-    return "accelerator.log({" + llvm::join(Values, ", ") + "}, " + (Counter ? Counter->Name : "") + ");";
+    for (const LoggedValue& Value : loggedValues(*Statement, *Result.Context))
+      Values.push_back("{\"" + escaped(Value.Tag) + "\", " + Value.Text + "}");
+    return "accelerator.log({" + llvm::join(Values, ", ") + "}, " +
+           counterOf(*Statement, *Loop, *Result.Context) + ");";
   });
 }
 
 Stencil explainLog() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
+    const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
     std::vector<std::string> Tags;
-    for (const auto& [Tag, Variable] : loggedLosses(*Statement, *Result.Context))
-      Tags.push_back("'" + Tag + "'");
-    return "the printed loss is also logged to the trackers, as " + llvm::join(Tags, ", ") +
-           " (the text printed before it): its mean over the processes (accelerator.reduce, a collective "
-           "every process takes), as the printed value is";
+    for (const LoggedValue& Value : loggedValues(*Statement, *Result.Context))
+      Tags.push_back("'" + Value.Tag + "'");
+    std::string Counter = counterOf(*Statement, *Loop, *Result.Context);
+    return "what this line prints is also logged to the trackers, as " + llvm::join(Tags, ", ") +
+           " (the text printed before each), at '" + Counter + "'" +
+           (epochCounter(*Statement, *Loop, *Result.Context) ? " (the line prints once per epoch)" : "") +
+           ": losses as their mean over the processes, and sums, counts and means over this process's share "
+           "of "
+           "the data reduced over the processes (accelerator.reduce, a collective every process takes), as "
+           "the "
+           "printed line shows them";
   });
 }
 
-/// The fix for a loss the pass does not log: the call to write by hand.
+/// The fix for a value the pass does not log: the call to write by hand, for the first value the line prints.
 Stencil handWrittenLog() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
-    std::string Variable = printedLosses(*Statement, *Result.Context).front().Loss->getNameAsString();
-    return "accelerator.log({{\"" + Variable + "\", accelerator.reduce(" + Variable +
-           ".detach(), accelerate::ReduceOp::MEAN)}}, step)";
+    const auto* Loop = Result.Nodes.getNodeAs<clang::Stmt>(LoopId);
+    PrintedValue First = printedValues(*Statement, *Result.Context).front();
+    std::string Variable = variableOf(First);
+    std::string Counter = counterOf(*Statement, *Loop, *Result.Context);
+    return "accelerator.log({{\"" + escaped(Variable) + "\", " +
+           globalValueText(First, *Result.Context).value_or(Variable) + "}}, " +
+           (Counter.empty() ? "step" : Counter) + ")";
+  });
+}
+
+/// What the line bound to StatementId prints: "loss" when its first training number reads a loss, else
+/// "value".
+Stencil notLogged() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
+    return printedValues(*Statement, *Result.Context).front().LossReads.empty() ? "value" : "loss";
+  });
+}
+
+/// The first printed number of the line bound to StatementId that is this process's share in a way the
+/// rewriter cannot combine over the processes (Share::Unknown).
+Stencil unreducibleNumber() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
+    for (const PrintedValue& Value : printedValues(*Statement, *Result.Context))
+      for (const auto& [Use, Kind] : Value.Numbers)
+        if (Value.PerProcess && Kind == Share::Unknown)
+          return Use->getDecl()->getNameAsString();
+    return std::string();
+  });
+}
+
+/// The first call or update in a printed value of the line bound to StatementId, as written.
+Stencil sideEffect() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Statement = Result.Nodes.getNodeAs<clang::Expr>(StatementId);
+    for (const PrintedValue& Value : printedValues(*Statement, *Result.Context))
+      if (Value.SideEffect)
+        return clang::Lexer::getSourceText(
+                   clang::CharSourceRange::getTokenRange(Value.SideEffect->getSourceRange()),
+                   *Result.SourceManager, Result.Context->getLangOpts())
+            .str();
+    return std::string();
   });
 }
 
@@ -375,28 +483,44 @@ PassRule trackingPass() {
                explainRun()),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, loggedOutput("")),
                insertAfterStatement(StatementId, logStatement()), explainLog()),
-      makeRule(
-          traverse(clang::TK_IgnoreUnlessSpelledInSource, loggedOutput("printf")),
-          noopEdit(node(StatementId)),
-          cat("loss not logged: its label is in a printf format, which the rewriter does not read; log it "
-              "by hand after this line: ",
-              handWrittenLog())),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, loggedOutput("printf")),
+               noopEdit(node(StatementId)),
+               cat(notLogged(),
+                   " not logged: its label is in a printf format, which the rewriter does not read; log it "
+                   "by hand after this line: ",
+                   handWrittenLog())),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, loggedOutput("condition")),
                noopEdit(node(StatementId)),
-               cat("loss not logged: this line prints under a condition on a tensor, which the processes "
+               cat(notLogged(),
+                   " not logged: this line prints under a condition on a tensor, which the processes "
                    "could disagree on, and the mean over the processes is a collective every process must "
                    "take; log it outside the condition: ",
                    handWrittenLog())),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, loggedOutput("share")), noopEdit(node(StatementId)),
+          cat("not logged: '", unreducibleNumber(),
+              "' is computed from this process's share of the data, and the rewriter cannot tell how to "
+              "combine it over the processes (the main-process pass leaves this line to every process "
+              "too); logged as it is, it would be the main process's share only. Reduce its parts before "
+              "computing it (accelerator.reduce(sum, accelerate::ReduceOp::SUM) for sums and counts) and "
+              "run again")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, loggedOutput("effect")),
+               noopEdit(node(StatementId)),
+               cat("not logged: '", sideEffect(),
+                   "' may change what the program computes next, and logging what this line prints would run "
+                   "it a second time; evaluate it into a variable on the line before, and run again")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, loggedOutput("counter")),
                noopEdit(node(StatementId)),
-               cat("loss not logged: the loop keeps no step counter, and its body is not a block where one "
+               cat(notLogged(),
+                   " not logged: the loop keeps no step counter, and its body is not a block where one "
                    "could be counted; put the loop's body in braces { ... } and run again")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
                         stmt(isTrackingOn(), inScope(), isBodyOfSilentRun()).bind(BodyId)),
                noopEdit(node(BodyId)),
                cat("nothing logged from this training loop: it prints no loss (loss.item<T>() of a tensor it "
-                   "runs backward on, in a std::cout or std::cerr line), so the trackers were started and "
-                   "finished but get no values; log what you watch by hand, e.g. "
+                   "runs backward on) and no number computed from its batches (a sum, count or mean over "
+                   "steps), in a std::cout or std::cerr line, so the trackers were started and finished but "
+                   "get no values; log what you watch by hand, e.g. "
                    "accelerator.log({{\"loss\", accelerator.reduce(loss.detach(), "
                    "accelerate::ReduceOp::MEAN)}}, step)")),
   });

@@ -1360,15 +1360,19 @@ unsigned writesIn(const clang::Stmt& Loop, const clang::VarDecl& Variable, clang
       .size();
 }
 
+const clang::VarDecl* forLoopCounter(const clang::Stmt& Loop) {
+  const auto* For = llvm::dyn_cast<clang::ForStmt>(&Loop);
+  const auto* Init = For ? llvm::dyn_cast_or_null<clang::DeclStmt>(For->getInit()) : nullptr;
+  const auto* Variable =
+      Init && Init->isSingleDecl() ? llvm::dyn_cast<clang::VarDecl>(Init->getSingleDecl()) : nullptr;
+  return Variable && incrementedVariable(For->getInc()) == Variable ? Variable : nullptr;
+}
+
 std::optional<StepCounterFact> existingStepCounter(const clang::Stmt& Run, clang::ASTContext& Context) {
   const clang::Stmt& Inner = innermostTrainingLoop(Run, Context);
-  if (const auto* For = llvm::dyn_cast<clang::ForStmt>(&Inner); For && &Inner == &Run) {
-    const auto* Init = llvm::dyn_cast_or_null<clang::DeclStmt>(For->getInit());
-    const auto* Variable =
-        Init && Init->isSingleDecl() ? llvm::dyn_cast<clang::VarDecl>(Init->getSingleDecl()) : nullptr;
-    if (Variable && incrementedVariable(For->getInc()) == Variable)
+  if (&Inner == &Run)
+    if (const clang::VarDecl* Variable = forLoopCounter(Run))
       return StepCounterFact{Variable, nullptr};
-  }
   const auto* Block = llvm::dyn_cast_or_null<clang::CompoundStmt>(loopBody(Inner));
   if (!Block)
     return std::nullopt;

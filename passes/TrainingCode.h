@@ -287,6 +287,9 @@ struct StepCounterFact {
   /// `if (++step % 10 == 0) ...` whose condition does); null when the run's `for` header does.
   const clang::Stmt* Increment = nullptr;
 };
+/// A `for` loop's own counter: the one variable its header declares and increments (`for (int epoch = 0;
+/// epoch < epochs; ++epoch)`); null for another loop.
+const clang::VarDecl* forLoopCounter(const clang::Stmt& Loop);
 /// The counter a run already keeps: the run's own `for` variable when the run is the innermost training loop
 /// (`for (int step = 0; ...; ++step)`), else a variable declared before the run and incremented (`++n`,
 /// `n++`, `n += 1`) as a statement of the innermost training loop's body (or in the condition of an `if`

@@ -1,6 +1,7 @@
 // The tracking pass, switched on by --log-with: the accelerator gets the trackers in its options, each training
 // loop is wrapped in init_trackers / end_training, and each printed loss is also logged, as its mean over the
-// processes, under the label printed before it, at the loop's step counter (or one the pass declares).
+// processes, under the label printed before it, at the loop's step counter (or one the pass declares). Other
+// printed numbers (means, sums, counts): log-metrics.cpp.
 // RUN: %accel-rewrite %s --log-with=tensorboard -- -std=c++17 -I%S/Inputs | FileCheck %s
 // RUN: %accel-rewrite %s --log-with=tensorboard -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null \
 // RUN:   | FileCheck %s --check-prefix=WARN --implicit-check-not=warning:
@@ -185,7 +186,7 @@ void gan(torch::nn::Linear& generator, torch::nn::Linear& discriminator, torch::
 // CHECK-NEXT:  {{^}}  for (int i = 0; i < 10; ++i) {{[{]}}{{$}}
 // CHECK-NOT:   {{^ *}}accelerator{{[.]}}log(
 // CHECK:       {{^}}  accelerator.end_training();{{$}}
-// WARN: log-with.cpp:[[@LINE+2]]:32: warning: nothing logged from this training loop: it prints no loss (loss.item<T>() of a tensor it runs backward on, in a std::cout or std::cerr line), so the trackers were started and finished but get no values; log what you watch by hand, e.g. accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step) [tracking]
+// WARN: log-with.cpp:[[@LINE+2]]:32: warning: nothing logged from this training loop: it prints no loss (loss.item<T>() of a tensor it runs backward on) and no number computed from its batches (a sum, count or mean over steps), in a std::cout or std::cerr line, so the trackers were started and finished but get no values; log what you watch by hand, e.g. accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step) [tracking]
 void silent(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   for (int i = 0; i < 10; ++i) {
     optimizer.zero_grad();
@@ -195,13 +196,13 @@ void silent(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   }
 }
 
-// Losses the pass does not log, each reported with the call to write: in a printf (the label is in the
-// format), and under a condition on a tensor (the mean over the processes is a collective).
+// Losses the pass does not log, each reported with the call to write (at the loop's step counter): in a printf
+// (the label is in the format), and under a condition on a tensor (the mean over the processes is a collective).
 // CHECK-LABEL: {{^}}void unlogged(
 // CHECK-NOT:   {{^ *}}accelerator{{[.]}}log(
 // CHECK:       {{^}}  accelerator.end_training();{{$}}
-// WARN: log-with.cpp:[[@LINE+8]]:5: warning: loss not logged: its label is in a printf format, which the rewriter does not read; log it by hand after this line: accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step) [tracking]
-// WARN: log-with.cpp:[[@LINE+9]]:7: warning: loss not logged: this line prints under a condition on a tensor, which the processes could disagree on, and the mean over the processes is a collective every process must take; log it outside the condition: accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, step) [tracking]
+// WARN: log-with.cpp:[[@LINE+8]]:5: warning: loss not logged: its label is in a printf format, which the rewriter does not read; log it by hand after this line: accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, i) [tracking]
+// WARN: log-with.cpp:[[@LINE+9]]:7: warning: loss not logged: this line prints under a condition on a tensor, which the processes could disagree on, and the mean over the processes is a collective every process must take; log it outside the condition: accelerator.log({{[{][{]}}"loss", accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)}}, i) [tracking]
 void unlogged(torch::nn::Linear& model, torch::optim::SGD& optimizer) {
   for (int i = 0; i < 10; ++i) {
     optimizer.zero_grad();
