@@ -117,7 +117,8 @@ struct ProfileKwargs {
 ///
 /// As PyTorch's, the trace written at the end holds the last cycle recorded (earlier cycles go to
 /// `on_trace_ready`). Outside its active steps the profiler is off: a step costs what it costs unprofiled.
-/// A profiler refers to the accelerator that made it (its stop waits for every process): it must not outlive it.
+/// A profiler refers to the accelerator that made it (its stop waits for every process): it must not outlive
+/// it.
 class Profiler {
 public:
   Profiler(Profiler&& other) noexcept;
