@@ -626,7 +626,7 @@ def EstimateMemoryCountsAsAccelerateDoes():
         with open(broken, "wb") as file:
             file.write(b"\xff" * 16)
         code, output, _ = run([ACCEL, "estimate-memory", broken])
-        check(code == 1 and "is not a safetensors file" in output, "a broken file must be named as such", output)
+        check(code == 1 and "is not a valid safetensors file" in output, "a broken file must be named as such", output)
     code, output, _ = run([ACCEL, "estimate-memory", "--dtypes", "float32,bf8", TRAIN])
     check(code == 2 and "'bf8' is not one of float32, float16, int8, int4" in output, "a bad dtype is a usage error",
           output)
