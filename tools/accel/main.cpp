@@ -1,10 +1,11 @@
-// The `accel` command: picks the subcommand (`config`, `launch`, `env`, `estimate-memory`) and turns errors
-// into exit codes.
+// The `accel` command: picks the subcommand (`config`, `launch`, `env`, `estimate-memory`, `merge-weights`)
+// and turns errors into exit codes.
 #include "ConfigCommand.h"
 #include "EnvCommand.h"
 #include "EstimateMemoryCommand.h"
 #include "Flags.h"
 #include "LaunchCommand.h"
+#include "MergeWeightsCommand.h"
 
 #include <algorithm>
 #include <exception>
@@ -26,6 +27,7 @@ const Subcommand kSubcommands[] = {
     {"launch", accel::kLaunchSummary, accel::runLaunchCommand},
     {"env", accel::kEnvSummary, accel::runEnvCommand},
     {"estimate-memory", accel::kEstimateMemorySummary, accel::runEstimateMemoryCommand},
+    {"merge-weights", accel::kMergeWeightsSummary, accel::runMergeWeightsCommand},
 };
 
 constexpr int kUsageErrorExitCode = 2;
