@@ -357,11 +357,18 @@ public:
   /// Unlike an integer, the bar may go first: a bar gone out of scope is saved at its last count.
   /// `accel-rewrite --progress-bar` registers the bars it writes over a step count.
   void register_counter(const std::string& name, ProgressBar& bar);
-  /// Saves a model's weights (main process): `model.safetensors` (readable by Python's safetensors) and a
-  /// libtorch archive `model.pt` (Module::save's layout), in `directory`. Call it on every process: where
-  /// parameters are sharded (parallel_strategy "fsdp", outside `unshard`) it is a collective that gathers
-  /// them onto the main process one unit at a time; elsewhere the other processes return at once.
-  void save_model(const torch::nn::Module& model, const std::string& directory);
+  /// Saves a model's weights (main process), as Accelerate's `save_model` does: `model.safetensors`
+  /// (readable by Python's safetensors), or above `options.max_shard_size` (default 10GB) the shards
+  /// `model-00001-of-0000N.safetensors` ... and `model.safetensors.index.json` (transformers' and
+  /// Accelerate's `load_checkpoint_in_model` read them), plus a libtorch archive `model.pt` (Module::save's
+  /// layout), in `directory`. Weight names are the module's named parameters and buffers. Every file is
+  /// written and fsync'd under a temporary name before any is renamed into place, so a failed save leaves the
+  /// previous one whole; a save replacing one of another shard count removes the files it no longer uses.
+  /// Call it on every process: where parameters are sharded (parallel_strategy "fsdp", outside `unshard`) it
+  /// is a collective that gathers them onto the main process one unit at a time; elsewhere the other
+  /// processes return at once. `safe_serialization(false)` (pickle files) is refused.
+  void save_model(const torch::nn::Module& model, const std::string& directory,
+                  const SaveModelOptions& options = SaveModelOptions());
 
   // ---- Profiling ----------------------------------------------------------------------------------------
   /// Starts libtorch's profiler (Kineto) on this process, as Accelerate's `accelerator.profile(kwargs)`:

@@ -6,7 +6,7 @@
 //   component.*  the interface each part of a checkpoint saves and loads through, and the list of parts
 //   *_component.cpp  the parts: models, optimizers, schedulers, data positions, registered objects,
 //                random states, step counters
-// and save_model (weights only).
+// and save_model (weights only, through the weight files writer of runtime/weights/).
 #include <accelerate/accelerator.h>
 #include <accelerate/safetensors.h>
 
@@ -15,9 +15,13 @@
 #include "checkpoint/component.h"
 #include "checkpoint/format.h"
 #include "checkpoint/naming.h"
+#include "checkpoint/safetensors.h"
 #include "common/durable_file.h"
 #include "parallel/engine.h"
 #include "precision/precision.h"
+#include "weights/weight_files.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
@@ -174,20 +178,59 @@ void write_module_archive(const torch::nn::Module& module, const std::string& pr
   }
 }
 
+/// The main process's part of save_model: the weights through the weight files writer (one file, or shards
+/// and an index), and model.pt. model.pt is staged first and renamed last, so an error anywhere leaves the
+/// directory's previous files as they were.
 void write_model_files(const torch::nn::Module& model, const std::map<std::string, torch::Tensor>& tensors,
-                       const std::string& directory) {
+                       const std::string& directory, uint64_t max_shard_size) {
+  std::vector<torch::Tensor> values;
+  std::vector<weights::WeightInfo> infos;
+  for (const auto& [name, tensor] : tensors) {
+    values.push_back(detail::weight_values(tensor, name));
+    infos.push_back(
+        {name, detail::safetensors_dtype(tensor.scalar_type(), name), values.back().sizes().vec()});
+  }
   detail::make_directories(directory);
-  accelerate::save_safetensors(tensors, detail::join_path(directory, "model.safetensors"),
-                               {{"format", "pt"}});
   torch::serialize::OutputArchive archive;
   write_module_archive(model, "", tensors, archive);
-  detail::replace_file_atomically(detail::join_path(directory, "model.pt"), detail::archive_bytes(archive));
+  const std::string archive_path = detail::join_path(directory, "model.pt");
+  const std::string staged = detail::join_path(directory, ".model.pt.tmp-" + std::to_string(::getpid()));
+  detail::write_file_durably(staged, detail::archive_bytes(archive));
+  try {
+    weights::write_weight_files(directory, infos, max_shard_size,
+                                [&](size_t i) { return std::string(detail::bytes_of(values[i])); },
+                                {{"format", "pt"}});
+  } catch (...) {
+    ::unlink(staged.c_str());
+    throw;
+  }
+  detail::rename_path(staged, archive_path);
+  detail::sync_directory(directory);
+}
+
+/// The shard size `options` ask for, or the error that names what to change.
+uint64_t checked_shard_size(const SaveModelOptions& options) {
+  if (!options.safe_serialization_) {
+    throw std::invalid_argument(
+        "accelerate: save_model: safe_serialization(false) asks for pickle files (pytorch_model.bin), which "
+        "accelerate-cpp does not write (a pickle runs code when loaded, and libtorch writes none that "
+        "torch.load reads). Drop .safe_serialization(false): model.safetensors (or its shards with "
+        "model.safetensors.index.json) loads in Python with safetensors, transformers' from_pretrained or "
+        "Accelerate's load_checkpoint_in_model, and model.pt in C++ with torch::load");
+  }
+  try {
+    return weights::parse_size(options.max_shard_size_, "max_shard_size");
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(std::string("accelerate: save_model: ") + error.what());
+  }
 }
 
 } // namespace
 
-void Accelerator::save_model(const torch::nn::Module& model, const std::string& directory) {
+void Accelerator::save_model(const torch::nn::Module& model, const std::string& directory,
+                             const SaveModelOptions& options) {
   auto& state = *state_;
+  const uint64_t max_shard_size = checked_shard_size(options); // on every process, before any collective
   // Under a strategy that shards parameters (fsdp, outside unshard) every process sends its shares, one unit
   // at a time, and the main process writes; otherwise the main process writes what it holds.
   if (!state.engine->holds_shares_of(model)) {
@@ -195,7 +238,7 @@ void Accelerator::save_model(const torch::nn::Module& model, const std::string& 
       return;
     }
     try {
-      write_model_files(model, detail::module_tensors(model), directory);
+      write_model_files(model, detail::module_tensors(model), directory, max_shard_size);
     } catch (const detail::FileError& error) {
       throw std::runtime_error(std::string("accelerate: save_model: ") + error.what());
     }
@@ -210,7 +253,7 @@ void Accelerator::save_model(const torch::nn::Module& model, const std::string& 
     });
     collective.agree("writing the model", [&] {
       if (collective.main()) {
-        write_model_files(model, tensors, directory);
+        write_model_files(model, tensors, directory, max_shard_size);
       }
     });
   } catch (...) {

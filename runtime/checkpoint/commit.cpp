@@ -161,8 +161,9 @@ void Collective::finish() {
 }
 
 std::string Collective::guarantee() const {
-  return op_ == "save_state" ? "Nothing was replaced: the previous checkpoints are untouched"
-                             : "Nothing was loaded";
+  return op_ == "save_state"   ? "Nothing was replaced: the previous checkpoints are untouched"
+         : op_ == "save_model" ? "Nothing was replaced: the weights the directory held are untouched"
+                               : "Nothing was loaded";
 }
 
 void Collective::set(const std::string& name, const std::string& value) {

@@ -137,6 +137,8 @@ struct ModelPiece {
   std::string name;
   torch::Tensor values;
   int64_t offset = 0;
+  /// The whole parameter's shape (metadata.json records it for `accel merge-weights`).
+  std::vector<int64_t> shape;
 };
 /// A sharded strategy's SHARDED_STATE_DICT: every process writes its pieces of prepared model i
 /// (`pieces_of(i)`: each parameter the strategy shards, empty values where the process holds none of it) to

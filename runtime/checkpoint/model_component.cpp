@@ -151,6 +151,18 @@ SafetensorsContent assemble_pieces(const ComponentReader& reader, const Json& fi
   return whole;
 }
 
+/// Each tensor's safetensors dtype and whole shape, by name: what `accel merge-weights` needs to assemble
+/// the pieces of a sharded checkpoint without the model. A parameter a sharded strategy holds in shares keeps
+/// its whole shape in the module (its shares live in the strategy's flat buffers).
+Json weights_entry(const std::map<std::string, torch::Tensor>& tensors) {
+  Json weights = Json::object();
+  for (const auto& [name, tensor] : tensors) {
+    weights[name] = {{"dtype", safetensors_dtype(tensor.scalar_type(), name)},
+                     {"shape", tensor.sizes().vec()}};
+  }
+  return weights;
+}
+
 class ModelComponent final : public CheckpointComponent {
 public:
   explicit ModelComponent(std::vector<torch::nn::Module*> modules) : modules_(std::move(modules)) {}
@@ -204,7 +216,8 @@ void save_whole_models(ComponentWriter& writer, size_t count,
     const auto tensors = tensors_of(i);
     if (writer.main()) {
       writer.file(model_file(i), encode_safetensors(tensors, {{"format", "pt"}}));
-      entry.push_back({{"file", model_file(i)}, {"tensors", tensors.size()}});
+      entry.push_back(
+          {{"file", model_file(i)}, {"tensors", tensors.size()}, {"weights", weights_entry(tensors)}});
     }
   }
   if (writer.main()) {
@@ -214,12 +227,18 @@ void save_whole_models(ComponentWriter& writer, size_t count,
 
 void save_model_pieces(ComponentWriter& writer, const std::vector<std::shared_ptr<PreparedModel>>& models,
                        const std::function<std::vector<ModelPiece>(size_t)>& pieces_of) {
+  std::vector<Json> weights(models.size());
   for (size_t i = 0; i < models.size(); ++i) {
     std::map<std::string, torch::Tensor> tensors;
     std::map<std::string, std::string> metadata{{"format", "pt"}};
     std::set<std::string> pieced;
+    weights[i] = weights_entry(module_tensors(models[i]->model()));
     for (auto& piece : pieces_of(i)) {
       pieced.insert(piece.name);
+      if (!piece.shape.empty()) { // the module's own shape may be a resharded unit's [0]
+        weights[i][piece.name] = {{"dtype", safetensors_dtype(piece.values.scalar_type(), piece.name)},
+                                  {"shape", piece.shape}};
+      }
       if (piece.values.numel() == 0) {
         continue;
       }
@@ -244,7 +263,9 @@ void save_model_pieces(ComponentWriter& writer, const std::vector<std::shared_pt
     for (int rank = 0; rank < writer.world(); ++rank) {
       shards.push_back(shards_file(i, rank));
     }
-    entry.push_back({{"shards", shards}, {"tensors", module_tensors(models[i]->model()).size()}});
+    entry.push_back({{"shards", shards},
+                     {"tensors", module_tensors(models[i]->model()).size()},
+                     {"weights", weights[i]}});
   }
 }
 

@@ -1,5 +1,6 @@
 // Helper of safetensors_interop.py: writes, with Accelerator::save_model, a module holding every dtype the
-// format shares with libtorch, tied and non-contiguous weights; and compares two safetensors files bit by
+// format shares with libtorch, tied and non-contiguous weights (in one file, or in shards of at most
+// MAX_SHARD_SIZE); checks that save_model refuses pickle files; and compares two safetensors files bit by
 // bit.
 #include <accelerate/accelerate.h>
 #include <accelerate/safetensors.h>
@@ -68,15 +69,32 @@ int compare(const std::string& a, const std::string& b) {
 } // namespace
 
 int main(int argc, char** argv) {
-  const std::string usage = "usage: safetensors_tool write-sample DIR | compare A.safetensors B.safetensors";
+  const std::string usage = "usage: safetensors_tool write-sample DIR [MAX_SHARD_SIZE] | refuse-pickle DIR | "
+                            "compare A.safetensors B.safetensors";
   try {
     const std::string command = argc > 1 ? argv[1] : "";
-    if (command == "write-sample" && argc == 3) {
+    if (command == "write-sample" && (argc == 3 || argc == 4)) {
       accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
       Sample sample;
-      accelerator.save_model(sample, argv[2]);
-      std::cout << "wrote " << argv[2] << "/model.safetensors" << std::endl;
+      accelerate::SaveModelOptions options;
+      if (argc == 4) {
+        options.max_shard_size(argv[3]);
+      }
+      accelerator.save_model(sample, argv[2], options);
+      std::cout << "wrote " << argv[2] << " (max_shard_size " << options.max_shard_size_ << ")" << std::endl;
       return 0;
+    }
+    if (command == "refuse-pickle" && argc == 3) {
+      accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
+      Sample sample;
+      try {
+        accelerator.save_model(sample, argv[2], accelerate::SaveModelOptions().safe_serialization(false));
+      } catch (const std::invalid_argument& error) {
+        std::cout << error.what() << std::endl;
+        return 0;
+      }
+      std::cerr << "safetensors_tool: save_model wrote with safe_serialization(false)" << std::endl;
+      return 1;
     }
     if (command == "compare" && argc == 4) {
       return compare(argv[2], argv[3]);

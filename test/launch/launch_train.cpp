@@ -2,7 +2,8 @@
 // mpirun and Accelerate's launcher must end with bit-identical parameters, which rank 0 prints.
 //
 //   launch_train [--steps N] [--step-sleep MS] [--crash RANK STEP] [--pause RANK STEP SECONDS]
-//                [--prepare-optimizer] [--accumulate]
+//                [--prepare-optimizer] [--accumulate] [--save-state DIR] [--save-model DIR]
+//                [--max-shard-size SIZE]
 //
 // Preconditions for bit-identical results (shared/DESIGN.md §5): float64, mean-reduced loss, equal per-rank
 // batches (rank r takes slice r of the global batch), no dropout, one intra-op thread.
@@ -17,6 +18,9 @@
 // --accumulate (with --prepare-optimizer) runs each step inside `accelerator.accumulate(model)`, so that
 // gradient_accumulation_steps and gradient_clipping apply, and rank 0 prints `loss <step> <its loss, %.17g>`
 // for each step and the state's gradient_accumulation_steps, gradient_clipping and mixed_precision lines.
+// After training, --save-state DIR runs accelerator.save_state(DIR) and --save-model DIR
+// accelerator.save_model(model, DIR) with SaveModelOptions().max_shard_size(SIZE) (--max-shard-size), on
+// every process (for `accel merge-weights`' test).
 #include <accelerate/accelerate.h>
 
 #include <torch/torch.h>
@@ -55,6 +59,9 @@ struct Options {
   int pauseRank = -1;
   int pauseStep = -1;
   double pauseSeconds = 0;
+  std::string saveState;
+  std::string saveModel;
+  std::string maxShardSize = "10GB";
 };
 
 Options parseOptions(int argc, char** argv) {
@@ -72,6 +79,12 @@ Options parseOptions(int argc, char** argv) {
     else if (arg == "--crash" && i + 2 < argc) {
       options.crashRank = std::atoi(argv[++i]);
       options.crashStep = std::atoi(argv[++i]);
+    } else if (arg == "--save-state" && i + 1 < argc) {
+      options.saveState = argv[++i];
+    } else if (arg == "--save-model" && i + 1 < argc) {
+      options.saveModel = argv[++i];
+    } else if (arg == "--max-shard-size" && i + 1 < argc) {
+      options.maxShardSize = argv[++i];
     } else if (arg == "--pause" && i + 3 < argc) {
       options.pauseRank = std::atoi(argv[++i]);
       options.pauseStep = std::atoi(argv[++i]);
@@ -176,6 +189,11 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(options.stepSleepMs));
   }
   accelerator.wait_for_everyone();
+  if (!options.saveState.empty())
+    accelerator.save_state(options.saveState);
+  if (!options.saveModel.empty())
+    accelerator.save_model(*model, options.saveModel,
+                           accelerate::SaveModelOptions().max_shard_size(options.maxShardSize));
   if (accelerator.is_main_process()) {
     double sum = 0;
     for (const torch::Tensor& parameter : model->parameters())

@@ -626,7 +626,7 @@ def EstimateMemoryCountsAsAccelerateDoes():
         with open(broken, "wb") as file:
             file.write(b"\xff" * 16)
         code, output, _ = run([ACCEL, "estimate-memory", broken])
-        check(code == 1 and "is not a safetensors file" in output, "a broken file must be named as such", output)
+        check(code == 1 and "is not a valid safetensors file" in output, "a broken file must be named as such", output)
     code, output, _ = run([ACCEL, "estimate-memory", "--dtypes", "float32,bf8", TRAIN])
     check(code == 2 and "'bf8' is not one of float32, float16, int8, int4" in output, "a bad dtype is a usage error",
           output)
@@ -799,6 +799,86 @@ def AnFsdpFileTrainsLikeDdp():
             check((offloaded in output) == ("offload" in name), f"{name}: offload must be on exactly with "
                   "DeepSpeed's CPU offload", output)
             expect_parity(f"{name} against DDP", values_of(output), ddp)
+
+
+# ------------------------------------------------------------------------------------------- merge-weights
+
+def MergeWeightsRebuildsWhatSaveModelWrites():
+    """FSDP (SHARDED_STATE_DICT), ZeRO-3 and ZeRO-2 on 2 processes: save_state, then save_model of the same model
+    in shards of at most 300 bytes; `accel merge-weights` on the checkpoint (with the same --max_shard_size) writes
+    byte-identical files (the same shards, index and tensors, bit for bit), which Accelerate's
+    load_checkpoint_in_model loads. A folder that is not a checkpoint, a checkpoint missing a process's shard and
+    --unsafe_serialization end with exit code 2 and a message naming the problem and the fix."""
+    import json
+    import shutil
+
+    yaml_head = "compute_environment: LOCAL_MACHINE\nuse_cpu: true\nnum_machines: 1\nnum_processes: 2\n" \
+                "mixed_precision: 'no'\n"
+    files = {
+        "fsdp": yaml_head + "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_auto_wrap_policy: NO_WRAP\n"
+                            "  fsdp_state_dict_type: SHARDED_STATE_DICT\n",
+        "zero3": yaml_head + "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  zero3_init_flag: false\n",
+        "zero2": yaml_head + "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  zero3_init_flag: false\n",
+    }
+    with tempfile.TemporaryDirectory() as directory:
+        for name, text in files.items():
+            config = os.path.join(directory, name + ".yaml")
+            with open(config, "w") as file:
+                file.write(text)
+            state, weights, merged = (os.path.join(directory, name + suffix) for suffix in ("-state", "-model", "-merged"))
+            code, output, _ = run([ACCEL, "launch", "-q", "--config_file", config, "--main_process_port", str(free_port()),
+                                   TRAIN, "--steps", "3", "--prepare-optimizer", "--save-state", state, "--save-model",
+                                   weights, "--max-shard-size", "300"])
+            check(code == 0, f"{name}: training, save_state and save_model must exit 0 (got {code})", output)
+            with open(os.path.join(state, "metadata.json")) as file:
+                models = json.load(file)["models"]
+            pieces = sorted(n for n in os.listdir(state) if n.startswith("model"))
+            code, output, _ = run([ACCEL, "merge-weights", "--max_shard_size", "300", state, merged])
+            check(code == 0 and "merged 4 tensors" in output, f"{name}: merge-weights must exit 0 (got {code})", output)
+            ours = sorted(n for n in os.listdir(weights) if n != "model.pt")
+            theirs = sorted(os.listdir(merged))
+            check(ours == theirs and "model.safetensors.index.json" in ours and len(ours) >= 3,
+                  f"{name}: merge-weights must write save_model's files: {theirs} against {ours}")
+            for file_name in ours:
+                with open(os.path.join(weights, file_name), "rb") as a, open(os.path.join(merged, file_name), "rb") as b:
+                    check(a.read() == b.read(), f"{name}: {file_name} differs between save_model and merge-weights")
+            print(f"{name}: checkpoint {pieces} (models entry keys {sorted(models[0])}) merged into {theirs}, "
+                  "byte-identical to save_model's")
+        import torch
+        from accelerate.utils import load_checkpoint_in_model
+        from safetensors.torch import load_file
+
+        class Mlp(torch.nn.Module):  # launch_train.cpp's model
+            def __init__(self):
+                super().__init__()
+                self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 1)
+
+        model = Mlp().to(torch.float64)
+        merged = os.path.join(directory, "fsdp-merged")
+        load_checkpoint_in_model(model, merged, strict=True)
+        with open(os.path.join(merged, "model.safetensors.index.json")) as file:
+            index = json.load(file)
+        for tensor_name, shard in index["weight_map"].items():
+            saved = load_file(os.path.join(merged, shard))[tensor_name]
+            check(torch.equal(model.state_dict()[tensor_name], saved), f"{tensor_name}: Accelerate loaded other values")
+
+        # Bad input: exit 2, one message naming the problem and the fix, no traceback or terminate.
+        broken = os.path.join(directory, "broken")
+        shutil.copytree(os.path.join(directory, "fsdp-state"), broken)
+        shard = sorted(n for n in os.listdir(broken) if n.startswith("model_shards_"))[-1]
+        os.remove(os.path.join(broken, shard))
+        cases = [
+            ("not a checkpoint", [directory], "is not a checkpoint folder: it has no metadata.json"),
+            ("a missing shard", [broken], f"lacks '{shard}' (written by process 1)"),
+            ("--unsafe_serialization", ["--unsafe_serialization", broken], "drop the flag"),
+        ]
+        for label, arguments, expected in cases:
+            out = os.path.join(directory, "out-" + label.replace(" ", "-"))
+            code, output, _ = run([ACCEL, "merge-weights", *arguments, out])
+            check(code == 2 and expected in output and "terminate" not in output and "Traceback" not in output,
+                  f"{label}: expected exit code 2 and {expected!r} (got {code})", output)
+            check(not os.path.exists(out), f"{label}: nothing may be written", output)
+            print(f"{label}: exit code 2: {output.strip()}")
 
 
 # ------------------------------------------------------------------------------------------- the runtime's refusals

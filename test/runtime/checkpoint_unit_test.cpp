@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -592,6 +593,71 @@ TEST(Checkpoint, SaveModelWritesSafetensorsAndALibtorchArchive) {
   archive.load_from(dir / "export/model.pt");
   copy->load(archive);
   EXPECT_TRUE(torch::equal(copy->fc1->weight, run.model->fc1->weight));
+}
+
+TEST(Checkpoint, SaveModelShardsAboveMaxShardSizeAndAFailedSaveKeepsThePreviousFiles) {
+  ScratchDirectory dir;
+  Training run(accelerate::AcceleratorOptions().seed(9));
+  const std::string out = dir / "export";
+  // By name: calls (4 bytes), fc1.bias (64), fc1.weight (256: a file of its own), fc2.bias (4), fc2.weight
+  // (64).
+  run.accelerator.save_model(*run.model, out, accelerate::SaveModelOptions().max_shard_size(100));
+  const std::vector<std::string> sharded = {
+      "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+      "model-00003-of-00003.safetensors", "model.pt", "model.safetensors.index.json"};
+  auto files = [&] {
+    auto names = list_directory(out);
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  ASSERT_EQ(files(), sharded);
+  const auto index = nlohmann::json::parse(accelerate::detail::read_whole_file(join_path(out, sharded[4])));
+  EXPECT_EQ(index.at("metadata").at("total_size"), 4 + 64 + 256 + 4 + 64);
+  EXPECT_EQ(index.at("weight_map").at("fc1.weight"), sharded[0]);
+  EXPECT_EQ(index.at("weight_map").at("fc2.weight"), sharded[2]);
+  EXPECT_TRUE(torch::equal(accelerate::load_safetensors(join_path(out, sharded[2])).tensors.at("fc2.weight"),
+                           run.model->fc2->weight));
+
+  // A save that fails while writing (the second shard's temporary name is taken by a directory) leaves the
+  // previous save's files as they were, and no temporary file behind.
+  std::map<std::string, std::string> before;
+  for (const auto& name : sharded) {
+    before[name] = accelerate::detail::read_whole_file(join_path(out, name));
+  }
+  const std::string blocker =
+      join_path(out, ".model-00002-of-00003.safetensors.tmp-" + std::to_string(::getpid()));
+  accelerate::detail::make_directories(blocker);
+  torch::NoGradGuard no_grad;
+  run.model->fc2->weight.add_(1.0);
+  EXPECT_THROW(
+      run.accelerator.save_model(*run.model, out, accelerate::SaveModelOptions().max_shard_size("100")),
+      std::runtime_error);
+  accelerate::detail::remove_tree(blocker);
+  ASSERT_EQ(files(), sharded);
+  for (const auto& name : sharded) {
+    EXPECT_EQ(accelerate::detail::read_whole_file(join_path(out, name)), before[name]) << name;
+  }
+
+  // One file again: the shards and the index of the previous save go.
+  run.accelerator.save_model(*run.model, out);
+  EXPECT_EQ(files(), (std::vector<std::string>{"model.pt", "model.safetensors"}));
+  EXPECT_TRUE(
+      torch::equal(accelerate::load_safetensors(join_path(out, "model.safetensors")).tensors.at("fc2.weight"),
+                   run.model->fc2->weight));
+
+  auto message_of = [&](const accelerate::SaveModelOptions& options) {
+    try {
+      run.accelerator.save_model(*run.model, out, options);
+    } catch (const std::invalid_argument& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message_of(accelerate::SaveModelOptions().safe_serialization(false))
+                .find("Drop .safe_serialization(false)"),
+            std::string::npos);
+  EXPECT_NE(message_of(accelerate::SaveModelOptions().max_shard_size("ten")).find("max_shard_size is 'ten'"),
+            std::string::npos);
 }
 
 TEST(Checkpoint, MetadataRecordsTheStrategyAndTheProcessOfEachOwnFile) {

@@ -3,8 +3,7 @@
 
 #include "Executable.h"
 #include "Flags.h"
-
-#include <nlohmann/json.hpp>
+#include "weights/safetensors_format.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -130,45 +129,21 @@ std::string boxTable(const std::string& title, const std::vector<std::string>& h
   return table + rule("└", "┴", "┘");
 }
 
-std::int64_t elementsOf(const nlohmann::json& shape) {
-  std::int64_t elements = 1;
-  for (const auto& size : shape)
-    elements *= size.get<std::int64_t>();
-  return elements;
-}
-
+/// The tensors of one safetensors file, from its header (read and checked by the weights library, which the
+/// runtime's reader and merge-weights share).
 std::vector<ModelTensor> readOneSafetensorsFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
-  unsigned char size[8] = {};
-  if (!file.read(reinterpret_cast<char*>(size), 8))
-    throw std::runtime_error(path + " is not a safetensors file: it is shorter than the 8-byte header size");
-  std::uint64_t length = 0;
-  for (int i = 7; i >= 0; --i)
-    length = (length << 8) | size[i];
-  struct stat info{};
-  ::stat(path.c_str(), &info);
-  if (length < 2 || length > static_cast<std::uint64_t>(info.st_size) - 8)
-    throw std::runtime_error(path + " is not a safetensors file: its header size (" + std::to_string(length) +
-                             " bytes) does not fit the file");
-  std::string header(length, '\0');
-  file.read(header.data(), static_cast<std::streamsize>(length));
-  nlohmann::json json;
+  accelerate::weights::Header header;
   try {
-    json = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::exception& error) {
-    throw std::runtime_error(path + " is not a safetensors file: its header is not JSON (" + error.what() +
-                             ")");
+    header = accelerate::weights::read_header(path);
+  } catch (const std::runtime_error& error) {
+    std::string message = error.what();
+    if (message.rfind("accelerate: ", 0) == 0)
+      message.erase(0, std::string("accelerate: ").size());
+    throw std::runtime_error(message);
   }
   std::vector<ModelTensor> tensors;
-  for (const auto& [name, entry] : json.items()) {
-    if (name == "__metadata__")
-      continue;
-    if (!entry.is_object() || !entry.contains("shape") || !entry["shape"].is_array())
-      throw std::runtime_error(path + ": the header's entry '" + name + "' has no shape");
-    tensors.push_back({name, elementsOf(entry["shape"]), true});
-  }
+  for (const auto& entry : header.tensors)
+    tensors.push_back({entry.name, entry.elements(), true});
   return tensors;
 }
 

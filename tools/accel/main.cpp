@@ -1,10 +1,11 @@
-// The `accel` command: picks the subcommand (`config`, `launch`, `env`, `estimate-memory`, `test`) and turns
-// errors into exit codes.
+// The `accel` command: picks the subcommand (`config`, `launch`, `env`, `estimate-memory`, `test`,
+// `merge-weights`) and turns errors into exit codes.
 #include "ConfigCommand.h"
 #include "EnvCommand.h"
 #include "EstimateMemoryCommand.h"
 #include "Flags.h"
 #include "LaunchCommand.h"
+#include "MergeWeightsCommand.h"
 #include "TestCommand.h"
 
 #include <algorithm>
@@ -28,6 +29,7 @@ const Subcommand kSubcommands[] = {
     {"env", accel::kEnvSummary, accel::runEnvCommand},
     {"estimate-memory", accel::kEstimateMemorySummary, accel::runEstimateMemoryCommand},
     {"test", accel::kTestSummary, accel::runTestCommand},
+    {"merge-weights", accel::kMergeWeightsSummary, accel::runMergeWeightsCommand},
 };
 
 constexpr int kUsageErrorExitCode = 2;

@@ -88,7 +88,8 @@ public:
         }
         for (const auto& item : model->model().named_parameters(/*recurse=*/true)) {
           if (auto found = members.find(item.value().unsafeGetTensorImpl()); found != members.end()) {
-            pieces.push_back({item.key(), found->second->values, found->second->place.share_begin});
+            pieces.push_back(
+                {item.key(), found->second->values, found->second->place.share_begin, found->second->sizes});
           }
         }
         return pieces;

@@ -61,6 +61,12 @@ struct AcceleratorOptions {
   AcceleratorOptions& project_dir(std::string value);
 };
 
+struct SaveModelOptions {
+  SaveModelOptions& max_shard_size(std::string size);
+  SaveModelOptions& max_shard_size(std::uint64_t bytes);
+  SaveModelOptions& safe_serialization(bool safe);
+};
+
 class LogValue {
 public:
   template <typename Number, std::enable_if_t<std::is_arithmetic_v<Number>, int> = 0> LogValue(Number number);
@@ -125,7 +131,8 @@ public:
   template <typename Integer> void register_counter(const std::string& name, Integer& counter);
   void register_counter(const std::string& name, ProgressBar& bar);
   void load_state(const std::string& directory = "");
-  void save_model(const torch::nn::Module& model, const std::string& directory);
+  void save_model(const torch::nn::Module& model, const std::string& directory,
+                  const SaveModelOptions& options = SaveModelOptions());
 
   torch::Tensor gather(const torch::Tensor& tensor);
   torch::Tensor gather_for_metrics(const torch::Tensor& tensor);
