@@ -7,11 +7,10 @@
 // never records: what a loop that `accel-rewrite --profile` wrote costs outside its active steps), each from
 // the same initial weights and batches. Prints the median step time of each kind of run (the median over runs
 // of each run's mean step time), b/a, and the time of one `step()` call measured alone.
-#include "workloads.h"
+#include "overhead_run.h"
 
 #include <accelerate/accelerate.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -22,12 +21,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
+using accelerate::bench::median;
 
 /// A profile that never records: its schedule waits longer than any run here.
 accelerate::ProfileKwargs inactive() {
@@ -60,43 +54,21 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
 
-  torch::manual_seed(1);
-  auto teacher = torch::nn::Linear(784, 10);
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
-  for (int i = 0; i < warmup + steps; ++i) {
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(i);
-    auto x = at::randn({64, 784}, generator);
-    torch::NoGradGuard no_grad;
-    batches.emplace_back(x, teacher->forward(x).argmax(1));
-  }
+  const auto batches = accelerate::bench::mlp_mnist_batches(warmup + steps);
   auto run = [&](bool profiled) {
-    torch::manual_seed(0);
-    accelerate::bench::Mlp model;
-    accelerator.prepare(model);
-    auto optimizer =
-        accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(3e-4)));
     std::optional<accelerate::Profiler> profiler;
     if (profiled) {
       profiler.emplace(accelerator.profile(inactive()));
     }
-    Clock::time_point start;
-    for (int i = 0; i < warmup + steps; ++i) {
-      if (i == warmup) {
-        start = Clock::now();
-      }
-      optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(batches[i].first), batches[i].second);
-      accelerator.backward(loss);
-      optimizer.step();
-      if (profiler) {
-        profiler->step();
-      }
-    }
-    const double mean_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
+    const double mean_ms =
+        accelerate::bench::timed_mlp_mnist_run(accelerator, batches, warmup, 3e-4, [&](const torch::Tensor&) {
+          if (profiler) {
+            profiler->step();
+          }
+        });
     if (profiler) {
       profiler->stop();
     }
-    accelerator.free_memory();
     return mean_ms;
   };
   std::vector<double> plain, profiled;

@@ -7,11 +7,10 @@
 // each from the same initial weights and batches. Prints the median step time of each kind of run (the median
 // over runs of each run's mean step time), b/a - 1, the overhead of logging, and the time of one log call
 // measured alone.
-#include "workloads.h"
+#include "overhead_run.h"
 
 #include <accelerate/accelerate.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -21,12 +20,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
+using accelerate::bench::median;
 
 } // namespace
 
@@ -56,39 +50,16 @@ int main(int argc, char** argv) {
       accelerate::AcceleratorOptions().cpu(true).log_with(log_with).project_dir(project_dir));
   accelerator.init_trackers("mlp-mnist");
 
-  torch::manual_seed(1);
-  auto teacher = torch::nn::Linear(784, 10);
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
-  for (int i = 0; i < warmup + steps; ++i) {
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(i);
-    auto x = at::randn({64, 784}, generator);
-    torch::NoGradGuard no_grad;
-    batches.emplace_back(x, teacher->forward(x).argmax(1));
-  }
+  const auto batches = accelerate::bench::mlp_mnist_batches(warmup + steps);
   const double lr = 3e-4;
   int64_t logged_step = 0;
   auto run = [&](bool log) {
-    torch::manual_seed(0);
-    accelerate::bench::Mlp model;
-    accelerator.prepare(model);
-    auto optimizer =
-        accelerator.prepare(torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(lr)));
-    Clock::time_point start;
-    for (int i = 0; i < warmup + steps; ++i) {
-      if (i == warmup) {
-        start = Clock::now();
-      }
-      optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(batches[i].first), batches[i].second);
-      accelerator.backward(loss);
-      optimizer.step();
-      if (log) {
-        accelerator.log({{"loss", loss.detach()}, {"lr", lr}}, logged_step++);
-      }
-    }
-    const double mean_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
-    accelerator.free_memory();
-    return mean_ms;
+    return accelerate::bench::timed_mlp_mnist_run(
+        accelerator, batches, warmup, lr, [&](const torch::Tensor& loss) {
+          if (log) {
+            accelerator.log({{"loss", loss.detach()}, {"lr", lr}}, logged_step++);
+          }
+        });
   };
   std::vector<double> plain, logging;
   for (int r = 0; r < runs; ++r) {
