@@ -11,6 +11,7 @@ export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_f
 export CCACHE_MAXSIZE ?= 8G
 
 VENV = $(shell scripts/bootstrap.sh --print-venv)
+MLFLOW_VENV = $(shell scripts/bootstrap.sh --print-mlflow-venv)
 
 .PHONY: all bootstrap configure build test demo clean format
 
@@ -23,7 +24,8 @@ $(BUILD_DIR)/build.ninja:
 	@$(MAKE) --no-print-directory bootstrap
 	@mkdir -p $(BUILD_DIR)
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	  -DACCEL_PYTHON=$(VENV)/bin/python -Wno-dev > $(BUILD_DIR)/configure.log 2>&1 \
+	  -DACCEL_PYTHON=$(VENV)/bin/python \
+	  -DACCEL_MLFLOW_PYTHON=$(MLFLOW_VENV)/bin/python -Wno-dev > $(BUILD_DIR)/configure.log 2>&1 \
 	  || { cat $(BUILD_DIR)/configure.log; rm -f $(BUILD_DIR)/build.ninja; exit 1; }
 
 configure: bootstrap $(BUILD_DIR)/build.ninja

@@ -10,7 +10,7 @@
 # where a pass changes them, once however many sources include them; the copies of the target's include
 # directories under the source directory come first on its include path, and the originals are never touched.
 # PASSES runs only the named passes, DISABLE skips passes (`accel-rewrite --list-passes` names them). LOG_WITH logs the training loop to these experiment
-# trackers (`tensorboard`, `jsonl`, `csv`, `all` or a registered name; `accel-rewrite --log-with`): the
+# trackers (`tensorboard`, `mlflow`, `jsonl`, `csv`, `all` or a registered name; `accel-rewrite --log-with`): the
 # accelerator gets them in its options, the loop starts and finishes them, and its printed loss is logged
 # (docs/tracking.md); they write under ./runs/<target>, or $ACCEL_PROJECT_DIR/<target>. PROGRESS_BAR
 # (`accel-rewrite --progress-bar`) shows a progress bar over the training loop on the main process

@@ -7,11 +7,15 @@ set -euo pipefail
 TORCH_VERSION="${ACCEL_TORCH_VERSION:-2.11.0}"
 CACHE_ROOT="${ACCEL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/accelerate-cpp}"
 VENV="$CACHE_ROOT/venv-torch-$TORCH_VERSION"
+# The MLflow server the tracking tests start lives in a venv of its own, so the benchmark venv stays as measured.
+MLFLOW_VERSION="${ACCEL_MLFLOW_VERSION:-3.17.2}"
+MLFLOW_VENV="$CACHE_ROOT/venv-mlflow-$MLFLOW_VERSION"
 
 DEBIAN_PACKAGES=(
   clang-19 libclang-19-dev libclang-cpp19-dev llvm-19-dev llvm-19-tools clang-tidy-19 clang-format-19 libclang-rt-19-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev ninja-build ccache nlohmann-json3-dev cmake make
   openmpi-bin iproute2 python3-venv
+  libcurl4-openssl-dev # the MLflow tracker's HTTP client (runtime/tracking/mlflow.cpp)
   neovim # test/lsp: accel-lsp driven by headless Neovim
 )
 
@@ -83,10 +87,27 @@ install_extras() {
     || fail "'pip install ${EXTRA_PYTHON_PACKAGES[*]}' into $VENV failed; see pip's message above"
 }
 
+install_mlflow() {
+  # A real `mlflow server` and MLflow's Python client for test/tracking's MLflow test (sqlite backend, loopback).
+  [ -f "$MLFLOW_VENV/.complete" ] && return 0
+  mkdir -p "$CACHE_ROOT"
+  say "installing mlflow==$MLFLOW_VERSION into $MLFLOW_VENV (once per machine)"
+  local py
+  py=$(python_for_venv)
+  # Built in place (venv scripts record their path); .complete marks a finished install.
+  rm -rf "$MLFLOW_VENV"
+  "$py" -m venv "$MLFLOW_VENV" || fail "'$py -m venv $MLFLOW_VENV' failed"
+  "$MLFLOW_VENV/bin/python" -m pip install -q --disable-pip-version-check "mlflow==$MLFLOW_VERSION" \
+    || fail "'pip install mlflow==$MLFLOW_VERSION' into $MLFLOW_VENV failed; see pip's message above"
+  touch "$MLFLOW_VENV/.complete"
+}
+
 case "${1:-}" in
   --print-venv) echo "$VENV"; exit 0 ;;
+  --print-mlflow-venv) echo "$MLFLOW_VENV"; exit 0 ;;
   --debian) install_debian ;;
   --torch) install_torch ;;
-  "") install_debian; install_torch ;;
-  *) fail "unknown option '$1' (use --debian, --torch or --print-venv)" ;;
+  --mlflow) install_mlflow ;;
+  "") install_debian; install_torch; install_mlflow ;;
+  *) fail "unknown option '$1' (use --debian, --torch, --mlflow, --print-venv or --print-mlflow-venv)" ;;
 esac

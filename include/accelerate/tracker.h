@@ -64,6 +64,14 @@ public:
   virtual void log(const TrackedValues& values, std::optional<int64_t> step) = 0;
   /// The end of training: flush and close.
   virtual void finish() {}
+  /// What a restarted job needs to continue this tracker's run (MLflow's run id), as text: `save_state`
+  /// records it in the checkpoint's metadata.json under "trackers", by the tracker's name. Empty (the
+  /// default): nothing to record.
+  virtual std::string checkpoint_state() { return {}; }
+  /// What `checkpoint_state` returned when the checkpoint `load_state` read was saved: called by `load_state`
+  /// on a started tracker, or by `init_trackers` when `load_state` came first, so the order of the two calls
+  /// does not matter.
+  virtual void load_checkpoint_state(const std::string& state) { (void)state; }
 };
 
 /// Starts a tracker for a run; may throw (a directory it cannot create): the tracker is then left out.
@@ -72,7 +80,7 @@ using TrackerFactory = std::function<std::unique_ptr<Tracker>(const TrackerRun& 
 /// Adds a tracker that `AcceleratorOptions().log_with({...})` selects by `name`, as Accelerate 1.15's
 /// `register_tracker_class`. With `main_process_only` (the default) it runs on the main process only;
 /// otherwise on every process (`run.process_index` tells which). Throws std::invalid_argument when the name
-/// is empty, `"all"`, or taken (the built-ins are `"tensorboard"`, `"jsonl"` and `"csv"`).
+/// is empty, `"all"`, or taken (the built-ins are `"tensorboard"`, `"jsonl"`, `"csv"` and `"mlflow"`).
 void register_tracker(const std::string& name, TrackerFactory factory, bool main_process_only = true);
 
 /// The registered trackers' names, sorted.

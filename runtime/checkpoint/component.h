@@ -153,6 +153,7 @@ std::unique_ptr<CheckpointComponent> data_position_component(AcceleratorState& s
 std::unique_ptr<CheckpointComponent> registered_objects_component(AcceleratorState& state);
 std::unique_ptr<CheckpointComponent> random_states_component(AcceleratorState& state);
 std::unique_ptr<CheckpointComponent> counters_component(AcceleratorState& state);
+std::unique_ptr<CheckpointComponent> trackers_component(AcceleratorState& state);
 
 // ---- Helpers the components share
 // ---------------------------------------------------------------------------

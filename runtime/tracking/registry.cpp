@@ -12,6 +12,8 @@ namespace {
 struct BuiltinTracker {
   const char* name;
   std::unique_ptr<Tracker> (*make)(const TrackerRun&);
+  /// Whether `log_with({"all"})` selects it on this process; null: always.
+  bool (*available)() = nullptr;
 };
 
 /// The trackers the runtime ships: the only list of them.
@@ -19,6 +21,7 @@ constexpr BuiltinTracker kBuiltinTrackers[] = {
     {"tensorboard", make_tensorboard_tracker},
     {"jsonl", make_jsonl_tracker},
     {"csv", make_csv_tracker},
+    {"mlflow", make_mlflow_tracker, mlflow_tracker_configured},
 };
 
 struct Registry {
@@ -51,7 +54,9 @@ std::optional<RegisteredTracker> find_tracker(const std::string& name) {
 std::vector<std::string> builtin_tracker_names() {
   std::vector<std::string> names;
   for (const auto& builtin : kBuiltinTrackers) {
-    names.emplace_back(builtin.name);
+    if (builtin.available == nullptr || builtin.available()) {
+      names.emplace_back(builtin.name);
+    }
   }
   return names;
 }

@@ -8,8 +8,10 @@
 #include "accelerator/state.h"
 #include "common/durable_file.h"
 #include "tracking/registry.h"
+#include "tracking/tracker_states.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace accelerate {
@@ -29,6 +31,9 @@ struct TrackingState {
   bool warned_log_before_init = false;
   /// Keys already reported as not numbers (each is reported once).
   std::set<std::string> warned_not_numbers;
+  /// The trackers' states the last `load_state` read, by tracker name: a tracker started after it gets its
+  /// own at `init_trackers`.
+  std::map<std::string, std::string> loaded_states;
 };
 
 namespace {
@@ -136,7 +141,7 @@ template <typename Call> void for_each_tracker(TrackingState& tracking, const ch
   auto& trackers = tracking.trackers;
   for (auto it = trackers.begin(); it != trackers.end();) {
     try {
-      call(*it->tracker);
+      call(*it->tracker, it->name);
       ++it;
     } catch (const std::exception& error) {
       tracking_logger().on_every_process().warning(
@@ -159,6 +164,36 @@ detail::TrackingState& tracking_of(detail::AcceleratorState& state) {
   return *state.tracking;
 }
 } // namespace
+
+namespace detail {
+
+std::map<std::string, std::string> tracker_checkpoint_states(AcceleratorState& state) {
+  auto& tracking = tracking_of(state);
+  std::map<std::string, std::string> states;
+  for_each_tracker(tracking, "checkpoint_state", [&](Tracker& tracker, const std::string& name) {
+    if (std::string text = tracker.checkpoint_state(); !text.empty()) {
+      states[name] = std::move(text);
+    }
+  });
+  // A tracker the checkpoint named that this start did not run (not selected, or failed to start) keeps its
+  // state for the next restart.
+  for (const auto& [name, text] : tracking.loaded_states) {
+    states.emplace(name, text);
+  }
+  return states;
+}
+
+void load_tracker_checkpoint_states(AcceleratorState& state, const std::map<std::string, std::string>& states) {
+  auto& tracking = tracking_of(state);
+  tracking.loaded_states = states;
+  for_each_tracker(tracking, "load_checkpoint_state", [&](Tracker& tracker, const std::string& name) {
+    if (auto loaded = states.find(name); loaded != states.end()) {
+      tracker.load_checkpoint_state(loaded->second);
+    }
+  });
+}
+
+} // namespace detail
 
 void Accelerator::init_trackers(const std::string& project_name, const LogValues& config) {
   auto& state = *state_;
@@ -216,9 +251,15 @@ void Accelerator::init_trackers(const std::string& project_name, const LogValues
   if (tracking.trackers.empty()) {
     return;
   }
+  // A load_state before init_trackers: each tracker continues what the checkpoint recorded for it.
+  detail::for_each_tracker(tracking, "load_checkpoint_state", [&](Tracker& tracker, const std::string& name) {
+    if (auto loaded = tracking.loaded_states.find(name); loaded != tracking.loaded_states.end()) {
+      tracker.load_checkpoint_state(loaded->second);
+    }
+  });
   const auto values = detail::read_values(tracking, config, "init_trackers");
   detail::for_each_tracker(tracking, "store_init_configuration",
-                           [&](Tracker& tracker) { tracker.store_init_configuration(values); });
+                           [&](Tracker& tracker, const std::string&) { tracker.store_init_configuration(values); });
 }
 
 void Accelerator::log(const LogValues& values, std::optional<int64_t> step) {
@@ -240,7 +281,7 @@ void Accelerator::log(const LogValues& values, std::optional<int64_t> step) {
   if (bar) {
     detail::show_loss_in_progress_bars(read);
   }
-  detail::for_each_tracker(tracking, "log", [&](Tracker& tracker) { tracker.log(read, step); });
+  detail::for_each_tracker(tracking, "log", [&](Tracker& tracker, const std::string&) { tracker.log(read, step); });
 }
 
 Tracker& Accelerator::get_tracker(const std::string& name) {
@@ -269,7 +310,7 @@ Tracker& Accelerator::get_tracker(const std::string& name) {
 
 void Accelerator::end_training() {
   auto& tracking = tracking_of(*state_);
-  detail::for_each_tracker(tracking, "finish", [](Tracker& tracker) { tracker.finish(); });
+  detail::for_each_tracker(tracking, "finish", [](Tracker& tracker, const std::string&) { tracker.finish(); });
   tracking.trackers.clear();
   if (tracking.phase == detail::TrackingState::Phase::started) {
     tracking.phase = detail::TrackingState::Phase::ended;

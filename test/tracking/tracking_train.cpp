@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -36,6 +37,9 @@ struct Args {
   bool log_before_init = false;
   bool logger = false;                // print through accelerate::get_logger
   bool every_process_tracker = false; // register "every_process", a custom tracker run on every process
+  std::string checkpoint;              // save_state here every `save_every` steps; a restart loads it
+  int save_every = 0;
+  int64_t crash_at_step = -1; // the first start (not a restart) exits 3 at this step, before training it
 };
 
 std::vector<std::string> split(const std::string& text) {
@@ -65,7 +69,10 @@ Args parse(int argc, char** argv) {
       {"--step-delay-ms", [&](const std::string& v) { args.step_delay_ms = std::stoi(v); }},
       {"--text-every", [&](const std::string& v) { args.text_every = std::stoi(v); }},
       {"--bar-steps", [&](const std::string& v) { args.bar_steps = std::stoll(v); }},
-      {"--print-every", [&](const std::string& v) { args.print_every = std::stoi(v); }}};
+      {"--print-every", [&](const std::string& v) { args.print_every = std::stoi(v); }},
+      {"--checkpoint", [&](const std::string& v) { args.checkpoint = v; }},
+      {"--save-every", [&](const std::string& v) { args.save_every = std::stoi(v); }},
+      {"--crash-at-step", [&](const std::string& v) { args.crash_at_step = std::stoll(v); }}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (auto found = switches.find(flag); found != switches.end()) {
@@ -176,7 +183,18 @@ int run(const Args& args) {
     bar = std::make_unique<accelerate::ProgressBar>(args.bar_steps, "steps");
   }
   int64_t step = 0;
+  if (!args.checkpoint.empty()) {
+    accelerator.register_counter("step", step);
+    if (accelerate::restarted_with_checkpoint(args.checkpoint)) {
+      accelerator.load_state(args.checkpoint); // after init_trackers: the trackers continue the saved run
+      accelerator.print("resumed at step ", step);
+    }
+  }
   auto train_step = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    if (step == args.crash_at_step && !accelerate::is_restart()) {
+      std::cerr << "tracking_train: crashing at step " << step << " as asked\n" << std::flush;
+      std::_Exit(3);
+    }
     if (args.print_every > 0 && step % args.print_every == 0) {
       accelerator.print("printed step ", step);
     }
@@ -201,6 +219,9 @@ int run(const Args& args) {
                 << std::flush;
     }
     ++step;
+    if (args.save_every > 0 && !args.checkpoint.empty() && step % args.save_every == 0) {
+      accelerator.save_state(args.checkpoint);
+    }
     if (bar) {
       bar->update();
     }
