@@ -52,9 +52,10 @@ static cl::list<std::string> DisabledPasses("disable", cl::desc("Do not run thes
                                             cl::cat(Category));
 static cl::list<std::string> LogWith(
     "log-with",
-    cl::desc("Log the training loop to these experiment trackers (comma-separated names, as "
-             "AcceleratorOptions().log_with takes: tensorboard, mlflow, jsonl, csv, all, or a registered one); "
-             "runs the tracking pass"),
+    cl::desc(
+        "Log the training loop to these experiment trackers (comma-separated names, as "
+        "AcceleratorOptions().log_with takes: tensorboard, mlflow, jsonl, csv, all, or a registered one); "
+        "runs the tracking pass"),
     cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(Category));
 static cl::opt<bool> ProgressBar(
     "progress-bar",

@@ -53,7 +53,7 @@ std::vector<std::unique_ptr<CheckpointComponent>> checkpoint_components(Accelera
   components.push_back(registered_objects_component(state));
   components.push_back(random_states_component(state));
   components.push_back(counters_component(state));
-  components.push_back(trackers_component(state));
+  components.push_back(trackers_component(state)); // last: its apply registers no undo
   return components;
 }
 

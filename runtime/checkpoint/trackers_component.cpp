@@ -31,22 +31,23 @@ public:
     }
     const Json& entry = reader.entry();
     if (!entry.is_object()) {
-      throw std::runtime_error("accelerate: the checkpoint " + reader.directory() +
-                               " is damaged: metadata.json's \"trackers\" is not an object of tracker names and texts");
+      throw std::runtime_error(
+          "accelerate: the checkpoint " + reader.directory() +
+          " is damaged: metadata.json's \"trackers\" is not an object of tracker names and texts");
     }
     for (const auto& [tracker, text] : entry.items()) {
       saved_[tracker] = reader.text(entry, tracker);
     }
   }
 
+  /// Applied last of all the components (checkpoint_components' order), so no later one can fail and ask
+  /// for an undo: it registers none. (Asking the trackers for their state to undo to would have them create
+  /// a run before they are handed the saved one.) A tracker that throws is left out; this never throws.
   void apply(Rollback& rollback) override {
-    if (!present_) {
-      return;
+    (void)rollback;
+    if (present_) {
+      load_tracker_checkpoint_states(state_, saved_);
     }
-    rollback.add([&state = state_, before = tracker_checkpoint_states(state_)] {
-      load_tracker_checkpoint_states(state, before);
-    });
-    load_tracker_checkpoint_states(state_, saved_);
   }
 
 private:

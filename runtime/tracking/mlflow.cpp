@@ -1,7 +1,7 @@
 // The "mlflow" tracker: a run on an MLflow tracking server, over MLflow's REST API (libcurl).
 //
-//   MLFLOW_TRACKING_URI     the server (http://host:5000); required, and "all" selects this tracker only when set
-//   MLFLOW_EXPERIMENT_NAME  the experiment (created when missing); default: init_trackers' project_name
+//   MLFLOW_TRACKING_URI     the server (http://host:5000); required, and "all" selects this tracker only when
+//   set MLFLOW_EXPERIMENT_NAME  the experiment (created when missing); default: init_trackers' project_name
 //   MLFLOW_RUN_ID           log to this existing run instead of creating one
 //   MLFLOW_TAGS             a JSON object of tags for a new run (and a new experiment)
 //   MLFLOW_NESTED_RUN       true: the new run is a child of MLFLOW_RUN_ID's run (mlflow.parentRunId)
@@ -125,13 +125,15 @@ Settings read_settings(const TrackerRun& run) {
     settings.tracking_uri.pop_back();
   }
   if (settings.tracking_uri.empty()) {
-    throw std::invalid_argument("MLFLOW_TRACKING_URI is not set: set it to the MLflow tracking server's address, "
-                                "e.g. MLFLOW_TRACKING_URI=http://127.0.0.1:5000 (start one with `mlflow server`)");
+    throw std::invalid_argument(
+        "MLFLOW_TRACKING_URI is not set: set it to the MLflow tracking server's address, "
+        "e.g. MLFLOW_TRACKING_URI=http://127.0.0.1:5000 (start one with `mlflow server`)");
   }
   if (settings.tracking_uri.rfind("http://", 0) != 0 && settings.tracking_uri.rfind("https://", 0) != 0) {
-    throw std::invalid_argument("MLFLOW_TRACKING_URI is '" + settings.tracking_uri +
-                                "': this tracker talks to a tracking server over HTTP; set it to the server's "
-                                "http:// or https:// address (a local file or database store is not supported)");
+    throw std::invalid_argument(
+        "MLFLOW_TRACKING_URI is '" + settings.tracking_uri +
+        "': this tracker talks to a tracking server over HTTP; set it to the server's "
+        "http:// or https:// address (a local file or database store is not supported)");
   }
   settings.experiment_name = environment("MLFLOW_EXPERIMENT_NAME");
   if (settings.experiment_name.empty()) {
@@ -391,8 +393,10 @@ public:
 
   std::string checkpoint_state() override {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (run_id_.empty() && !broken_ && !stopping_ && !offline_) {
-      // save_state records the run's id: the sender creates the run now (at most one attempt's timeouts).
+    if (!broken_ && !stopping_) {
+      // save_state records the run's id, and what was logged before the checkpoint must not be lost with a
+      // crash after it: the sender creates the run if needed and sends (or spools) what is queued now; this
+      // waits for that, at most one attempt's timeouts.
       want_run_ = true;
       wake_.notify_one();
       const int64_t attempts = run_attempts_;
@@ -419,8 +423,9 @@ public:
       return;
     }
     if (run_created_) {
-      mlflow_logger().warning("load_state continues MLflow run ", saved, "; what was logged before it went to run ",
-                              run_id_, " (call load_state before the first accelerator.log to keep one run)");
+      mlflow_logger().warning("load_state continues MLflow run ", saved,
+                              "; what was logged before it went to run ", run_id_,
+                              " (call load_state before the first accelerator.log to keep one run)");
     }
     run_id_ = saved;
     run_created_ = false;
@@ -447,7 +452,8 @@ private:
     if (warned_keys_.insert(key).second) {
       mlflow_logger().warning("'", key, "' cannot name an MLflow ", what,
                               ": MLflow allows letters, digits, '_', '-', '.', '/', ':' and spaces, at most ",
-                              kMaxKeyLength, " characters. It is left out of the mlflow tracker (reported once)");
+                              kMaxKeyLength,
+                              " characters. It is left out of the mlflow tracker (reported once)");
     }
     return false;
   }
@@ -501,7 +507,7 @@ private:
         const bool want_run = want_run_;
         want_run_ = false;
         // The run is created once there is a value to log (after a load_state that may name the run), or when
-        // save_state asks for its id.
+        // save_state asks for its id and for what is queued.
         const bool ready = logged_ || stopping || want_run;
         std::vector<Request> requests;
         if (ready) {
@@ -590,8 +596,7 @@ private:
   void send(Request& request) {
     ensure_run();
     request.body["run_id"] = current_run_id();
-    const Response response =
-        http_.post(request.update ? "runs/update" : "runs/log-batch", request.body);
+    const Response response = http_.post(request.update ? "runs/update" : "runs/log-batch", request.body);
     if (response.ok()) {
       return;
     }
@@ -620,8 +625,8 @@ private:
         if (response.transient()) {
           throw Unreachable(response.describe());
         }
-        throw std::runtime_error("the run " + run_id + " cannot be continued (" + response.describe() + "); " +
-                                 (continued ? "the checkpoint names it" : "MLFLOW_RUN_ID names it") +
+        throw std::runtime_error("the run " + run_id + " cannot be continued (" + response.describe() +
+                                 "); " + (continued ? "the checkpoint names it" : "MLFLOW_RUN_ID names it") +
                                  ": check that it exists on " + settings_.tracking_uri);
       }
       std::lock_guard<std::mutex> lock(mutex_);
@@ -635,7 +640,8 @@ private:
     experiment_id_ = experiment;
     run_created_ = true;
     mlflow_logger().info("logging to MLflow run ", created, " in experiment '", settings_.experiment_name,
-                         "' (", settings_.tracking_uri, "/#/experiments/", experiment, "/runs/", created, ")");
+                         "' (", settings_.tracking_uri, "/#/experiments/", experiment, "/runs/", created,
+                         ")");
   }
 
   /// A new run in the experiment (created when missing), a child of `parent` when one is given; its id.
@@ -658,8 +664,8 @@ private:
       if (response.transient()) {
         throw Unreachable(response.describe());
       }
-      throw std::runtime_error("the server refused to create a run in experiment '" + settings_.experiment_name +
-                               "': " + response.describe());
+      throw std::runtime_error("the server refused to create a run in experiment '" +
+                               settings_.experiment_name + "': " + response.describe());
     }
     const std::string created = Json::parse(response.body)["run"]["info"].value("run_id", "");
     if (created.empty()) {
@@ -702,7 +708,8 @@ private:
                                  "': " + created.describe());
       }
     }
-    throw std::runtime_error("experiment '" + settings_.experiment_name + "' could be neither found nor created");
+    throw std::runtime_error("experiment '" + settings_.experiment_name +
+                             "' could be neither found nor created");
   }
 
   // ---- The spool: one request body a line, the run id in each (empty: the run this start creates)
@@ -764,19 +771,20 @@ private:
         if (run_id.empty() && start == start_) { // this start's, before its run existed
           request.body.erase("run_id");
           send(request);
-        } else { // a run of its own: sent there, and this start's run is not created for it
+        } else {                // a run of its own: sent there, and this start's run is not created for it
           if (run_id.empty()) { // an earlier start that never reached the server: a run of its own
             auto& created = earlier_runs_[start];
             if (created.empty()) {
               std::string experiment;
               created = create_run("", experiment);
-              mlflow_logger().info("values an earlier start kept in ", spool_path_, " go to the new MLflow run ",
-                                   created);
+              mlflow_logger().info("values an earlier start kept in ", spool_path_,
+                                   " go to the new MLflow run ", created);
             }
             run_id = created;
           }
           request.body["run_id"] = run_id;
-          const Response response = http_.post(request.update ? "runs/update" : "runs/log-batch", request.body);
+          const Response response =
+              http_.post(request.update ? "runs/update" : "runs/log-batch", request.body);
           if (!response.ok() && response.transient()) {
             throw Unreachable(response.describe());
           }
@@ -823,7 +831,7 @@ private:
   std::vector<Json> metrics_;
   std::set<std::string> warned_texts_, warned_keys_;
   bool logged_ = false;
-  bool want_run_ = false; ///< checkpoint_state waits for the run's id
+  bool want_run_ = false; ///< checkpoint_state waits for the run's id and for what is queued to be sent
   int64_t run_attempts_ = 0;
   std::condition_variable run_attempted_;
   bool broken_ = false; ///< the sender thread stopped for good

@@ -15,6 +15,7 @@ std::map<std::string, std::string> tracker_checkpoint_states(AcceleratorState& s
 
 /// Hands each started tracker its state from `states` (`load_checkpoint_state`), and keeps `states` for the
 /// trackers `init_trackers` starts later.
-void load_tracker_checkpoint_states(AcceleratorState& state, const std::map<std::string, std::string>& states);
+void load_tracker_checkpoint_states(AcceleratorState& state,
+                                    const std::map<std::string, std::string>& states);
 
 } // namespace accelerate::detail

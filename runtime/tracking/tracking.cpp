@@ -183,7 +183,8 @@ std::map<std::string, std::string> tracker_checkpoint_states(AcceleratorState& s
   return states;
 }
 
-void load_tracker_checkpoint_states(AcceleratorState& state, const std::map<std::string, std::string>& states) {
+void load_tracker_checkpoint_states(AcceleratorState& state,
+                                    const std::map<std::string, std::string>& states) {
   auto& tracking = tracking_of(state);
   tracking.loaded_states = states;
   for_each_tracker(tracking, "load_checkpoint_state", [&](Tracker& tracker, const std::string& name) {
@@ -258,8 +259,9 @@ void Accelerator::init_trackers(const std::string& project_name, const LogValues
     }
   });
   const auto values = detail::read_values(tracking, config, "init_trackers");
-  detail::for_each_tracker(tracking, "store_init_configuration",
-                           [&](Tracker& tracker, const std::string&) { tracker.store_init_configuration(values); });
+  detail::for_each_tracker(tracking, "store_init_configuration", [&](Tracker& tracker, const std::string&) {
+    tracker.store_init_configuration(values);
+  });
 }
 
 void Accelerator::log(const LogValues& values, std::optional<int64_t> step) {
@@ -281,7 +283,8 @@ void Accelerator::log(const LogValues& values, std::optional<int64_t> step) {
   if (bar) {
     detail::show_loss_in_progress_bars(read);
   }
-  detail::for_each_tracker(tracking, "log", [&](Tracker& tracker, const std::string&) { tracker.log(read, step); });
+  detail::for_each_tracker(tracking, "log",
+                           [&](Tracker& tracker, const std::string&) { tracker.log(read, step); });
 }
 
 Tracker& Accelerator::get_tracker(const std::string& name) {
@@ -310,7 +313,8 @@ Tracker& Accelerator::get_tracker(const std::string& name) {
 
 void Accelerator::end_training() {
   auto& tracking = tracking_of(*state_);
-  detail::for_each_tracker(tracking, "finish", [](Tracker& tracker, const std::string&) { tracker.finish(); });
+  detail::for_each_tracker(tracking, "finish",
+                           [](Tracker& tracker, const std::string&) { tracker.finish(); });
   tracking.trackers.clear();
   if (tracking.phase == detail::TrackingState::Phase::started) {
     tracking.phase = detail::TrackingState::Phase::ended;

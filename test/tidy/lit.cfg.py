@@ -39,6 +39,8 @@ config.substitutions.append(("%tidy_module", config.tidy_module))
 config.substitutions.append(("%accel-rewrite", accel_rewrite))
 config.substitutions.append(("%passes_inputs", os.path.join(config.source_root, "test", "passes", "Inputs")))
 config.substitutions.append(("%source_root", config.source_root))
+# What accelerate_target() wrote for test/fixtures' loops at build time (accel-rewrite with #line directives).
+config.substitutions.append(("%fixtures_rewritten", os.path.join(config.binary_root, "test", "fixtures")))
 config.substitutions.append(("%torch_includes", config.torch_includes))
 if config.torch_includes:
     config.available_features.add("torch")

@@ -246,6 +246,7 @@ def restart(h):
                       "--batch", "4", "--checkpoint", "restart-checkpoint", "--save-every", "4",
                       "--crash-at-step", "10"], env, nproc=2, launch_flags=("--max_restarts", "1"))
     check("resumed at step 8" in out, f"the restart did not resume from step 8:\n{out}\n{err}")
+    check("continues MLflow run" not in out + err, f"the restart made a run before load_state named one:\n{err}")
     run = one_run(h.read("restart"), "restart")
     check(run["status"] == "FINISHED", f"status {run['status']}")
     steps = sorted({step for step, _, _ in run["metrics"]["loss"]})
@@ -308,7 +309,7 @@ def settings(h):
 def rewritten(h):
     env = {"MLFLOW_TRACKING_URI": h.server.uri, "MLFLOW_EXPERIMENT_NAME": "rewritten"}
     out, err = h.run([], env, nproc=2, program=h.args.plain, expect_done=False)
-    printed = [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
+    printed = [float(v) for v in re.findall(r"^(?:\[rank0\]: )?step \d+ loss (\S+)$", out, re.M)]
     check(printed, f"the rewritten program printed no loss:\n{out}\n{err}")
     runs = h.read("rewritten")
     check(runs is not None and len(runs) == 1, f"the rewritten program made {runs and len(runs)} runs:\n{err}")
@@ -338,6 +339,8 @@ def main():
     parser.add_argument("--mlflow-python", required=True)
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
+    for name in ("train", "plain", "accel", "mlflow_python", "work"):
+        setattr(args, name, os.path.abspath(getattr(args, name)))
     unknown = [name for name in args.scenarios if name not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {unknown}; the scenarios are {', '.join(SCENARIOS)}")

@@ -37,7 +37,7 @@ struct Args {
   bool log_before_init = false;
   bool logger = false;                // print through accelerate::get_logger
   bool every_process_tracker = false; // register "every_process", a custom tracker run on every process
-  std::string checkpoint;              // save_state here every `save_every` steps; a restart loads it
+  std::string checkpoint;             // save_state here every `save_every` steps; a restart loads it
   int save_every = 0;
   int64_t crash_at_step = -1; // the first start (not a restart) exits 3 at this step, before training it
 };
