@@ -29,6 +29,8 @@
 # depfile accel-rewrite writes) or accel-rewrite itself changes, and at no other time. It parses the file with the
 # target's include directories, compile definitions, and the -D/-U/-I/-std options of its compile options and of
 # CMAKE_CXX_FLAGS. The rewritten copy carries #line directives, so compiler errors name the original file and line.
+# compile_commands.json lists the original sources too (with the target's flags, through <target>_editor_sources,
+# an object library that is never built), so editors and clang-tidy open train.cpp with its own flags.
 # Configure with -DACCELERATE_REWRITE=OFF to compile the plain sources unchanged (for debugging).
 
 option(ACCELERATE_REWRITE "Rewrite the sources of accelerate_target() targets with accel-rewrite" ON)
@@ -191,6 +193,17 @@ function(accelerate_target target)
     cmake_language(EVAL CODE "cmake_language(DEFER CALL _accelerate_mirror_includes [[${target}]] [[${root}]] [[${out_dir}]])")
   endif()
   target_link_libraries(${target} PRIVATE accelerate::runtime)
+  if(rewrite_inputs)
+    # Editors open the user's own sources, not the rewritten copies: compile_commands.json lists them, with
+    # the target's flags less the copies' include directories, through an object library that is never built
+    # (EXCLUDE_FROM_ALL), so clangd, accel-lsp and the clang-tidy module (`-p <build dir>`) parse train.cpp
+    # with its real flags rather than a neighbour's (docs/ide.md).
+    add_library(${target}_editor_sources OBJECT EXCLUDE_FROM_ALL ${rewrite_inputs})
+    target_include_directories(${target}_editor_sources PRIVATE "${parse_includes}")
+    target_compile_definitions(${target}_editor_sources PRIVATE "${definitions}")
+    target_compile_options(${target}_editor_sources PRIVATE "$<TARGET_PROPERTY:${target},COMPILE_OPTIONS>")
+    set_target_properties(${target}_editor_sources PROPERTIES EXPORT_COMPILE_COMMANDS ON)
+  endif()
   if(TARGET accelerate_torch_pch)
     # In this project's own tree, share the runtime's precompiled <torch/torch.h>.
     target_precompile_headers(${target} REUSE_FROM accelerate_torch_pch)

@@ -4,8 +4,10 @@
 -- file with what accel-rewrite makes of the same file.
 --
 -- Run by nvim_e2e.sh as `nvim --headless --clean -n -S nvim_e2e.lua`, with these environment variables:
---   ACCEL_E2E_SERVER            the accel-lsp binary (started with no arguments)
---   ACCEL_E2E_FILE              the file to open and rewrite (written in place)
+--   ACCEL_E2E_SERVER            the accel-lsp binary
+--   ACCEL_E2E_SERVER_ARGS       optional: its arguments, separated by spaces (default: none)
+--   ACCEL_E2E_FILE              the file to open and rewrite
+--   ACCEL_E2E_WRITE_TO          optional: where to write the rewritten buffer (default: the file itself)
 --   ACCEL_E2E_ROOT              the workspace root given to the server
 --   ACCEL_E2E_SERVER_STDERR     optional: a file the server's stderr is appended to
 --   ACCEL_E2E_REQUEST_TIMEOUT_S optional: how long the code action may take (default 300 s: the server parses
@@ -16,7 +18,8 @@
 -- Besides the rewrite it checks what the editor relies on: the server advertises positionEncoding utf-16,
 -- the action has kind refactor.rewrite and an inline WorkspaceEdit with documentChanges (one TextDocumentEdit
 -- for this document at the version Neovim sent), "Explain what the rewrite would do" carries a command, and
--- the server publishes diagnostics for the document.
+-- the server publishes diagnostics for the document, and nothing the server says is about a compile database that
+-- does not list the file (it must find the file's own command).
 
 local ACTION_TITLE = 'Distribute this training loop with accelerate'
 local ACTION_KIND = 'refactor.rewrite'
@@ -29,6 +32,8 @@ local server = vim.env.ACCEL_E2E_SERVER
 local file = vim.env.ACCEL_E2E_FILE
 local root = vim.env.ACCEL_E2E_ROOT
 local server_stderr = vim.env.ACCEL_E2E_SERVER_STDERR
+local server_args = vim.split(vim.env.ACCEL_E2E_SERVER_ARGS or '', ' ', { trimempty = true })
+local write_to = vim.env.ACCEL_E2E_WRITE_TO
 local request_timeout_s = tonumber(vim.env.ACCEL_E2E_REQUEST_TIMEOUT_S or '300')
 
 local started = vim.loop.hrtime()
@@ -104,10 +109,10 @@ local function main()
     end,
   }
 
-  local cmd = { server }
+  local cmd = { server, unpack(server_args) }
   if server_stderr and server_stderr ~= '' then
-    -- The server's stderr to a file the driver prints on failure ($0 is the server).
-    cmd = { '/bin/sh', '-c', 'exec "$0" 2>>"$ACCEL_E2E_SERVER_STDERR"', server }
+    -- The server's stderr to a file the driver prints on failure ($0 is the server, "$@" its arguments).
+    cmd = { '/bin/sh', '-c', 'exec "$0" "$@" 2>>"$ACCEL_E2E_SERVER_STDERR"', server, unpack(server_args) }
   end
   local client_id = vim.lsp.start_client({
     name = 'accel-lsp',
@@ -240,8 +245,13 @@ local function main()
 
   vim.lsp.util.apply_workspace_edit(edit, 'utf-16')
   if not vim.api.nvim_buf_get_option(bufnr, 'modified') then return fail('applying the edit changed nothing') end
-  vim.cmd('silent write')
-  say('wrote %s', file)
+  if write_to and write_to ~= '' then
+    vim.cmd('silent write ' .. vim.fn.fnameescape(write_to)) -- the buffer stays the open file's; qall! drops it
+    say('wrote %s', write_to)
+  else
+    vim.cmd('silent write')
+    say('wrote %s', file)
+  end
 
   -- The server publishes diagnostics for the document it parsed (by now, most likely, it has).
   vim.wait(DIAGNOSTICS_TIMEOUT_S * 1000, function() return diagnostics[buffer_path] ~= nil or server_exit ~= nil end, 50)
@@ -251,6 +261,16 @@ local function main()
   local published = diagnostics[buffer_path]
   say('diagnostics published for the document (version %s): %d', tostring(published.version), #published.list)
   for _, d in ipairs(published.list) do say('  %s', format_diagnostic(d)) end
+  -- The file's own compile command was found: no word of a database without it, or of a guessed command.
+  local said = {}
+  for _, m in ipairs(server_messages) do table.insert(said, m[2]) end
+  for _, d in ipairs(published.list) do table.insert(said, d.message) end
+  for _, text in ipairs(said) do
+    if text:find('does not list this file', 1, true) or text:find('has no command for this file', 1, true)
+        or text:find('no compile_commands.json', 1, true) then
+      return fail('the server did not find the file\'s own compile command: %s', text)
+    end
+  end
 
   vim.lsp.stop_client(client_id)
   if not vim.wait(SHUTDOWN_TIMEOUT_S * 1000, function() return server_exit ~= nil end, 50) then

@@ -1,67 +1,61 @@
 #!/usr/bin/env bash
-# lsp.nvim: accel-lsp, driven by a real editor, writes exactly what accel-rewrite writes.
+# lsp.nvim: accel-lsp, driven by a real editor on the user's own file of an accelerate_target() project,
+# writes exactly what the build's rewrite wrote; the clang-tidy module, on the same file, offers the rewrite.
 #
-# Headless Neovim opens a copy of examples/mlp/train.cpp, attaches accel-lsp, takes the code action
-# "Distribute this training loop with accelerate" on the epoch loop, applies its WorkspaceEdit (UTF-16) and
-# writes the buffer (nvim_e2e.lua). accel-rewrite rewrites a second copy with the same compile database. The
-# two files must be equal byte for byte, and the rewrite must have changed something.
+# Headless Neovim opens examples/mlp/train.cpp itself (built by accelerate_target(mlp ...) in the build
+# directory), attaches accel-lsp, takes the code action "Distribute this training loop with accelerate" on the
+# epoch loop, applies its WorkspaceEdit (UTF-16) and writes the buffer to a temporary file (nvim_e2e.lua); the
+# source tree is never written. The server finds the build's compile_commands.json as clangd does (the build/
+# folder of a parent of the file; --compile-commands-dir when the build directory is elsewhere) and must find
+# the file's own command there (accelerate_target()'s <target>_editor_sources), never a neighbour's. The
+# written file must be byte for byte the build's rewrite of the file (build/examples/mlp.accelerate/mlp/train.cpp
+# less its #line directives). accel-clang-tidy -p <build dir> on the same file must warn with the fix. The
+# server and clang-tidy each parse the real libtorch headers (20-60 s on a 2-core machine).
 #
-# The layout is a CMake project's: the compile database is <tmp>/build/compile_commands.json, which the server
-# finds from <tmp>/train.cpp (the `build/` subdirectory of the file's directory) as clangd does, with no
-# --compile-commands-dir; its flags are -std=c++17 and -isystem for each libtorch include directory, so the
-# file is parsed with the real libtorch headers (20-60 s on a 2-core machine, twice).
+#   nvim_e2e.sh --server ACCEL_LSP --tidy ACCEL_CLANG_TIDY --source-root REPO --build-dir BUILD [--keep]
 #
-#   nvim_e2e.sh --server ACCEL_LSP --rewrite ACCEL_REWRITE --source-root REPO [--keep] [-- TORCH_INCLUDE_DIR...]
-#
-# Without include directories it uses those of the libtorch scripts/bootstrap.sh installs
-# (${ACCEL_CACHE_DIR:-~/.cache/accelerate-cpp}/venv-torch-*). Needs nvim (Debian's neovim, 0.7.2 or later) on
-# PATH, or NVIM=/path/to/nvim; fails, never skips, without it. --keep leaves the temporary directory in place.
+# Needs nvim (Debian's neovim, 0.7.2 or later) on PATH, or NVIM=/path/to/nvim; fails, never skips, without it.
+# --keep leaves the temporary directory in place.
 set -euo pipefail
 
 say() { echo "nvim_e2e.sh: $*"; }
 die() { echo "nvim_e2e.sh: FAIL: $*" >&2; exit 1; }
 
-server="" rewrite="" source_root="" keep=0
-torch_includes=()
+server="" tidy="" source_root="" build_dir="" keep=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) server="$2"; shift 2 ;;
-    --rewrite) rewrite="$2"; shift 2 ;;
+    --tidy) tidy="$2"; shift 2 ;;
     --source-root) source_root="$2"; shift 2 ;;
+    --build-dir) build_dir="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
-    --) shift; torch_includes=("$@"); break ;;
-    *) die "unknown argument '$1' (usage: $0 --server ACCEL_LSP --rewrite ACCEL_REWRITE --source-root REPO [--keep] [-- TORCH_INCLUDE_DIR...])" ;;
+    *) die "unknown argument '$1' (usage: $0 --server ACCEL_LSP --tidy ACCEL_CLANG_TIDY --source-root REPO --build-dir BUILD [--keep])" ;;
   esac
 done
-if [ -z "$server" ] || [ -z "$rewrite" ] || [ -z "$source_root" ]; then
-  die "--server, --rewrite and --source-root are required"
+if [ -z "$server" ] || [ -z "$tidy" ] || [ -z "$source_root" ] || [ -z "$build_dir" ]; then
+  die "--server, --tidy, --source-root and --build-dir are required"
 fi
-
 nvim="${NVIM:-nvim}"
 command -v "$nvim" >/dev/null 2>&1 \
   || die "'$nvim' not found: install Neovim (scripts/bootstrap.sh does: apt-get install neovim) or set NVIM"
 [ -x "$server" ] || die "accel-lsp not found or not executable: $server (build the accel-lsp target)"
-[ -x "$rewrite" ] || die "accel-rewrite not found or not executable: $rewrite (build the accel-rewrite target)"
-source_file="$source_root/examples/mlp/train.cpp"
-script="$source_root/test/lsp/nvim_e2e.lua"
-[ -f "$source_file" ] || die "no $source_file (is --source-root the repository?)"
-[ -f "$script" ] || die "no $script"
-
-if [ ${#torch_includes[@]} -eq 0 ]; then
-  cache="${ACCEL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/accelerate-cpp}"
-  for dir in "$cache"/venv-torch-*/lib/python3*/site-packages/torch/include; do
-    [ -d "$dir" ] && torch_includes=("$dir" "$dir/torch/csrc/api/include") && break
-  done
-  [ ${#torch_includes[@]} -gt 0 ] || die "no libtorch include directories given and none under $cache; pass them after --"
-fi
-for dir in "${torch_includes[@]}"; do
-  [ -d "$dir" ] || die "no such include directory: $dir"
-done
+[ -x "$tidy" ] || die "accel-clang-tidy not found or not executable: $tidy (build the accel-clang-tidy target)"
 
 # Absolute paths: the database and Neovim get them from a different working directory.
 abspath() { (cd "$(dirname "$1")" && echo "$(pwd -P)/$(basename "$1")"); }
 server=$(abspath "$server")
-rewrite=$(abspath "$rewrite")
+tidy=$(abspath "$tidy")
+source_root=$(cd "$source_root" && pwd -P)
+build_dir=$(cd "$build_dir" && pwd -P)
+source_file="$source_root/examples/mlp/train.cpp"
+rewritten="$build_dir/examples/mlp.accelerate/mlp/train.cpp"
+script="$source_root/test/lsp/nvim_e2e.lua"
+[ -f "$source_file" ] || die "no $source_file (is --source-root the repository?)"
+[ -f "$script" ] || die "no $script"
+[ -f "$rewritten" ] || die "no $rewritten: build the mlp target (examples/CMakeLists.txt) first"
+grep -qF "\"file\": \"$source_file\"" "$build_dir/compile_commands.json" 2>/dev/null \
+  || die "$build_dir/compile_commands.json has no entry for $source_file: accelerate_target() lists the original sources (mlp_editor_sources)"
+before=$(sha256sum < "$source_file")
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accel-lsp-nvim.XXXXXX")
 tmp=$(cd "$tmp" && pwd -P)
@@ -70,42 +64,21 @@ if [ "$keep" -eq 1 ]; then
 else
   trap 'rm -rf "$tmp"' EXIT
 fi
-mkdir -p "$tmp/build" "$tmp/reference" "$tmp/xdg"
-cp "$source_file" "$tmp/train.cpp"            # the editor's copy
-cp "$source_file" "$tmp/reference/train.cpp"  # accel-rewrite's copy
-
-# One database with an entry for each copy, in JSON's "arguments" form.
-json_string() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
-entry() {
-  local file="$1" args="" arg
-  local argv=(c++ -std=c++17)
-  for arg in "${torch_includes[@]}"; do argv+=(-isystem "$arg"); done
-  argv+=(-c "$file")
-  for arg in "${argv[@]}"; do args+="${args:+, }$(json_string "$arg")"; done
-  printf '  {"directory": %s, "file": %s, "arguments": [%s]}' "$(json_string "$tmp/build")" "$(json_string "$file")" "$args"
-}
-{
-  echo "["
-  entry "$tmp/train.cpp"; echo ","
-  entry "$tmp/reference/train.cpp"; echo
-  echo "]"
-} > "$tmp/build/compile_commands.json"
-
-start=$SECONDS
-say "accel-rewrite $tmp/reference/train.cpp -p $tmp/build -o $tmp/expected.cpp"
-if ! "$rewrite" "$tmp/reference/train.cpp" -p "$tmp/build" -o "$tmp/expected.cpp" > "$tmp/rewrite.log" 2>&1; then
-  cat "$tmp/rewrite.log" >&2
-  die "accel-rewrite failed on examples/mlp/train.cpp; the reference is missing (database: $tmp/build/compile_commands.json)"
+mkdir -p "$tmp/xdg"
+sed '/^#line /d' "$rewritten" > "$tmp/expected.cpp"
+cmp -s "$source_file" "$tmp/expected.cpp" && die "the build's rewrite left examples/mlp/train.cpp unchanged: nothing to compare"
+server_args=""
+if [ "$build_dir" != "$source_root/build" ]; then
+  server_args="--compile-commands-dir=$build_dir" # else found as clangd finds it, with no argument
 fi
-say "accel-rewrite took $((SECONDS - start)) s"
-cmp -s "$source_file" "$tmp/expected.cpp" && die "accel-rewrite left examples/mlp/train.cpp unchanged: nothing to compare"
 
 # Neovim: --clean (no user config or plugins), -n (no swap file), its cache (lsp.log) inside $tmp; stdin
 # closed so that it never waits for input; `timeout` in case the script itself hangs.
 start=$SECONDS
 say "nvim --headless --clean -n -S $script (server: $server)"
 set +e
-ACCEL_E2E_SERVER="$server" ACCEL_E2E_FILE="$tmp/train.cpp" ACCEL_E2E_ROOT="$tmp" \
+ACCEL_E2E_SERVER="$server" ACCEL_E2E_SERVER_ARGS="$server_args" ACCEL_E2E_FILE="$source_file" \
+  ACCEL_E2E_WRITE_TO="$tmp/train.cpp" ACCEL_E2E_ROOT="$source_root" \
   ACCEL_E2E_SERVER_STDERR="$tmp/server.stderr" \
   XDG_CACHE_HOME="$tmp/xdg/cache" XDG_STATE_HOME="$tmp/xdg/state" XDG_DATA_HOME="$tmp/xdg/data" \
   XDG_CONFIG_HOME="$tmp/xdg/config" \
@@ -128,8 +101,23 @@ if [ "$status" -ne 0 ]; then
   die "the editor did not apply the code action (see above)"
 fi
 
+[ "$(sha256sum < "$source_file")" = "$before" ] || die "$source_file was changed: the test must never write it"
 if ! cmp "$tmp/expected.cpp" "$tmp/train.cpp"; then
-  diff -u --label "accel-rewrite" --label "accel-lsp in Neovim" "$tmp/expected.cpp" "$tmp/train.cpp" || true
-  die "the file Neovim wrote differs from accel-rewrite's"
+  diff -u --label "the build's rewrite" --label "accel-lsp in Neovim" "$tmp/expected.cpp" "$tmp/train.cpp" || true
+  die "the file Neovim wrote differs from the build's rewrite"
 fi
-say "PASS: the file Neovim wrote is accel-rewrite's, byte for byte ($(wc -l < "$tmp/train.cpp") lines)"
+say "PASS: the file Neovim wrote is the build's rewrite, byte for byte ($(wc -l < "$tmp/train.cpp") lines)"
+
+# The clang-tidy module on the same file, with the build's database (no --fix: the source tree stays as it is).
+start=$SECONDS
+say "$tidy -p $build_dir -checks=-*,accelerate-* $source_file"
+set +e
+"$tidy" -p "$build_dir" '-checks=-*,accelerate-*' "$source_file" > "$tmp/tidy.log" 2>&1
+status=$?
+set -e
+say "clang-tidy took $((SECONDS - start)) s (exit status $status)"
+if ! grep -q "distribute it with accelerate" "$tmp/tidy.log" || grep -qE "Skipping|Error while|error:" "$tmp/tidy.log"; then
+  cat "$tmp/tidy.log" >&2
+  die "the clang-tidy module did not offer the rewrite on $source_file with the build's compile command"
+fi
+say "PASS: the clang-tidy module offers the rewrite on the user's own file"

@@ -317,7 +317,7 @@ def bad_input(runner):
     # A tracker nobody registered: named, with the known ones; the others still log.
     out, err = runner.run_ok(["--log-with", "tensorbord,jsonl", "--project-dir", "runs", "--project", "unknown"])
     check(re.search(r"log_with names 'tensorbord', but no tracker is registered by that name; the known ones are "
-                    r"'csv', 'jsonl', 'tensorboard'", err), f"no clear message for an unknown tracker:\n{err}")
+                    r"'csv', 'jsonl', 'mlflow', 'tensorboard'", err), f"no clear message for an unknown tracker:\n{err}")
     check(os.path.exists(os.path.join(runner.work, "runs", "unknown", "metrics.jsonl")), "jsonl did not log")
     # A project directory that cannot be written (a regular file stands where a directory must go).
     blocker = os.path.join(runner.work, "a_file")
