@@ -202,6 +202,8 @@ function(accelerate_target target)
     target_include_directories(${target}_editor_sources PRIVATE "${parse_includes}")
     target_compile_definitions(${target}_editor_sources PRIVATE "${definitions}")
     target_compile_options(${target}_editor_sources PRIVATE "$<TARGET_PROPERTY:${target},COMPILE_OPTIONS>")
+    # Linked as the target links the runtime, so Torch's directories are -isystem as in the target's own command.
+    target_link_libraries(${target}_editor_sources PRIVATE accelerate::runtime)
     set_target_properties(${target}_editor_sources PROPERTIES EXPORT_COMPILE_COMMANDS ON)
   endif()
   if(TARGET accelerate_torch_pch)
