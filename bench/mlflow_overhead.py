@@ -13,14 +13,13 @@ and batches, and prints both medians and their ratio (docs/benchmarks.md, "MLflo
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from mlflow_server import MlflowServer  # noqa: E402
 
 
 def main():
@@ -34,28 +33,13 @@ def main():
         [os.path.join(ROOT, "scripts", "bootstrap.sh"), "--print-mlflow-venv"], capture_output=True, text=True,
         check=True).stdout.strip(), "bin", "python")
     work = tempfile.mkdtemp(prefix="accelerate-bench-mlflow-")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    uri = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([python, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{work}/db",
-                               "--default-artifact-root", f"{work}/artifacts", "--host", "127.0.0.1", "--port",
-                               str(port), "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    server = MlflowServer(python, work)
+    uri = server.uri
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2):
-                    break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    sys.exit(f"mlflow server did not start on {uri}")
-                time.sleep(0.5)
         env = dict(os.environ, MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME="bench", OMP_NUM_THREADS="1")
         for title, stopped in (("server answering", False), ("server stopped (SIGSTOP)", True)):
             if stopped:
-                os.killpg(server.pid, signal.SIGSTOP)
+                server.signal(signal.SIGSTOP)
             print(f"== mlflow tracker, {title}", flush=True)
             done = subprocess.run([args.bench, "--runs", args.runs, "--steps", args.steps, "--log-with", "mlflow",
                                    "--project-dir", os.path.join(work, "runs", "stopped" if stopped else "live")],
@@ -66,11 +50,9 @@ def main():
             if done.returncode != 0:
                 sys.exit(f"{args.bench} exited {done.returncode}:\n{done.stderr}")
             if stopped:
-                os.killpg(server.pid, signal.SIGCONT)
+                server.signal(signal.SIGCONT)
     finally:
-        os.killpg(server.pid, signal.SIGCONT)
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        server.stop()
 
 
 if __name__ == "__main__":

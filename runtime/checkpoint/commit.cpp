@@ -28,11 +28,6 @@ int saves_started = 0;
 
 } // namespace
 
-std::string host_name() {
-  char name[256] = {};
-  return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("unknown host");
-}
-
 void count_save_for_kill_points() {
   ++saves_started;
 }

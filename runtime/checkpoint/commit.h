@@ -12,14 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "common/host_name.h"
+
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace accelerate::detail {
 
 struct AcceleratorState;
-
-/// This machine's name, for messages about filesystems that processes do not share.
-std::string host_name();
 
 // ---- The test-only kill hook ------------------------------------------------------------------------------
 

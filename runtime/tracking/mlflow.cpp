@@ -15,6 +15,7 @@
 // the server is away leaves the file, and the next start of a run in that directory sends it first. The run
 // is created when the first value is sent, so a `load_state` between init_trackers and the first log
 // continues the checkpoint's run (its id is the tracker's checkpoint_state) rather than starting a new one.
+#include "common/host_name.h"
 #include "tracking/record_file.h"
 #include "tracking/registry.h"
 
@@ -309,9 +310,7 @@ std::string host_user() {
 
 /// A mark no other start of a tracker shares: host, process and time.
 std::string start_token() {
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  return std::string(host) + ":" + std::to_string(::getpid()) + ":" +
+  return host_name() + ":" + std::to_string(::getpid()) + ":" +
          std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
 }
 

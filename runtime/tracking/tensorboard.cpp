@@ -18,6 +18,7 @@
 // bundle their own protobuf, and this unit stays free of both (test/tracking reads the files back with
 // TensorBoard's own reader).
 #include "common/durable_file.h"
+#include "common/host_name.h"
 #include "tracking/record_file.h"
 #include "tracking/registry.h"
 
@@ -154,14 +155,6 @@ std::string table_cell(const std::string& text) {
     }
   }
   return cell;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
-    return "localhost";
-  }
-  return name;
 }
 
 /// Writes `project_dir/project_name/events.out.tfevents.<seconds>.<host>.<pid>.<n>`, the name PyTorch's

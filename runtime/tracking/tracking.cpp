@@ -152,6 +152,15 @@ template <typename Call> void for_each_tracker(TrackingState& tracking, const ch
   }
 }
 
+/// Hands each started tracker the state `load_state` read for it (`tracking.loaded_states`).
+void hand_back_loaded_states(TrackingState& tracking) {
+  for_each_tracker(tracking, "load_checkpoint_state", [&](Tracker& tracker, const std::string& name) {
+    if (auto loaded = tracking.loaded_states.find(name); loaded != tracking.loaded_states.end()) {
+      tracker.load_checkpoint_state(loaded->second);
+    }
+  });
+}
+
 } // namespace
 } // namespace detail
 
@@ -187,11 +196,7 @@ void load_tracker_checkpoint_states(AcceleratorState& state,
                                     const std::map<std::string, std::string>& states) {
   auto& tracking = tracking_of(state);
   tracking.loaded_states = states;
-  for_each_tracker(tracking, "load_checkpoint_state", [&](Tracker& tracker, const std::string& name) {
-    if (auto loaded = states.find(name); loaded != states.end()) {
-      tracker.load_checkpoint_state(loaded->second);
-    }
-  });
+  hand_back_loaded_states(tracking);
 }
 
 } // namespace detail
@@ -253,11 +258,7 @@ void Accelerator::init_trackers(const std::string& project_name, const LogValues
     return;
   }
   // A load_state before init_trackers: each tracker continues what the checkpoint recorded for it.
-  detail::for_each_tracker(tracking, "load_checkpoint_state", [&](Tracker& tracker, const std::string& name) {
-    if (auto loaded = tracking.loaded_states.find(name); loaded != tracking.loaded_states.end()) {
-      tracker.load_checkpoint_state(loaded->second);
-    }
-  });
+  detail::hand_back_loaded_states(tracking);
   const auto values = detail::read_values(tracking, config, "init_trackers");
   detail::for_each_tracker(tracking, "store_init_configuration", [&](Tracker& tracker, const std::string&) {
     tracker.store_init_configuration(values);

@@ -29,68 +29,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts"))
+from mlflow_server import MlflowServer, free_port  # noqa: E402
 from tracking_test import Failure, check, logged  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`mlflow server` on loopback with a sqlite store, in its own process group."""
-
-    def __init__(self, python, work):
-        self.python, self.work = python, work
-        self.port = free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(work, "server.log"), "w")
-        self.process = subprocess.Popen(
-            [python, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{work}/mlflow.db",
-             "--default-artifact-root", f"{work}/artifacts", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            check(self.process.poll() is None, f"mlflow server exited {self.process.returncode}:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise Failure(f"mlflow server did not answer on {self.uri}/health within 180 s:\n{self.tail()}")
-
-    def tail(self):
-        self.log.flush()
-        with open(os.path.join(self.work, "server.log")) as text:
-            return text.read()[-3000:]
-
-    def signal(self, number):
-        os.killpg(self.process.pid, number)
-
-    def stop(self):
-        try:
-            self.signal(signal.SIGCONT)
-            self.signal(signal.SIGTERM)
-            self.process.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                self.signal(signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 class Harness:
@@ -352,9 +301,11 @@ def main():
     names = args.scenarios or list(SCENARIOS)
     server = None
     try:
-        started = time.time()
-        server = Server(args.mlflow_python, args.work)
-        print(f"mlflow server answered on {server.uri} after {time.time() - started:.1f} s")
+        try:
+            server = MlflowServer(args.mlflow_python, args.work)
+        except RuntimeError as error:
+            raise Failure(str(error))
+        print(f"mlflow server answered on {server.uri} after {server.start_seconds:.1f} s")
         harness = Harness(args, server)
         for name in names:
             started = time.time()

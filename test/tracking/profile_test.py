@@ -13,7 +13,7 @@ Scenarios (each one ctest test, see CMakeLists.txt):
                  repeat, on_trace_ready sees each cycle and the file written at the end holds the last one
                  (Accelerate's export after PyTorch's cycles); without a schedule every step is recorded and no
                  step is marked; an empty output_trace_dir writes no file.
-  rewritten      a plain loop built by accelerate_target(... PROFILE) (profile_plain.cpp), run on 2 processes with
+  rewritten      a plain loop built by accelerate_target(... PROFILE) (plain_loop.cpp), run on 2 processes with
                  ACCEL_PROFILE_SCHEDULE and ACCEL_PROFILE_DIR: each process's trace holds the schedule's active steps.
   bad-settings   a schedule that is not one (from the variable: at construction; from ProfileKwargs), an unknown
                  activity, a trace directory that cannot be made: each refused with the bad value and the fix; a

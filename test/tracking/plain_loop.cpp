@@ -1,7 +1,9 @@
-// A plain single-device training loop, built by accelerate_target(... PROFILE): the rewrite runs it under
-// accelerator.profile(), stepped after each optimizer step and stopped after the loop (the profile pass).
-// profile_test.py's `rewritten` scenario runs it on 2 processes with ACCEL_PROFILE_SCHEDULE and
-// ACCEL_PROFILE_DIR and reads each process's trace.
+// A plain single-device training loop that prints its loss at every step, the input of two
+// accelerate_target() builds in test/tracking: with PROFILE (profile_plain: the rewrite runs it under
+// accelerator.profile(), stepped after each optimizer step; profile_test.py's `rewritten` scenario reads each
+// process's trace) and with LOG_WITH mlflow (mlflow_plain: the tracking pass logs the printed loss;
+// mlflow_test.py's `rewritten` scenario reads the run back from a real MLflow server). Both run it on 2
+// processes.
 #include <torch/torch.h>
 
 #include <iostream>
@@ -24,11 +26,14 @@ int main() {
   auto model = torch::nn::Sequential(torch::nn::Linear(1, 16), torch::nn::ReLU(), torch::nn::Linear(16, 1));
   torch::optim::SGD optimizer(model->parameters(), 0.05);
   auto loader = torch::data::make_data_loader(Lines().map(torch::data::transforms::Stack<>()), 4);
+  int step = 0;
   for (auto& batch : *loader) {
     optimizer.zero_grad();
     auto loss = torch::mse_loss(model->forward(batch.data), batch.target);
     loss.backward();
     optimizer.step();
+    std::cout << "step " << step << " loss " << loss.item<double>() << std::endl;
+    ++step;
   }
   std::cout << "done" << std::endl;
   return 0;
