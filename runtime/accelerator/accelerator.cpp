@@ -54,6 +54,12 @@ namespace {
 
 std::atomic<Accelerator*> current_accelerator{nullptr};
 
+/// True while a loader this accelerator prepared is alive: with more than one process, each reads its share.
+bool shards_data(const detail::LoaderRegistry& loaders) {
+  return std::any_of(loaders.cores.begin(), loaders.cores.end(),
+                     [](const auto& core) { return !core.expired(); });
+}
+
 /// The process's shared state while some Accelerator holds it.
 std::mutex process_state_mutex;
 std::weak_ptr<detail::ProcessState> process_state;
@@ -395,6 +401,9 @@ Optimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer
   prepared->num_processes = num_processes();
   prepared->engine = state_->engine;
   prepared->clip_norm = state_->config.gradient_clipping;
+  for (const auto& group : prepared->optimizer->param_groups()) {
+    state_->training->reach.add_optimizer_parameters(group.params());
+  }
   state_->engine->optimizer_sharding().prepare_optimizer(*prepared);
   state_->precision->attach(prepared);
   state_->optimizers.push_back(prepared);
@@ -461,6 +470,11 @@ void Accelerator::backward(const torch::Tensor& loss, const torch::Tensor& gradi
         armed.push_back(model);
       }
     }
+  } else if (!grouped && state_->process_group && shards_data(*state_->loaders)) {
+    // No prepared model synchronises, yet each process reads its own share: whatever this loss trains
+    // would drift apart across the processes (a model the rewrite could not prepare, or one prepared by hand
+    // and forgotten).
+    training.reach.refuse_unsynchronised_training(loss);
   }
   auto differentiated = state_->precision->before_backward(loss);
   training.tracker->inside_accelerator_backward.store(true);

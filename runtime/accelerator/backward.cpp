@@ -50,38 +50,64 @@ void ReachAnalysis::add(PreparedModel* model) {
 
 void ReachAnalysis::clear() {
   models_.clear();
+  stepped_by_prepared_optimizer_.clear();
   owner_of_.clear();
   frozen_at_prepare_.clear();
   foreign_leaves_seen_.clear();
 }
 
-std::vector<PreparedModel*> ReachAnalysis::reached_by(const torch::Tensor& loss,
-                                                      bool find_unused_parameters) {
-  std::vector<size_t> reached_parameters(models_.size(), 0);
-  std::vector<std::pair<const torch::Tensor*, const torch::autograd::Node*>> foreign;
-  if (loss.grad_fn()) {
-    // Each node to visit with the node whose edge led to it.
-    std::vector<std::pair<torch::autograd::Node*, torch::autograd::Node*>> pending{
-        {loss.grad_fn().get(), nullptr}};
-    std::unordered_set<torch::autograd::Node*> seen{loss.grad_fn().get()};
-    while (!pending.empty()) {
-      auto [node, consumer] = pending.back();
-      pending.pop_back();
-      if (auto* leaf = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
-        if (auto it = owner_of_.find(leaf->variable.unsafeGetTensorImpl()); it != owner_of_.end()) {
-          ++reached_parameters[it->second];
-        } else {
-          foreign.emplace_back(&leaf->variable, consumer);
-        }
-        continue;
+void ReachAnalysis::add_optimizer_parameters(const std::vector<torch::Tensor>& parameters) {
+  for (const auto& parameter : parameters) {
+    stepped_by_prepared_optimizer_.insert(parameter.unsafeGetTensorImpl());
+  }
+}
+
+void ReachAnalysis::walk(
+    const torch::Tensor& loss, std::vector<size_t>& reached_parameters,
+    std::vector<std::pair<const torch::Tensor*, const torch::autograd::Node*>>& foreign) const {
+  reached_parameters.assign(models_.size(), 0);
+  if (!loss.grad_fn()) {
+    return;
+  }
+  // Each node to visit with the node whose edge led to it.
+  std::vector<std::pair<torch::autograd::Node*, torch::autograd::Node*>> pending{{loss.grad_fn().get(), nullptr}};
+  std::unordered_set<torch::autograd::Node*> seen{loss.grad_fn().get()};
+  while (!pending.empty()) {
+    auto [node, consumer] = pending.back();
+    pending.pop_back();
+    if (auto* leaf = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
+      if (auto it = owner_of_.find(leaf->variable.unsafeGetTensorImpl()); it != owner_of_.end()) {
+        ++reached_parameters[it->second];
+      } else {
+        foreign.emplace_back(&leaf->variable, consumer);
       }
-      for (const auto& edge : node->next_edges()) {
-        if (edge.function && seen.insert(edge.function.get()).second) {
-          pending.emplace_back(edge.function.get(), node);
-        }
+      continue;
+    }
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function && seen.insert(edge.function.get()).second) {
+        pending.emplace_back(edge.function.get(), node);
       }
     }
   }
+}
+
+void ReachAnalysis::refuse_unsynchronised_training(const torch::Tensor& loss) {
+  if (allow_unprepared_parameters_) {
+    return;
+  }
+  std::vector<size_t> reached_parameters;
+  std::vector<std::pair<const torch::Tensor*, const torch::autograd::Node*>> foreign;
+  walk(loss, reached_parameters, foreign);
+  if (!foreign.empty()) {
+    refuse_unprepared_parameters(foreign);
+  }
+}
+
+std::vector<PreparedModel*> ReachAnalysis::reached_by(const torch::Tensor& loss,
+                                                      bool find_unused_parameters) {
+  std::vector<size_t> reached_parameters;
+  std::vector<std::pair<const torch::Tensor*, const torch::autograd::Node*>> foreign;
+  walk(loss, reached_parameters, foreign);
   if (!foreign.empty() && !allow_unprepared_parameters_) {
     refuse_unprepared_parameters(foreign);
   }
@@ -112,7 +138,9 @@ void ReachAnalysis::refuse_unprepared_parameters(
     const auto* impl = entry.first->unsafeGetTensorImpl();
     const bool frozen = frozen_at_prepare_.count(impl) > 0;
     const auto seen = foreign_leaves_seen_.find(impl);
-    if (frozen || (seen != foreign_leaves_seen_.end() && !seen->second.expired())) {
+    // A tensor a prepared optimizer steps is a parameter from the first backward on.
+    if (frozen || stepped_by_prepared_optimizer_.count(impl) > 0 ||
+        (seen != foreign_leaves_seen_.end() && !seen->second.expired())) {
       if (first == nullptr) {
         first = &entry;
         first_was_frozen = frozen;
@@ -135,7 +163,11 @@ void ReachAnalysis::refuse_unprepared_parameters(
                  "of it would drift apart. Make it trainable before accelerator.prepare(model) (to freeze "
                  "parameters after prepare, set AcceleratorOptions().find_unused_parameters(true))";
     } else {
-      message << ", that is a parameter of no prepared model: its gradients are not synchronised across "
+      message << ", that is a parameter of no prepared model"
+              << (stepped_by_prepared_optimizer_.count(tensor.unsafeGetTensorImpl()) > 0
+                      ? " (a prepared optimizer steps it)"
+                      : "")
+              << ": its gradients are not synchronised across "
                  "processes, so the processes' copies of it would drift apart. Prepare the model that owns "
                  "it with accelerator.prepare(model) (preparing only the optimizer that trains it does not "
                  "synchronise its gradients)";

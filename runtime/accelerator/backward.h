@@ -34,8 +34,21 @@ public:
   /// The models whose parameters `loss` reaches, in preparation order. Throws std::logic_error, before
   /// anything is armed or differentiated, on partial reach or an unprepared parameter.
   std::vector<PreparedModel*> reached_by(const torch::Tensor& loss, bool find_unused_parameters);
+  /// Records the parameters a prepared optimizer steps (before any sharding replaces them).
+  void add_optimizer_parameters(const std::vector<torch::Tensor>& parameters);
+  /// For a job with more than one process whose data a prepared loader shards but whose loss reaches no
+  /// model that synchronises (none was prepared, or the prepared ones do not take part): throws
+  /// std::logic_error, before anything is differentiated, when the loss reaches a trained parameter of no
+  /// prepared model. Such a parameter is known at the first backward when a prepared optimizer steps it, else
+  /// at the second (see the class). Each process would otherwise train its share alone, unsynchronised.
+  void refuse_unsynchronised_training(const torch::Tensor& loss);
 
 private:
+  /// Walks `loss`'s graph: counts, per prepared model, the parameters it reaches, and lists the leaves no
+  /// prepared model owns, each with the node that consumes it.
+  void walk(const torch::Tensor& loss, std::vector<size_t>& reached_parameters,
+            std::vector<std::pair<const torch::Tensor*, const torch::autograd::Node*>>& foreign) const;
+
   /// Throws when one of this call's leaves that no prepared model owns is a parameter (see the class), else
   /// remembers them for the next calls. `foreign`: each leaf with the node that consumes it.
   void refuse_unprepared_parameters(
@@ -45,6 +58,8 @@ private:
   std::unordered_map<const void*, size_t> owner_of_;
   /// Parameters of prepared models that did not require grad at prepare: owned, but never synchronised.
   std::unordered_set<const void*> frozen_at_prepare_;
+  /// Parameters prepared optimizers step, as they were when each optimizer was prepared.
+  std::unordered_set<const void*> stepped_by_prepared_optimizer_;
   bool allow_unprepared_parameters_ = false;
   /// Leaves no prepared model owns, from earlier backward calls. Held weakly: a per-step tensor expires when
   /// its step's graph goes (and is forgotten at the next call), and while it is held its address cannot be

@@ -438,16 +438,18 @@ TEST(DDP, AParameterOfAnUnpreparedModelIsRefusedBeforeBackward) {
   accelerate::Accelerator accelerator(test_options());
   ASSERT_GE(accelerator.num_processes(), 2) << "run this test under accel launch with at least 2 processes";
   HalfPreparedLoop loop(accelerator);
-  // A first sighting of a leaf cannot tell a parameter from a per-step input: the first step runs.
-  loop.step(0);
+  // The prepared optimizer steps `side`'s weight, so it is a parameter from the first step on (without such
+  // an optimizer, a first sighting of a leaf cannot tell a parameter from a per-step input: see
+  // AModelNoOnePreparedIsRefusedWhenALoaderShardsTheData).
   try {
-    loop.step(1);
+    loop.step(0);
     FAIL() << "a loss that reaches a parameter of no prepared model must throw";
   } catch (const std::logic_error& error) {
     const std::string message = error.what();
     for (const char* part :
-         {"accelerate: ", "shape [1, 8]", "dtype float64", "TBackward0", "not synchronised", "drift apart",
-          "accelerator.prepare(model)", "ACCELERATE_ALLOW_UNPREPARED_PARAMETERS=1"}) {
+         {"accelerate: ", "shape [1, 8]", "dtype float64", "TBackward0", "(a prepared optimizer steps it)",
+          "not synchronised", "drift apart", "accelerator.prepare(model)",
+          "ACCELERATE_ALLOW_UNPREPARED_PARAMETERS=1"}) {
       EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' is missing from: " << message;
     }
   }
@@ -996,6 +998,63 @@ std::vector<int64_t> range_of(int64_t begin, int64_t count) {
   std::vector<int64_t> values(static_cast<size_t>(count));
   std::iota(values.begin(), values.end(), begin);
   return values;
+}
+
+/// The bypass the check exists for: a loop whose model nobody prepared (a rewrite that could not see it, or
+/// a loop converted by hand), whose loader is prepared, so each process reads its own share. Without a
+/// prepared model no strategy arms anything, yet each process would train its share alone.
+TEST(DDP, AModelNoOnePreparedIsRefusedWhenALoaderShardsTheData) {
+  accelerate_test::set_intra_op_threads();
+  ASSERT_EQ(std::getenv("ACCELERATE_ALLOW_UNPREPARED_PARAMETERS"), nullptr);
+  accelerate::Accelerator accelerator(test_options());
+  ASSERT_GE(accelerator.num_processes(), 2) << "run this test under accel launch with at least 2 processes";
+  auto step_of = [&](const std::shared_ptr<Mlp>& model, torch::optim::Optimizer& optimizer, int index) {
+    auto [x, y] = global_batch(index, kPerRankBatch);
+    optimizer.zero_grad();
+    accelerator.backward(torch::mse_loss(model->forward(x), y));
+    optimizer.step();
+  };
+  auto expect_refusal = [](const std::logic_error& error, const char* extra) {
+    const std::string message = error.what();
+    for (const char* part : {"parameter of no prepared model", "drift apart", "accelerator.prepare(model)", extra}) {
+      EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' is missing from: " << message;
+    }
+  };
+  {
+    // No loader is prepared: every process reads the same data, so an unprepared model trains alike on all.
+    auto model = make_model(7);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    for (int step = 0; step < 3; ++step) {
+      EXPECT_NO_THROW(step_of(model, optimizer, step));
+    }
+  }
+  auto loader = accelerator.prepare_data_loader(IndexDataset(16).map(torch::data::transforms::Stack<>()),
+                                                accelerate::DataLoaderOptions(8).shuffle(false));
+  {
+    // A libtorch optimizer: the first step cannot tell its parameters from per-step inputs, the second can.
+    auto model = make_model(7);
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    step_of(model, optimizer, 0);
+    try {
+      step_of(model, optimizer, 1);
+      FAIL() << "an unprepared model trained on sharded data must be refused";
+    } catch (const std::logic_error& error) {
+      expect_refusal(error, "shape [");
+    }
+  }
+  {
+    // A prepared optimizer over an unprepared model: refused at the first step, before any gradient.
+    auto model = make_model(7);
+    auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));
+    try {
+      step_of(model, optimizer, 0);
+      FAIL() << "an unprepared model a prepared optimizer steps must be refused at the first step";
+    } catch (const std::logic_error& error) {
+      expect_refusal(error, "(a prepared optimizer steps it)");
+    }
+    EXPECT_FALSE(model->fc1->weight.grad().defined());
+  }
+  accelerator.wait_for_everyone(); // every rank threw at the same steps and is still in step with the others
 }
 
 TEST(DDP, SplitBatchesGivesEachProcessItsShareOfTheGlobalBatch) {
