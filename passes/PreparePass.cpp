@@ -34,6 +34,15 @@ std::string sourceText(clang::SourceRange Range, const MatchFinder::MatchResult&
   return sourceText(clang::CharSourceRange::getTokenRange(Range), Result);
 }
 
+/// The arguments between a construction's parentheses or braces, as written (empty when it has none).
+clang::SourceRange argumentsInside(clang::SourceRange ParensOrBraces, const clang::SourceManager& SM,
+                                   const clang::LangOptions& Options) {
+  if (ParensOrBraces.isInvalid())
+    return {};
+  clang::SourceLocation Begin = clang::Lexer::getLocForEndOfToken(ParensOrBraces.getBegin(), 0, SM, Options);
+  return {Begin, ParensOrBraces.getEnd()};
+}
+
 /// A variable that holds the object itself (not a pointer or a reference).
 AST_MATCHER(clang::VarDecl, holdsObject) {
   clang::QualType Type = Node.getType();
@@ -151,6 +160,89 @@ EditGenerator prepareModels() {
   };
 }
 
+AST_MATCHER(clang::DeclStmt, isSplitPreparedDeclarationMatcher) {
+  return isSplitPreparedDeclaration(Node, Finder->getASTContext());
+}
+
+/// Several optimizers or schedulers declared in one statement, outside macros, in training code.
+StatementMatcher severalDeclarations() {
+  return declStmt(unless(hasSingleDecl(anything())),
+                  has(varDecl(hasType(qualType(anyOf(isOptimizerType(), isSchedulerType()))))),
+                  unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
+      .bind(StatementId);
+}
+
+/// The split of severalDeclarations(): for each declarator in order, the models it trains that nothing
+/// before it in the function trains are prepared, then `auto name = accelerator.prepare(T(args));`, each on
+/// a line of its own indented like the statement.
+Stencil splitPreparedDeclarations() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Statement = Result.Nodes.getNodeAs<clang::DeclStmt>(StatementId);
+    clang::ASTContext& Context = *Result.Context;
+    const clang::SourceManager& SM = *Result.SourceManager;
+    const clang::FunctionDecl* Function = enclosingFunction(*Statement, Context);
+    std::vector<const clang::ValueDecl*> Prepared;
+    for (const clang::Expr* Construction : optimizerConstructions(Context))
+      if (enclosingFunction(*Construction, Context) == Function &&
+          SM.isBeforeInTranslationUnit(Construction->getBeginLoc(), Statement->getBeginLoc()))
+        for (const clang::Expr* Model : modelsTrainedBy(*Construction, Context))
+          Prepared.push_back(namedDeclaration(Model));
+    // The statement's indentation, when nothing precedes it on its line.
+    std::string Separator = " ";
+    {
+      clang::SourceLocation Begin = SM.getExpansionLoc(Statement->getBeginLoc());
+      llvm::StringRef Buffer = SM.getBufferData(SM.getFileID(Begin));
+      unsigned Offset = SM.getFileOffset(Begin);
+      size_t LineStart = Buffer.rfind('\n', Offset);
+      LineStart = LineStart == llvm::StringRef::npos ? 0 : LineStart + 1;
+      llvm::StringRef Prefix = Buffer.slice(LineStart, Offset);
+      if (Prefix.trim().empty())
+        Separator = "\n" + Prefix.str();
+    }
+    const auto* First = llvm::cast<clang::VarDecl>(*Statement->decl_begin());
+    std::string Type =
+        sourceText(First->getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc().getSourceRange(), Result);
+    std::vector<std::string> Lines;
+    for (const clang::Decl* Declaration : Statement->decls()) {
+      const auto* Variable = llvm::cast<clang::VarDecl>(Declaration);
+      const auto* Construct = llvm::cast<clang::CXXConstructExpr>(Variable->getInit()->IgnoreImplicit());
+      for (const clang::Expr* Model : modelsTrainedBy(*Construct, Context)) {
+        if (llvm::is_contained(Prepared, namedDeclaration(Model)))
+          continue;
+        Prepared.push_back(namedDeclaration(Model));
+        std::string Name = sourceText(Model->getSourceRange(), Result);
+        if (Model->getType()->isPointerType())
+          Name = "*" + Name;
+        Lines.push_back("accelerator.prepare(" + Name + ");");
+      }
+      std::string Arguments = sourceText(clang::CharSourceRange::getCharRange(argumentsInside(
+                                             Construct->getParenOrBraceRange(), SM, Context.getLangOpts())),
+                                         Result);
+      Lines.push_back("auto " + Variable->getNameAsString() + " = accelerator.prepare(" + Type + "(" +
+                      Arguments + "));");
+    }
+    return llvm::join(Lines, Separator);
+  });
+}
+
+/// Why a declaration of several optimizers cannot be split.
+Stencil severalDeclarationsWarning() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Statement = Result.Nodes.getNodeAs<clang::DeclStmt>(StatementId);
+    std::string Why;
+    isSplitPreparedDeclaration(*Statement, *Result.Context, &Why);
+    std::vector<std::string> Names;
+    for (const clang::Decl* Declaration : Statement->decls())
+      Names.push_back("'" + llvm::cast<clang::NamedDecl>(Declaration)->getNameAsString() + "'");
+    return "optimizers " + llvm::join(Names, ", ") +
+           " not prepared: they are declared in one statement, which the rewrite splits only when each one "
+           "can be prepared, and " +
+           (Why.empty() ? std::string("one cannot") : Why) +
+           "; declare each on its own line and prepare its model and it with accelerator.prepare(...) by "
+           "hand";
+  });
+}
+
 AST_MATCHER(clang::Decl, isInTrainingFileDecl) {
   return mainFileTrains(Finder->getASTContext());
 }
@@ -185,7 +277,8 @@ AST_MATCHER(clang::VarDecl, isPreparedOptimizerObject) {
     return false;
   for (const clang::DynTypedNode& Parent : Context.getParents(Node))
     if (const auto* Declaration = Parent.get<clang::DeclStmt>())
-      return !match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+      return isSplitPreparedDeclaration(*Declaration, Context) ||
+             !match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
                              declStmt(declarationOf(isOptimizerType()),
                                       hasSingleDecl(varDecl(trainsSomeModel())))),
                     *Declaration, Context)
@@ -293,15 +386,6 @@ Stencil unrewrittenMemberWarning() {
 
 clang::CharSourceRange tokenRange(clang::SourceRange Range) {
   return clang::CharSourceRange::getTokenRange(Range);
-}
-
-/// The arguments between a construction's parentheses or braces, as written (empty when it has none).
-clang::SourceRange argumentsInside(clang::SourceRange ParensOrBraces, const clang::SourceManager& SM,
-                                   const clang::LangOptions& Options) {
-  if (ParensOrBraces.isInvalid())
-    return {};
-  clang::SourceLocation Begin = clang::Lexer::getLocForEndOfToken(ParensOrBraces.getBegin(), 0, SM, Options);
-  return {Begin, ParensOrBraces.getEnd()};
 }
 
 /// `T(args)` for the optimizer a member's build site makes, with each model in `Inline` written as its
@@ -443,6 +527,10 @@ EditGenerator prepareMember() {
     }
     for (const clang::CXXDeleteExpr* Delete : Member.Deletes)
       Change(rangeRemovingStatement(*Delete, Context), "");
+    // A null pointer becomes the empty optional: `opt{}` stays, `opt = nullptr` / `opt_(nullptr)` say so.
+    for (const auto& [Range, Text] : Member.NullInitialisers)
+      if (sourceText(tokenRange(Range), Result) != Text)
+        Change(tokenRange(Range), Text);
     return Edits;
   };
 }
@@ -608,7 +696,8 @@ StatementMatcher preparedDeclaration() {
 }
 
 StatementMatcher prepareUsesAccelerator() {
-  return stmt(anyOf(preparedDeclaration(), preparedAssignment(), preparedMemberBuild()));
+  return stmt(anyOf(preparedDeclaration(), preparedAssignment(), preparedMemberBuild(),
+                    declStmt(severalDeclarations(), isSplitPreparedDeclarationMatcher())));
 }
 
 PassRule preparePass() {
@@ -631,6 +720,18 @@ PassRule preparePass() {
                                               isInTrainingFile(), isFirstUseOfUnrewrittenOptimizerMember())
                                        .bind("use")),
           noopEdit(node("use")), unrewrittenMemberWarning()),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   declStmt(severalDeclarations(), isSplitPreparedDeclarationMatcher())),
+          changeTo(statementWithSemicolon(StatementId), splitPreparedDeclarations()),
+          cat("the optimizers and schedulers declared together are declared one by one, each made with "
+              "accelerator.prepare() (an accelerate::Optimizer or accelerate::Scheduler with the same "
+              "step(), zero_grad() and `->`); the models each optimizer trains are prepared right before "
+              "it, in place: moved to accelerator.device(), their parameters broadcast from the main "
+              "process, their gradients synchronised across processes")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        declStmt(severalDeclarations(), unless(isSplitPreparedDeclarationMatcher()))),
+               noopEdit(node(StatementId)), severalDeclarationsWarning()),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, OptimizerWithModel),
           flatten(prepareModels(), changeTo(statementWithSemicolon(StatementId), preparedDeclarationText())),

@@ -417,6 +417,52 @@ const clang::Stmt* optimizerAssignment(const clang::Expr& Construction, clang::A
   return isBlockStatement(*Assignment, Context) ? Assignment : nullptr;
 }
 
+bool isSplitPreparedDeclaration(const clang::DeclStmt& Statement, clang::ASTContext& Context,
+                                std::string* Why) {
+  if (Statement.isSingleDecl())
+    return false;
+  auto Refuse = [&](const clang::NamedDecl& Declarator, llvm::StringRef Reason) {
+    if (Why)
+      *Why = "'" + Declarator.getNameAsString() + "' " + Reason.str();
+    return false;
+  };
+  bool Any = false;
+  for (const clang::Decl* Declaration : Statement.decls()) {
+    const auto* Variable = llvm::dyn_cast<clang::VarDecl>(Declaration);
+    if (!Variable)
+      return false;
+    clang::QualType Type = Variable->getType();
+    const bool Optimizer = !match(qualType(isOptimizerTypeImpl()), Type, Context).empty();
+    const bool Scheduler = !Optimizer && !match(qualType(isSchedulerTypeImpl()), Type, Context).empty();
+    if (!Optimizer && !Scheduler)
+      continue; // Another declarator of the same statement (`T a(...), *p = &a;` is not made here).
+    Any = true;
+    if (Type->isReferenceType() || Type->isPointerType() || !Type->getAsCXXRecordDecl())
+      return Refuse(*Variable, "is a pointer or a reference");
+    if (!Variable->hasLocalStorage() || Variable->isStaticLocal())
+      return Refuse(*Variable, "is not a local variable");
+    const auto* Construct = llvm::dyn_cast_or_null<clang::CXXConstructExpr>(
+        Variable->getInit() ? Variable->getInit()->IgnoreImplicit() : nullptr);
+    if (!Construct || Construct->getConstructor()->isCopyOrMoveConstructor() ||
+        Construct->getParenOrBraceRange().isInvalid() || Variable->getInitStyle() == clang::VarDecl::CInit)
+      return Refuse(*Variable, "is not constructed in place with its arguments (`T name(args)`)");
+    if (Optimizer && modelsTrainedBy(*Construct, Context).empty())
+      return Refuse(*Variable,
+                    "takes no model's parameters() (loose tensors, or a vector built elsewhere), so "
+                    "no model is known whose gradients to synchronise");
+  }
+  if (!Any)
+    return false;
+  // Each declarator is an optimizer or a scheduler: anything else would change type with the split.
+  for (const clang::Decl* Declaration : Statement.decls()) {
+    const auto* Variable = llvm::cast<clang::VarDecl>(Declaration);
+    if (match(qualType(anyOf(isOptimizerTypeImpl(), isSchedulerTypeImpl())), Variable->getType(), Context)
+            .empty())
+      return Refuse(*Variable, "is declared with them and is neither an optimizer nor a scheduler");
+  }
+  return true;
+}
+
 bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& Context) {
   if (optimizerAssignment(Construction, Context) || preparedMemberBuiltBy(Construction, Context))
     return true;
@@ -429,6 +475,11 @@ bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& 
   const auto* Variable = Parents.empty() ? nullptr : Parents[0].get<clang::VarDecl>();
   if (!Variable)
     return false;
+  // Declared with others in one statement: prepared only when the pass splits it.
+  for (const clang::DynTypedNode& Parent : Context.getParents(*Variable))
+    if (const auto* Statement = Parent.get<clang::DeclStmt>())
+      if (!Statement->isSingleDecl() && !isSplitPreparedDeclaration(*Statement, Context))
+        return false;
   return Variable->hasLocalStorage() || mainFunctionOfMainFile(Context);
 }
 
@@ -504,6 +555,27 @@ std::optional<MemberOptimizerBuild> buildSite(const clang::Expr* Value, bool ByV
   return std::nullopt;
 }
 
+/// True when `E` initialises a pointer or smart pointer to null: `{}`, `{nullptr}`, `nullptr`, `NULL`, `0`.
+bool isNullInitialiser(const clang::Expr* E, clang::ASTContext& Context) {
+  if (!E)
+    return false;
+  E = E->IgnoreImplicit()->IgnoreParens();
+  if (const auto* List = llvm::dyn_cast<clang::InitListExpr>(E))
+    return List->getNumInits() == 0 ||
+           (List->getNumInits() == 1 && isNullInitialiser(List->getInit(0), Context));
+  if (llvm::isa<clang::ImplicitValueInitExpr>(E))
+    return true;
+  if (const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(E)) {
+    if (Construct->getNumArgs() == 0)
+      return true;
+    return Construct->getNumArgs() == 1 && !Construct->getConstructor()->isCopyOrMoveConstructor() &&
+           isNullInitialiser(Construct->getArg(0), Context);
+  }
+  return !E->isValueDependent() &&
+         E->isNullPointerConstant(Context, clang::Expr::NPC_ValueDependentIsNotNull) !=
+             clang::Expr::NPCK_NotNull;
+}
+
 /// Line `Where` is on, for messages.
 unsigned lineOf(clang::SourceLocation Where, const clang::SourceManager& SM) {
   return SM.getSpellingLineNumber(SM.getExpansionLoc(Where));
@@ -536,11 +608,38 @@ bool isUsedAsLibtorchOptimizer(const clang::Expr& E, clang::ASTContext& Context)
   }
   if (Parents.empty())
     return false;
+  // The parameter `E` is passed for (the parent map may hide the implicit cast to the base class when the
+  // caller's traversal ignores implicit nodes): a `torch::optim::Optimizer&`.
+  auto TakesLibtorchOptimizer = [&](const clang::FunctionDecl* Callee,
+                                    llvm::ArrayRef<const clang::Expr*> Args, unsigned Shift) {
+    if (!Callee)
+      return false;
+    for (unsigned I = 0; I < Args.size(); ++I) {
+      if (Args[I]->IgnoreImplicit()->IgnoreParens() != E.IgnoreParens() || I < Shift ||
+          I - Shift >= Callee->getNumParams())
+        continue;
+      clang::QualType Type = Callee->getParamDecl(I - Shift)->getType();
+      const clang::CXXRecordDecl* Record =
+          Type->isLValueReferenceType() ? Type.getNonReferenceType()->getAsCXXRecordDecl() : nullptr;
+      if (Record && Record->getQualifiedNameAsString() == "torch::optim::Optimizer")
+        return true;
+    }
+    return false;
+  };
+  if (const auto* Construct = Parents[0].get<clang::CXXConstructExpr>())
+    return TakesLibtorchOptimizer(Construct->getConstructor(),
+                                  llvm::ArrayRef(Construct->getArgs(), Construct->getNumArgs()), 0);
   if (const auto* Call = Parents[0].get<clang::CallExpr>()) {
     const clang::FunctionDecl* Callee = Call->getDirectCallee();
     std::string Name = Callee ? Callee->getQualifiedNameAsString() : "";
-    return (Name == "torch::save" || Name == "torch::load") && Call->getNumArgs() > 0 &&
-           Call->getArg(0)->IgnoreImplicit()->IgnoreParens() == E.IgnoreParens();
+    if ((Name == "torch::save" || Name == "torch::load") && Call->getNumArgs() > 0 &&
+        Call->getArg(0)->IgnoreImplicit()->IgnoreParens() == E.IgnoreParens())
+      return true;
+    const unsigned Shift =
+        llvm::isa<clang::CXXOperatorCallExpr>(Call) && llvm::isa_and_nonnull<clang::CXXMethodDecl>(Callee)
+            ? 1
+            : 0;
+    return TakesLibtorchOptimizer(Callee, llvm::ArrayRef(Call->getArgs(), Call->getNumArgs()), Shift);
   }
   return false;
 }
@@ -595,7 +694,12 @@ MemberOptimizer analyseMemberOptimizer(const clang::FieldDecl& Field, clang::AST
     return true;
   };
   bool InitialisedWhereDeclared = false;
-  if (const clang::Expr* Initializer = Field.getInClassInitializer()) {
+  if (const clang::Expr* Initializer = Field.getInClassInitializer();
+      Initializer && !ByValue && isNullInitialiser(Initializer, Context)) {
+    // `torch::optim::Adam* opt{};` / `= nullptr;`: built later.
+    const bool Braced = Field.getInClassInitStyle() == clang::ICIS_ListInit;
+    Result.NullInitialisers.push_back({Initializer->getSourceRange(), Braced ? "{}" : "std::nullopt"});
+  } else if (Initializer) {
     if (!AddBuild(Initializer, nullptr))
       return Refuse("its initialiser at line " + std::to_string(lineOf(Initializer->getBeginLoc(), SM)) +
                     " is not `new T(...)`, `std::make_unique<T>(...)` or `std::make_shared<T>(...)` of an "
@@ -618,6 +722,14 @@ MemberOptimizer analyseMemberOptimizer(const clang::FieldDecl& Field, clang::AST
     for (const clang::CXXCtorInitializer* Init : Definition->inits()) {
       if (Init->getMember() != &Field || !Init->isWritten())
         continue;
+      if (!ByValue && isNullInitialiser(Init->getInit(), Context)) {
+        // `opt_(nullptr)` / `opt_{}`: built later.
+        const bool Braced = Init->getLParenLoc().isValid() &&
+                            *SM.getCharacterData(SM.getExpansionLoc(Init->getLParenLoc())) == '{';
+        Result.NullInitialisers.push_back(
+            {{Init->getLParenLoc(), Init->getRParenLoc()}, Braced ? "{}" : "(std::nullopt)"});
+        continue;
+      }
       if (!AddBuild(Init->getInit(), nullptr))
         return Refuse("its initialiser at line " + std::to_string(lineOf(Init->getSourceLocation(), SM)) +
                       " is not `new T(...)`, `std::make_unique<T>(...)` or `std::make_shared<T>(...)` of an "
@@ -729,7 +841,8 @@ MemberOptimizer analyseMemberOptimizer(const clang::FieldDecl& Field, clang::AST
     return Refuse("it is held by value and assigned in a function body");
   const bool BuiltLater =
       llvm::any_of(Result.Builds, [](const MemberOptimizerBuild& B) { return B.Statement; });
-  Result.Optional = !ByValue && !InitialisedWhereDeclared && (BuiltLater || !EveryConstructorInitialises);
+  Result.Optional = !ByValue && !InitialisedWhereDeclared &&
+                    (BuiltLater || !EveryConstructorInitialises || !Result.NullInitialisers.empty());
   return Result;
 }
 

@@ -158,6 +158,10 @@ struct MemberOptimizer {
   std::vector<MemberOptimizerBuild> Builds;
   /// `delete member;` statements (a raw pointer's), which go when the member holds a prepared optimizer.
   std::vector<const clang::CXXDeleteExpr*> Deletes;
+  /// Initialisers that make a pointer member null (`opt{}`, `opt = nullptr`, `opt_(nullptr)` in a
+  /// constructor): the optimizer is built later, and each becomes the empty optional. Each is the range of
+  /// source text to replace with its text (`{}`, `std::nullopt`, `(std::nullopt)`).
+  std::vector<std::pair<clang::SourceRange, std::string>> NullInitialisers;
   /// True when the member is built after the object is (assigned in a function body, or not initialised in
   /// every constructor): it becomes a `std::optional<accelerate::Optimizer>`, else an accelerate::Optimizer.
   bool Optional = false;
@@ -182,6 +186,14 @@ const MemberOptimizer* preparedMemberBuiltBy(const clang::Expr& Construction, cl
 /// global declaration, or an assignment statement). Models that are only evaluated (an EMA copy, a frozen
 /// feature extractor) are not.
 bool isTrainedModel(const clang::ValueDecl& Model, clang::ASTContext& Context);
+
+/// A declaration of several optimizers or schedulers in one statement (`torch::optim::Adam
+/// og(g->parameters()), od(d->parameters());`) that the prepare pass splits into one prepared declaration
+/// each: every declarator is a local object (no pointer, reference or static) constructed with arguments,
+/// each optimizer takes some model's `parameters()`. `Why` (when given) receives, for one that is not, the
+/// reason naming the declarator.
+bool isSplitPreparedDeclaration(const clang::DeclStmt& Statement, clang::ASTContext& Context,
+                                std::string* Why = nullptr);
 
 /// True when the prepare pass prepares the models an optimizer construction (one of optimizerConstructions())
 /// trains: it initialises a local or, in a file that defines `main`, a global declaration; it is assigned to

@@ -89,7 +89,7 @@ fi
 grep -E "accelerate-cpp: (Torch|NCCL|CUDA kernels)" "$OUT/configure.log" | sed 's/^-- /  /' | tee -a "$OUT/summary.txt" >&2
 # bench_train_accel compiles bench/generated/train_ref.cpp, the committed output of accel-rewrite (no LLVM here);
 # the fixtures' committed rewrites come from test/fixtures/generated/, next to their plain originals.
-FIXTURE_PROGRAMS=(trains_like_original trainer_main unmovable_batch member_optimizers)
+FIXTURE_PROGRAMS=(trains_like_original trainer_main unmovable_batch member_optimizers reach)
 FIXTURE_TARGETS=()
 for name in "${FIXTURE_PROGRAMS[@]}"; do FIXTURE_TARGETS+=("fixture_$name" "fixture_${name}_plain"); done
 if ! cmake --build "$BUILD_DIR" --target bench_precision bench_train_plain bench_train_accel bench_data_loader \
@@ -118,7 +118,8 @@ SHAPES="created_tensor,created_on_device,output_side_effect,output_update,loader
 SHAPES+=",log_file,epoch_metrics,typed_optimizer"
 FIXTURES=("trains_like_original sharded $SHAPES" "trainer_main sharded callback,template"
   "unmovable_batch whole struct_target,tuple_with_struct"
-  "member_optimizers sharded unique_ptr_in_constructor,unique_ptr_initializer,raw_new_gan,default_member_initializer,by_value,shared_ptr_reset")
+  "member_optimizers sharded unique_ptr_in_constructor,unique_ptr_initializer,raw_new_gan,default_member_initializer,by_value,shared_ptr_reset"
+  "reach sharded two_declarators,null_pointer_member,null_member_in_constructor")
 [ -n "$QUICK" ] && FIXTURES=("trains_like_original sharded created_tensor,created_on_device,loader_by_reference,epoch_metrics"
   "trainer_main sharded callback" "unmovable_batch whole struct_target,tuple_with_struct")
 run_fixtures() { # run_fixtures NPROC SECONDS: one line per shape, "ok ..." or "FAIL ..." with the run's output

@@ -39,7 +39,7 @@ DEFAULT_EXCLUDE = (r"\.debug$|DebugMode|^checkpoint\.(kill-during-save|full-disk
                    r"Unprepared|PlainBackward|Unknown|Holds|Recorded|TotalLimit|Torchrun|Penalty|Unwrap|"
                    r"SecondAccelerator|SplitBatches|Buckets|DrawTheSameOrder|GatherForMetrics|Dispatch|"
                    r"WorkerThreads|"
-                   r"^fixtures\.(member_optimizers|trainer_main|unmovable_batch|trains_like_original|header_training)\.")
+                   r"^fixtures\.(member_optimizers|reach|trainer_main|unmovable_batch|trains_like_original|header_training)\.")
 
 DOC_BEGIN = "<!-- numerics-matrix: begin (scripts/numerics-matrix.sh --update-doc writes this part) -->"
 DOC_END = "<!-- numerics-matrix: end -->"

@@ -70,7 +70,8 @@ void ReachAnalysis::walk(
     return;
   }
   // Each node to visit with the node whose edge led to it.
-  std::vector<std::pair<torch::autograd::Node*, torch::autograd::Node*>> pending{{loss.grad_fn().get(), nullptr}};
+  std::vector<std::pair<torch::autograd::Node*, torch::autograd::Node*>> pending{
+      {loss.grad_fn().get(), nullptr}};
   std::unordered_set<torch::autograd::Node*> seen{loss.grad_fn().get()};
   while (!pending.empty()) {
     auto [node, consumer] = pending.back();

@@ -446,10 +446,9 @@ TEST(DDP, AParameterOfAnUnpreparedModelIsRefusedBeforeBackward) {
     FAIL() << "a loss that reaches a parameter of no prepared model must throw";
   } catch (const std::logic_error& error) {
     const std::string message = error.what();
-    for (const char* part :
-         {"accelerate: ", "shape [1, 8]", "dtype float64", "TBackward0", "(a prepared optimizer steps it)",
-          "not synchronised", "drift apart", "accelerator.prepare(model)",
-          "ACCELERATE_ALLOW_UNPREPARED_PARAMETERS=1"}) {
+    for (const char* part : {"accelerate: ", "shape [1, 8]", "dtype float64", "TBackward0",
+                             "(a prepared optimizer steps it)", "not synchronised", "drift apart",
+                             "accelerator.prepare(model)", "ACCELERATE_ALLOW_UNPREPARED_PARAMETERS=1"}) {
       EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' is missing from: " << message;
     }
   }
@@ -1016,7 +1015,8 @@ TEST(DDP, AModelNoOnePreparedIsRefusedWhenALoaderShardsTheData) {
   };
   auto expect_refusal = [](const std::logic_error& error, const char* extra) {
     const std::string message = error.what();
-    for (const char* part : {"parameter of no prepared model", "drift apart", "accelerator.prepare(model)", extra}) {
+    for (const char* part :
+         {"parameter of no prepared model", "drift apart", "accelerator.prepare(model)", extra}) {
       EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' is missing from: " << message;
     }
   };

@@ -1,0 +1,82 @@
+// The prepare pass on shapes it once left unprepared while reporting nothing, or refused with a wrong reason:
+// optimizers declared together in one statement are split into one prepared declaration each; a pointer member
+// that starts null and is made later becomes an empty std::optional; a declaration it cannot split is reported
+// whole, naming the declarator and the reason.
+// RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs | FileCheck %s
+// RUN: %accel-rewrite %s -- -std=c++17 -I%S/Inputs 2>&1 >/dev/null | FileCheck %s --check-prefix=WARN
+
+#include <torch/torch.h>
+
+#include <memory>
+
+void gan(torch::nn::Linear generator, torch::nn::Linear discriminator) {
+  // CHECK: {{^}}  accelerator.prepare(generator);{{$}}
+  // CHECK-NEXT: {{^}}  auto og = accelerator.prepare(torch::optim::Adam(generator->parameters(), 0.1));{{$}}
+  // CHECK-NEXT: {{^}}  accelerator.prepare(discriminator);{{$}}
+  // CHECK-NEXT: {{^}}  auto od = accelerator.prepare(torch::optim::Adam(discriminator->parameters(), 0.2));{{$}}
+  // CHECK-NEXT: {{^}}  auto s1 = accelerator.prepare(torch::optim::StepLR(og, 1));{{$}}
+  // CHECK-NEXT: {{^}}  auto s2 = accelerator.prepare(torch::optim::StepLR(od, 1));{{$}}
+  torch::optim::Adam og(generator->parameters(), 0.1), od(discriminator->parameters(), 0.2);
+  torch::optim::StepLR s1(og, 1), s2(od, 1);
+  for (int step = 0; step < 4; ++step) {
+    od.zero_grad();
+    discriminator->forward(torch::randn({2})).backward();
+    od.step();
+    og.zero_grad();
+    generator->forward(torch::randn({2})).backward();
+    og.step();
+    s1.step();
+    s2.step();
+  }
+}
+
+// WARN: reach.cpp:[[@LINE+3]]:3: warning: optimizers 'model_opt', 'loose' not prepared: they are declared in one statement, which the rewrite splits only when each one can be prepared, and 'loose' takes no model's parameters()
+// CHECK: {{^}}  torch::optim::SGD model_opt(model->parameters(), 0.1), loose(extra, 0.1);{{$}}
+void loose_tensors(torch::nn::Linear model, std::vector<torch::Tensor> extra) {
+  torch::optim::SGD model_opt(model->parameters(), 0.1), loose(extra, 0.1);
+  for (int step = 0; step < 4; ++step) {
+    model_opt.zero_grad();
+    model->forward(torch::randn({2})).backward();
+    model_opt.step();
+    loose.step();
+  }
+}
+
+struct Trainer {
+  torch::nn::Linear net{4, 1};
+  // CHECK: {{^}}  std::optional<accelerate::Optimizer> opt{};{{$}}
+  torch::optim::SGD* opt{};
+  // CHECK: {{^}}  std::optional<accelerate::Optimizer> made = std::nullopt;{{$}}
+  std::unique_ptr<torch::optim::Adam> made = nullptr;
+  // CHECK: {{^}}  Trainer() : opt(std::nullopt) {}{{$}}
+  Trainer() : opt(nullptr) {}
+  // CHECK: {{^}}    opt = accelerator.prepare(torch::optim::SGD(net->parameters(), 0.1));{{$}}
+  // CHECK: {{^}}    made = accelerator.prepare(torch::optim::Adam(head->parameters(), 0.1));{{$}}
+  // CHECK: {{^}}    auto scheduler = accelerator.prepare(torch::optim::StepLR(*made, 1));{{$}}
+  // CHECK: {{^}}  ~Trainer() {  }{{$}}
+  void setup() {
+    opt = new torch::optim::SGD(net->parameters(), 0.1);
+    made = std::make_unique<torch::optim::Adam>(head->parameters(), 0.1);
+  }
+  void fit() {
+    torch::optim::StepLR scheduler(*made, 1);
+    for (int step = 0; step < 4; ++step) {
+      opt->zero_grad();
+      made->zero_grad();
+      (net->forward(torch::randn({4})) + head->forward(torch::randn({4}))).backward();
+      opt->step();
+      made->step();
+      scheduler.step();
+    }
+  }
+  ~Trainer() { delete opt; }
+  torch::nn::Linear head{4, 1};
+};
+
+// WARN-NOT: not prepared
+// WARN: accel-rewrite: {{.*}}reach.cpp: {{[0-9]+}} changes, 1 not rewritten
+int main() {
+  Trainer trainer;
+  trainer.setup();
+  trainer.fit();
+}
