@@ -234,7 +234,7 @@ Stencil severalDeclarationsWarning() {
     std::vector<std::string> Names;
     for (const clang::Decl* Declaration : Statement->decls())
       Names.push_back("'" + llvm::cast<clang::NamedDecl>(Declaration)->getNameAsString() + "'");
-    return "optimizers " + llvm::join(Names, ", ") +
+    return std::string(RefusalMarker) + "optimizers " + llvm::join(Names, ", ") +
            " not prepared: they are declared in one statement, which the rewrite splits only when each one "
            "can be prepared, and " +
            (Why.empty() ? std::string("one cannot") : Why) +
@@ -373,9 +373,9 @@ Stencil unrewrittenMemberWarning() {
     const auto* Field = llvm::cast<clang::FieldDecl>(Use->getMemberDecl());
     const clang::SourceManager& SM = *Result.SourceManager;
     clang::PresumedLoc Declared = SM.getPresumedLoc(SM.getExpansionLoc(Field->getLocation()));
-    return "optimizer member '" + Field->getParent()->getNameAsString() + "::" + Field->getNameAsString() +
-           "' not prepared: it is declared in " + std::string(Declared.getFilename()) + ":" +
-           std::to_string(Declared.getLine()) +
+    return std::string(RefusalMarker) + "optimizer member '" + Field->getParent()->getNameAsString() +
+           "::" + Field->getNameAsString() + "' not prepared: it is declared in " +
+           std::string(Declared.getFilename()) + ":" + std::to_string(Declared.getLine()) +
            ", a header the rewrite may not change, so it cannot become a prepared optimizer; rewrite the "
            "project's headers too (accel-rewrite --headers=DIR; accelerate_target() rewrites the headers "
            "under "
@@ -557,8 +557,8 @@ Stencil memberWarning() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     const auto* Field = Result.Nodes.getNodeAs<clang::FieldDecl>(FieldId);
     const MemberOptimizer& Member = memberOptimizer(*Field, *Result.Context);
-    return "optimizer member '" + Field->getParent()->getNameAsString() + "::" + Field->getNameAsString() +
-           "' not prepared: " + Member.Problem;
+    return std::string(RefusalMarker) + "optimizer member '" + Field->getParent()->getNameAsString() +
+           "::" + Field->getNameAsString() + "' not prepared: " + Member.Problem;
   });
 }
 
@@ -745,7 +745,7 @@ PassRule preparePass() {
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, declarationOf(isOptimizerType())),
           noopEdit(node(StatementId)),
-          cat("optimizer '", name(VariableId),
+          cat(std::string(RefusalMarker), "optimizer '", name(VariableId),
               "' not prepared: its constructor takes no model's parameters() (loose tensors, or a "
               "vector built elsewhere), so no model is known whose gradients to synchronise; prepare the "
               "model with accelerator.prepare(model) and the optimizer with "

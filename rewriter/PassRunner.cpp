@@ -53,7 +53,84 @@ struct Collected {
   std::map<std::string, std::string> HeaderTexts; ///< Every rewritable header read, by real path.
 
   std::string PassFailure; ///< Set when a pass's rule failed; the rewrite is then abandoned.
+
+  /// A span of text in the main file ("") or a header (its real path).
+  struct Span {
+    std::string File;
+    unsigned Begin = 0, End = 0;
+    bool contains(const std::string& In, unsigned Offset) const {
+      return In == File && Begin <= Offset && Offset < End;
+    }
+  };
+  /// A refusal (passes::RefusalMarker): the finding, the code none of whose changes are made, and its name.
+  struct Refusal {
+    unsigned FindingId = 0;
+    std::vector<Span> Scope;
+    std::string ScopeName;
+  };
+  std::vector<Refusal> Refusals;
+  /// Where each change's edits are, by finding id.
+  std::map<unsigned, std::vector<std::pair<std::string, unsigned>>> EditPlaces;
 };
+
+/// The code a refusal keeps from being rewritten (passes::RefusalMarker): the function the refused object is
+/// in (lambdas belong to the function around them), or, for a member, its class and the member functions of
+/// it defined outside it. Empty when the node is in neither.
+Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  Collected::Refusal Out;
+  auto Add = [&](clang::SourceRange Range) {
+    clang::SourceLocation Begin = SM.getExpansionLoc(Range.getBegin());
+    clang::SourceLocation End = SM.getExpansionLoc(Range.getEnd());
+    if (Begin.isInvalid() || End.isInvalid() || SM.getFileID(Begin) != SM.getFileID(End))
+      return;
+    std::string File;
+    if (!SM.isWrittenInMainFile(Begin)) {
+      auto Entry = SM.getFileEntryRefForID(SM.getFileID(Begin));
+      if (!Entry)
+        return;
+      File = passes::realPathOf(*Entry);
+    }
+    Out.Scope.push_back({File, SM.getFileOffset(Begin), SM.getFileOffset(End) + 1});
+  };
+  if (const auto* Field = Node.get<clang::FieldDecl>()) {
+    const auto* Class = llvm::dyn_cast<clang::CXXRecordDecl>(Field->getParent());
+    if (!Class)
+      return Out;
+    Out.ScopeName = "class '" + Class->getNameAsString() + "'";
+    Add(Class->getSourceRange());
+    for (const clang::CXXMethodDecl* Method : Class->methods())
+      if (const clang::FunctionDecl* Definition = Method->getDefinition())
+        if (Definition->isOutOfLine())
+          Add(Definition->getSourceRange());
+    return Out;
+  }
+  const clang::FunctionDecl* Function = nullptr;
+  if (const auto* S = Node.get<clang::Stmt>()) {
+    Function = passes::enclosingFunction(*S, Context);
+  } else {
+    clang::DynTypedNodeList Parents = Context.getParents(Node);
+    while (!Parents.empty() && !Function) {
+      if (const auto* Found = Parents[0].get<clang::FunctionDecl>())
+        Function = Found;
+      else if (const auto* Inside = Parents[0].get<clang::Stmt>())
+        Function = passes::enclosingFunction(*Inside, Context);
+      else
+        Parents = Context.getParents(Parents[0]);
+      if (Function)
+        break;
+      if (Parents.empty() || Parents[0].get<clang::Stmt>())
+        break;
+    }
+  }
+  if (!Function)
+    return Out;
+  if (const clang::FunctionDecl* Pattern = Function->getTemplateInstantiationPattern())
+    Function = Pattern;
+  Out.ScopeName = "function '" + Function->getNameAsString() + "'";
+  Add(Function->getSourceRange());
+  return Out;
+}
 
 /// Runs one pass's rule on each of its matches, as Transformer does, but keeps the match's location so that
 /// a case with no edit (a warning) can still be reported at the right place.
@@ -96,6 +173,9 @@ public:
     bool IsNote = llvm::StringRef(Found.Message).starts_with(passes::NoteMarker);
     if (IsNote)
       Found.Message = Found.Message.substr(passes::NoteMarker.size());
+    const bool IsRefusal = llvm::StringRef(Found.Message).starts_with(passes::RefusalMarker);
+    if (IsRefusal)
+      Found.Message = Found.Message.substr(passes::RefusalMarker.size());
     if (Edits->empty()) // Transformer drops edits whose range maps to no single place in the file.
       Found.Message = "not rewritten: pass '" + Found.Pass +
                       "' cannot edit this code in place (part of it comes from a macro expansion); change it "
@@ -160,6 +240,22 @@ public:
       return; // The same match twice (e.g. a file parsed twice by one database) is one finding.
 
     Found.Id = Out.Findings.size();
+    if (IsRefusal && Found.What == Finding::Kind::NotRewritten) {
+      auto Root = Result.Nodes.getMap().find(transformer::RootID);
+      if (Root != Result.Nodes.getMap().end()) {
+        Collected::Refusal Refused = refusalScope(Root->second, *Result.Context);
+        Refused.FindingId = Found.Id;
+        if (!Refused.Scope.empty())
+          Out.Refusals.push_back(std::move(Refused));
+      }
+    }
+    // Changes a refusal can withdraw: all but the accelerator pass's construction of the accelerator, which
+    // other, rewritten code may reach (its lookups, `Accelerator::current()`, go with the code around them).
+    if (Found.What == Finding::Kind::Change)
+      for (auto& [In, Edit] : NewEdits)
+        if (Edit.Header.empty() &&
+            (Found.Pass != "accelerator" || llvm::StringRef(Edit.Text).contains("Accelerator::current()")))
+          Out.EditPlaces[Found.Id].push_back({In, Edit.Offset});
     if (Found.What == Finding::Kind::Change)
       for (auto& [In, Edit] : NewEdits) {
         Edit.Origin =
@@ -251,6 +347,41 @@ private:
   std::optional<llvm::Expected<FileRewrite>>& Result;
 };
 
+/// A training loop is rewritten whole or not at all: the changes in the code of each refusal are withdrawn
+/// (their edits and their findings), and the refusal says so.
+void withdrawRefusedChanges(Collected& Out) {
+  if (Out.Refusals.empty())
+    return;
+  std::set<unsigned> Withdrawn;
+  for (Collected::Refusal& Refused : Out.Refusals) {
+    unsigned Count = 0;
+    for (const auto& [Id, Places] : Out.EditPlaces) {
+      bool Inside = llvm::any_of(Places, [&](const std::pair<std::string, unsigned>& Place) {
+        return llvm::any_of(Refused.Scope, [&](const Collected::Span& Span) {
+          return Span.contains(Place.first, Place.second);
+        });
+      });
+      if (Inside) {
+        Withdrawn.insert(Id);
+        ++Count;
+      }
+    }
+    Finding& Found = Out.Findings[Refused.FindingId];
+    Found.Message +=
+        "; so the training code of " + Refused.ScopeName + " is left as it is" +
+        (Count ? " (" + std::to_string(Count) + " change" + (Count == 1 ? "" : "s") + " not made)"
+               : std::string()) +
+        ": a training loop is rewritten whole or not at all";
+  }
+  auto Drop = [&](std::vector<FileEdit>& Edits) {
+    llvm::erase_if(Edits, [&](const FileEdit& Edit) { return Withdrawn.count(Edit.FindingId) > 0; });
+  };
+  Drop(Out.MainFileEdits);
+  for (auto& [Path, Edits] : Out.HeaderFileEdits)
+    Drop(Edits);
+  llvm::erase_if(Out.Findings, [&](const Finding& Found) { return Withdrawn.count(Found.Id) > 0; });
+}
+
 } // namespace
 
 unsigned FileRewrite::changes() const {
@@ -339,6 +470,8 @@ llvm::Expected<FileRewrite> rewriteParsedFile(clang::ASTContext& Context,
                                    Out.PassFailure +
                                        "; nothing was rewritten. This is a bug in the pass: please "
                                        "report it with the input file");
+
+  withdrawRefusedChanges(Out);
 
   FileRewrite Result;
   Result.File = Out.MainFile;
