@@ -298,7 +298,8 @@ StatementMatcher serializedPreparedOptimizer() {
 /// a statement of its own (one per branch of an if/else, say).
 AST_MATCHER(clang::Expr, isAssignedOptimizer) {
   return optimizerAssignment(Node, Finder->getASTContext()) != nullptr &&
-         !preparedMemberBuiltBy(Node, Finder->getASTContext());
+         !preparedMemberBuiltBy(Node, Finder->getASTContext()) &&
+         !preparedContainerFilledBy(Node, Finder->getASTContext());
 }
 
 StatementMatcher assignedOptimizer() {
@@ -392,7 +393,7 @@ clang::CharSourceRange tokenRange(clang::SourceRange Range) {
 /// preparation (`accelerate::Accelerator::current().prepare(model)`), for an initialiser, where no statement
 /// can go before the optimizer is made.
 llvm::Expected<std::string> preparedOptimizerText(const MemberOptimizerBuild& Build,
-                                                  const clang::FieldDecl& Field,
+                                                  const clang::FieldDecl* Field,
                                                   llvm::ArrayRef<const clang::Expr*> Inline,
                                                   llvm::StringRef Accelerator,
                                                   const MatchFinder::MatchResult& Result) {
@@ -410,9 +411,12 @@ llvm::Expected<std::string> preparedOptimizerText(const MemberOptimizerBuild& Bu
     TypeRange = Callee->getTemplateArgs()[0].getSourceRange();
     if (Call->getNumArgs() > 0)
       Arguments = {Call->getArg(0)->getBeginLoc(), Call->getRParenLoc()};
+  } else if (!Field) {
+    // `T(args)` written out (an element added to a container): it is the object already.
+    return Accelerator.str() + ".prepare(" + sourceText(Build.Made->getSourceRange(), Result) + ")";
   } else {
     const auto* Construct = llvm::cast<clang::CXXConstructExpr>(Build.Made);
-    TypeRange = Field.getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc().getSourceRange();
+    TypeRange = Field->getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc().getSourceRange();
     Arguments = argumentsInside(Construct->getParenOrBraceRange(), SM, Options);
   }
   std::string Type = sourceText(TypeRange, Result);
@@ -483,8 +487,7 @@ EditGenerator prepareMember() {
           Models.push_back(Model);
         }
       if (!Build.Statement) {
-        auto Text =
-            preparedOptimizerText(Build, *Field, Models, "accelerate::Accelerator::current()", Result);
+        auto Text = preparedOptimizerText(Build, Field, Models, "accelerate::Accelerator::current()", Result);
         if (!Text)
           return Text.takeError();
         // `T opt(args)` / `opt(args)` in an initialiser list: the parentheses' content; otherwise the
@@ -509,7 +512,7 @@ EditGenerator prepareMember() {
       }
       if (!Preparations.empty())
         Edits.push_back(editInsertingBefore(*Build.Statement, Preparations, SM));
-      auto Text = preparedOptimizerText(Build, *Field, {}, "accelerator", Result);
+      auto Text = preparedOptimizerText(Build, Field, {}, "accelerator", Result);
       if (!Text)
         return Text.takeError();
       // `member = new T(args)` / `member.reset(new T(args))` → `member = accelerator.prepare(T(args))`.
@@ -533,6 +536,103 @@ EditGenerator prepareMember() {
         Change(tokenRange(Range), Text);
     return Edits;
   };
+}
+
+constexpr char ContainerId[] = "container";
+
+const OptimizerContainer* containerOf(const clang::VarDecl& Variable, clang::ASTContext& Context) {
+  for (const OptimizerContainer* Container : optimizerContainers(Context))
+    if (Container->Variable == &Variable)
+      return Container;
+  return nullptr;
+}
+
+AST_MATCHER(clang::VarDecl, isPreparedOptimizerContainer) {
+  const OptimizerContainer* Container = containerOf(Node, Finder->getASTContext());
+  return Container && Container->Problem.empty();
+}
+
+AST_MATCHER(clang::VarDecl, isRefusedOptimizerContainer) {
+  const OptimizerContainer* Container = containerOf(Node, Finder->getASTContext());
+  return Container && !Container->Problem.empty();
+}
+
+/// A statement that adds an optimizer to a container the prepare pass prepares.
+AST_MATCHER(clang::Expr, isPreparedContainerFill) {
+  for (const OptimizerContainer* Container : optimizerContainers(Finder->getASTContext()))
+    if (Container->Problem.empty())
+      for (const MemberOptimizerBuild& Fill : Container->Fills)
+        if (Fill.Statement == &Node)
+          return true;
+  return false;
+}
+
+/// A container of optimizers in training code.
+DeclarationMatcher optimizerContainer() {
+  return varDecl(hasLocalStorage(), unless(parmVarDecl()), isExpansionInRewrittenFile(),
+                 isInTrainingFileDecl(), anyOf(isPreparedOptimizerContainer(), isRefusedOptimizerContainer()))
+      .bind(ContainerId);
+}
+
+/// The edits that make a container of optimizers hold prepared ones: its element type becomes
+/// accelerate::Optimizer, and each optimizer added to it is made with accelerator.prepare(), the models it
+/// trains prepared before the statement that adds it (once per function).
+EditGenerator prepareContainer() {
+  return [](const MatchFinder::MatchResult& Result) -> llvm::Expected<llvm::SmallVector<Edit, 1>> {
+    const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(ContainerId);
+    clang::ASTContext& Context = *Result.Context;
+    const clang::SourceManager& SM = *Result.SourceManager;
+    const OptimizerContainer& Container = *containerOf(*Variable, Context);
+    llvm::SmallVector<Edit, 1> Edits;
+    auto Change = [&](clang::CharSourceRange Range, std::string Text) {
+      Edit E;
+      E.Range = Range;
+      E.Replacement = std::move(Text);
+      Edits.push_back(std::move(E));
+    };
+    Change(tokenRange(Container.ElementType),
+           Container.Map ? "std::optional<accelerate::Optimizer>" : "accelerate::Optimizer");
+    const clang::FunctionDecl* Function = nullptr;
+    for (const clang::DynTypedNode& Parent : Context.getParents(*Variable))
+      if (const auto* Statement = Parent.get<clang::DeclStmt>())
+        Function = enclosingFunction(*Statement, Context);
+    std::vector<const clang::ValueDecl*> Prepared;
+    for (const MemberOptimizerBuild& Fill : Container.Fills) {
+      // Models an optimizer made earlier in the function trains are prepared already.
+      for (const clang::Expr* Construction : optimizerConstructions(Context))
+        if (enclosingFunction(*Construction, Context) == Function &&
+            SM.isBeforeInTranslationUnit(Construction->getBeginLoc(), Fill.Statement->getBeginLoc()) &&
+            isPreparedConstruction(*Construction, Context))
+          for (const clang::Expr* Model : modelsTrainedBy(*Construction, Context))
+            if (!llvm::is_contained(Prepared, namedDeclaration(Model)))
+              Prepared.push_back(namedDeclaration(Model));
+      std::string Preparations;
+      for (const clang::Expr* Model : modelsTrainedBy(*Fill.Construction, Context)) {
+        if (llvm::is_contained(Prepared, namedDeclaration(Model)))
+          continue;
+        Prepared.push_back(namedDeclaration(Model));
+        std::string Name = sourceText(Model->getSourceRange(), Result);
+        if (Model->getType()->isPointerType())
+          Name = "*" + Name;
+        Preparations += (Preparations.empty() ? "" : "\n") + ("accelerator.prepare(" + Name + ");");
+      }
+      if (!Preparations.empty())
+        Edits.push_back(editInsertingBefore(*Fill.Statement, Preparations, SM));
+      auto Text = preparedOptimizerText(Fill, nullptr, {}, "accelerator", Result);
+      if (!Text)
+        return Text.takeError();
+      Change(tokenRange(Fill.Made->getSourceRange()), *Text);
+    }
+    return Edits;
+  };
+}
+
+Stencil containerWarning() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(ContainerId);
+    return std::string(RefusalMarker) + "optimizers in '" + Variable->getNameAsString() +
+           "' not prepared: " + containerOf(*Variable, *Result.Context)->Problem;
+  });
 }
 
 Stencil memberExplanation() {
@@ -697,6 +797,7 @@ StatementMatcher preparedDeclaration() {
 
 StatementMatcher prepareUsesAccelerator() {
   return stmt(anyOf(preparedDeclaration(), preparedAssignment(), preparedMemberBuild(),
+                    traverse(clang::TK_AsIs, expr(isPreparedContainerFill())),
                     declStmt(severalDeclarations(), isSplitPreparedDeclarationMatcher())));
 }
 
@@ -720,6 +821,17 @@ PassRule preparePass() {
                                               isInTrainingFile(), isFirstUseOfUnrewrittenOptimizerMember())
                                        .bind("use")),
           noopEdit(node("use")), unrewrittenMemberWarning()),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   varDecl(optimizerContainer(), isPreparedOptimizerContainer())),
+          prepareContainer(),
+          cat("the container holds prepared optimizers (accelerate::Optimizer, which keeps step(), "
+              "zero_grad(), param_groups() and `->`, and converts to torch::optim::Optimizer&): each one "
+              "added to it is made with accelerator.prepare(), the models it trains prepared right before "
+              "(moved to accelerator.device(), parameters broadcast, gradients synchronised)")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        varDecl(optimizerContainer(), isRefusedOptimizerContainer())),
+               noopEdit(name(ContainerId)), containerWarning()),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource,
                    declStmt(severalDeclarations(), isSplitPreparedDeclarationMatcher())),

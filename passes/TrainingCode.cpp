@@ -464,7 +464,8 @@ bool isSplitPreparedDeclaration(const clang::DeclStmt& Statement, clang::ASTCont
 }
 
 bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& Context) {
-  if (optimizerAssignment(Construction, Context) || preparedMemberBuiltBy(Construction, Context))
+  if (optimizerAssignment(Construction, Context) || preparedMemberBuiltBy(Construction, Context) ||
+      preparedContainerFilledBy(Construction, Context))
     return true;
   clang::DynTypedNodeList Parents = Context.getParents(Construction);
   while (!Parents.empty() &&
@@ -867,10 +868,20 @@ MemberOptimizerCache& memberOptimizerCache(clang::ASTContext& Context) {
   return Cache;
 }
 
+/// The containers' facts for one parse.
+struct OptimizerContainerCache {
+  const clang::ASTContext* Context = nullptr;
+  const clang::TranslationUnitDecl* Unit = nullptr;
+  std::optional<std::vector<OptimizerContainer>> Containers;
+};
+
+thread_local OptimizerContainerCache TheOptimizerContainerCache;
+
 } // namespace
 
 void forgetTrainingCodeFacts() {
   TheMemberOptimizerCache = MemberOptimizerCache();
+  TheOptimizerContainerCache = OptimizerContainerCache();
   TheRewrittenFiles = RewrittenFiles();
 }
 
@@ -902,6 +913,269 @@ const MemberOptimizer* preparedMemberBuiltBy(const clang::Expr& Construction, cl
     for (const MemberOptimizerBuild& Build : Member->Builds)
       if (Build.Construction == &Construction)
         return Member;
+  return nullptr;
+}
+
+namespace {
+
+/// The template argument of a container type that holds its elements: a sequence's first, a map's second.
+/// Null for any other type.
+const clang::TemplateSpecializationType* containerTemplate(clang::QualType Type, bool& IsMap) {
+  const auto* Specialization = Type->getAs<clang::TemplateSpecializationType>();
+  if (!Specialization)
+    return nullptr;
+  const clang::TemplateDecl* Template = Specialization->getTemplateName().getAsTemplateDecl();
+  const std::string Name = Template ? Template->getQualifiedNameAsString() : "";
+  IsMap = Name == "std::map" || Name == "std::unordered_map";
+  if (IsMap || Name == "std::vector" || Name == "std::deque" || Name == "std::list")
+    return Specialization;
+  return nullptr;
+}
+
+/// How a container element holds its optimizer, or Holding::Other when it does not hold one.
+Holding elementHolding(clang::QualType Element, clang::ASTContext& Context) {
+  if (match(qualType(isOptimizerTypeImpl()), Element, Context).empty())
+    return Holding::Other;
+  clang::QualType Type = Element.getCanonicalType();
+  if (Type->isReferenceType())
+    return Holding::Other;
+  if (Type->isPointerType())
+    return Holding::RawPointer;
+  const auto* Record = Type->getAsCXXRecordDecl();
+  const std::string Name = Record ? Record->getQualifiedNameAsString() : "";
+  if (Name == "std::unique_ptr" || Name == "std::shared_ptr")
+    return Holding::SmartPointer;
+  return Record ? Holding::Object : Holding::Other;
+}
+
+/// True when `Element` (an element of the container: `C[i]`, a range-for variable's use) is used as a
+/// prepared optimizer can be: `->step()` / `->zero_grad()` / `->param_groups()` (`.` by value), or `*element`
+/// passed as a torch::optim::Optimizer&.
+bool isSupportedElementUse(const clang::Expr& Element, Holding Held, clang::ASTContext& Context) {
+  clang::DynTypedNode Storage;
+  const clang::DynTypedNode* Parent = spelledParent(Element, Context, Storage);
+  const auto* ParentExpr = Parent ? Parent->get<clang::Expr>() : nullptr;
+  if (const auto* Access = llvm::dyn_cast_or_null<clang::MemberExpr>(ParentExpr))
+    return Held != Holding::SmartPointer && Access->isArrow() == (Held == Holding::RawPointer) &&
+           isSharedOptimizerMember(Access->getMemberNameInfo().getAsString());
+  if (const auto* Operator = llvm::dyn_cast_or_null<clang::CXXOperatorCallExpr>(ParentExpr)) {
+    if (Held == Holding::SmartPointer && Operator->getOperator() == clang::OO_Arrow) {
+      clang::DynTypedNode Above;
+      const clang::DynTypedNode* Next = spelledParent(*Operator, Context, Above);
+      const auto* Access = Next ? Next->get<clang::MemberExpr>() : nullptr;
+      return Access && isSharedOptimizerMember(Access->getMemberNameInfo().getAsString());
+    }
+    if (Held == Holding::SmartPointer && Operator->getOperator() == clang::OO_Star)
+      return isUsedAsLibtorchOptimizer(*Operator, Context);
+    return false;
+  }
+  if (const auto* Unary = llvm::dyn_cast_or_null<clang::UnaryOperator>(ParentExpr))
+    return Held == Holding::RawPointer && Unary->getOpcode() == clang::UO_Deref &&
+           isUsedAsLibtorchOptimizer(*Unary, Context);
+  return Held == Holding::Object && isUsedAsLibtorchOptimizer(Element, Context);
+}
+
+OptimizerContainer analyseOptimizerContainer(const clang::VarDecl& Variable, clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  OptimizerContainer Result;
+  Result.Variable = &Variable;
+  auto Refuse = [&](std::string Why) {
+    Result.Problem = std::move(Why);
+    Result.Fills.clear();
+    return Result;
+  };
+  bool IsMap = false;
+  const clang::TemplateSpecializationType* Container = containerTemplate(Variable.getType(), IsMap);
+  const auto Arguments = Container->template_arguments();
+  const unsigned ElementIndex = IsMap ? 1 : 0;
+  Result.Map = IsMap;
+  const Holding Held = elementHolding(Arguments[ElementIndex].getAsType(), Context);
+  // The element type as written: `std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;`.
+  clang::TypeLoc Written = Variable.getTypeSourceInfo()->getTypeLoc().getUnqualifiedLoc();
+  if (auto Elaborated = Written.getAs<clang::ElaboratedTypeLoc>())
+    Written = Elaborated.getNamedTypeLoc();
+  auto Specialization = Written.getAs<clang::TemplateSpecializationTypeLoc>();
+  if (!Specialization || Specialization.getNumArgs() <= ElementIndex)
+    return Refuse("its type is not written out (`auto`, an alias): the element type the prepared optimizers "
+                  "need cannot be written in its place");
+  Result.ElementType = Specialization.getArgLoc(ElementIndex).getSourceRange();
+  if (Result.ElementType.isInvalid() || Result.ElementType.getBegin().isMacroID())
+    return Refuse("its element type is written by a macro");
+  if (Variable.getInit()) {
+    const auto* Construct = llvm::dyn_cast<clang::CXXConstructExpr>(Variable.getInit()->IgnoreImplicit());
+    if (!Construct || Construct->getNumArgs() != 0)
+      return Refuse("it is initialised with elements or another container; fill it with push_back or "
+                    "emplace_back of `std::make_unique<T>(...)` instead");
+  }
+  const clang::FunctionDecl* Function = nullptr;
+  for (const clang::DynTypedNode& Parent : Context.getParents(Variable))
+    if (const auto* Statement = Parent.get<clang::DeclStmt>())
+      Function = enclosingFunction(*Statement, Context);
+  if (!Function || !Function->getBody())
+    return Refuse("it is not a local variable of a function");
+  auto AddFill = [&](const clang::Expr* Value, const clang::Expr* Statement) {
+    std::optional<MemberOptimizerBuild> Build = buildSite(Value, Held == Holding::Object);
+    if (!Build)
+      return false;
+    Build->Statement = Statement;
+    Result.Fills.push_back(*Build);
+    return true;
+  };
+  auto Uses =
+      match(traverse(clang::TK_AsIs,
+                     decl(forEachDescendant(declRefExpr(to(varDecl(equalsNode(&Variable)))).bind("use")))),
+            *Function, Context);
+  for (const BoundNodes& Found : Uses) {
+    const auto* Use = Found.getNodeAs<clang::DeclRefExpr>("use");
+    const unsigned Line = lineOf(Use->getBeginLoc(), SM);
+    auto Unsupported = [&](llvm::StringRef What) {
+      return Refuse(
+          "it is " + What.str() + " at line " + std::to_string(Line) +
+          ", which a container of prepared optimizers (accelerate::Optimizer) does not support; keep "
+          "to filling it with push_back / emplace_back of `std::make_unique<T>(...)`, iterating it "
+          "and step(), zero_grad(), param_groups() on its elements, or prepare them by hand");
+    };
+    if (Use->getBeginLoc().isMacroID())
+      return Refuse("it is used in a macro at line " + std::to_string(Line));
+    clang::DynTypedNode Storage;
+    const clang::DynTypedNode* Parent = spelledParent(*Use, Context, Storage);
+    if (!Parent)
+      return Unsupported("used");
+    // `for (auto& optimizer : optimizers)`: every use of the variable is an element's. Seen with implicit
+    // nodes, the container initialises the loop's hidden `__range` variable.
+    const clang::CXXForRangeStmt* RangeFor = Parent->get<clang::CXXForRangeStmt>();
+    if (const auto* Hidden = Parent->get<clang::VarDecl>(); Hidden && Hidden->isImplicit())
+      for (const clang::DynTypedNode& Above : Context.getParents(*Hidden))
+        if (const auto* Statement = Above.get<clang::DeclStmt>())
+          for (const clang::DynTypedNode& Loop : Context.getParents(*Statement))
+            if (const auto* Found = Loop.get<clang::CXXForRangeStmt>();
+                Found && Found->getRangeStmt() == Statement)
+              RangeFor = Found;
+    if (RangeFor) {
+      const clang::VarDecl* Element = RangeFor->getLoopVariable();
+      if (IsMap || !Element->getType()->isReferenceType())
+        return Unsupported(IsMap ? "iterated (a map's elements are pairs)" : "iterated by value");
+      auto ElementUses = match(
+          traverse(clang::TK_AsIs,
+                   stmt(forEachDescendant(declRefExpr(to(varDecl(equalsNode(Element)))).bind("element")))),
+          *RangeFor->getBody(), Context);
+      for (const BoundNodes& ElementUse : ElementUses)
+        if (!isSupportedElementUse(*ElementUse.getNodeAs<clang::DeclRefExpr>("element"), Held, Context))
+          return Unsupported("iterated, its element used other than through step(), zero_grad() and "
+                             "param_groups(),");
+      continue;
+    }
+    const auto* ParentExpr = Parent->get<clang::Expr>();
+    if (const auto* Access = llvm::dyn_cast_or_null<clang::MemberExpr>(ParentExpr)) {
+      const std::string Called = Access->getMemberNameInfo().getAsString();
+      clang::DynTypedNode Above;
+      const clang::DynTypedNode* Next = spelledParent(*Access, Context, Above);
+      const auto* Call = Next ? Next->get<clang::CXXMemberCallExpr>() : nullptr;
+      if (!Call)
+        return Unsupported("used through '" + Called + "'");
+      if ((Called == "push_back" || Called == "emplace_back") && !IsMap && Call->getNumArgs() == 1) {
+        if (!isBlockStatement(*Call, Context))
+          return Unsupported("filled inside a larger expression");
+        if (!AddFill(Call->getArg(0), Call))
+          return Unsupported("filled with something other than `new T(...)`, `std::make_unique<T>(...)` or "
+                             "`std::make_shared<T>(...)` of an optimizer type T");
+        continue;
+      }
+      if (Called == "emplace" && IsMap && Call->getNumArgs() == 2 && isBlockStatement(*Call, Context)) {
+        if (!AddFill(Call->getArg(1), Call))
+          return Unsupported(
+              "filled with something other than `std::make_unique<T>(...)` of an optimizer type T");
+        continue;
+      }
+      if (Called == "size" || Called == "empty" || Called == "reserve")
+        continue;
+      if (Called == "at" && Call->getNumArgs() == 1) {
+        if (!isSupportedElementUse(*Call, Held, Context))
+          return Unsupported(
+              "an element of it used other than through step(), zero_grad() and param_groups(),");
+        continue;
+      }
+      return Unsupported("used through '" + Called + "'");
+    }
+    if (const auto* Operator = llvm::dyn_cast_or_null<clang::CXXOperatorCallExpr>(ParentExpr)) {
+      if (Operator->getOperator() == clang::OO_Subscript && Operator->getArg(0)->IgnoreImplicit() == Use) {
+        // `optimizers["g"] = std::make_unique<T>(...)` in a map.
+        clang::DynTypedNode Above;
+        const clang::DynTypedNode* Next = spelledParent(*Operator, Context, Above);
+        const auto* Assign = Next ? Next->get<clang::CXXOperatorCallExpr>() : nullptr;
+        const auto* RawAssign = Next ? Next->get<clang::BinaryOperator>() : nullptr;
+        const clang::Expr* Assigned = nullptr;
+        const clang::Expr* Statement = nullptr;
+        if (Assign && Assign->getOperator() == clang::OO_Equal &&
+            Assign->getArg(0)->IgnoreImplicit() == Operator) {
+          Assigned = Assign->getArg(1);
+          Statement = Assign;
+        } else if (RawAssign && RawAssign->getOpcode() == clang::BO_Assign &&
+                   RawAssign->getLHS()->IgnoreImplicit() == Operator) {
+          Assigned = RawAssign->getRHS();
+          Statement = RawAssign;
+        }
+        if (Assigned) {
+          if (!isBlockStatement(*Statement, Context))
+            return Unsupported("assigned inside a larger expression");
+          if (!AddFill(Assigned, Statement))
+            return Unsupported("assigned something other than `new T(...)`, `std::make_unique<T>(...)` or "
+                               "`std::make_shared<T>(...)` of an optimizer type T");
+          continue;
+        }
+        if (!isSupportedElementUse(*Operator, Held, Context))
+          return Unsupported(
+              "an element of it used other than through step(), zero_grad() and param_groups(),");
+        continue;
+      }
+    }
+    return Unsupported("used as a value");
+  }
+  if (Result.Fills.empty())
+    return Refuse("nothing in its function fills it with an optimizer made there");
+  for (const MemberOptimizerBuild& Fill : Result.Fills)
+    if (modelsTrainedBy(*Fill.Construction, Context).empty())
+      return Refuse("the optimizer added at line " + std::to_string(lineOf(Fill.Made->getBeginLoc(), SM)) +
+                    " takes no model's parameters(), so no model is known whose gradients to synchronise");
+  return Result;
+}
+
+AST_MATCHER(clang::VarDecl, isOptimizerContainer) {
+  bool IsMap = false;
+  const clang::TemplateSpecializationType* Container = containerTemplate(Node.getType(), IsMap);
+  if (!Container || Container->template_arguments().size() <= (IsMap ? 1u : 0u))
+    return false;
+  const clang::TemplateArgument& Element = Container->template_arguments()[IsMap ? 1 : 0];
+  return Element.getKind() == clang::TemplateArgument::Type &&
+         elementHolding(Element.getAsType(), Finder->getASTContext()) != Holding::Other;
+}
+
+} // namespace
+
+std::vector<const OptimizerContainer*> optimizerContainers(clang::ASTContext& Context) {
+  OptimizerContainerCache& Cache = TheOptimizerContainerCache;
+  if (Cache.Context != &Context || Cache.Unit != Context.getTranslationUnitDecl() || !Cache.Containers) {
+    Cache = OptimizerContainerCache{&Context, Context.getTranslationUnitDecl(),
+                                    std::vector<OptimizerContainer>()};
+    auto Container =
+        varDecl(hasLocalStorage(), unless(parmVarDecl()), isOptimizerContainer()).bind("container");
+    for (const clang::VarDecl* Variable : allInMainFile<clang::VarDecl>(Container, "container", Context))
+      if (!Variable->getDeclContext()->isDependentContext())
+        Cache.Containers->push_back(analyseOptimizerContainer(*Variable, Context));
+  }
+  std::vector<const OptimizerContainer*> Result;
+  for (const OptimizerContainer& Container : *Cache.Containers)
+    Result.push_back(&Container);
+  return Result;
+}
+
+const OptimizerContainer* preparedContainerFilledBy(const clang::Expr& Construction,
+                                                    clang::ASTContext& Context) {
+  for (const OptimizerContainer* Container : optimizerContainers(Context))
+    if (Container->Problem.empty())
+      for (const MemberOptimizerBuild& Fill : Container->Fills)
+        if (Fill.Construction == &Construction)
+          return Container;
   return nullptr;
 }
 

@@ -181,6 +181,34 @@ std::vector<const MemberOptimizer*> preparedMemberOptimizers(clang::ASTContext& 
 /// member that preparedMemberOptimizers() lists; null otherwise.
 const MemberOptimizer* preparedMemberBuiltBy(const clang::Expr& Construction, clang::ASTContext& Context);
 
+/// A local container of optimizers (`std::vector<std::unique_ptr<torch::optim::Optimizer>>`, std::deque,
+/// std::list, or a std::map / std::unordered_map of them, holding optimizers by value, raw pointer,
+/// std::unique_ptr or std::shared_ptr), filled in its function by `push_back(X)` / `emplace_back(X)` (or, for
+/// a map, `C[key] = X`, `C.emplace(key, X)`), X one of `new T(args)`, `std::make_unique<T>(args)`,
+/// `std::make_shared<T>(args)` or, by value, `T(args)`. The prepare pass makes its element type
+/// accelerate::Optimizer and each X `accelerator.prepare(T(args))`, the models each trains prepared before
+/// it.
+struct OptimizerContainer {
+  const clang::VarDecl* Variable = nullptr;
+  /// The element's type as written (the template argument that becomes accelerate::Optimizer, or for a map
+  /// `std::optional<accelerate::Optimizer>`: `map[key]` needs a value it can make before the assignment).
+  clang::SourceRange ElementType;
+  bool Map = false;
+  /// Each fill: the construction, what it replaces (the new-expression, make_unique/make_shared call or
+  /// T(args)), and the statement that adds it (insertions of model preparations go before it).
+  std::vector<MemberOptimizerBuild> Fills;
+  /// Why its optimizers cannot be prepared (used in a way accelerate::Optimizer does not support, filled with
+  /// something else, declared with `auto`, ...); empty when they can.
+  std::string Problem;
+};
+
+/// The containers of optimizers of the main file's functions, with their facts (OptimizerContainer).
+std::vector<const OptimizerContainer*> optimizerContainers(clang::ASTContext& Context);
+
+/// The container `Construction` (one of optimizerConstructions()) fills, when its Problem is empty.
+const OptimizerContainer* preparedContainerFilledBy(const clang::Expr& Construction,
+                                                    clang::ASTContext& Context);
+
 /// True when `Model` (a module variable or member) is trained and prepared: an optimizer constructed in the
 /// main file takes its `parameters()`, where the prepare pass prepares its models (a local or, with main,
 /// global declaration, or an assignment statement). Models that are only evaluated (an EMA copy, a frozen

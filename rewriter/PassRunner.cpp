@@ -373,6 +373,15 @@ void withdrawRefusedChanges(Collected& Out) {
                : std::string()) +
         ": a training loop is rewritten whole or not at all";
   }
+  // Nothing rewritten is left but the accelerator's declaration: it goes too, the file stays as it is.
+  const bool OnlyAccelerator = llvm::all_of(Out.Findings, [&](const Finding& Found) {
+    return Found.What != Finding::Kind::Change || Withdrawn.count(Found.Id) > 0 ||
+           Found.Pass == "accelerator";
+  });
+  if (OnlyAccelerator)
+    for (const Finding& Found : Out.Findings)
+      if (Found.What == Finding::Kind::Change && Found.Pass == "accelerator")
+        Withdrawn.insert(Found.Id);
   auto Drop = [&](std::vector<FileEdit>& Edits) {
     llvm::erase_if(Edits, [&](const FileEdit& Edit) { return Withdrawn.count(Edit.FindingId) > 0; });
   };
