@@ -647,12 +647,47 @@ Stencil deviceDeclarationText() {
   });
 }
 
+AST_MATCHER(clang::Decl, isInTrainingFileDecl) {
+  return mainFileTrains(Finder->getASTContext());
+}
+
+/// A device variable at namespace scope (`inline torch::Device device = torch::Device(torch::kCUDA, 0);`) of
+/// the main file or a header the rewrite changes, in a file that trains, that is not explicitly the CPU.
+DeclarationMatcher globalDevice() {
+  return varDecl(hasGlobalStorage(), unless(isStaticLocal()),
+                 hasDeclContext(decl(anyOf(translationUnitDecl(), namespaceDecl()))), hasType(isDeviceType()),
+                 isTrainingDevice(), isExpansionInRewrittenFile(), isInTrainingFileDecl())
+      .bind(VariableId);
+}
+
+AST_MATCHER(clang::VarDecl, isConstDevice) {
+  return Node.getType().isConstQualified() || Node.isConstexpr();
+}
+
+/// `name = accelerator.device();`, the variable named as from the global namespace.
+Stencil globalDeviceAssignment() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
+    return Variable->getQualifiedNameAsString() + " = " + AcceleratorDevice + ";";
+  });
+}
+
+/// A CUDA constant passed for a device parameter of a function of the project:
+/// `train(model, torch::Device(torch::kCUDA, 0))`.
+StatementMatcher cudaConstantDeviceParameter() {
+  return callExpr(callee(functionDecl(isExpansionInRewrittenFile())),
+                  forEachArgumentWithParam(expr(isCudaConstant()).bind(ArgumentId),
+                                           parmVarDecl(hasType(isDeviceType()))))
+      .bind(CallId);
+}
+
 } // namespace
 
 StatementMatcher deviceSiteUsingAccelerator() {
   auto KeptDeclaration =
       declStmt(deviceDeclaration(), unless(hasSingleDecl(varDecl(isOnlyUsedInRemovedMoves()))));
   return stmt(anyOf(KeptDeclaration, deviceAssignment(), cudaConstantArgument(),
+                    cudaConstantDeviceParameter(),
                     cxxMemberCallExpr(tensorCuda(), unless(on(isFromPreparedBatch()))), unplacedBatchRead()),
               inScope());
 }
@@ -726,6 +761,27 @@ PassRule devicePass() {
               "feeds is on accelerator.device(); on a GPU the forward pass fails with a device mismatch. "
               "Drop the move (prepared batches are already on the model's device), or move to "
               "accelerator.device()")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   varDecl(globalDevice(), unless(isConstDevice()), isInFileWithMain())),
+          insertAtStartOfMain(globalDeviceAssignment()),
+          cat("the accelerator picks each process's device (cuda:<local rank> when CUDA is available, else "
+              "the CPU); the global '",
+              name(VariableId),
+              "' is set to it at the start of main, so every tensor placed on it goes to this process's "
+              "device rather than the one written here")),
+      makeRule(
+          traverse(clang::TK_IgnoreUnlessSpelledInSource, varDecl(globalDevice())),
+          noopEdit(name(VariableId)),
+          cat("global device '", name(VariableId),
+              "' not rewritten: every process would place its tensors on the device written here, while "
+              "its model is on its own device (cuda:<local rank>); it is const, or this file has no main "
+              "to set it in. Make it a non-const global of the file with main, or use "
+              "accelerator.device() where tensors are placed")),
+      makeRule(
+          Scoped(cudaConstantDeviceParameter()), changeTo(node(ArgumentId), cat(AcceleratorDevice)),
+          cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); this constant "
+              "would put every process's tensors on one GPU")),
       makeRule(
           Scoped(cudaConstantArgument()), changeTo(node(ArgumentId), cat(AcceleratorDevice)),
           cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); a constant CUDA "

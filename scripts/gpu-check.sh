@@ -113,15 +113,17 @@ fi
 # step), at the same global batch, compared by test/fixtures/compare_fixture.py (float64, rtol 1e-6). On a GPU
 # this is what a CPU cannot show: a device move the rewrite dropped from a tensor the loop makes leaves it on the
 # CPU, and the step fails. "sharded": the rewrite shards the loader, so each process takes 64/NPROC examples a
-# step; "whole": the loader is left whole (each process reads every example).
+# step; "whole": the loader is left whole (each process reads every example). reach's device_global: a device held
+# by a global variable, which the rewrite sets to the process's device (as written, every process would use GPU 0).
 SHAPES="created_tensor,created_on_device,output_side_effect,output_update,loader_in_template,loader_by_reference"
 SHAPES+=",log_file,epoch_metrics,typed_optimizer"
 FIXTURES=("trains_like_original sharded $SHAPES" "trainer_main sharded callback,template"
   "unmovable_batch whole struct_target,tuple_with_struct"
   "member_optimizers sharded unique_ptr_in_constructor,unique_ptr_initializer,raw_new_gan,default_member_initializer,by_value,shared_ptr_reset"
-  "reach sharded two_declarators,optimizer_vector,optimizer_map,null_pointer_member,null_member_in_constructor")
+  "reach sharded two_declarators,optimizer_vector,optimizer_map,device_global,null_pointer_member,null_member_in_constructor")
 [ -n "$QUICK" ] && FIXTURES=("trains_like_original sharded created_tensor,created_on_device,loader_by_reference,epoch_metrics"
-  "trainer_main sharded callback" "unmovable_batch whole struct_target,tuple_with_struct")
+  "trainer_main sharded callback" "unmovable_batch whole struct_target,tuple_with_struct"
+  "reach sharded device_global")
 run_fixtures() { # run_fixtures NPROC SECONDS: one line per shape, "ok ..." or "FAIL ..." with the run's output
   local nproc=$1 deadline=$(($(now) + $2)) failed=0 entry name kind shapes shape batch left log
   log="$(mktemp)"
