@@ -15,7 +15,7 @@ torch::Device gpu(torch::cuda::is_available() ? torch::kCUDA : torch::kCPU);
 // A device explicitly on the CPU stays as it is; a const one cannot be set, and is reported.
 // CHECK: {{^}}torch::Device cpu(torch::kCPU);{{$}}
 torch::Device cpu(torch::kCPU);
-// WARN: device-globals.cpp:[[@LINE+1]]:21: warning: global device 'fixed' not rewritten: every process would place its tensors on the device written here
+// WARN: device-globals.cpp:[[@LINE+1]]:{{[0-9]+}}: warning: global device 'fixed' not rewritten: every process would place its tensors on the device written here
 const torch::Device fixed(torch::kCUDA, 1);
 
 void train(torch::nn::Linear& model, torch::Device target) {
