@@ -34,6 +34,15 @@ std::string sourceText(clang::SourceRange Range, const MatchFinder::MatchResult&
   return sourceText(clang::CharSourceRange::getTokenRange(Range), Result);
 }
 
+/// `accelerator.prepare(model);` for a model as written there; a raw pointer to a module is prepared as
+/// `*model` (prepare takes the module itself).
+std::string modelPreparation(const clang::Expr& Model, const MatchFinder::MatchResult& Result) {
+  std::string Name = sourceText(Model.getSourceRange(), Result);
+  if (Model.getType()->isPointerType())
+    Name = "*" + Name;
+  return "accelerator.prepare(" + Name + ");";
+}
+
 /// The arguments between a construction's parentheses or braces, as written (empty when it has none).
 clang::SourceRange argumentsInside(clang::SourceRange ParensOrBraces, const clang::SourceManager& SM,
                                    const clang::LangOptions& Options) {
@@ -112,20 +121,29 @@ Stencil preparedDeclarationText() {
 
 /// The models the optimizer trains that no earlier optimizer in the same function trains: each is prepared
 /// right before this optimizer, once.
+/// The models that the optimizers this pass prepares before `S` in its function train: each is prepared there
+/// already (a model is prepared once).
+std::vector<const clang::ValueDecl*> modelsPreparedBefore(const clang::Stmt& S, clang::ASTContext& Context) {
+  const clang::SourceManager& SM = Context.getSourceManager();
+  const clang::FunctionDecl* Function = enclosingFunction(S, Context);
+  std::vector<const clang::ValueDecl*> Prepared;
+  if (!Function)
+    return Prepared;
+  for (const clang::Expr* Construction : optimizerConstructions(Context))
+    if (enclosingFunction(*Construction, Context) == Function &&
+        SM.isBeforeInTranslationUnit(Construction->getBeginLoc(), S.getBeginLoc()) &&
+        isPreparedConstruction(*Construction, Context))
+      for (const clang::Expr* Model : modelsTrainedBy(*Construction, Context))
+        if (!llvm::is_contained(Prepared, namedDeclaration(Model)))
+          Prepared.push_back(namedDeclaration(Model));
+  return Prepared;
+}
+
 std::vector<const clang::Expr*> modelsToPrepare(const MatchFinder::MatchResult& Result) {
   const auto* Statement = Result.Nodes.getNodeAs<clang::Stmt>(StatementId);
   const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
   clang::ASTContext& Context = *Result.Context;
-  const clang::SourceManager& SM = *Result.SourceManager;
-  const clang::FunctionDecl* Function = enclosingFunction(*Statement, Context);
-  std::vector<const clang::ValueDecl*> Earlier;
-  for (const clang::Expr* Construction : optimizerConstructions(Context)) {
-    if (enclosingFunction(*Construction, Context) != Function ||
-        !SM.isBeforeInTranslationUnit(Construction->getBeginLoc(), Statement->getBeginLoc()))
-      continue;
-    for (const clang::Expr* Model : modelsTrainedBy(*Construction, Context))
-      Earlier.push_back(namedDeclaration(Model));
-  }
+  std::vector<const clang::ValueDecl*> Earlier = modelsPreparedBefore(*Statement, Context);
   std::vector<const clang::Expr*> Models;
   for (const clang::Expr* Model : modelsTrainedBy(*Variable->getInit(), Context))
     if (!llvm::is_contained(Earlier, namedDeclaration(Model)))
@@ -141,11 +159,7 @@ Stencil modelPreparations() {
   return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
     std::string Text;
     for (const clang::Expr* Model : modelsToPrepare(Result)) {
-      std::string Name = sourceText(Model->getSourceRange(), Result);
-      // A raw pointer to a module: prepare takes the module itself.
-      if (Model->getType()->isPointerType())
-        Name = "*" + Name;
-      Text += (Text.empty() ? "" : "\n") + ("accelerator.prepare(" + Name + ");");
+      Text += (Text.empty() ? "" : "\n") + modelPreparation(*Model, Result);
     }
     return Text;
   });
@@ -180,13 +194,7 @@ Stencil splitPreparedDeclarations() {
     const auto* Statement = Result.Nodes.getNodeAs<clang::DeclStmt>(StatementId);
     clang::ASTContext& Context = *Result.Context;
     const clang::SourceManager& SM = *Result.SourceManager;
-    const clang::FunctionDecl* Function = enclosingFunction(*Statement, Context);
-    std::vector<const clang::ValueDecl*> Prepared;
-    for (const clang::Expr* Construction : optimizerConstructions(Context))
-      if (enclosingFunction(*Construction, Context) == Function &&
-          SM.isBeforeInTranslationUnit(Construction->getBeginLoc(), Statement->getBeginLoc()))
-        for (const clang::Expr* Model : modelsTrainedBy(*Construction, Context))
-          Prepared.push_back(namedDeclaration(Model));
+    std::vector<const clang::ValueDecl*> Prepared = modelsPreparedBefore(*Statement, Context);
     // The statement's indentation, when nothing precedes it on its line.
     std::string Separator = " ";
     {
@@ -210,10 +218,7 @@ Stencil splitPreparedDeclarations() {
         if (llvm::is_contained(Prepared, namedDeclaration(Model)))
           continue;
         Prepared.push_back(namedDeclaration(Model));
-        std::string Name = sourceText(Model->getSourceRange(), Result);
-        if (Model->getType()->isPointerType())
-          Name = "*" + Name;
-        Lines.push_back("accelerator.prepare(" + Name + ");");
+        Lines.push_back(modelPreparation(*Model, Result));
       }
       std::string Arguments = sourceText(clang::CharSourceRange::getCharRange(argumentsInside(
                                              Construct->getParenOrBraceRange(), SM, Context.getLangOpts())),
@@ -253,8 +258,7 @@ Stencil globalModelPreparations() {
     const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
     std::string Text;
     for (const clang::Expr* Model : modelsTrainedBy(*Variable->getInit(), *Result.Context))
-      Text += (Text.empty() ? "" : "\n") +
-              ("accelerator.prepare(" + sourceText(Model->getSourceRange(), Result) + ");");
+      Text += (Text.empty() ? "" : "\n") + modelPreparation(*Model, Result);
     return Text;
   });
 }
@@ -317,10 +321,7 @@ Stencil assignedModelPreparations() {
     const auto* Made = Result.Nodes.getNodeAs<clang::Expr>(FactoryId);
     std::string Text;
     for (const clang::Expr* Model : modelsTrainedBy(*Made, *Result.Context)) {
-      std::string Name = sourceText(Model->getSourceRange(), Result);
-      if (Model->getType()->isPointerType())
-        Name = "*" + Name;
-      Text += (Text.empty() ? "" : "\n") + ("accelerator.prepare(" + Name + ");");
+      Text += (Text.empty() ? "" : "\n") + modelPreparation(*Model, Result);
     }
     return Text;
   });
@@ -480,6 +481,11 @@ EditGenerator prepareMember() {
       if (!Owner)
         Owner = Field->getParent();
       std::vector<const clang::ValueDecl*>& Prepared = PreparedIn[Owner];
+      // In a function body, the models of optimizers made before it there (another member's, a local's).
+      if (Build.Statement)
+        for (const clang::ValueDecl* Earlier : modelsPreparedBefore(*Build.Statement, Context))
+          if (!llvm::is_contained(Prepared, Earlier))
+            Prepared.push_back(Earlier);
       std::vector<const clang::Expr*> Models;
       for (const clang::Expr* Model : modelsTrainedBy(*Build.Construction, Context))
         if (!llvm::is_contained(Prepared, namedDeclaration(Model))) {
@@ -505,10 +511,7 @@ EditGenerator prepareMember() {
       }
       std::string Preparations;
       for (const clang::Expr* Model : Models) {
-        std::string Name = sourceText(Model->getSourceRange(), Result);
-        if (Model->getType()->isPointerType())
-          Name = "*" + Name;
-        Preparations += (Preparations.empty() ? "" : "\n") + ("accelerator.prepare(" + Name + ");");
+        Preparations += (Preparations.empty() ? "" : "\n") + modelPreparation(*Model, Result);
       }
       if (!Preparations.empty())
         Edits.push_back(editInsertingBefore(*Build.Statement, Preparations, SM));
@@ -592,29 +595,15 @@ EditGenerator prepareContainer() {
     };
     Change(tokenRange(Container.ElementType),
            Container.Map ? "std::optional<accelerate::Optimizer>" : "accelerate::Optimizer");
-    const clang::FunctionDecl* Function = nullptr;
-    for (const clang::DynTypedNode& Parent : Context.getParents(*Variable))
-      if (const auto* Statement = Parent.get<clang::DeclStmt>())
-        Function = enclosingFunction(*Statement, Context);
-    std::vector<const clang::ValueDecl*> Prepared;
     for (const MemberOptimizerBuild& Fill : Container.Fills) {
       // Models an optimizer made earlier in the function trains are prepared already.
-      for (const clang::Expr* Construction : optimizerConstructions(Context))
-        if (enclosingFunction(*Construction, Context) == Function &&
-            SM.isBeforeInTranslationUnit(Construction->getBeginLoc(), Fill.Statement->getBeginLoc()) &&
-            isPreparedConstruction(*Construction, Context))
-          for (const clang::Expr* Model : modelsTrainedBy(*Construction, Context))
-            if (!llvm::is_contained(Prepared, namedDeclaration(Model)))
-              Prepared.push_back(namedDeclaration(Model));
+      std::vector<const clang::ValueDecl*> Prepared = modelsPreparedBefore(*Fill.Statement, Context);
       std::string Preparations;
       for (const clang::Expr* Model : modelsTrainedBy(*Fill.Construction, Context)) {
         if (llvm::is_contained(Prepared, namedDeclaration(Model)))
           continue;
         Prepared.push_back(namedDeclaration(Model));
-        std::string Name = sourceText(Model->getSourceRange(), Result);
-        if (Model->getType()->isPointerType())
-          Name = "*" + Name;
-        Preparations += (Preparations.empty() ? "" : "\n") + ("accelerator.prepare(" + Name + ");");
+        Preparations += (Preparations.empty() ? "" : "\n") + modelPreparation(*Model, Result);
       }
       if (!Preparations.empty())
         Edits.push_back(editInsertingBefore(*Fill.Statement, Preparations, SM));

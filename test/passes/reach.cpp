@@ -124,6 +124,30 @@ struct Trainer {
   torch::nn::Linear head{4, 1};
 };
 
+// Two optimizer members over one model, made in one function: the model is prepared once.
+struct SharedModel {
+  torch::nn::Linear net{4, 1};
+  torch::optim::SGD* first{};
+  std::unique_ptr<torch::optim::Adam> second;
+  // CHECK: {{^}}  void setup() {{{$}}
+  // CHECK-NEXT: {{^}}    auto& accelerator = accelerate::Accelerator::current();{{$}}
+  // CHECK-NEXT: {{^}}    accelerator.prepare(net);{{$}}
+  // CHECK-NEXT: {{^}}    first = accelerator.prepare(torch::optim::SGD(net->parameters(), 0.1));{{$}}
+  // CHECK-NEXT: {{^}}    second = accelerator.prepare(torch::optim::Adam(net->parameters(), 0.1));{{$}}
+  void setup() {
+    first = new torch::optim::SGD(net->parameters(), 0.1);
+    second = std::make_unique<torch::optim::Adam>(net->parameters(), 0.1);
+  }
+  void fit() {
+    for (int step = 0; step < 4; ++step) {
+      first->zero_grad();
+      net->forward(torch::randn({4})).backward();
+      first->step();
+      second->step();
+    }
+  }
+};
+
 // WARN-NOT: not prepared
 // WARN: accel-rewrite: {{.*}}reach.cpp: {{[0-9]+}} changes, 2 not rewritten
 int main() {
