@@ -651,10 +651,10 @@ AST_MATCHER(clang::Decl, isInTrainingFileDecl) {
   return mainFileTrains(Finder->getASTContext());
 }
 
-/// A device variable at namespace scope (`inline torch::Device device = torch::Device(torch::kCUDA, 0);`) of
-/// the main file or a header the rewrite changes, in a file that trains, that is not explicitly the CPU.
+/// A device variable defined at namespace scope (`inline torch::Device device = torch::Device(torch::kCUDA,
+/// 0);`) in the main file or a header the rewrite changes, in a file that trains, not explicitly the CPU.
 DeclarationMatcher globalDevice() {
-  return varDecl(hasGlobalStorage(), unless(isStaticLocal()),
+  return varDecl(hasGlobalStorage(), unless(isStaticLocal()), isDefinition(),
                  hasDeclContext(decl(anyOf(translationUnitDecl(), namespaceDecl()))), hasType(isDeviceType()),
                  isTrainingDevice(), isExpansionInRewrittenFile(), isInTrainingFileDecl())
       .bind(VariableId);
@@ -770,8 +770,10 @@ PassRule devicePass() {
               name(VariableId),
               "' is set to it at the start of main, so every tensor placed on it goes to this process's "
               "device rather than the one written here")),
+      // One in a header, seen from a file without main, is set by the file with main.
       makeRule(
-          traverse(clang::TK_IgnoreUnlessSpelledInSource, varDecl(globalDevice())),
+          traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                   varDecl(globalDevice(), anyOf(isConstDevice(), isExpansionInMainFile()))),
           noopEdit(name(VariableId)),
           cat("global device '", name(VariableId),
               "' not rewritten: every process would place its tensors on the device written here, while "

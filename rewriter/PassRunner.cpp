@@ -109,18 +109,17 @@ Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTConte
   if (const auto* S = Node.get<clang::Stmt>()) {
     Function = passes::enclosingFunction(*S, Context);
   } else {
+    // A declaration: up to the function it is in, or to the statement that holds it.
     clang::DynTypedNodeList Parents = Context.getParents(Node);
     while (!Parents.empty() && !Function) {
-      if (const auto* Found = Parents[0].get<clang::FunctionDecl>())
+      if (const auto* Found = Parents[0].get<clang::FunctionDecl>()) {
         Function = Found;
-      else if (const auto* Inside = Parents[0].get<clang::Stmt>())
+      } else if (const auto* Inside = Parents[0].get<clang::Stmt>()) {
         Function = passes::enclosingFunction(*Inside, Context);
-      else
+        break;
+      } else {
         Parents = Context.getParents(Parents[0]);
-      if (Function)
-        break;
-      if (Parents.empty() || Parents[0].get<clang::Stmt>())
-        break;
+      }
     }
   }
   if (!Function)
