@@ -23,6 +23,7 @@ using namespace clang::transformer;
 constexpr char StatementId[] = "statement";
 constexpr char PathId[] = "path";
 constexpr char StreamId[] = "stream";
+constexpr char ModeId[] = "mode";
 constexpr char RunId[] = "run";
 constexpr char FunctionId[] = "function";
 
@@ -395,10 +396,15 @@ AST_MATCHER(clang::FunctionDecl, resumesWithoutCheckpoint) {
 
 } // namespace
 
+/// Training or evaluation code, or a helper it calls (a function that exports the model): the files written
+/// there are written by every process.
+auto writesForTraining() {
+  return allOf(unless(isInMacroExpansion()), anyOf(isInTrainingOrEvaluationCode(), isInTrainingHelper()),
+               unless(isInDistributedFunction()));
+}
+
 StatementMatcher guardedSave() {
-  return expr(anyOf(torchSave(), fileWrite()), isWholeStatement(), unless(isInMacroExpansion()),
-              isInTrainingOrEvaluationCode(), unless(isInDistributedFunction()))
-      .bind(StatementId);
+  return expr(anyOf(torchSave(), fileWrite()), isWholeStatement(), writesForTraining()).bind(StatementId);
 }
 
 namespace {
@@ -416,13 +422,49 @@ StatementMatcher fileStreamOpenedByEveryProcess() {
   return declStmt(hasSingleDecl(
                       varDecl(hasLocalStorage(), Stream, hasInitializer(ignoringImplicit(OpenedWithPathOnly)))
                           .bind(StreamId)),
-                  unless(isInMacroExpansion()), isInTrainingOrEvaluationCode(),
-                  unless(isInDistributedFunction()))
+                  writesForTraining())
+      .bind(StatementId);
+}
+
+namespace {
+
+/// A mode of `fopen` that empties the file: "w", "wb", "w+".
+AST_MATCHER(clang::StringLiteral, emptiesTheFile) {
+  return Node.isOrdinary() && Node.getString().starts_with("w");
+}
+
+/// The mode of the `fopen` bound to ModeId, chosen by process: as written on the main process, append on the
+/// others ("wb" becomes "ab", "w+" "a+"; a mode computed at run time appends with "a").
+llvm::Expected<std::string> mainProcessMode(const MatchFinder::MatchResult& Result) {
+  const auto* Mode = Result.Nodes.getNodeAs<clang::Expr>(ModeId);
+  std::string Written =
+      clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Mode->getSourceRange()),
+                                  *Result.SourceManager, Result.Context->getLangOpts())
+          .str();
+  std::string Append = "\"a\"";
+  if (const auto* Literal = llvm::dyn_cast<clang::StringLiteral>(Mode->IgnoreParenImpCasts()))
+    Append = "\"a" + Literal->getString().drop_front().str() + "\"";
+  else
+    Written = "(" + Written + ")";
+  return "accelerator.is_main_process() ? " + Written + " : " + Append;
+}
+
+} // namespace
+
+/// `std::fopen(path, "w")`: a C file opened, and so emptied, by every process; bound to StatementId, its mode
+/// to ModeId.
+StatementMatcher cFileOpenedByEveryProcess() {
+  auto Fopen = functionDecl(hasAnyName("::fopen", "::std::fopen"));
+  auto Emptying = stringLiteral(emptiesTheFile());
+  return callExpr(
+             callee(expr(ignoringImplicit(declRefExpr(to(Fopen))))), argumentCountIs(2),
+             hasArgument(1, expr(anyOf(ignoringImplicit(Emptying), hasDescendant(Emptying))).bind(ModeId)),
+             writesForTraining())
       .bind(StatementId);
 }
 
 StatementMatcher checkpointUsesAccelerator() {
-  return stmt(anyOf(guardedSave(), fileStreamOpenedByEveryProcess()));
+  return stmt(anyOf(guardedSave(), fileStreamOpenedByEveryProcess(), cFileOpenedByEveryProcess()));
 }
 
 PassRule checkpointPass() {
@@ -496,6 +538,11 @@ PassRule checkpointPass() {
               "' when it opens it; the others open it without "
               "emptying it (append), so a process that starts late cannot wipe what the main process "
               "has written; the main process alone writes to it")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, cFileOpenedByEveryProcess()),
+               changeTo(node(ModeId), run(mainProcessMode)),
+               cat("only the main process empties this file when it opens it; the others open it to append, "
+                   "so a process that starts late cannot wipe what the main process has written; the main "
+                   "process alone writes to it")),
   });
 }
 

@@ -28,12 +28,16 @@ PassRule checkpointPass();
 
 /// Matches the saves checkpointPass() guards (the guard uses `accelerator`).
 clang::ast_matchers::StatementMatcher guardedSave();
-/// Matches `std::ofstream log(path);` in training code, which the pass opens without emptying the file on
-/// processes other than the main one (it uses `accelerator`).
+/// Matches `std::ofstream log(path);` in training code (or a helper it calls, isInTrainingHelper()), which
+/// the pass opens without emptying the file on processes other than the main one (it uses `accelerator`).
 clang::ast_matchers::StatementMatcher fileStreamOpenedByEveryProcess();
+/// `std::fopen(path, "w")` (a mode that empties the file, or a mode computed from such ones) in training or
+/// evaluation code or a helper it calls: a C file opened, and so emptied, by every process.
+clang::ast_matchers::StatementMatcher cFileOpenedByEveryProcess();
 
 /// Matches every statement checkpointPass() makes use `accelerator` (guardedSave(),
-/// fileStreamOpenedByEveryProcess()): its registry row's PassInfo::UsesAccelerator.
+/// fileStreamOpenedByEveryProcess(), cFileOpenedByEveryProcess()): its registry row's
+/// PassInfo::UsesAccelerator.
 clang::ast_matchers::StatementMatcher checkpointUsesAccelerator();
 
 } // namespace accelerate::passes

@@ -456,8 +456,26 @@ StatementMatcher printable() {
   return expr(isStreamOutput(), fitsAcceleratorPrint(), isWholeStatement(), inScope()).bind(StatementId);
 }
 
+/// Output to a file: a chain on a file stream, or `fprintf` to a `FILE*` other than stdout and stderr.
+AST_MATCHER(clang::Expr, writesToAFile) {
+  if (std::optional<StreamChain> Chain = streamChain(&Node))
+    return streamKind(Chain->Stream) == Stream::File;
+  const auto* Call = llvm::dyn_cast<clang::CallExpr>(Node.IgnoreUnlessSpelledInSource());
+  const clang::FunctionDecl* Callee = Call ? Call->getDirectCallee() : nullptr;
+  if (!Callee || !Callee->getDeclName().isIdentifier() || Callee->getName() != "fprintf" ||
+      Call->getNumArgs() == 0)
+    return false;
+  const auto* File = llvm::dyn_cast<clang::DeclRefExpr>(Call->getArg(0)->IgnoreParenImpCasts());
+  return !File || (File->getDecl()->getName() != "stdout" && File->getDecl()->getName() != "stderr");
+}
+
 StatementMatcher guardable() {
-  return expr(anyOf(expr(isStreamOutput()), printfCall()), isWholeStatement(), inScope()).bind(StatementId);
+  // A helper that training code calls writes its files on every process too; its console output is left as
+  // it is.
+  auto HelperWrite = allOf(writesToAFile(), unless(isInMacroExpansion()), isInTrainingHelper(),
+                           unless(isInDistributedFunction()));
+  return expr(anyOf(expr(isStreamOutput()), printfCall()), isWholeStatement(), anyOf(inScope(), HelperWrite))
+      .bind(StatementId);
 }
 
 /// The stream of the output statement bound to StatementId, written as

@@ -755,7 +755,7 @@ AST_MATCHER(clang::Expr, isComputedFromShare) {
   const clang::FunctionDecl* Function = enclosingFunction(Node, Context);
   if (!Function || !readsShardedData(*Function, Context))
     return false;
-  return containsMatch(perProcessRead(), Node, Context) || !shareReads(Node, *Function, Context).empty();
+  return readsProcessShare(Node, *Function, Context) || !shareReads(Node, *Function, Context).empty();
 }
 
 } // namespace

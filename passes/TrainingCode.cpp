@@ -877,11 +877,75 @@ struct OptimizerContainerCache {
 
 thread_local OptimizerContainerCache TheOptimizerContainerCache;
 
+/// The helpers of training code for one parse (see isTrainingHelper).
+struct TrainingHelperCache {
+  const clang::ASTContext* Context = nullptr;
+  const clang::TranslationUnitDecl* Unit = nullptr;
+  std::optional<llvm::SmallPtrSet<const clang::FunctionDecl*, 8>> Helpers;
+};
+
+thread_local TrainingHelperCache TheTrainingHelperCache;
+
+/// The functions of the rewritten files with a body that `Body` calls (their templates' patterns, as
+/// canonical declarations).
+std::vector<const clang::FunctionDecl*> calledFunctions(const clang::Stmt& Body, clang::ASTContext& Context) {
+  std::vector<const clang::FunctionDecl*> Called;
+  auto Call = callExpr(callee(functionDecl().bind("callee")));
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Call))), Body, Context)) {
+    const auto* Callee = Found.getNodeAs<clang::FunctionDecl>("callee");
+    if (const clang::FunctionDecl* Pattern = Callee->getTemplateInstantiationPattern())
+      Callee = Pattern;
+    const clang::FunctionDecl* Definition = nullptr;
+    if (Callee->hasBody(Definition) &&
+        isInRewrittenFile(Context.getSourceManager(), Definition->getLocation()))
+      Called.push_back(Definition->getCanonicalDecl());
+  }
+  return Called;
+}
+
 } // namespace
+
+bool isTrainingHelper(const clang::FunctionDecl& Function, clang::ASTContext& Context) {
+  TrainingHelperCache& Cache = TheTrainingHelperCache;
+  if (Cache.Context != &Context || Cache.Unit != Context.getTranslationUnitDecl())
+    Cache = TrainingHelperCache{&Context, Context.getTranslationUnitDecl(), std::nullopt};
+  if (!Cache.Helpers) {
+    Cache.Helpers.emplace();
+    if (mainFileTrains(Context)) {
+      auto Defined = functionDecl(isDefinition()).bind("function");
+      std::vector<const clang::FunctionDecl*> Training;
+      forEachMainFileDecl(Context, [&](clang::Decl& TopLevel) {
+        for (const BoundNodes& Found :
+             match(traverse(clang::TK_AsIs, decl(anyOf(Defined, forEachDescendant(Defined)))), TopLevel,
+                   Context))
+          if (const auto* Function = Found.getNodeAs<clang::FunctionDecl>("function");
+              isTrainingOrEvaluationFunction(*Function, Context))
+            Training.push_back(Function);
+      });
+      // Two calls deep, as loopTrains follows them.
+      std::vector<const clang::FunctionDecl*> Callers = Training;
+      for (int Depth = 0; Depth < 2; ++Depth) {
+        std::vector<const clang::FunctionDecl*> Next;
+        for (const clang::FunctionDecl* Caller : Callers)
+          for (const clang::FunctionDecl* Callee : calledFunctions(*Caller->getBody(), Context)) {
+            const clang::FunctionDecl* Definition = nullptr;
+            Callee->hasBody(Definition);
+            if (!isTrainingOrEvaluationFunction(*Definition, Context) && Cache.Helpers->insert(Callee).second)
+              Next.push_back(Definition);
+          }
+        Callers = std::move(Next);
+      }
+    }
+  }
+  const clang::FunctionDecl* Pattern = Function.getTemplateInstantiationPattern();
+  return Cache.Helpers->contains((Pattern ? Pattern : &Function)->getCanonicalDecl());
+}
 
 void forgetTrainingCodeFacts() {
   TheMemberOptimizerCache = MemberOptimizerCache();
   TheOptimizerContainerCache = OptimizerContainerCache();
+  TheTrainingHelperCache = TrainingHelperCache();
   TheRewrittenFiles = RewrittenFiles();
 }
 
@@ -1476,6 +1540,18 @@ clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode
   return inTrainingOrEvaluationCodeImpl();
 }
 
+namespace {
+AST_MATCHER(clang::Stmt, inTrainingHelperImpl) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const clang::FunctionDecl* Function = enclosingFunction(Node, Context);
+  return Function && isTrainingHelper(*Function, Context);
+}
+} // namespace
+
+clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingHelper() {
+  return inTrainingHelperImpl();
+}
+
 // ---- Numbers computed on this process's share of the data ------------------------------------------------
 
 namespace {
@@ -1509,6 +1585,138 @@ StatementMatcher sumOrCount() {
 
 } // namespace
 
+namespace {
+
+/// Where a value of training code comes from: the same on every process (module parameters, constants, an
+/// unprepared loader's batches), this process's share of a prepared loader's data, or a source the pass
+/// cannot see (a tensor parameter, member or global).
+enum class Origin { Alike, Share, Unseen };
+
+Origin join(Origin A, Origin B) {
+  if (A == Origin::Share || B == Origin::Share)
+    return Origin::Share;
+  return A == Origin::Unseen || B == Origin::Unseen ? Origin::Unseen : Origin::Alike;
+}
+
+/// The origins of the values `Function` reads, found by following its locals' writes (data flow, within the
+/// function).
+class Origins {
+public:
+  Origins(const clang::FunctionDecl& Function, clang::ASTContext& Context)
+      : Function(Function), Context(Context), Writes(variableWrites(Function, Context)) {}
+
+  /// The origin of `E`: the join of the origins of every variable and member it reads.
+  Origin of(const clang::Expr& E) {
+    Origin Result = Origin::Alike;
+    auto Reference = declRefExpr().bind("reference");
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs, expr(anyOf(Reference, forEachDescendant(Reference)))), E, Context)) {
+      const clang::ValueDecl* Read = Found.getNodeAs<clang::DeclRefExpr>("reference")->getDecl();
+      if (const auto* Binding = llvm::dyn_cast<clang::BindingDecl>(Read))
+        Read = Binding->getDecomposedDecl();
+      if (const auto* Variable = llvm::dyn_cast_or_null<clang::VarDecl>(Read))
+        Result = join(Result, of(*Variable));
+    }
+    auto Member = memberExpr(has(ignoringParenImpCasts(cxxThisExpr())), member(fieldDecl().bind("field")));
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs, expr(anyOf(Member, forEachDescendant(Member)))), E, Context))
+      Result = join(Result, ofType(Found.getNodeAs<clang::FieldDecl>("field")->getType()));
+    return Result;
+  }
+
+private:
+  /// A parameter, member or global: a model or an optimizer is alike on every process (prepare makes it so),
+  /// so is a number or a constant; anything else (a tensor, a batch) is not seen.
+  Origin ofType(clang::QualType Type) {
+    if (Type->isArithmeticType() || Type.isConstQualified() ||
+        !match(qualType(anyOf(isModuleType(), isOptimizerType())), Type, Context).empty())
+      return Origin::Alike;
+    return Origin::Unseen;
+  }
+
+  Origin of(const clang::VarDecl& Variable) {
+    if (auto Known = Memo.find(&Variable); Known != Memo.end())
+      return Known->second;
+    // A value written from itself (`total += ...`), or from a variable written from it, adds nothing by that
+    // read; a result that leaned on a variable still being followed is not kept (it may yet become a share).
+    if (auto* Open = llvm::find(Following, &Variable); Open != Following.end()) {
+      LowestOpen = std::min<size_t>(LowestOpen, Open - Following.begin());
+      return Origin::Alike;
+    }
+    size_t Index = Following.size(), Outer = LowestOpen;
+    Following.push_back(&Variable);
+    LowestOpen = SIZE_MAX;
+    Origin Result = compute(Variable);
+    Following.pop_back();
+    if (LowestOpen >= Index) {
+      Memo[&Variable] = Result;
+      LowestOpen = Outer;
+    } else {
+      LowestOpen = std::min(LowestOpen, Outer);
+    }
+    return Result;
+  }
+
+  Origin compute(const clang::VarDecl& Variable) {
+    if (llvm::isa<clang::ParmVarDecl>(Variable) || !Variable.hasLocalStorage())
+      return ofType(Variable.getType());
+    if (isPreparedLoader(Variable, Context))
+      return Origin::Share;
+    // The element of a range-for: a loader's batch, or an element of what it iterates.
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs,
+                        stmt(forEachDescendant(
+                            cxxForRangeStmt(hasLoopVariable(varDecl(equalsNode(&Variable)))).bind("loop")))),
+               *Function.getBody(), Context)) {
+      const auto* Loop = Found.getNodeAs<clang::CXXForRangeStmt>("loop");
+      if (const clang::VarDecl* Loader = iteratedLoader(*Loop, Context))
+        return isPreparedLoader(*Loader, Context) ? Origin::Share : Origin::Alike;
+      return Loop->getRangeInit() ? of(*Loop->getRangeInit()) : Origin::Unseen;
+    }
+    Origin Result = Origin::Alike;
+    for (const auto& [Written, Value] : Writes)
+      if (Written == &Variable)
+        Result = join(Result, of(*Value));
+    // Filled in place: `total.add_(loss)`, `losses.push_back(loss)`.
+    auto Filled =
+        cxxMemberCallExpr(
+            on(ignoringParenImpCasts(declRefExpr(to(varDecl(equalsNode(&Variable)))))),
+            callee(cxxMethodDecl(anyOf(
+                matchesName("_$"), hasAnyName("push_back", "emplace_back", "insert", "emplace", "append")))))
+            .bind("fill");
+    for (const BoundNodes& Found :
+         match(traverse(clang::TK_AsIs, stmt(forEachDescendant(Filled))), *Function.getBody(), Context))
+      for (const clang::Expr* Argument : Found.getNodeAs<clang::CXXMemberCallExpr>("fill")->arguments())
+        Result = join(Result, of(*Argument));
+    return Result;
+  }
+
+  const clang::FunctionDecl& Function;
+  clang::ASTContext& Context;
+  std::vector<std::pair<const clang::VarDecl*, const clang::Expr*>> Writes;
+  llvm::DenseMap<const clang::VarDecl*, Origin> Memo;
+  llvm::SmallVector<const clang::VarDecl*, 8> Following;
+  size_t LowestOpen = SIZE_MAX;
+};
+
+} // namespace
+
+bool readsProcessShare(const clang::Expr& E, const clang::FunctionDecl& Function,
+                       clang::ASTContext& Context) {
+  if (!Function.hasBody())
+    return false;
+  std::optional<Origins> Sources;
+  auto Read = expr(perProcessRead()).bind("read");
+  for (const BoundNodes& Found :
+       match(traverse(clang::TK_AsIs, expr(anyOf(Read, forEachDescendant(Read)))), E, Context)) {
+    if (!Sources)
+      Sources.emplace(Function, Context);
+    if (Sources->of(*Found.getNodeAs<clang::Expr>("read")) != Origin::Alike)
+      return true;
+  }
+  return false;
+}
+
 Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Function, clang::ASTContext& Context,
               int Depth) {
   if (Depth > 4)
@@ -1531,7 +1739,7 @@ Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Functio
           shareOf(*Other, Function, Context, Depth + 1) != Share::None)
         return Share::Unknown;
     }
-    if (!containsMatch(perProcessRead(), *Write, Context))
+    if (!readsProcessShare(*Write, Function, Context))
       continue;
     Share Kind = containsMatch(sumOrCount(), *Write, Context) ? Share::Sum : Share::Mean;
     if (Result != Share::None && Result != Kind)

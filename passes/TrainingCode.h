@@ -69,6 +69,12 @@ enum class Share { None, Mean, Sum, Unknown };
 /// A number read from this process's tensors: `item()`, and the sizes `size(...)`, `numel()` (of a tensor, or
 /// in a template of a value of dependent type).
 clang::ast_matchers::StatementMatcher perProcessRead();
+/// True when `E` makes a perProcessRead() of a value of this process's share: one that derives, through the
+/// locals of `Function` (their initialisers, assignments and in-place fills), from a prepared loader's
+/// batches, or from a tensor the pass cannot follow (a parameter, member or global that is not a model or an
+/// optimizer). Values every process has alike (parameters, constants, an unprepared loader's batches) are
+/// not.
+bool readsProcessShare(const clang::Expr& E, const clang::FunctionDecl& Function, clang::ASTContext& Context);
 /// How the local arithmetic `Variable` of `Function` was computed from this process's share (Share::None for
 /// parameters, constants and numbers that do not come from it).
 Share shareOf(const clang::VarDecl& Variable, const clang::FunctionDecl& Function, clang::ASTContext& Context,
@@ -276,6 +282,13 @@ bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
 bool isTrainingOrEvaluationFunction(const clang::FunctionDecl& Function, clang::ASTContext& Context);
 /// Matches a statement in such a function, in a training file.
 clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingOrEvaluationCode();
+/// True when `Function`, of a rewritten file and not training or evaluation code itself, is called from such
+/// code (of a training file), directly or through one more function of the rewritten files (two calls deep,
+/// as loopTrains follows them): a helper such as `export_weights(model, path)`. The files it writes are
+/// written by every process, as the training code's are.
+bool isTrainingHelper(const clang::FunctionDecl& Function, clang::ASTContext& Context);
+/// Matches a statement in such a helper.
+clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingHelper();
 
 /// True when a condition above `S` in its function (an `if`, `while` or `for` condition) depends on a
 /// tensor's value or on a dependent type: processes could disagree on it, so `S` must take no collective.

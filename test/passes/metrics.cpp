@@ -69,3 +69,33 @@ void full_batch(Net& net, torch::optim::SGD& optimizer, const torch::Tensor& inp
   std::cout << "total " << total << std::endl;
   // CHECK: {{^}}  accelerator.print("total ", total);{{$}}
 }
+
+// By data flow: in a function that trains on a prepared loader, only numbers that derive from its batches
+// are this process's share. A sum over the parameters (alike on every process after prepare), a count over an
+// unprepared evaluation loader read in the same function (every process reads all of it) and a constant are
+// printed as they are; a number from a tensor the pass cannot follow (a parameter) is still reduced.
+void train_and_evaluate(Net& net, torch::optim::SGD& optimizer, const torch::Tensor& scale) {
+  auto loader = torch::data::make_data_loader(Points().map(torch::data::transforms::Stack<>()), 64);
+  auto test_loader = torch::data::make_data_loader(Points().map(torch::data::transforms::Stack<>()), 64);
+  double running = 0, weights = 0, scaled = 0;
+  int64_t correct = 0, seen = 0;
+  for (auto& batch : *loader) {
+    optimizer.zero_grad();
+    auto loss = net.forward(batch.data).sum();
+    loss.backward();
+    optimizer.step();
+    running += loss.item<double>();
+    scaled += scale.sum().item<double>();
+  }
+  for (const auto& parameter : net.parameters())
+    weights += parameter.sum().item<double>();
+  for (auto& batch : *test_loader) {
+    auto predicted = net.forward(batch.data).argmax(1);
+    correct += predicted.eq(batch.target).sum().item<int64_t>();
+    seen += batch.data.size(0);
+  }
+  std::cout << "loss " << running << " weights " << weights << " eval " << correct << "/" << seen << std::endl;
+  // CHECK: {{^}}  accelerator.print("loss ", accelerator.reduce(running, accelerate::ReduceOp::MEAN), " weights ", weights, " eval ", correct, "/", seen);{{$}}
+  std::cout << "scaled " << scaled << std::endl;
+  // CHECK: {{^}}  accelerator.print("scaled ", accelerator.reduce(scaled, accelerate::ReduceOp::SUM));{{$}}
+}
