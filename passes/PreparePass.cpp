@@ -3,6 +3,7 @@
 
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
+#include "passes/Templates.h"
 #include "passes/TrainingCode.h"
 
 #include "clang/AST/ASTContext.h"
@@ -151,8 +152,68 @@ std::vector<const clang::Expr*> modelsToPrepare(const MatchFinder::MatchResult& 
   return Models;
 }
 
+/// A model of a template (`net` in `template <class T> void train(T& net)`) that one of its instantiations
+/// makes something other than a module: its tensors are loose.
+struct NonModuleInstance {
+  const clang::Expr* Model = nullptr;
+  const clang::FunctionDecl* Instance = nullptr;
+  clang::QualType Type;
+};
+
+/// The first model the optimizer `Variable` trains that an instantiation of its template makes a non-module.
+std::optional<NonModuleInstance> nonModuleInstance(const clang::VarDecl& Variable,
+                                                   clang::ASTContext& Context) {
+  if (!Variable.getInit())
+    return std::nullopt;
+  for (const clang::Expr* Model : modelsTrainedBy(*Variable.getInit(), Context)) {
+    if (!Model->isTypeDependent())
+      continue;
+    for (const auto& [Instance, Made] : instantiatedNodes(*Model, Context)) {
+      const auto* Instantiated = llvm::dyn_cast_or_null<clang::Expr>(Made);
+      if (Instantiated && match(qualType(isModuleType()), Instantiated->getType(), Context).empty())
+        return NonModuleInstance{Model, Instance, Instantiated->getType()};
+    }
+  }
+  return std::nullopt;
+}
+
+AST_MATCHER(clang::VarDecl, trainsANonModuleInSomeInstantiation) {
+  return nonModuleInstance(Node, Finder->getASTContext()).has_value();
+}
+
+/// An optimizer over the parameters of models (modules in every instantiation of its template).
 AST_MATCHER(clang::VarDecl, trainsSomeModel) {
-  return Node.getInit() && !modelsTrainedBy(*Node.getInit(), Finder->getASTContext()).empty();
+  clang::ASTContext& Context = Finder->getASTContext();
+  return Node.getInit() && !modelsTrainedBy(*Node.getInit(), Context).empty() &&
+         !nonModuleInstance(Node, Context);
+}
+
+/// Why an optimizer built in a template is not prepared: an instantiation trains a non-module.
+Stencil nonModuleInstanceWarning() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Variable = Result.Nodes.getNodeAs<clang::VarDecl>(VariableId);
+    std::optional<NonModuleInstance> Found = nonModuleInstance(*Variable, *Result.Context);
+    const clang::SourceManager& SM = *Result.SourceManager;
+    std::string Model =
+        clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Found->Model->getSourceRange()), SM,
+                                    Result.Context->getLangOpts())
+            .str();
+    std::string Instance;
+    llvm::raw_string_ostream Out(Instance);
+    Found->Instance->getNameForDiagnostic(Out, Result.Context->getPrintingPolicy(), /*Qualified=*/false);
+    std::string Type = Found->Type.getNonReferenceType().getUnqualifiedType().getAsString(
+        Result.Context->getPrintingPolicy());
+    unsigned Line = SM.getExpansionLineNumber(Found->Instance->getPointOfInstantiation());
+    return std::string(RefusalMarker) + "optimizer '" + Variable->getNameAsString() +
+           "' not prepared: the instantiation " + Instance +
+           (Line ? " (made at line " + std::to_string(Line) + ")" : std::string()) + " trains '" + Model +
+           "' of type '" + Type +
+           "', which is not a torch::nn::Module: its tensors are loose, so no module is known whose "
+           "gradients to synchronise, and the template is rewritten for every instantiation or none; make '" +
+           Type +
+           "' a torch::nn::Module (its tensors registered with register_parameter), or prepare its "
+           "training by hand";
+  });
 }
 
 Stencil modelPreparations() {
@@ -833,6 +894,10 @@ PassRule preparePass() {
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
                         declStmt(severalDeclarations(), unless(isSplitPreparedDeclarationMatcher()))),
                noopEdit(node(StatementId)), severalDeclarationsWarning()),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource,
+                        declStmt(declarationOf(isOptimizerType()),
+                                 hasSingleDecl(varDecl(trainsANonModuleInSomeInstantiation())))),
+               noopEdit(node(StatementId)), nonModuleInstanceWarning()),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, OptimizerWithModel),
           flatten(prepareModels(), changeTo(statementWithSemicolon(StatementId), preparedDeclarationText())),

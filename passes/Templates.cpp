@@ -59,21 +59,25 @@ AST_MATCHER(clang::CallExpr, isDependentCallImpl) {
 
 } // namespace
 
-bool holdsInEveryInstantiation(const clang::Stmt& Written, clang::ASTContext& Context,
-                               const std::function<bool(const clang::Stmt&)>& Check) {
+std::vector<std::pair<const clang::FunctionDecl*, const clang::Stmt*>>
+instantiatedNodes(const clang::Stmt& Written, clang::ASTContext& Context) {
+  std::vector<std::pair<const clang::FunctionDecl*, const clang::Stmt*>> Nodes;
   const clang::FunctionDecl* Pattern = enclosingFunction(Written, Context);
   if (!Pattern)
-    return false;
-  std::vector<const clang::FunctionDecl*> Instances = instantiationsOf(*Pattern);
-  if (Instances.empty())
-    return false;
-  for (const clang::FunctionDecl* Instance : Instances) {
+    return Nodes;
+  for (const clang::FunctionDecl* Instance : instantiationsOf(*Pattern)) {
     SameRangeFinder Finder(Written);
     Finder.TraverseStmt(Instance->getBody());
-    if (!Finder.Found || !Check(*Finder.Found))
-      return false;
+    Nodes.emplace_back(Instance, Finder.Found);
   }
-  return true;
+  return Nodes;
+}
+
+bool holdsInEveryInstantiation(const clang::Stmt& Written, clang::ASTContext& Context,
+                               const std::function<bool(const clang::Stmt&)>& Check) {
+  auto Nodes = instantiatedNodes(Written, Context);
+  return !Nodes.empty() &&
+         llvm::all_of(Nodes, [&](const auto& Node) { return Node.second && Check(*Node.second); });
 }
 
 clang::ast_matchers::internal::Matcher<clang::CallExpr> isDependentCall() {

@@ -6,6 +6,8 @@
 #include "clang/ASTMatchers/ASTMatchers.h"
 
 #include <functional>
+#include <utility>
+#include <vector>
 
 namespace accelerate::passes {
 
@@ -18,6 +20,12 @@ namespace accelerate::passes {
 /// it (the node with the same source range). False when nothing instantiates it: then nobody can tell.
 bool holdsInEveryInstantiation(const clang::Stmt& Written, clang::ASTContext& Context,
                                const std::function<bool(const clang::Stmt&)>& Check);
+
+/// What each instantiation of the template around `Written` made of it: (instantiation, node with the same
+/// source range, or null where none has it). Empty when nothing instantiates it, or `Written` is in no
+/// function.
+std::vector<std::pair<const clang::FunctionDecl*, const clang::Stmt*>>
+instantiatedNodes(const clang::Stmt& Written, clang::ASTContext& Context);
 
 /// Matches a call written in a template with a dependent callee: `loss.backward()` on a `T& loss`.
 clang::ast_matchers::internal::Matcher<clang::CallExpr> isDependentCall();

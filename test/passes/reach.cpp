@@ -148,10 +148,47 @@ struct SharedModel {
   }
 };
 
+// A template that builds its optimizer from `net.parameters()` is prepared when every instantiation trains a
+// module; one instantiated with a plain struct of tensors too is refused whole, naming that instantiation.
+template <typename T> void fit_module(T& net) {
+  // CHECK: {{^}}  accelerator.prepare(net);{{$}}
+  // CHECK-NEXT: {{^}}  auto optimizer = accelerator.prepare(torch::optim::SGD(net.parameters(), 0.1));{{$}}
+  torch::optim::SGD optimizer(net.parameters(), 0.1);
+  for (int step = 0; step < 4; ++step) {
+    optimizer.zero_grad();
+    net.forward(torch::randn({4})).backward();
+    optimizer.step();
+  }
+}
+
+struct Plain {
+  torch::Tensor weight;
+  std::vector<torch::Tensor> parameters();
+  torch::Tensor forward(torch::Tensor x);
+};
+
+// WARN: reach.cpp:[[@LINE+5]]:3: warning: optimizer 'optimizer' not prepared: the instantiation fit_any<Plain> (made at line [[@LINE+23]]) trains 'net' of type 'Plain', which is not a torch::nn::Module: its tensors are loose
+// WARN-SAME: so the training code of function 'fit_any' is left as it is (3 changes not made): a training loop is rewritten whole or not at all [prepare]
+// CHECK: {{^}}template <typename T> void fit_any(T& net) {{[{]}}{{$}}
+// CHECK-NEXT: {{^}}  torch::optim::SGD optimizer(net.parameters(), 0.1);{{$}}
+template <typename T> void fit_any(T& net) {
+  torch::optim::SGD optimizer(net.parameters(), 0.1);
+  for (int step = 0; step < 4; ++step) {
+    optimizer.zero_grad();
+    net.forward(torch::randn({4})).backward();
+    optimizer.step();
+  }
+}
+
 // WARN-NOT: not prepared
-// WARN: accel-rewrite: {{.*}}reach.cpp: {{[0-9]+}} changes, 2 not rewritten
+// WARN: accel-rewrite: {{.*}}reach.cpp: {{[0-9]+}} changes, 3 not rewritten
 int main() {
   Trainer trainer;
   trainer.setup();
   trainer.fit();
+  torch::nn::Linear linear(4, 1);
+  fit_module(*linear);
+  fit_any(*linear);
+  Plain plain;
+  fit_any(plain);
 }
