@@ -169,9 +169,12 @@ std::optional<NonModuleInstance> nonModuleInstance(const clang::VarDecl& Variabl
     if (!Model->isTypeDependent())
       continue;
     for (const auto& [Instance, Made] : instantiatedNodes(*Model, Context)) {
+      // The node spelled there may be the implicit conversion around the model (a holder seen as its
+      // `std::shared_ptr` base for `->`): its type is the model's as written.
       const auto* Instantiated = llvm::dyn_cast_or_null<clang::Expr>(Made);
-      if (Instantiated && match(qualType(isModuleType()), Instantiated->getType(), Context).empty())
-        return NonModuleInstance{Model, Instance, Instantiated->getType()};
+      if (Instantiated &&
+          match(qualType(isModuleType()), Instantiated->IgnoreParenImpCasts()->getType(), Context).empty())
+        return NonModuleInstance{Model, Instance, Instantiated->IgnoreParenImpCasts()->getType()};
     }
   }
   return std::nullopt;
