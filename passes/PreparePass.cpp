@@ -14,6 +14,7 @@
 #include "clang/Tooling/Transformer/Stencil.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 namespace accelerate::passes {
@@ -791,6 +792,73 @@ AST_MATCHER(clang::ParmVarDecl, onlyReceivesPreparedOptimizers) {
   return receivesOnlyPreparedOptimizers(Node, Finder->getASTContext(), 0);
 }
 
+/// What accelerate::Optimizer itself has of libtorch's optimizer interface; the rest is reached through
+/// unwrap().
+constexpr std::array<llvm::StringLiteral, 5> PreparedOptimizerMembers = {"step", "zero_grad", "param_groups",
+                                                                         "save", "load"};
+
+/// A name that holds a prepared optimizer after the rewrite: a prepared optimizer held by value, a reference
+/// bound to one (`decltype(optimizer)& same = optimizer;`), or a reference parameter that only receives
+/// prepared ones (retyped, or a template's `Opt&`).
+bool holdsPreparedOptimizer(const clang::ValueDecl& Declaration, clang::ASTContext& Context) {
+  auto Prepared = declRefExpr(to(varDecl(isPreparedOptimizerObject())));
+  if (const auto* Parameter = llvm::dyn_cast<clang::ParmVarDecl>(&Declaration)) {
+    const auto* Function = llvm::dyn_cast<clang::FunctionDecl>(Parameter->getDeclContext());
+    if (const clang::FunctionDecl* Pattern = Function ? Function->getTemplateInstantiationPattern() : nullptr)
+      Parameter = Pattern->getParamDecl(Parameter->getFunctionScopeIndex());
+    return receivesOnlyPreparedOptimizers(*Parameter, Context, 0);
+  }
+  const auto* Variable = llvm::dyn_cast<clang::VarDecl>(&Declaration);
+  if (!Variable)
+    return false;
+  if (!match(varDecl(isPreparedOptimizerObject()), *Variable, Context).empty())
+    return true;
+  return Variable->getType()->isReferenceType() && Variable->getInit() &&
+         !match(traverse(clang::TK_AsIs, expr(ignoringImplicit(Prepared))), *Variable->getInit(), Context)
+              .empty();
+}
+
+AST_MATCHER(clang::ValueDecl, holdsPreparedOptimizerMatcher) {
+  return holdsPreparedOptimizer(Node, Finder->getASTContext());
+}
+
+AST_MATCHER(clang::CXXMethodDecl, isPreparedOptimizerMember) {
+  return Node.getDeclName().isIdentifier() && llvm::is_contained(PreparedOptimizerMembers, Node.getName());
+}
+
+/// In a template, `optimizer.defaults()` on a dependent `Opt& optimizer`: every instantiation calls a member
+/// of libtorch's optimizer that accelerate::Optimizer does not have, on a parameter that only receives
+/// prepared optimizers.
+AST_MATCHER(clang::CXXDependentScopeMemberExpr, isLibtorchOnlyMemberOfPreparedParameter) {
+  clang::ASTContext& Context = Finder->getASTContext();
+  const auto* Base = llvm::dyn_cast_or_null<clang::DeclRefExpr>(
+      Node.isImplicitAccess() ? nullptr : Node.getBase()->IgnoreParenImpCasts());
+  if (!Base || !Node.getMember().isIdentifier() ||
+      llvm::is_contained(PreparedOptimizerMembers, Node.getMember().getAsIdentifierInfo()->getName()) ||
+      !holdsPreparedOptimizer(*Base->getDecl(), Context))
+    return false;
+  auto LibtorchMember = memberExpr(
+      member(cxxMethodDecl(ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::optim::Optimizer"))))));
+  return holdsInEveryInstantiation(Node, Context, [&](const clang::Stmt& Made) {
+    return !match(traverse(clang::TK_AsIs, LibtorchMember), Made, Context).empty();
+  });
+}
+
+/// `optimizer.defaults()`: a member of libtorch's optimizer that accelerate::Optimizer does not have, called
+/// on a name that holds a prepared optimizer (holdsPreparedOptimizer), resolved or in a template; the name is
+/// bound to SavedId.
+StatementMatcher libtorchOnlyMemberOfPreparedOptimizer() {
+  auto Holder = declRefExpr(to(valueDecl(holdsPreparedOptimizerMatcher()))).bind(SavedId);
+  auto Resolved = cxxMemberCallExpr(
+      callee(cxxMethodDecl(ofClass(cxxRecordDecl(isSameOrDerivedFrom("::torch::optim::Optimizer"))),
+                           unless(isPreparedOptimizerMember()))),
+      on(ignoringImplicit(Holder)));
+  auto Dependent = cxxDependentScopeMemberExpr(isLibtorchOnlyMemberOfPreparedParameter(),
+                                               hasObjectExpression(ignoringImplicit(Holder)));
+  return expr(anyOf(Resolved, Dependent), unless(isInMacroExpansion()), isInTrainingFile(),
+              unless(isInDistributedFunction()));
+}
+
 /// The parameter's type as written: `torch::optim::Adam&`.
 RangeSelector parameterType() {
   return [](const MatchFinder::MatchResult& Result) -> llvm::Expected<clang::CharSourceRange> {
@@ -944,6 +1012,12 @@ PassRule preparePass() {
                cat("the prepared optimizer is an accelerate::Optimizer handle; torch::save and torch::load "
                    "take the "
                    "libtorch optimizer it holds, unwrap()")),
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, libtorchOnlyMemberOfPreparedOptimizer()),
+               insertAfter(node(SavedId), cat(".unwrap()")),
+               cat("'", node(SavedId),
+                   "' holds a prepared optimizer (accelerate::Optimizer), which has step(), zero_grad() and "
+                   "param_groups() of libtorch's interface; the rest (defaults(), state(), ...) is the "
+                   "libtorch optimizer's it holds, unwrap()")),
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, preparedGlobalOptimizer()),
                insertAtStartOfMain(globalModelPreparations()),
                cat("the models the global optimizer '", name(VariableId),

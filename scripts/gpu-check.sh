@@ -120,7 +120,7 @@ SHAPES+=",log_file,epoch_metrics,typed_optimizer"
 FIXTURES=("trains_like_original sharded $SHAPES" "trainer_main sharded callback,template"
   "unmovable_batch whole struct_target,tuple_with_struct"
   "member_optimizers sharded unique_ptr_in_constructor,unique_ptr_initializer,raw_new_gan,default_member_initializer,by_value,shared_ptr_reset"
-  "reach sharded two_declarators,optimizer_vector,optimizer_map,device_global,null_pointer_member,null_member_in_constructor,printed_by_flow,helper_writes,template_module,module_callback")
+  "reach sharded two_declarators,optimizer_vector,optimizer_map,device_global,null_pointer_member,null_member_in_constructor,printed_by_flow,helper_writes,template_module,module_callback,decltype_template")
 [ -n "$QUICK" ] && FIXTURES=("trains_like_original sharded created_tensor,created_on_device,loader_by_reference,epoch_metrics"
   "trainer_main sharded callback" "unmovable_batch whole struct_target,tuple_with_struct"
   "reach sharded device_global")

