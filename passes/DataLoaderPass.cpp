@@ -228,12 +228,45 @@ StatementMatcher untrainedLoaderDeclaration(bool Seen) {
       .bind(StatementId);
 }
 
+/// A data loader of static storage (namespace scope, a static member) that a training loop iterates
+/// (staticTrainingLoader): made before main constructs the Accelerator.
+AST_MATCHER(clang::VarDecl, isTrainedOnStatically) {
+  return loopTrainingOnStaticLoader(Node, Finder->getASTContext()) != nullptr;
+}
+
+DeclarationMatcher staticTrainingLoaderDeclaration() {
+  return varDecl(hasGlobalStorage(), unless(isStaticLocal()), isExpansionInRewrittenFile(),
+                 isTrainedOnStatically())
+      .bind(LoaderId);
+}
+
+/// Why a loader of static storage is refused, naming the loop that trains on it.
+Stencil staticLoaderRefusal() {
+  return run([](const MatchFinder::MatchResult& Result) -> llvm::Expected<std::string> {
+    const auto* Loader = Result.Nodes.getNodeAs<clang::VarDecl>(LoaderId);
+    const clang::Stmt* Loop = loopTrainingOnStaticLoader(*Loader, *Result.Context);
+    const clang::FunctionDecl* Function = enclosingFunction(*Loop, *Result.Context);
+    const std::string Name = Loader->getNameAsString();
+    const unsigned Line = Result.SourceManager->getExpansionLineNumber(Loop->getBeginLoc());
+    return std::string(RefusalMarker) + "data loader '" + Name + "' not prepared: it is a variable of static " +
+           "storage, made before main constructs the Accelerator, so prepare_data_loader cannot be called " +
+           "where it is declared, and each process would train on the whole dataset (in its own order when " +
+           "shuffled) instead of its share in the loop of " +
+           (Function ? "'" + Function->getNameAsString() + "' " : std::string()) + "(line " +
+           std::to_string(Line) + "); declare it after `accelerate::Accelerator accelerator;` (in main or " +
+           "in the function that trains on it), as `auto " + Name +
+           " = accelerator.prepare_data_loader(dataset, options);`, and hand it to the loop";
+  });
+}
+
 } // namespace
 
 PassRule dataLoaderPass() {
   auto Prepared = declStmt(preparedLoaderDeclaration(), hasSingleDecl(varDecl(isDeclaredAuto())));
   auto Replacement = cat("accelerator.prepare_data_loader(", loaderArguments(), ")");
   return applyFirst<std::string>({
+      makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, staticTrainingLoaderDeclaration()),
+               noopEdit(name(LoaderId)), staticLoaderRefusal()),
       makeRule(
           traverse(clang::TK_IgnoreUnlessSpelledInSource, Prepared), changeTo(node(CallId), Replacement),
           cat("accelerator.prepare_data_loader() gives each process its share of every global batch (the "

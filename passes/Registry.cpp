@@ -58,7 +58,7 @@ llvm::ArrayRef<PassInfo> allPasses() {
        /*OnByDefault=*/true, /*WhenNothingFound=*/{},
        /*LeavesAlone=*/
        "evaluation loaders (note); own samplers, stateful datasets, non-`auto` declarations "
-       "(warning)",
+       "(warning); loaders of static storage (refusal: the file is left as it is)",
        /*TurnedOnBy=*/{}, /*UsesAccelerator=*/preparedLoaderDeclaration},
       {"device", devicePass,
        "device declarations become `accelerator.device()`; manual moves of prepared models and batches go",

@@ -1394,6 +1394,20 @@ bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) 
   return false;
 }
 
+const clang::VarDecl* staticTrainingLoader(const clang::Stmt& Loop, clang::ASTContext& Context) {
+  const clang::VarDecl* Loader = iteratedLoader(Loop, Context);
+  if (!Loader || !Loader->hasGlobalStorage() || Loader->isStaticLocal() || !loopTrains(Loop, Context))
+    return nullptr;
+  return Loader;
+}
+
+const clang::Stmt* loopTrainingOnStaticLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) {
+  for (const clang::Stmt* Loop : allInMainFile<clang::Stmt>(cxxForRangeStmt().bind("loop"), "loop", Context))
+    if (staticTrainingLoader(*Loop, Context) == &Loader)
+      return Loop;
+  return nullptr;
+}
+
 namespace {
 
 /// A number read from a tensor: `loss.item<float>()`, `loss.item().toFloat()`, or in a template

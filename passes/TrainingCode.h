@@ -276,6 +276,16 @@ bool isReadByLoop(const clang::VarDecl& Loader, clang::ASTContext& Context);
 /// True when a loop that runs a training step iterates `Loader` (see iteratedLoader).
 bool isTrainingLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
 
+/// The data loader a training loop iterates (iteratedLoader, loopTrains) when it is a variable of static
+/// storage other than a static local (namespace scope, a static member): it is made before `main` constructs
+/// the Accelerator, so it cannot be prepared where it is declared. The data-loader pass refuses such a loop.
+/// Null otherwise.
+const clang::VarDecl* staticTrainingLoader(const clang::Stmt& Loop, clang::ASTContext& Context);
+
+/// The first training loop of the main file that iterates `Loader`, a loader of static storage
+/// (staticTrainingLoader). Null when there is none.
+const clang::Stmt* loopTrainingOnStaticLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
+
 /// True when `Function` is training or evaluation code: `main` of a training file, or a function that runs a
 /// backward pass, makes or steps an optimizer, iterates a data loader or holds a `torch::NoGradGuard`. Its
 /// output and its files are the main process's.

@@ -17,6 +17,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 
 #include <map>
 #include <optional>
@@ -74,11 +75,32 @@ struct Collected {
 };
 
 /// The code a refusal keeps from being rewritten (passes::RefusalMarker): the function the refused object is
-/// in (lambdas belong to the function around them), or, for a member, its class and the member functions of
-/// it defined outside it. Empty when the node is in neither.
+/// in (lambdas belong to the function around them); for a member, its class and the member functions of it
+/// defined outside it; for a variable of static storage (namespace scope, a static member), which any function
+/// may use, the main file and the file it is declared in, whole. Empty when the node is in none of these.
 Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
   Collected::Refusal Out;
+  if (const auto* Variable = Node.get<clang::VarDecl>();
+      Variable && Variable->hasGlobalStorage() && !Variable->isStaticLocal()) {
+    const clang::FileID Declared = SM.getFileID(SM.getExpansionLoc(Variable->getLocation()));
+    llvm::SmallVector<clang::FileID, 2> Files{SM.getMainFileID()};
+    if (Declared != SM.getMainFileID())
+      Files.push_back(Declared);
+    for (clang::FileID In : Files) {
+      std::string File;
+      if (In != SM.getMainFileID()) {
+        auto Entry = SM.getFileEntryRefForID(In);
+        if (!Entry)
+          continue;
+        File = passes::realPathOf(*Entry);
+      }
+      Out.Scope.push_back({File, 0, static_cast<unsigned>(SM.getBufferData(In).size()) + 1});
+    }
+    auto MainEntry = SM.getFileEntryRefForID(SM.getMainFileID());
+    Out.ScopeName = "file '" + (MainEntry ? llvm::sys::path::filename(MainEntry->getName()).str() : std::string()) + "'";
+    return Out;
+  }
   auto Add = [&](clang::SourceRange Range) {
     clang::SourceLocation Begin = SM.getExpansionLoc(Range.getBegin());
     clang::SourceLocation End = SM.getExpansionLoc(Range.getEnd());
