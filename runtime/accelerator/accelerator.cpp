@@ -98,6 +98,10 @@ std::shared_ptr<detail::ProcessState> acquire_process_state(const detail::Resolv
   if (created->environment.world_size > 1) {
     created->process_group =
         detail::create_process_group(created->environment, device, config.timeout, config.debug);
+    // libtorch starts each process's CPU generator from a seed of its own, so an unseeded program would draw
+    // different data, targets or noise on every process; they continue from process 0's state instead, as
+    // one run of the program draws one set. A configured seed is then set by each Accelerator.
+    detail::agree_on_random_state(created->process_group, device);
     detail::start_hang_watch(created->environment, config.hang_timeout);
   }
   process_state = created;

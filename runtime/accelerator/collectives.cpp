@@ -3,6 +3,7 @@
 #include <accelerate/accelerator.h>
 
 #include "accelerator/state.h"
+#include "transport/process_group.h"
 
 #include <algorithm>
 #include <exception>
@@ -20,11 +21,7 @@ bool has_backend_for(const c10d::ProcessGroup& group, c10::DeviceType type) {
                      [&](const c10::Device& device) { return device.type() == type; });
 }
 
-/// Where the small bookkeeping tensors of a collective live: the CPU when the group has a CPU backend (Gloo),
-/// else the process's device.
-torch::Device bookkeeping_device(const c10d::ProcessGroup& group, const torch::Device& device) {
-  return has_backend_for(group, c10::DeviceType::CPU) ? torch::Device(torch::kCPU) : device;
-}
+using detail::bookkeeping_device;
 
 /// `tensor`, detached (collectives are not differentiable) and contiguous, on a device the group can run
 /// collectives on: its own, else the CPU.

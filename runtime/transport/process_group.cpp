@@ -6,6 +6,7 @@
 #include "transport/recording_backend.h"
 #include "transport/shm_allreduce.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <string>
 #include <sys/socket.h>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/MemoryOverlap.h>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -358,6 +360,29 @@ MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>
                  groups.machines, env.master_addr, device, timeout, debug_mode,
                  "the processes of this group are on different machines", env.run_id);
   return groups;
+}
+
+c10::Device bookkeeping_device(const c10d::ProcessGroup& group, const c10::Device& device) {
+  const auto devices = group.getDeviceTypes();
+  const bool has_cpu_backend = std::any_of(devices.begin(), devices.end(), [](const c10::Device& backend) {
+    return backend.type() == c10::DeviceType::CPU;
+  });
+  return has_cpu_backend ? c10::Device(c10::kCPU) : device;
+}
+
+void agree_on_random_state(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const c10::Device& device) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  at::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    state = generator.get_state();
+  }
+  std::vector<at::Tensor> tensors{state.to(bookkeeping_device(*group, device)).contiguous()};
+  c10d::BroadcastOptions options;
+  options.rootRank = 0;
+  group->broadcast(tensors, options)->wait();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(tensors.front().to(c10::kCPU));
 }
 
 void all_reduce_average(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor) {

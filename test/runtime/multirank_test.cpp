@@ -583,6 +583,30 @@ TEST(DDP, WaitForEveryoneReturnsOnAllRanks) {
   EXPECT_EQ(accelerator.is_main_process(), accelerator.process_index() == 0);
 }
 
+TEST(DDP, ProcessesDrawTheSameNumbersFromProcessZerosGenerator) {
+  // Each process's CPU generator as an unseeded program finds it: a seed of its own (libtorch draws one per
+  // process; made explicit here so that the test cannot pass by chance).
+  const int rank = std::atoi(std::getenv("RANK"));
+  torch::manual_seed(1000 + rank);
+  {
+    accelerate::Accelerator accelerator(test_options());
+    const auto drawn = torch::randn({16}, torch::kFloat64);
+    const auto all = accelerator.gather(drawn).view({accelerator.num_processes(), 16});
+    // What process 0 alone draws.
+    auto expected = at::randn({16}, at::make_generator<at::CPUGeneratorImpl>(1000), torch::kFloat64);
+    for (int64_t process = 0; process < accelerator.num_processes(); ++process) {
+      EXPECT_TRUE(torch::equal(all[process], expected)) << "process " << process << " on rank " << rank;
+    }
+  }
+  // Processes seeded alike, having drawn before the Accelerator: nothing is rewound or changed.
+  torch::manual_seed(7);
+  torch::randn({4});
+  accelerate::Accelerator accelerator(test_options());
+  auto reference = at::make_generator<at::CPUGeneratorImpl>(7);
+  at::randn({4}, reference);
+  EXPECT_TRUE(torch::equal(torch::randn({4}), at::randn({4}, reference))) << "rank " << rank;
+}
+
 /// A model whose first parameter is bf16 and the rest fp32, with an fp32 and an int64 buffer: prepare's
 /// broadcast and the per-step buffer broadcast must carry each tensor in its own dtype.
 struct MixedDtypeNet : torch::nn::Module {
