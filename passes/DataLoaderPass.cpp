@@ -248,7 +248,8 @@ Stencil staticLoaderRefusal() {
     const clang::FunctionDecl* Function = enclosingFunction(*Loop, *Result.Context);
     const std::string Name = Loader->getNameAsString();
     const unsigned Line = Result.SourceManager->getExpansionLineNumber(Loop->getBeginLoc());
-    return std::string(RefusalMarker) + "data loader '" + Name + "' not prepared: it is a variable of static " +
+    return std::string(RefusalMarker) + "data loader '" + Name +
+           "' not prepared: it is a variable of static " +
            "storage, made before main constructs the Accelerator, so prepare_data_loader cannot be called " +
            "where it is declared, and each process would train on the whole dataset (in its own order when " +
            "shuffled) instead of its share in the loop of " +

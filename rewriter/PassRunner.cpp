@@ -76,8 +76,9 @@ struct Collected {
 
 /// The code a refusal keeps from being rewritten (passes::RefusalMarker): the function the refused object is
 /// in (lambdas belong to the function around them); for a member, its class and the member functions of it
-/// defined outside it; for a variable of static storage (namespace scope, a static member), which any function
-/// may use, the main file and the file it is declared in, whole. Empty when the node is in none of these.
+/// defined outside it; for a variable of static storage (namespace scope, a static member), which any
+/// function may use, the main file and the file it is declared in, whole. Empty when the node is in none of
+/// these.
 Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
   Collected::Refusal Out;
@@ -98,7 +99,8 @@ Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTConte
       Out.Scope.push_back({File, 0, static_cast<unsigned>(SM.getBufferData(In).size()) + 1});
     }
     auto MainEntry = SM.getFileEntryRefForID(SM.getMainFileID());
-    Out.ScopeName = "file '" + (MainEntry ? llvm::sys::path::filename(MainEntry->getName()).str() : std::string()) + "'";
+    Out.ScopeName =
+        "file '" + (MainEntry ? llvm::sys::path::filename(MainEntry->getName()).str() : std::string()) + "'";
     return Out;
   }
   auto Add = [&](clang::SourceRange Range) {

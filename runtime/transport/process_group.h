@@ -50,15 +50,15 @@ MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>
                                     std::chrono::milliseconds timeout, bool debug_mode,
                                     const std::string& what);
 
-/// Where the small bookkeeping tensors of a collective live (flags, counts, seeds): the CPU when `group` has a
-/// CPU backend (Gloo), else `device`.
+/// Where the small bookkeeping tensors of a collective live (flags, counts, a generator state): the CPU when
+/// `group` has a CPU backend (Gloo), else `device`.
 c10::Device bookkeeping_device(const c10d::ProcessGroup& group, const c10::Device& device);
 
 /// Makes the processes of `group` draw the same random numbers from then on: each process's default CPU
-/// generator takes process 0's state (a broadcast of its bytes). Processes that seeded alike are unchanged; an
-/// unseeded program (each process's CPU generator starts from a seed of its own) then draws, on every process,
-/// what process 0 alone would have drawn. CUDA generators need nothing: libtorch starts them all from one
-/// fixed seed. A collective: every process calls it once, when the group forms.
+/// generator takes process 0's state (a broadcast of its bytes). Processes that seeded alike are unchanged;
+/// an unseeded program (each process's CPU generator starts from a seed of its own) then draws, on every
+/// process, what process 0 alone would have drawn. CUDA generators need nothing: libtorch starts them all
+/// from one fixed seed. A collective: every process calls it once, when the group forms.
 void agree_on_random_state(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const c10::Device& device);
 
 /// Replaces `tensor` (contiguous, on one device) by its average over the processes of `group`, through c10d
