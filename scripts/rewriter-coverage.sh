@@ -63,7 +63,7 @@ A1|AllentDan/LibtorchSegmentation|8ad80397f23d|src/Segmentor.h|src|-x c++ -I@/sr
 L1h|laplaceliu/build-your-own-llm-using-cpp-and-libtorch|80878b52dc1a|chapters/chapterD_training_loop/include/training_D.h|chapters|-x c++ -include bpe_tokenizer.h -I@/chapters/chapterD_training_loop/include -I@/chapters/chapter02_text_data/include -I@/chapters/chapter03_attention/include -I@/chapters/chapter04_gpt/include -I@/chapters/chapter05_pretraining/include
 L1m|laplaceliu/build-your-own-llm-using-cpp-and-libtorch|80878b52dc1a|chapters/chapterD_training_loop/src/main.cpp|chapters|-I@/chapters/chapterD_training_loop/include -I@/chapters/chapter02_text_data/include -I@/chapters/chapter03_attention/include -I@/chapters/chapter04_gpt/include -I@/chapters/chapter05_pretraining/include
 Q1|Kriptics18/cpp-rl|c6f031baef00|src/day_4.cpp|src|-I@/src
-D1|jiamny/Dive_into_deep_learning_with_libtorch|36b49d6324ed|src/17_Generative_adversarial_networks/GenerativeAdversarialNetwork.cpp|src/17_Generative_adversarial_networks src/utils.h|-I@/src
+D1|jiamny/Dive_into_deep_learning_with_libtorch|36b49d6324ed|src/17_Generative_adversarial_networks/GenerativeAdversarialNetwork.cpp|src/17_Generative_adversarial_networks src/utils.h src/utils.cpp|-I@/src
 I1|Ipsedo/libtorch_samples|e94e03026600|src/main.cpp|src|-I@/src
 '
 

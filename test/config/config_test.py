@@ -42,9 +42,13 @@ def check(condition, message, detail=None):
         raise AssertionError(message + (f"\n--- detail ---\n{detail}\n--- end ---" if detail is not None else ""))
 
 
+# Each environment's HF_HOME and other scratch folders, in one folder removed when the test program ends.
+HOMES = tempfile.TemporaryDirectory(prefix="accel-config-test-")
+
+
 def environment(**overrides):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
-    env["HF_HOME"] = tempfile.mkdtemp(prefix="accel-config-test-")
+    env["HF_HOME"] = tempfile.mkdtemp(dir=HOMES.name)
     env.update(overrides)
     return env
 
@@ -1323,7 +1327,7 @@ def OwnSettingsAreLaunchFlagsFromTheOptionTable():
     for row in own:
         check(f"--{row['NAME']}" in out, f"accel launch --help must list --{row['NAME']}", out)
     port = free_port()
-    project = tempfile.mkdtemp(prefix="accel-project-")
+    project = tempfile.mkdtemp(dir=HOMES.name)
     code, out, err = accel("launch", "-q", "--cpu", "--num_processes", "1", "--main_process_port", port,
                            "--comm_hook", "fp16", "--project_dir", project, "env")
     check(code == 0, "accel launch with --comm_hook and --project_dir must exit 0", out + err)

@@ -44,12 +44,16 @@ def check(condition, message, output=None):
         raise AssertionError(message + (f"\n--- output ---\n{output}--- end ---" if output is not None else ""))
 
 
+# The test program's scratch folders (HF_HOME, working folders), in one folder removed when it ends.
+SCRATCH = tempfile.TemporaryDirectory(prefix="accel-resume-")
+
+
 def environment(**overrides):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ACCELERATE_", "FSDP_", "OMPI_", "PMIX_", "SLURM_", "TORCHELASTIC_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                          "CRASH_AT_STEP")}
-    env.update(OMP_NUM_THREADS="1", HF_HOME=tempfile.mkdtemp(prefix="accel-resume-hf-"))
+    env.update(OMP_NUM_THREADS="1", HF_HOME=tempfile.mkdtemp(dir=SCRATCH.name))
     env[TOKEN_VARIABLE] = TOKEN
     env.update({k: v for k, v in overrides.items() if v is not None})
     return env
@@ -87,7 +91,7 @@ def result(output):
 
 
 def workdir():
-    return tempfile.mkdtemp(prefix="accel-resume-")
+    return tempfile.mkdtemp(dir=SCRATCH.name)
 
 
 def reference():
