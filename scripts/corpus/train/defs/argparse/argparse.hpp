@@ -1,4 +1,5 @@
-// Stand-in with definitions for scripts/corpus-train.sh: `--name value` options with defaults (no validation).
+// Stand-in with definitions for scripts/corpus-train.sh: `--name value` options with defaults (no
+// validation).
 #pragma once
 #include <map>
 #include <memory>
@@ -25,12 +26,14 @@ struct ArgumentParser {
   ArgumentParser(std::string = "", std::string = "") {}
   template <typename... A> Argument& add_argument(A... names) {
     auto a = std::make_shared<Argument>();
-    for (std::string n : {std::string(names)...}) args[n] = a;
+    for (std::string n : {std::string(names)...})
+      args[n] = a;
     return *a;
   }
   void parse_args(int argc, const char** argv) {
     for (int i = 1; i + 1 < argc; i += 2)
-      if (args.count(argv[i])) args[argv[i]]->value = argv[i + 1];
+      if (args.count(argv[i]))
+        args[argv[i]]->value = argv[i + 1];
   }
   void parse_args(int argc, char** argv) { parse_args(argc, const_cast<const char**>(argv)); }
   template <typename T = std::string> T get(const std::string& n) const {
@@ -40,5 +43,7 @@ struct ArgumentParser {
     return v;
   }
 };
-inline std::ostream& operator<<(std::ostream& o, const ArgumentParser&) { return o; }
+inline std::ostream& operator<<(std::ostream& o, const ArgumentParser&) {
+  return o;
+}
 } // namespace argparse

@@ -30,10 +30,18 @@ struct figure_type {
   void show() {}
 };
 using figure_handle = std::shared_ptr<figure_type>;
-inline figure_handle figure(bool = false) { return std::make_shared<figure_type>(); }
-inline axes_handle subplot(int, int, int) { return std::make_shared<axes_type>(); }
-template <typename... A> line_handle plot(A&&...) { return std::make_shared<line_type>(); }
-template <typename... A> line_handle scatter(A&&...) { return std::make_shared<line_type>(); }
+inline figure_handle figure(bool = false) {
+  return std::make_shared<figure_type>();
+}
+inline axes_handle subplot(int, int, int) {
+  return std::make_shared<axes_type>();
+}
+template <typename... A> line_handle plot(A&&...) {
+  return std::make_shared<line_type>();
+}
+template <typename... A> line_handle scatter(A&&...) {
+  return std::make_shared<line_type>();
+}
 template <typename... A> void legend(A&&...) {}
 inline void hold(bool) {}
 inline void show() {}
