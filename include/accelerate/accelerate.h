@@ -6,6 +6,7 @@
 #include <accelerate/fsdp.h>
 #include <accelerate/local_sgd.h>
 #include <accelerate/logging.h>
+#include <accelerate/memory.h>
 #include <accelerate/nn.h>
 #include <accelerate/options.h>
 #include <accelerate/profiler.h>

@@ -168,33 +168,11 @@ void install_uncaught_exception_report() {
 
 namespace {
 
-/// The new Accelerator's state: its configuration resolved and checked, then the process's shared state.
-std::unique_ptr<detail::AcceleratorState> make_state(const AcceleratorOptions& options) {
-  install_uncaught_exception_report();
-  auto config = detail::resolve_config(options);
-  // An unknown strategy is refused before the process group forms (every process reads the same setting).
-  detail::parallel_engine_factory(config.parallel_strategy);
-  // So is an unknown gradient communication hook.
-  detail::make_comm_hook(config.comm_hook);
-  auto process = acquire_process_state(config);
-  return std::make_unique<detail::AcceleratorState>(std::move(config), std::move(process));
-}
-
-} // namespace
-
-Accelerator::Accelerator(AcceleratorOptions options) : state_(make_state(options)) {
-  auto& state = *state_;
+/// Builds the parallel strategy over the process group (and, with activation checkpointing under a strategy
+/// that takes no unit calls, its unit host; with several processes, the join coordinator): at construction,
+/// and again when the process group is replaced.
+void install_strategy(detail::AcceleratorState& state) {
   const auto make_engine = detail::parallel_engine_factory(state.config.parallel_strategy);
-  state.gradient_state->accumulation_steps = state.config.gradient_accumulation_steps;
-  state.precision = std::make_shared<detail::Precision>(state.config, state.device, state.process_group);
-  if (state.precision->scaler() != nullptr) {
-    // The fp16 grad scaler's scale and growth tracker are part of every checkpoint.
-    auto precision = state.precision;
-    register_checkpoint_entry(
-        [precision](torch::serialize::OutputArchive& archive) { precision->save(archive); },
-        [precision](torch::serialize::InputArchive& archive) { precision->load(archive); });
-  }
-  state.training = std::make_shared<detail::TrainingState>();
   detail::ParallelContext context{
       state.device, state.process_group, state.config, state.training->tracker, {}};
   if (state.process_group) {
@@ -220,9 +198,38 @@ Accelerator::Accelerator(AcceleratorOptions options) : state_(make_state(options
   if (state.config.activation_checkpointing && fsdp::detail::active_host() == host_before) {
     state.recomputed_units = std::make_shared<detail::RecomputedUnits>();
   }
-  if (state.process_group) {
-    state.training->join = std::make_shared<detail::JoinCoordinator>(state.process_group, &state.models);
+  state.training->join = state.process_group
+                             ? std::make_shared<detail::JoinCoordinator>(state.process_group, &state.models)
+                             : nullptr;
+}
+
+/// The new Accelerator's state: its configuration resolved and checked, then the process's shared state.
+std::unique_ptr<detail::AcceleratorState> make_state(const AcceleratorOptions& options) {
+  install_uncaught_exception_report();
+  auto config = detail::resolve_config(options);
+  // An unknown strategy is refused before the process group forms (every process reads the same setting).
+  detail::parallel_engine_factory(config.parallel_strategy);
+  // So is an unknown gradient communication hook.
+  detail::make_comm_hook(config.comm_hook);
+  auto process = acquire_process_state(config);
+  return std::make_unique<detail::AcceleratorState>(std::move(config), std::move(process));
+}
+
+} // namespace
+
+Accelerator::Accelerator(AcceleratorOptions options) : state_(make_state(options)) {
+  auto& state = *state_;
+  state.gradient_state->accumulation_steps = state.config.gradient_accumulation_steps;
+  state.precision = std::make_shared<detail::Precision>(state.config, state.device, state.process_group);
+  if (state.precision->scaler() != nullptr) {
+    // The fp16 grad scaler's scale and growth tracker are part of every checkpoint.
+    auto precision = state.precision;
+    register_checkpoint_entry(
+        [precision](torch::serialize::OutputArchive& archive) { precision->save(archive); },
+        [precision](torch::serialize::InputArchive& archive) { precision->load(archive); });
   }
+  state.training = std::make_shared<detail::TrainingState>();
+  install_strategy(state);
   if (state.config.seed) {
     set_seed(*state.config.seed);
   }
@@ -253,6 +260,34 @@ ProcessState::~ProcessState() {
   if (process_group) {
     process_group->shutdown();
   }
+}
+} // namespace detail
+
+namespace detail {
+void replace_process_group(Accelerator& accelerator) {
+  auto& state = internal_state(accelerator);
+  accelerator.free_memory();
+  if (!state.process_group) {
+    return; // one process: nothing to replace
+  }
+  state.training->join.reset();
+  state.recomputed_units.reset();
+  state.engine.reset();
+  std::lock_guard<std::mutex> lock(process_state_mutex);
+  auto& process = *state.process;
+  // The old groups are not shut down: a collective of theirs may still wait for a peer that left it; the
+  // backends of such collectives are kept alive by transport/abandon.cpp, and the rest go with their last
+  // reference.
+  {
+    std::lock_guard<std::mutex> machines(process.machine_groups_mutex);
+    process.machine_groups.reset();
+  }
+  process.process_group =
+      create_process_group(process.environment, process.device, state.config.timeout, state.config.debug);
+  // The failed attempt drew a different count of random numbers on each process.
+  agree_on_random_state(process.process_group, process.device);
+  state.precision->use_process_group(process.process_group);
+  install_strategy(state);
 }
 } // namespace detail
 

@@ -17,6 +17,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/torch.h>
 
+namespace accelerate {
+class Accelerator;
+}
+
 namespace accelerate::detail {
 
 class RecomputedUnits; // accelerator/activation_checkpoint.h
@@ -107,5 +111,12 @@ struct AcceleratorState {
   /// The started trackers and what `log` reports once (runtime/tracking/tracking.cpp).
   std::shared_ptr<TrackingState> tracking;
 };
+
+/// Gives `accelerator` a new process group after an attempt abandoned the old one
+/// (find_executable_batch_size, runtime/accelerator/batch_size_search.cpp): drops its prepared objects
+/// (`free_memory`), forms the job's next group over the kept store (a collective: every process calls it),
+/// agrees on process 0's random state again, and rebuilds the strategy over the new group. The old group is
+/// left to its last reference.
+void replace_process_group(Accelerator& accelerator);
 
 } // namespace accelerate::detail

@@ -58,6 +58,10 @@ public:
   void update(const torch::Tensor& found_inf);
 
   const GradScalerOptions& options() const { return options_; }
+  /// Reduces across the processes of `process_group` from now on (the Accelerator's group was replaced).
+  void use_process_group(c10::intrusive_ptr<c10d::ProcessGroup> process_group) {
+    process_group_ = std::move(process_group);
+  }
   /// Starts over from `options` (scale = init_scale, tracker = 0).
   void reset(GradScalerOptions options);
 
@@ -90,6 +94,13 @@ public:
   bool fp8_enabled() const { return fp8_enabled_; }
   /// The fp16 grad scaler; null for every other recipe.
   GradScaler* scaler() const { return scaler_.get(); }
+  /// Agrees across the processes of `process_group` from now on (the Accelerator's group was replaced).
+  void use_process_group(const c10::intrusive_ptr<c10d::ProcessGroup>& process_group) {
+    process_group_ = process_group;
+    if (scaler_) {
+      scaler_->use_process_group(process_group);
+    }
+  }
 
   // ---- The autocast window ------------------------------------------------------------------------------
   /// A step's forward begins (the `accumulate` guard opens): autocast on, unless already open.

@@ -274,27 +274,34 @@ namespace {
 /// quicker to its next group could reach the store a slower one has not shut down yet, read that one's
 /// previous addresses and connect to a group that is closing ("Connection reset by peer"). Every process
 /// forms its groups in the same order, so the n-th groups meet under the same keys.
-c10::intrusive_ptr<c10d::Store> store_for_next_group(const LaunchEnvironment& env,
-                                                     std::chrono::milliseconds timeout) {
-  struct JobStore {
-    std::string job; // what the store was connected for
-    c10::intrusive_ptr<c10d::Store> store;
-    int groups = 0;
-  };
-  static std::mutex mutex;
-  static auto* kept = new JobStore(); // never destroyed: the store's server outlives every group
-  std::lock_guard<std::mutex> lock(mutex);
+struct JobStore {
+  std::string job; // what the store was connected for
+  c10::intrusive_ptr<c10d::Store> store;
+  int groups = 0;
+};
+std::mutex job_store_mutex;
+JobStore* kept_job_store = new JobStore(); // never destroyed: the store's server outlives every group
+
+/// The kept store, connected for this job (the caller holds job_store_mutex).
+JobStore& connected_job_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
   const std::string job = env.master_addr + ":" + std::to_string(env.master_port) + "/" +
                           std::to_string(env.rank) + "/" + std::to_string(env.world_size) + "/" +
                           agent_store_prefix() + "/" + env.run_id;
-  if (!kept->store || kept->job != job) {
-    kept->store = join_run(connect_store(env, timeout), env, timeout);
-    kept->job = job;
-    kept->groups = 0;
+  if (!kept_job_store->store || kept_job_store->job != job) {
+    kept_job_store->store = join_run(connect_store(env, timeout), env, timeout);
+    kept_job_store->job = job;
+    kept_job_store->groups = 0;
   }
-  kept->store->setTimeout(timeout);
-  return c10::make_intrusive<c10d::PrefixStore>("accelerate/group_" + std::to_string(kept->groups++),
-                                                kept->store);
+  kept_job_store->store->setTimeout(timeout);
+  return *kept_job_store;
+}
+
+c10::intrusive_ptr<c10d::Store> store_for_next_group(const LaunchEnvironment& env,
+                                                     std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(job_store_mutex);
+  auto& kept = connected_job_store(env, timeout);
+  return c10::make_intrusive<c10d::PrefixStore>("accelerate/group_" + std::to_string(kept.groups++),
+                                                kept.store);
 }
 
 } // namespace
@@ -307,6 +314,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
   check_world_size(*store, env, timeout);
   return make_group(store, env.rank, env.world_size, env.master_addr, device, timeout, debug_mode,
                     machines_apart(env), env.run_id);
+}
+
+c10::intrusive_ptr<c10d::Store> job_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout,
+                                          const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(job_store_mutex);
+  return c10::make_intrusive<c10d::PrefixStore>(prefix, connected_job_store(env, timeout).store);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> create_group_of_one(const c10::Device& device,

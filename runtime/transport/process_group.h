@@ -22,6 +22,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(const LaunchEnvironm
                                                             std::chrono::milliseconds timeout,
                                                             bool debug_mode = false);
 
+/// The job's store (the one its process groups form over, connected once per process and kept to its end),
+/// under keys starting with `prefix`: for agreements that must outlive a group (find_executable_batch_size
+/// agrees there on each attempt's outcome, and abandons a group through it).
+c10::intrusive_ptr<c10d::Store> job_store(const LaunchEnvironment& env, std::chrono::milliseconds timeout,
+                                          const std::string& prefix);
+
 /// A group of this process alone (an in-memory store; Gloo, and NCCL on a GPU), for a strategy that runs its
 /// collectives on one process too (fsdp with fsdp_offload_params keeps a single share per unit in CPU
 /// memory).

@@ -1,8 +1,10 @@
 // A c10d Backend that notes each collective a process enters (its op and input bytes) for the process's
 // heartbeat (runtime/watch/heartbeat.h), then passes the call on: what a watcher compares across processes
-// when one of them stops answering (runtime-internal).
+// when one of them stops answering. The work it returns can be abandoned while an AbandonWatch lives
+// (transport/abandon.h) (runtime-internal).
 #pragma once
 
+#include "transport/abandon.h"
 #include "transport/forwarding_backend.h"
 #include "watch/heartbeat.h"
 
@@ -18,95 +20,95 @@ public:
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
     note("broadcast", tensors);
-    return inner_->broadcast(tensors, opts);
+    return abandonable(inner_->broadcast(tensors, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
     note("allreduce", tensors);
-    return inner_->allreduce(tensors, opts);
+    return abandonable(inner_->allreduce(tensors, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override {
     note("allreduce_sparse", tensors);
-    return inner_->allreduce_sparse(tensors, opts);
+    return abandonable(inner_->allreduce_sparse(tensors, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
     note("allreduce_coalesced", tensors);
-    return inner_->allreduce_coalesced(tensors, opts);
+    return abandonable(inner_->allreduce_coalesced(tensors, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
     note("reduce", tensors);
-    return inner_->reduce(tensors, opts);
+    return abandonable(inner_->reduce(tensors, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override {
     note("allgather", inputs);
-    return inner_->allgather(outputs, inputs, opts);
+    return abandonable(inner_->allgather(outputs, inputs, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
     note("allgather", input);
-    return inner_->_allgather_base(output, input, opts);
+    return abandonable(inner_->_allgather_base(output, input, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
     note("allgather_coalesced", inputs);
-    return inner_->allgather_coalesced(outputs, inputs, opts);
+    return abandonable(inner_->allgather_coalesced(outputs, inputs, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work>
   allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::AllgatherOptions& opts) override {
     note("allgather_coalesced", inputs);
-    return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts);
+    return abandonable(inner_->allgather_into_tensor_coalesced(outputs, inputs, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
     note("gather", inputs);
-    return inner_->gather(outputs, inputs, opts);
+    return abandonable(inner_->gather(outputs, inputs, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
     note("scatter", outputs);
-    return inner_->scatter(outputs, inputs, opts);
+    return abandonable(inner_->scatter(outputs, inputs, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
     note("reduce_scatter", outputs);
-    return inner_->reduce_scatter(outputs, inputs, opts);
+    return abandonable(inner_->reduce_scatter(outputs, inputs, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
     note("reduce_scatter", input);
-    return inner_->_reduce_scatter_base(output, input, opts);
+    return abandonable(inner_->_reduce_scatter_base(output, input, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work>
   reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::ReduceScatterOptions& opts) override {
     note("reduce_scatter_coalesced", inputs);
-    return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+    return abandonable(inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts) override {
     note("alltoall", input);
-    return inner_->alltoall_base(output, input, output_splits, input_splits, opts);
+    return abandonable(inner_->alltoall_base(output, input, output_splits, input_splits, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
     note("alltoall", inputs);
-    return inner_->alltoall(outputs, inputs, opts);
+    return abandonable(inner_->alltoall(outputs, inputs, opts), inner_);
   }
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     watch::note_collective("barrier", 0);
-    return inner_->barrier(opts);
+    return abandonable(inner_->barrier(opts), inner_);
   }
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
     watch::note_collective("barrier", 0);
@@ -114,15 +116,15 @@ public:
   }
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int destination, int tag) override {
     note("send", tensors);
-    return inner_->send(tensors, destination, tag);
+    return abandonable(inner_->send(tensors, destination, tag), inner_);
   }
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int source, int tag) override {
     note("recv", tensors);
-    return inner_->recv(tensors, source, tag);
+    return abandonable(inner_->recv(tensors, source, tag), inner_);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
     note("recv", tensors);
-    return inner_->recvAnysource(tensors, tag);
+    return abandonable(inner_->recvAnysource(tensors, tag), inner_);
   }
 
 private:

@@ -27,6 +27,7 @@
 // they issue the same collectives on tensors of the same size (checked at each collective's first chunk).
 #include "transport/shm_allreduce.h"
 
+#include "transport/abandon.h"
 #include "transport/environment.h"
 #include "transport/recording_backend.h"
 #include "watch/heartbeat.h"
@@ -717,6 +718,9 @@ private:
       }
       if (missing < 0) {
         return;
+      }
+      if (group_abandoned()) {
+        throw_group_abandoned(); // a process gave the group up (transport/abandon.h): it never arrives
       }
       if (spins < 2000) {
         if (spins % 64 == 63) {

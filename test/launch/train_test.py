@@ -29,6 +29,7 @@ SKIP = 77
 
 ACCEL = ""
 TRAIN = ""
+SEARCH = ""  # batch_size_search (find_executable_batch_size under memory limits)
 TOKEN_VARIABLE = "ACCEL_TRAIN_TEST_TOKEN"
 TOKEN = f"{os.getpid()}-{time.time_ns()}"
 PARAMS = re.compile(r"params fnv=([0-9a-f]{16}) sum=(\S+)")
@@ -924,6 +925,85 @@ def UnsupportedShardingIsRefusedByTheRuntime():
     check(code == 0 and "params fnv=" in output, "Python Accelerate's MULTI_CPU file must still train", output)
 
 
+# ---- find_executable_batch_size (test/launch/batch_size_search.cpp) ------------------------------------------
+# Each process limits its own address space (RLIMIT_AS, as `prlimit --as`: its VmSize once the Accelerator is
+# made + a budget), so a large batch runs out of memory on that process while the others wait for it in the
+# gradient all-reduce. Where the search lands depends on the C library's reservations under the limit, so it
+# is not asserted; what is asserted: every process lands on the same batch size below the start, after
+# retries that name the process that ran out, and then trains bit for bit as a run started at that size with
+# no limit (the same program, kernels, shapes and order on the same number of processes). The collective
+# timeout stays at its default (30 min): a process left waiting for one that ran out would fail the test by
+# the test's own deadline.
+SEARCH_LINE = re.compile(r"rank (\d+) batch size (\d+) fnv=([0-9a-f]{16})")
+OUT_OF_MEMORY_LINE = re.compile(r"out of memory at batch size (\d+) \(process ([\d, ]+)\); trying (\d+)")
+SEARCH_START = 4096
+
+
+def search_run(processes, *args, env=None):
+    if not SEARCH:
+        raise Skip("no --search program given")
+    command = [ACCEL, "launch", "-q", "--num_processes", str(processes), "--main_process_port", str(free_port()),
+               SEARCH, "--steps", "2", *args]
+    return run(command, env)
+
+
+def search_result(processes, *args, env=None):
+    """Runs the search; returns (batch size, hash, retries, output, seconds), checking every process agrees."""
+    code, output, took = search_run(processes, *args, env=env)
+    check(code == 0, f"the search ({' '.join(args)}) must exit 0 (got {code})", output)
+    found = SEARCH_LINE.findall(output)
+    check(sorted(int(rank) for rank, _, _ in found) == list(range(processes)),
+          f"expected one result line from each of {processes} processes", output)
+    check(len({(size, fnv) for _, size, fnv in found}) == 1,
+          "every process must land on the same batch size with the same parameters", output)
+    return int(found[0][1]), found[0][2], OUT_OF_MEMORY_LINE.findall(output), output, took
+
+
+def check_search_lands_like_a_plain_run(processes, budgets, *extra, env=None, ran_out=None):
+    size, fnv, retries, output, took = search_result(processes, "--start", str(SEARCH_START), "--budget-mb",
+                                                     budgets, *extra, env=env)
+    check(size < SEARCH_START and retries, f"the limit must make the search retry below {SEARCH_START}", output)
+    check(int(retries[0][0]) == SEARCH_START and int(retries[-1][2]) == size,
+          "the retries must go from the start to the size it landed on", output)
+    for at, who, then in retries:
+        check(int(then) == int(int(at) * 0.9), f"each retry must be at 0.9x (got {at} -> {then})", output)
+        if ran_out is not None:
+            check(who.strip() == ran_out, f"process {ran_out} alone runs out (the retry names {who})", output)
+    reference, reference_fnv, reference_retries, reference_output, _ = search_result(
+        processes, "--start", str(size), *extra, env=env)
+    check(reference == size and not reference_retries, "the unlimited run must fit at once", reference_output)
+    check(reference_fnv == fnv,
+          f"the search's training at {size} must equal a run started there ({fnv} vs {reference_fnv})", output)
+    print(f"{processes} process(es), budgets {budgets} MiB {' '.join(extra)}: landed on {size} after "
+          f"{len(retries)} retries in {took:.1f} s")
+
+
+def FindExecutableBatchSizeOnOneProcess():
+    check_search_lands_like_a_plain_run(1, "200")
+
+
+def FindExecutableBatchSizeAgreesWhenOneProcessRunsOut():
+    # Process 1 alone runs out (process 0 has room to spare): it abandons the group while process 0 waits in
+    # the gradient all-reduce, through shared memory and, with it off, through Gloo (DDP's reducer futures).
+    check_search_lands_like_a_plain_run(2, "1500,300", ran_out="1")
+    check_search_lands_like_a_plain_run(2, "1500,300", env=environment(ACCELERATE_SHM_ALLREDUCE="0"), ran_out="1")
+
+
+def FindExecutableBatchSizeWithTheAcceleratorInside():
+    # Each attempt makes its own Accelerator (and process group), inside the limit: a larger budget.
+    check_search_lands_like_a_plain_run(2, "0,600", "--inside", ran_out="1")
+
+
+def FindExecutableBatchSizeStopsEveryProcessOnAnotherError():
+    code, output, took = search_run(2, "--start", "256", "--fail-rank", "1")
+    check(code != 0, "an error that is not out of memory must end the job", output)
+    check("process 1 fails as asked (not out of memory)" in output, "process 1 must report its own error", output)
+    check("find_executable_batch_size: process 1 failed at batch size 256 (not out of memory" in output,
+          "process 0 must name process 1 and its error", output)
+    check(not OUT_OF_MEMORY_LINE.search(output), "nothing is retried", output)
+    check(took < 30, f"the job must end at once, not at a timeout (took {took:.1f} s)", output)
+
+
 TESTS = {name: test for name, test in globals().items()
          if isinstance(test, types.FunctionType) and name[0].isupper()}
 
@@ -933,6 +1013,7 @@ def main():
     parser.add_argument("--list", action="store_true", help="print the test names, one a line, and exit")
     parser.add_argument("--accel")
     parser.add_argument("--train")
+    parser.add_argument("--search")
     parser.add_argument("test", nargs="?", choices=sorted(TESTS))
     args = parser.parse_args()
     if args.list:
@@ -940,8 +1021,9 @@ def main():
         return 0
     if not (args.accel and args.train and args.test):
         parser.error("give --accel, --train and a test name (or --list)")
-    global ACCEL, TRAIN
+    global ACCEL, TRAIN, SEARCH
     ACCEL, TRAIN = os.path.abspath(args.accel), os.path.abspath(args.train)
+    SEARCH = os.path.abspath(args.search) if args.search else ""
 
     def give_up(signum, frame):
         kill_leftovers()
