@@ -30,10 +30,10 @@ void run_batch_size_search(int64_t starting_batch_size, const std::function<void
 /// ```
 /// accelerate::Accelerator accelerator;
 /// accelerate::find_executable_batch_size(128, [&](int64_t batch_size) {
-///   Net model;                                     // everything the attempt allocates is made inside it
-///   torch::optim::AdamW optimizer(model.parameters());
-///   auto loader = torch::data::make_data_loader(dataset, batch_size);
-///   accelerator.prepare(model, optimizer, loader);
+///   auto model = std::make_shared<Net>();          // everything the attempt allocates is made inside it
+///   accelerator.prepare(model);
+///   auto optimizer = accelerator.prepare(torch::optim::AdamW(model->parameters(), 3e-4));
+///   auto loader = accelerator.prepare_data_loader(dataset, torch::data::DataLoaderOptions(batch_size));
 ///   for (auto& batch : *loader) { ... }
 /// });
 /// ```

@@ -15,13 +15,8 @@
 namespace accelerate {
 namespace {
 
-bool has_backend_for(const c10d::ProcessGroup& group, c10::DeviceType type) {
-  const auto devices = group.getDeviceTypes();
-  return std::any_of(devices.begin(), devices.end(),
-                     [&](const c10::Device& device) { return device.type() == type; });
-}
-
 using detail::bookkeeping_device;
+using detail::has_backend_for;
 
 /// `tensor`, detached (collectives are not differentiable) and contiguous, on a device the group can run
 /// collectives on: its own, else the CPU.

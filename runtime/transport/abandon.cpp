@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -24,7 +25,7 @@ std::atomic<bool> watch_live{false}; // an AbandonWatch exists
 std::atomic<bool> watching{false};   // between its begin() and end()
 std::atomic<bool> abandoned{false};
 std::mutex registry_mutex;
-std::string abandoned_text; // under registry_mutex
+std::string abandoned_text;   // under registry_mutex
 std::vector<Pending> pending; // under registry_mutex
 /// The backends of collectives that were in flight when their group was abandoned: not destroyed while such
 /// a collective waits (the destructor would join a thread that waits for a peer that never comes).
@@ -99,17 +100,19 @@ private:
   c10::intrusive_ptr<c10::ivalue::Future> outer_;
 };
 
-
-/// Forgets the abandoned state and the collectives listed (a new attempt begins, or one ended).
+/// Forgets the abandoned state and the collectives listed (a new attempt begins, or one ended). What is let
+/// go is destroyed on the calling thread, after the lock.
 void reset_registry() {
+  std::vector<Pending> released;
   std::lock_guard<std::mutex> lock(registry_mutex);
   // Collectives still listed completed (or were never waited for) under a group nobody abandoned.
-  pending.clear();
+  released.swap(pending);
   // An abandoned collective completes once its peers' groups are gone (their sockets close) or at its
   // timeout; its backend is idle then, and can go.
-  kept_for_good->erase(std::remove_if(kept_for_good->begin(), kept_for_good->end(),
-                                      [](const Pending& entry) { return entry.inner->isCompleted(); }),
-                       kept_for_good->end());
+  const auto done = std::stable_partition(kept_for_good->begin(), kept_for_good->end(),
+                                          [](const Pending& entry) { return !entry.inner->isCompleted(); });
+  std::move(done, kept_for_good->end(), std::back_inserter(released));
+  kept_for_good->erase(done, kept_for_good->end());
   abandoned.store(false);
   abandoned_text.clear();
 }
@@ -222,20 +225,22 @@ c10::intrusive_ptr<c10d::Work> abandonable(c10::intrusive_ptr<c10d::Work> work,
   } catch (const std::exception&) {
   }
   auto claimed = std::make_shared<std::atomic<bool>>(false);
-  if (!inner_future || !inner_future->devices().empty()) {
-    // No future, or a device one: returned as it is; the abandonment aborts its backend.
-    std::lock_guard<std::mutex> lock(registry_mutex);
-    pending.push_back({work, backend, nullptr, claimed});
-    return work;
-  }
-  auto outer = c10::make_intrusive<c10::ivalue::Future>(inner_future->elementType());
+  const bool wrapped = inner_future && inner_future->devices().empty();
+  auto outer = wrapped ? c10::make_intrusive<c10::ivalue::Future>(inner_future->elementType()) : nullptr;
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
     // Prune what completed since (destroyed here, on the issuing thread).
     pending.erase(std::remove_if(pending.begin(), pending.end(),
-                                 [](const Pending& entry) { return entry.claimed->load(); }),
+                                 [](const Pending& entry) {
+                                   return entry.claimed->load() ||
+                                          (!entry.outer && entry.inner->isCompleted());
+                                 }),
                   pending.end());
     pending.push_back({work, backend, outer, claimed});
+  }
+  if (!wrapped) {
+    // No future, or a device one: returned as it is; the abandonment aborts its backend.
+    return work;
   }
   inner_future->addCallback([outer, claimed](c10::ivalue::Future& done) {
     if (claimed->exchange(true)) {

@@ -60,8 +60,8 @@ private:
   std::thread thread_;
 };
 
-/// Whether the group was abandoned in the attempt being watched (an atomic read: the shared-memory collectives'
-/// wait loops call it).
+/// Whether the group was abandoned in the attempt being watched (an atomic read: the shared-memory
+/// collectives' wait loops call it).
 bool group_abandoned();
 
 /// Throws `GroupAbandoned` with the abandoning process's text.

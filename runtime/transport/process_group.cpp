@@ -375,12 +375,14 @@ MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>
   return groups;
 }
 
-c10::Device bookkeeping_device(const c10d::ProcessGroup& group, const c10::Device& device) {
+bool has_backend_for(const c10d::ProcessGroup& group, c10::DeviceType type) {
   const auto devices = group.getDeviceTypes();
-  const bool has_cpu_backend = std::any_of(devices.begin(), devices.end(), [](const c10::Device& backend) {
-    return backend.type() == c10::DeviceType::CPU;
-  });
-  return has_cpu_backend ? c10::Device(c10::kCPU) : device;
+  return std::any_of(devices.begin(), devices.end(),
+                     [&](const c10::Device& backend) { return backend.type() == type; });
+}
+
+c10::Device bookkeeping_device(const c10d::ProcessGroup& group, const c10::Device& device) {
+  return has_backend_for(group, c10::DeviceType::CPU) ? c10::Device(c10::kCPU) : device;
 }
 
 void agree_on_random_state(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const c10::Device& device) {

@@ -56,6 +56,9 @@ MachineGroups create_machine_groups(const c10::intrusive_ptr<c10d::ProcessGroup>
                                     std::chrono::milliseconds timeout, bool debug_mode,
                                     const std::string& what);
 
+/// Whether `group` has a backend for tensors on devices of `type` (Gloo for the CPU, NCCL for CUDA).
+bool has_backend_for(const c10d::ProcessGroup& group, c10::DeviceType type);
+
 /// Where the small bookkeeping tensors of a collective live (flags, counts, a generator state): the CPU when
 /// `group` has a CPU backend (Gloo), else `device`.
 c10::Device bookkeeping_device(const c10d::ProcessGroup& group, const c10::Device& device);
