@@ -46,9 +46,11 @@ void run_batch_size_search(int64_t starting_batch_size, const std::function<void
 /// through the job's store: a batch size that fits on one process and not on another is retried on all.
 /// Any other error on a process ends the search on every process: that process rethrows it, the others throw
 /// `std::runtime_error` naming it. Reaching 0 throws `std::runtime_error` ("no executable batch size found,
-/// reached zero"). Every process must call this the same number of times; an Accelerator may be made before
-/// the call (then only that one: other Accelerators alive in the process keep the old group) or inside
-/// `function` (each attempt forms its own group).
+/// reached zero"). What the attempt that ran prepared stays prepared, as in Accelerate: keep it alive while
+/// the Accelerator is used (return it), or call `free_memory()` after the call when it was local to
+/// `function`. Every process must call this the same number of times; an Accelerator may be made before the
+/// call (then only that one: other Accelerators alive in the process keep the old group) or inside `function`
+/// (each attempt forms its own group).
 template <typename Function>
 auto find_executable_batch_size(int64_t starting_batch_size, Function&& function,
                                 std::function<int64_t(int64_t)> reduce_batch_size_fn = reduce_batch_size)

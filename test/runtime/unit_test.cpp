@@ -691,4 +691,106 @@ TEST(Accelerator, CurrentWithoutAnAcceleratorExplains) {
   EXPECT_THROW(accelerate::Accelerator::current(), std::logic_error);
 }
 
+// ---- find_executable_batch_size on one process (several: launch.train.FindExecutableBatchSize*) ----------
+
+/// What a real allocation too large for any machine throws on the CPU allocator (c10's "DefaultCPUAllocator:
+/// can't allocate memory").
+std::exception_ptr cpuAllocationFailure() {
+  try {
+    const auto tensor = torch::empty({int64_t{1} << 52}, torch::kByte); // 4 PiB: no machine maps it
+    (void)tensor;
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+TEST(BatchSizeSearch, OutOfMemoryIsWhatAccelerateCallsIt) {
+  const auto failure = cpuAllocationFailure();
+  ASSERT_TRUE(failure) << "a 4 PiB tensor was allocated";
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& error) {
+    EXPECT_TRUE(accelerate::should_reduce_batch_size(error)) << error.what();
+  }
+  EXPECT_TRUE(accelerate::should_reduce_batch_size(std::bad_alloc()));
+  try {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 2.00 GiB");
+  } catch (const c10::OutOfMemoryError& error) {
+    EXPECT_TRUE(accelerate::should_reduce_batch_size(error));
+  }
+  EXPECT_TRUE(accelerate::should_reduce_batch_size(std::runtime_error("HIP out of memory. Tried")));
+  EXPECT_FALSE(
+      accelerate::should_reduce_batch_size(std::runtime_error("mat1 and mat2 shapes cannot be multiplied")));
+  // The text a process leaves when it abandons an attempt is not itself out of memory.
+  EXPECT_FALSE(accelerate::should_reduce_batch_size(
+      std::runtime_error("process 1 ran out of memory at batch size 64")));
+  EXPECT_EQ(accelerate::reduce_batch_size(128), 115);
+  EXPECT_EQ(accelerate::reduce_batch_size(10), 9);
+  EXPECT_EQ(accelerate::reduce_batch_size(1), 0);
+}
+
+TEST(BatchSizeSearch, RetriesAtNinetyPercentUntilTheAttemptFits) {
+  LauncherVariables variables({});
+  accelerate::Accelerator accelerator(accelerate::AcceleratorOptions().cpu(true));
+  std::vector<int64_t> tried;
+  const auto found = accelerate::find_executable_batch_size(64, [&](int64_t batch_size) {
+    tried.push_back(batch_size);
+    auto model = std::make_shared<torch::nn::LinearImpl>(4, 2);
+    accelerator.prepare(model);
+    if (batch_size > 20) {
+      std::rethrow_exception(cpuAllocationFailure()); // a real allocator failure, not a hand-made one
+    }
+    return std::to_string(batch_size);
+  });
+  EXPECT_EQ(found, "19");
+  EXPECT_EQ(tried, (std::vector<int64_t>{64, 57, 51, 45, 40, 36, 32, 28, 25, 22, 19}));
+
+  // Each attempt's prepared model was dropped before the next (preparing a model twice is an error). The
+  // first search's landing left its (now destroyed) model prepared, as Accelerate leaves it: free_memory()
+  // first, as Accelerate's example does.
+  accelerator.free_memory();
+  tried.clear();
+  auto model = std::make_shared<torch::nn::LinearImpl>(4, 2);
+  accelerate::find_executable_batch_size(
+      64,
+      [&](int64_t batch_size) {
+        tried.push_back(batch_size);
+        accelerator.prepare(model);
+        if (batch_size > 20) {
+          throw std::bad_alloc();
+        }
+      },
+      [](int64_t batch_size) { return batch_size / 2; });
+  EXPECT_EQ(tried, (std::vector<int64_t>{64, 32, 16}));
+}
+
+TEST(BatchSizeSearch, ReachingZeroAndOtherErrorsEndTheSearch) {
+  LauncherVariables variables({});
+  int attempts = 0;
+  try {
+    accelerate::find_executable_batch_size(3, [&](int64_t) {
+      ++attempts;
+      throw std::bad_alloc();
+    });
+    ADD_FAILURE() << "reaching zero must throw";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("no executable batch size found, reached zero (out of memory at "
+                        "every batch size from 3 down to 1)"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(attempts, 3); // 3, 2, 1
+  attempts = 0;
+  EXPECT_THROW(accelerate::find_executable_batch_size(8,
+                                                      [&](int64_t) {
+                                                        ++attempts;
+                                                        throw std::invalid_argument("not memory");
+                                                      }),
+               std::invalid_argument);
+  EXPECT_EQ(attempts, 1);
+  EXPECT_THROW(accelerate::find_executable_batch_size(0, [](int64_t) {}), std::invalid_argument);
+}
+
 } // namespace
