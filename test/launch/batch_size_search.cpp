@@ -11,6 +11,8 @@
 // Every process prints `rank <r> batch size <B> fnv=<hash of every parameter's bytes>` at the end.
 #include <accelerate/accelerate.h>
 
+#include "../support/parameter_hash.h"
+
 #include <torch/torch.h>
 
 #include <sys/resource.h>
@@ -37,17 +39,6 @@ struct Net : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) { return fc2->forward(torch::relu(fc1->forward(x))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
-
-uint64_t parameterHash(const std::vector<torch::Tensor>& parameters) {
-  uint64_t hash = 1469598103934665603ULL;
-  for (const torch::Tensor& parameter : parameters) {
-    torch::Tensor contiguous = parameter.detach().contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(contiguous.data_ptr());
-    for (size_t i = 0; i < contiguous.nbytes(); ++i)
-      hash = (hash ^ bytes[i]) * 1099511628211ULL;
-  }
-  return hash;
-}
 
 /// This process's address-space size in bytes (VmSize).
 uint64_t addressSpaceBytes() {
@@ -138,7 +129,7 @@ int main(int argc, char** argv) {
       accelerator.backward(loss);
       optimizer.step();
     }
-    hash = parameterHash(model->parameters());
+    hash = accelerate_test::parameter_hash(model->parameters());
     return batchSize;
   });
   std::printf("rank %d batch size %" PRId64 " fnv=%016" PRIx64 "\n", rank, found, hash);

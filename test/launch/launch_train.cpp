@@ -23,6 +23,8 @@
 // every process (for `accel merge-weights`' test).
 #include <accelerate/accelerate.h>
 
+#include "../support/parameter_hash.h"
+
 #include <torch/torch.h>
 
 #include <chrono>
@@ -100,18 +102,6 @@ Options parseOptions(int argc, char** argv) {
 int restartCount() {
   const char* value = std::getenv("TORCHELASTIC_RESTART_COUNT");
   return value ? std::atoi(value) : 0;
-}
-
-/// FNV-1a over the bytes of every parameter: equal hashes mean bit-identical parameters.
-uint64_t parameterHash(const std::vector<torch::Tensor>& parameters) {
-  uint64_t hash = 1469598103934665603ULL;
-  for (const torch::Tensor& parameter : parameters) {
-    torch::Tensor contiguous = parameter.detach().contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(contiguous.data_ptr());
-    for (size_t i = 0; i < contiguous.nbytes(); ++i)
-      hash = (hash ^ bytes[i]) * 1099511628211ULL;
-  }
-  return hash;
 }
 
 } // namespace
@@ -198,7 +188,8 @@ int main(int argc, char** argv) {
     double sum = 0;
     for (const torch::Tensor& parameter : model->parameters())
       sum += parameter.sum().item<double>();
-    std::printf("params fnv=%016" PRIx64 " sum=%.17g\n", parameterHash(model->parameters()), sum);
+    std::printf("params fnv=%016" PRIx64 " sum=%.17g\n", accelerate_test::parameter_hash(model->parameters()),
+                sum);
     std::string values;
     for (const torch::Tensor& parameter : model->parameters()) {
       const auto flat = parameter.detach().reshape(-1).to(torch::kFloat64).contiguous();
