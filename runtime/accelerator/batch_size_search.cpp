@@ -9,6 +9,7 @@
 #include "transport/device.h"
 #include "transport/environment.h"
 #include "transport/process_group.h"
+#include "transport/store_rendezvous.h"
 
 #include <chrono>
 #include <cstdio>
@@ -49,15 +50,6 @@ enum Outcome : char { kFits = 'f', kOutOfMemory = 'm', kAbandoned = 'a', kFailed
 /// The first line of an error's text (c10 errors append a backtrace).
 std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
-}
-
-std::string get_string(c10d::Store& store, const std::string& key) {
-  const auto value = store.get(key);
-  return std::string(value.begin(), value.end());
-}
-
-void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
-  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
 Accelerator* live_accelerator() {
@@ -143,24 +135,27 @@ void run_batch_size_search(int64_t starting_batch_size, const std::function<void
       }
       watch.end();
     }
-    // Every process's outcome, and process 0's next batch size.
-    std::vector<std::string> outcomes{std::string(1, outcome) + text};
+    // Every process's outcome, and process 0's next batch size: `<outcome><next>:<text>`, one store
+    // rendezvous.
     int64_t next = reduce(batch_size);
+    std::vector<std::string> outcomes{std::string(1, outcome) + std::to_string(next) + ":" + text};
     if (store) {
-      set_string(*store, prefix + "outcome/" + std::to_string(rank), outcomes.front());
-      if (rank == 0) {
-        set_string(*store, prefix + "next", std::to_string(next));
-      }
-      std::vector<std::string> keys{prefix + "next"};
-      for (int other = 0; other < world; ++other) {
-        keys.push_back(prefix + "outcome/" + std::to_string(other));
-      }
-      store->wait(keys, timeout);
-      outcomes.clear();
-      for (int other = 0; other < world; ++other) {
-        outcomes.push_back(get_string(*store, prefix + "outcome/" + std::to_string(other)));
-      }
-      next = std::stoll(get_string(*store, prefix + "next"));
+      outcomes = store_rendezvous<std::runtime_error>(
+          *store, {prefix + "outcome/", prefix + "gave_up"}, rank, world, outcomes.front(), timeout,
+          [&](const Absentees& absent) {
+            std::string list;
+            for (int process : absent.missing) {
+              list += (list.empty() ? "" : ", ") + std::to_string(process);
+            }
+            return "accelerate::find_executable_batch_size: process(es) " + list +
+                   " did not report the attempt" + at + " within " + std::to_string(timeout.count()) +
+                   " ms; see their output for why they stopped";
+          },
+          [](const std::string& reason) { return reason; });
+      next = std::stoll(outcomes.front().substr(1));
+    }
+    for (auto& reported : outcomes) {
+      reported.erase(1, reported.find(':')); // `<outcome><text>`
     }
     // A process that ran out of memory leaves its collectives, so the others may fail with the network's
     // errors (a peer closed the connection) before they learn why: where any process ran out of memory, the
