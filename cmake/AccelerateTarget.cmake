@@ -26,7 +26,9 @@
 # naming them.
 #
 # The rewrite of a file re-runs when the file, a header it includes (Ninja and Makefile generators, through the
-# depfile accel-rewrite writes) or accel-rewrite itself changes, and at no other time. It parses the file with the
+# depfile accel-rewrite writes) or accel-rewrite itself changes, and at no other time. The parse of each source's
+# #include block is precompiled once and kept in ACCELERATE_PREAMBLE_CACHE (default <build dir>/accelerate-preambles;
+# empty for none) for the rewrites that follow, while the flags and the headers it read stay the same. It parses the file with the
 # target's include directories, compile definitions, and the -D/-U/-I/-std options of its compile options and of
 # CMAKE_CXX_FLAGS. The rewritten copy carries #line directives, so compiler errors name the original file and line.
 # compile_commands.json lists the original sources too (with the target's flags, through <target>_editor_sources,
@@ -34,6 +36,8 @@
 # Configure with -DACCELERATE_REWRITE=OFF to compile the plain sources unchanged (for debugging).
 
 option(ACCELERATE_REWRITE "Rewrite the sources of accelerate_target() targets with accel-rewrite" ON)
+set(ACCELERATE_PREAMBLE_CACHE "${CMAKE_BINARY_DIR}/accelerate-preambles" CACHE PATH
+    "Where accel-rewrite keeps the precompiled #include blocks of the sources it rewrites, between builds (empty: none)")
 
 # The directory of libtorch's libraries, for the targets' build RPATH (set where Torch was found).
 if(TORCH_INSTALL_PREFIX)
@@ -160,6 +164,12 @@ function(accelerate_target target)
       set(depfile_args DEPFILE "${out_dir}/accel-rewrite.d")
       set(depfile_flags "--depfile=${out_dir}/accel-rewrite.d")
     endif()
+    set(preamble_flags "")
+    if(ACCELERATE_PREAMBLE_CACHE)
+      # The parse of each source's #include block is kept between builds (and shared by the sources of one
+      # directory that include the same headers); a header it read that changes makes a new one.
+      set(preamble_flags "--preamble-cache=${ACCELERATE_PREAMBLE_CACHE}")
+    endif()
     set(make_directory COMMAND "${CMAKE_COMMAND}" -E make_directory "${out_dir}")
     # The rewrite parses the original headers, never the copies: the include directories mirrored into the
     # output directory (below) are left out of its flags.
@@ -170,7 +180,7 @@ function(accelerate_target target)
       OUTPUT ${rewrite_outputs}
       ${make_directory}
       COMMAND "${rewrite_tool}" ${rewrite_inputs} --output-dir=${out_dir} --root=${root}
-              --headers=${project_dir} --line-directives ${depfile_flags} ${pass_flags} --
+              --headers=${project_dir} --line-directives ${depfile_flags} ${preamble_flags} ${pass_flags} --
               "-std=c++$<IF:$<BOOL:${standard}>,${standard},17>"
               "$<$<BOOL:${parse_includes}>:-I$<JOIN:${parse_includes},;-I>>"
               "$<$<BOOL:${definitions}>:-D$<JOIN:${definitions},;-D>>"

@@ -2,6 +2,8 @@
 // parsed against it, the AST kept.
 #include "lsp/ParsedFile.h"
 
+#include "rewriter/Preamble.h"
+
 #include "clang/Basic/DiagnosticOptions.h"
 #include "clang/Basic/SourceManager.h"
 #include "clang/Frontend/CompilerInstance.h"
@@ -46,7 +48,8 @@ private:
   FirstError& Out;
 };
 
-/// Drops everything: the preamble's own diagnostics are the main parse's too.
+/// Prints nothing: a preamble with errors is not used (a parse over it would not report them: they are the
+/// PCH's), and the parse without it reports them.
 class IgnoreDiagnostics : public clang::DiagnosticConsumer {
   void HandleDiagnostic(clang::DiagnosticsEngine::Level, const clang::Diagnostic&) override {}
 };
@@ -91,7 +94,7 @@ llvm::Expected<std::unique_ptr<ParsedFile>> ParsedFile::parse(const std::vector<
 
   // The preamble: the last one while it still fits, else a new one.
   File->Buffer = llvm::MemoryBuffer::getMemBufferCopy(Text, File->MainPath);
-  clang::PreambleBounds Bounds = clang::ComputePreambleBounds(Invocation->getLangOpts(), *File->Buffer, 0);
+  clang::PreambleBounds Bounds = rewriter::preambleBounds(Invocation->getLangOpts(), *File->Buffer);
   if (Cache.Preamble && Cache.CommandLine == CommandLine &&
       Cache.Preamble->CanReuse(*Invocation, File->Buffer->getMemBufferRef(), Bounds, *File->Files)) {
     File->Preamble = Cache.Preamble;
@@ -106,7 +109,9 @@ llvm::Expected<std::unique_ptr<ParsedFile>> ParsedFile::parse(const std::vector<
                                           File->Files, std::make_shared<clang::PCHContainerOperations>(),
                                           /*StoreInMemory=*/true, /*StoragePath=*/"", Callbacks);
     Cache.CommandLine = CommandLine;
-    Cache.Preamble = Built ? std::make_shared<clang::PrecompiledPreamble>(std::move(*Built)) : nullptr;
+    Cache.Preamble = Built && !PreambleDiagnostics->hasErrorOccurred()
+                         ? std::make_shared<clang::PrecompiledPreamble>(std::move(*Built))
+                         : nullptr;
     File->Preamble = Cache.Preamble;
     File->BuiltPreamble = true;
   }
@@ -131,6 +136,8 @@ llvm::Expected<std::unique_ptr<ParsedFile>> ParsedFile::parse(const std::vector<
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "clang does not know the target of this file's compile command");
   File->Action = std::make_unique<clang::SyntaxOnlyAction>();
+  if (File->Preamble)
+    File->Action = rewriter::overPreamble(std::move(File->Action));
   if (!File->Action->BeginSourceFile(Compiler, Compiler.getFrontendOpts().Inputs[0])) {
     File->Action.reset();
     return llvm::createStringError(llvm::inconvertibleErrorCode(),

@@ -1,6 +1,7 @@
 // rewriter/CheckCompiles.cpp: a second compile of a rewritten main file with the options of the first.
 #include "rewriter/CheckCompiles.h"
 
+#include "rewriter/Preamble.h"
 #include "rewriter/ToolRunner.h"
 
 #include "clang/Basic/FileManager.h"
@@ -88,13 +89,13 @@ llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> CheckFiles = Overlay;
 
   std::unique_ptr<llvm::MemoryBuffer> Text = llvm::MemoryBuffer::getMemBufferCopy(Checked, MainPath);
+  bool Reused = false;
   if (Preamble &&
       Preamble->CanReuse(*Invocation, Text->getMemBufferRef(), Preamble->getBounds(), *CheckFiles)) {
     // The text begins with the preamble's bytes: its PCH stands for them; the main file is `Text`.
     Preamble->AddImplicitPreamble(*Invocation, CheckFiles, Text.get());
     Invocation->getPreprocessorOpts().RetainRemappedFileBuffers = true;
-    if (ReusedPreamble)
-      *ReusedPreamble = true;
+    Reused = true;
   }
 
   std::string Diagnostics;
@@ -107,8 +108,12 @@ llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
   Compiler.getDiagnostics().setSuppressSystemWarnings(true);
   Compiler.getDiagnostics().setIgnoreAllWarnings(true);
   Compiler.createFileManager(CheckFiles);
-  clang::SyntaxOnlyAction Action;
-  bool Parsed = Compiler.ExecuteAction(Action);
+  std::unique_ptr<clang::FrontendAction> Action = std::make_unique<clang::SyntaxOnlyAction>();
+  if (Reused)
+    Action = overPreamble(std::move(Action));
+  bool Parsed = Compiler.ExecuteAction(*Action);
+  if (ReusedPreamble)
+    *ReusedPreamble = Reused;
   if (!Parsed || Compiler.getDiagnostics().hasErrorOccurred()) {
     DiagnosticStream.flush();
     return llvm::make_error<CompileError>(std::move(Diagnostics));

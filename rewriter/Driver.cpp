@@ -3,8 +3,10 @@
 
 #include "passes/Registry.h"
 #include "passes/TrainingCode.h"
+#include "rewriter/CheckCompiles.h"
 #include "rewriter/OutputFile.h"
 #include "rewriter/PassRunner.h"
+#include "rewriter/Preamble.h"
 #include "rewriter/TextDiff.h"
 #include "rewriter/ToolRunner.h"
 
@@ -76,15 +78,25 @@ private:
 
 /// Compiles the rewritten text in memory, with the rewritten headers (real path, text) in place of theirs,
 /// with the file's flags plus the runtime's include directory, which goes last so that a directory the
-/// command names (a test's mirror headers) is searched first.
+/// command names (a test's mirror headers) is searched first. Over the preamble of the input's parse, where
+/// it still fits (no header it read was rewritten), the include the rewrite added among the blank lines that
+/// end the preamble is compiled just after it (textOverPreamble), which compiles as the rewrite does.
 llvm::Error checkRewriteCompiles(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
-                                 llvm::StringRef Rewritten, const std::map<std::string, std::string>& Headers,
-                                 const DriverOptions& Options) {
+                                 llvm::StringRef Original, llvm::StringRef Rewritten,
+                                 const std::map<std::string, std::string>& Headers,
+                                 const DriverOptions& Options, PreambleUse& Preamble) {
   CompileFlags Flags{Options.ResourceDir, {"-I" + Options.RuntimeIncludeDir}};
+  std::string Checked = Rewritten.str();
+  if (Preamble.Preamble)
+    if (std::optional<std::string> Over =
+            textOverPreamble(Original, Preamble.Preamble->bounds().Size, Rewritten))
+      Checked = std::move(*Over);
   std::string Mismatch;
-  CheckTextFactory Factory(Rewritten, Headers, Mismatch);
+  CheckTextFactory Factory(Checked, Headers, Mismatch);
   std::vector<std::pair<std::string, std::string>> Overlays(Headers.begin(), Headers.end());
-  if (llvm::Error Err = runOnFile(Database, File, Flags, Factory, Rewritten, Overlays))
+  Preamble.MayObtain = false;
+  if (llvm::Error Err =
+          runOnFile(Database, File, Flags, Factory, llvm::StringRef(Checked), Overlays, &Preamble))
     return Err;
   if (!Mismatch.empty())
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -318,10 +330,30 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   // Parse and rewrite every input; the headers' edits are merged, not yet applied.
   std::vector<FileRewrite> Rewrites;
   std::map<std::string, MergedHeader> Headers;
+  PreambleCache Preambles(Options.PreambleCache);
+  std::vector<PreambleUse> PreambleUses(Inputs.size());
+  for (PreambleUse& Use : PreambleUses)
+    Use.Cache = Options.Preamble ? &Preambles : nullptr;
   std::set<std::tuple<std::string, unsigned, std::string, std::string>> Printed;
-  for (const Input& In : Inputs) {
-    auto Rewrite =
-        rewriteFile(Database, In.Absolute, CompileFlags{Options.ResourceDir, {}}, Options.Passes, Settings);
+  for (size_t K = 0; K < Inputs.size(); ++K) {
+    const Input& In = Inputs[K];
+    auto Rewrite = rewriteFile(Database, In.Absolute, CompileFlags{Options.ResourceDir, {}}, Options.Passes,
+                               Settings, &PreambleUses[K]);
+    if (Rewrite && PreambleUses[K].Applied) {
+      // The depfile names the headers the preamble read too: the parse over it did not open them.
+      for (const std::string& Path : PreambleUses[K].Preamble->readFiles()) {
+        llvm::SmallString<256> Real;
+        if (!llvm::sys::fs::real_path(Path, Real))
+          Rewrite->ReadFiles.push_back(Real.str().str());
+      }
+      llvm::sort(Rewrite->ReadFiles);
+      Rewrite->ReadFiles.erase(std::unique(Rewrite->ReadFiles.begin(), Rewrite->ReadFiles.end()),
+                               Rewrite->ReadFiles.end());
+    }
+    if (!PreambleUses[K].Problem.empty()) {
+      llvm::errs() << Tool << ": warning: " << PreambleUses[K].Problem << "\n";
+      PreambleUses[K].Problem.clear();
+    }
     if (!Rewrite) {
       bool DoesNotCompile = Rewrite.errorIsA<CompileError>();
       return fail(Rewrite.takeError(),
@@ -411,8 +443,8 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
     const FileRewrite& Rewrite = Rewrites[K];
     if (Rewrite.Rewritten == Rewrite.Original && ChangedHeaders.empty())
       continue;
-    if (llvm::Error Err =
-            checkRewriteCompiles(Database, Inputs[K].Absolute, Rewrite.Rewritten, ChangedHeaders, Options)) {
+    if (llvm::Error Err = checkRewriteCompiles(Database, Inputs[K].Absolute, Rewrite.Original,
+                                               Rewrite.Rewritten, ChangedHeaders, Options, PreambleUses[K])) {
       std::string Cause = "change the code they point at by hand (an accelerator under another name, say), "
                           "or report this with the input file";
       // The diagnostics name places in the rewritten texts, whose lines moved by those the rewrite inserted

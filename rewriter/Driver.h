@@ -32,6 +32,11 @@ struct DriverOptions {
   passes::PassSettings Settings;        ///< What the passes are asked beyond that (`--log-with`).
   std::string ResourceDir;              ///< Clang's resource directory, prepended as `-resource-dir=`.
   std::string RuntimeIncludeDir; ///< Holds accelerate/accelerate.h; appended as `-I` to check the rewrite.
+  /// Each input is parsed over the precompiled preamble of its #include block, which the check of its
+  /// rewrite reuses (rewriter/Preamble.h); false (`--no-preamble`): both parse the whole file.
+  bool Preamble = true;
+  /// `--preamble-cache`: where preambles are kept between runs; empty: built for this run only.
+  std::string PreambleCache;
 };
 
 /// Rewrites the input files and the headers they may change: parse each, run the passes, report (warnings

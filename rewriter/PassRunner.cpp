@@ -310,9 +310,15 @@ void collectFiles(const clang::SourceManager& SM, Collected& Out) {
   std::vector<clang::FileEntryRef> Files;
   for (auto File = SM.fileinfo_begin(); File != SM.fileinfo_end(); ++File)
     Files.push_back(File->first);
+  const std::vector<std::string>& MayChange = passes::passSettings().Headers;
   for (clang::FileEntryRef File : Files) {
     std::string Path = passes::realPathOf(File);
     Out.ReadFiles.push_back(Path);
+    // translateFile() walks the whole file table: only for the headers the rewrite may change.
+    if (!llvm::any_of(MayChange, [&](const std::string& Header) {
+          return Path == Header || passes::pathBelow(Path, Header);
+        }))
+      continue;
     clang::FileID Included = SM.translateFile(File);
     if (Included.isValid() && Included != Main &&
         passes::isInRewrittenFile(SM, SM.getLocForStartOfFile(Included)))
@@ -538,10 +544,10 @@ llvm::Expected<FileRewrite> rewriteParsedFile(clang::ASTContext& Context,
 llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
                                         llvm::StringRef File, const CompileFlags& Flags,
                                         llvm::ArrayRef<passes::PassInfo> Passes,
-                                        const passes::PassSettings& Settings) {
+                                        const passes::PassSettings& Settings, PreambleUse* Preamble) {
   std::optional<llvm::Expected<FileRewrite>> Result;
   RewriteActionFactory Factory(Passes, Settings, Result);
-  if (llvm::Error Err = runOnFile(Database, File, Flags, Factory)) {
+  if (llvm::Error Err = runOnFile(Database, File, Flags, Factory, std::nullopt, {}, Preamble)) {
     if (Result)
       llvm::consumeError(Result->takeError());
     return Err;

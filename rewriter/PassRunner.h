@@ -95,11 +95,13 @@ llvm::Expected<FileRewrite> rewriteParsedFile(clang::ASTContext& Context,
 /// (passes::passSettings()). The main file is rewritten, and the headers Settings.Headers names get their
 /// edits (FileRewrite::Headers); a change a pass makes in any other file becomes an OutsideMainFile finding,
 /// and none of its edits is made. Fails with a CompileError when the file does not compile, or with a message
-/// naming the pass and the place when a pass fails or two edits overlap.
+/// naming the pass and the place when a pass fails or two edits overlap. With `Preamble`, the parse goes over
+/// the file's precompiled preamble, which `Preamble` keeps for the check of the rewrite (runOnFile).
 llvm::Expected<FileRewrite> rewriteFile(const clang::tooling::CompilationDatabase& Database,
                                         llvm::StringRef File, const CompileFlags& Flags,
                                         llvm::ArrayRef<passes::PassInfo> Passes,
-                                        const passes::PassSettings& Settings = {});
+                                        const passes::PassSettings& Settings = {},
+                                        PreambleUse* Preamble = nullptr);
 
 } // namespace accelerate::rewriter
 

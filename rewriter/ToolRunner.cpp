@@ -2,6 +2,8 @@
 // success.
 #include "rewriter/ToolRunner.h"
 
+#include "rewriter/Preamble.h"
+
 #include "clang/Basic/DiagnosticOptions.h"
 #include "clang/Basic/FileManager.h"
 #include "clang/Frontend/TextDiagnosticPrinter.h"
@@ -46,9 +48,9 @@ std::vector<std::string> commandLineFor(const clang::tooling::CompileCommand& Co
 }
 
 llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
-                      const CompileFlags& Flags, clang::tooling::ToolAction& Action,
+                      const CompileFlags& Flags, clang::tooling::FrontendActionFactory& Action,
                       std::optional<llvm::StringRef> Contents,
-                      llvm::ArrayRef<std::pair<std::string, std::string>> OtherFiles) {
+                      llvm::ArrayRef<std::pair<std::string, std::string>> OtherFiles, PreambleUse* Preamble) {
   namespace tooling = clang::tooling;
   std::vector<tooling::CompileCommand> Commands = Database.getCompileCommands(File);
   if (Commands.empty())
@@ -79,8 +81,12 @@ llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm:
   DiagnosticOptions->ShowColors = llvm::errs().has_colors();
   clang::TextDiagnosticPrinter Printer(DiagnosticStream, DiagnosticOptions.get());
 
-  tooling::ToolInvocation Invocation(std::move(CommandLine), &Action, Files.get(),
-                                     std::make_shared<clang::PCHContainerOperations>());
+  std::optional<OverPreamble> WithPreamble;
+  if (Preamble)
+    WithPreamble.emplace(Action, *Preamble);
+  tooling::ToolInvocation Invocation(
+      std::move(CommandLine), WithPreamble ? static_cast<tooling::ToolAction*>(&*WithPreamble) : &Action,
+      Files.get(), std::make_shared<clang::PCHContainerOperations>());
   Invocation.setDiagnosticConsumer(&Printer);
   if (!Invocation.run())
     return llvm::make_error<CompileError>(std::move(Diagnostics));

@@ -13,6 +13,8 @@
 
 namespace accelerate::rewriter {
 
+struct PreambleUse;
+
 /// What accel-rewrite adds to the file's own compile command.
 struct CompileFlags {
   std::string ResourceDir;               ///< Prepended as `-resource-dir=`, so the command can override it.
@@ -45,11 +47,13 @@ std::vector<std::string> commandLineFor(const clang::tooling::CompileCommand& Co
 /// `Action`. `Contents`, when given, stands in for the file's text on disk, and each of `OtherFiles` (path,
 /// text) for that file's: that is how a rewrite, headers included, is checked before it is written. Fails
 /// with a CompileError when the file does not compile; diagnostics of a successful compile (warnings) are
-/// dropped.
+/// dropped. With `Preamble`, the parse goes over the file's precompiled preamble (rewriter/Preamble.h): the
+/// one `Preamble` holds where it fits, else (when it may) one it obtains and keeps there.
 llvm::Error runOnFile(const clang::tooling::CompilationDatabase& Database, llvm::StringRef File,
-                      const CompileFlags& Flags, clang::tooling::ToolAction& Action,
+                      const CompileFlags& Flags, clang::tooling::FrontendActionFactory& Action,
                       std::optional<llvm::StringRef> Contents = std::nullopt,
-                      llvm::ArrayRef<std::pair<std::string, std::string>> OtherFiles = {});
+                      llvm::ArrayRef<std::pair<std::string, std::string>> OtherFiles = {},
+                      PreambleUse* Preamble = nullptr);
 
 } // namespace accelerate::rewriter
 

@@ -93,6 +93,18 @@ static cl::opt<std::string> Root("root",
                                  cl::desc("With --output-dir: the directory the output directory mirrors "
                                           "(default: the first input file's directory)"),
                                  cl::value_desc("dir"), cl::cat(Category));
+static cl::opt<std::string> PreambleCache(
+    "preamble-cache",
+    cl::desc(
+        "Keep the precompiled preamble of each input (its #include block, parsed once for the rewrite and "
+        "its compile check) in <dir>, and reuse it in later runs while the flags, the #include lines and "
+        "every header it read are unchanged (accelerate_target() keeps one in the build tree)"),
+    cl::value_desc("dir"), cl::cat(Category));
+static cl::opt<bool>
+    NoPreamble("no-preamble",
+               cl::desc("Parse each input and its rewrite whole, without a precompiled preamble "
+                        "(slower; the output is the same)"),
+               cl::cat(Category));
 static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes, in the order they run, and exit"),
                                 cl::cat(Category));
 static cl::extrahelp CommonHelp(clang::tooling::CommonOptionsParser::HelpMessage);
@@ -283,6 +295,10 @@ int main(int argc, const char** argv) {
                       "-i, --diff or --check");
   if (!DepFile.empty() && !InPlace && OutputFile.empty() && OutputDir.empty())
     return usageError("--depfile needs -o FILE, --output-dir or -i: the rule it writes names the output");
+  if (NoPreamble && !PreambleCache.empty())
+    return usageError(
+        "--no-preamble parses without a preamble, so there is none to keep in --preamble-cache; "
+        "give one of them");
   if (!Root.empty() && OutputDir.empty())
     return usageError("--root is the directory --output-dir mirrors; give --output-dir too");
   for (const std::string& File : Files) {
@@ -315,6 +331,8 @@ int main(int argc, const char** argv) {
   Options.LineDirectives = LineDirectives;
   Options.ExportFixes = ExportFixes;
   Options.DepFile = DepFile;
+  Options.Preamble = !NoPreamble;
+  Options.PreambleCache = PreambleCache;
   Options.ResourceDir = ACCEL_CLANG_RESOURCE_DIR;
   Options.RuntimeIncludeDir = accelerate::rewriter::findRuntimeIncludeDir(
       llvm::sys::fs::getMainExecutable(argv[0], &AddressInThisBinary), ACCEL_RUNTIME_INCLUDE_DIR);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Rewrite time: accel-rewrite (parse, rewrite, re-parse of its output) against clang++-19 -fsyntax-only on the
-# same file with the same flags, without and with a precompiled <torch/torch.h>.
+# Rewrite time: accel-rewrite (the parse over the file's precompiled preamble, the passes, the compile check of
+# its output over the same preamble) against clang++-19 -fsyntax-only on the same file with the same flags
+# and a precompiled <torch/torch.h>.
 #
 #   scripts/bench-rewrite.sh CORPUS_DIR [ID...]
 #
@@ -9,10 +10,14 @@
 # only those run. Each command runs RUNS times (default 3); the table gives the median CPU seconds (user +
 # sys, which another load on the machine changes less than wall time) and the median wall seconds. The
 # clang PCH of <torch/torch.h> is built once (and kept for later runs), with the same flags, into
-# OUT/torch.pch, and passed to both tools with -include-pch; the outputs of accel-rewrite with and without it
-# are compared byte for byte.
+# OUT/torch.pch, and given to clang with -include-pch. accel-rewrite runs with --preamble-cache: "cold" with
+# an empty cache each time (the first file of a cold build: the preamble is built and kept), "warm" with the
+# preamble the cold runs kept (a rebuild). The baselines: clang with the PCH (for both), and clang without it
+# (a cold build has no PCH yet). With WHOLE=1 (the default) accel-rewrite also runs once with --no-preamble
+# (two whole parses, as before the preamble); the outputs of the cold, warm and whole runs are compared byte
+# for byte.
 # Environment: TOOL (default build/bin/accel-rewrite), CXX (default clang++-19), RUNS, OUT (default
-# CORPUS_DIR/bench), PCH (0 to skip the PCH columns).
+# CORPUS_DIR/bench), WHOLE (0 to skip the --no-preamble run).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,7 +32,7 @@ TOOL=${TOOL:-$root/build/bin/accel-rewrite}
 CXX=${CXX:-clang++-19}
 RUNS=${RUNS:-3}
 OUT=${OUT:-$corpus/bench}
-PCH=${PCH:-1}
+WHOLE=${WHOLE:-1}
 [[ -x "$TOOL" ]] || { echo "bench-rewrite: no accel-rewrite at $TOOL; build it or set TOOL" >&2; exit 2; }
 command -v "$CXX" >/dev/null || { echo "bench-rewrite: $CXX not found; install clang-19 or set CXX" >&2; exit 2; }
 venv=$("$root/scripts/bootstrap.sh" --print-venv)
@@ -62,11 +67,10 @@ time_runs() {
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
-pch_flags=()
-if [[ "$PCH" != 0 && -f "$OUT/torch.pch" ]]; then
+if [[ -f "$OUT/torch.pch" ]]; then
   # Reused: clang refuses a PCH whose headers changed since it was built, so a stale one fails loudly.
-  pch_flags=(-include-pch "$OUT/torch.pch")
-elif [[ "$PCH" != 0 ]]; then
+  :
+else
   # The PCH is built once, with the flags every file uses.
   start=$(date +%s.%N)
   if ! "$CXX" -x c++-header "${FLAGS[@]}" "$torch_include/torch/csrc/api/include/torch/torch.h" \
@@ -75,11 +79,11 @@ elif [[ "$PCH" != 0 ]]; then
     exit 1
   fi
   echo "PCH of <torch/torch.h> built in $(echo "$(date +%s.%N) - $start" | bc | xargs printf '%.1f') s (wall): $OUT/torch.pch" >&2
-  pch_flags=(-include-pch "$OUT/torch.pch")
 fi
+pch_flags=(-include-pch "$OUT/torch.pch")
 
-echo "| file | clang -fsyntax-only CPU s | accel-rewrite CPU s | ratio | with PCH: clang CPU s | with PCH: accel-rewrite CPU s | ratio | wall s (clang / accel-rewrite / clang PCH / accel-rewrite PCH) | same output with PCH |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| file | clang + PCH CPU s | accel-rewrite warm CPU s | **warm ratio** | accel-rewrite cold CPU s | **cold ratio** | clang, no PCH, CPU s | cold / no PCH | --no-preamble CPU s | wall s (clang + PCH / warm / cold / clang / --no-preamble) | same output |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 while IFS='|' read -r id repo commit file paths extra; do
   [[ -z "$id" ]] && continue
   if [[ $# -gt 0 ]] && ! printf '%s\n' "$@" | grep -qx "$id"; then continue; fi
@@ -87,24 +91,27 @@ while IFS='|' read -r id repo commit file paths extra; do
   [[ -f "$src" ]] || { echo "| $id | missing: $src (run scripts/rewriter-coverage.sh first) |"; continue; }
   read -r -a more <<<"${extra//@/$corpus/$id}"
   tag=${id/:/_}
-  clang=$(time_runs "$tag.clang" "$CXX" -fsyntax-only "${FLAGS[@]}" "${more[@]}" "$src") || clang="failed failed"
-  rewrite=$(time_runs "$tag.rewrite" "$TOOL" "$src" -o "$OUT/$tag.out" -- "${FLAGS[@]}" "${more[@]}") ||
-    rewrite="failed failed"
+  cache="$OUT/$tag.preambles"
+  clang_pch=$(time_runs "$tag.clang-pch" "$CXX" -fsyntax-only "${FLAGS[@]}" "${pch_flags[@]}" "${more[@]}" "$src") ||
+    clang_pch="failed failed"
+  cold=$(time_runs "$tag.cold" bash -c 'rm -rf "$1" && shift && exec "$@"' cold "$cache" \
+    "$TOOL" --preamble-cache="$cache" "$src" -o "$OUT/$tag.cold.out" -- "${FLAGS[@]}" "${more[@]}") || cold="failed failed"
+  warm=$(time_runs "$tag.warm" "$TOOL" --preamble-cache="$cache" "$src" -o "$OUT/$tag.warm.out" -- "${FLAGS[@]}" \
+    "${more[@]}") || warm="failed failed"
+  clang=$(RUNS=1 time_runs "$tag.clang" "$CXX" -fsyntax-only "${FLAGS[@]}" "${more[@]}" "$src") || clang="failed failed"
+  read -r clang_pch_cpu clang_pch_wall <<<"$clang_pch"
+  read -r cold_cpu cold_wall <<<"$cold"
+  read -r warm_cpu warm_wall <<<"$warm"
   read -r clang_cpu clang_wall <<<"$clang"
-  read -r rewrite_cpu rewrite_wall <<<"$rewrite"
-  pch_cols="- | - | -"
-  walls="$clang_wall / $rewrite_wall"
-  same="-"
-  if [[ "$PCH" != 0 ]]; then
-    clang_pch=$(time_runs "$tag.clang-pch" "$CXX" -fsyntax-only "${FLAGS[@]}" "${pch_flags[@]}" "${more[@]}" "$src") ||
-      clang_pch="failed failed"
-    rewrite_pch=$(time_runs "$tag.rewrite-pch" "$TOOL" "$src" -o "$OUT/$tag.pch.out" -- "${FLAGS[@]}" \
-      "${pch_flags[@]}" "${more[@]}") || rewrite_pch="failed failed"
-    read -r clang_pch_cpu clang_pch_wall <<<"$clang_pch"
-    read -r rewrite_pch_cpu rewrite_pch_wall <<<"$rewrite_pch"
-    pch_cols="$clang_pch_cpu | $rewrite_pch_cpu | $(ratio "$rewrite_pch_cpu" "$clang_pch_cpu")"
-    walls+=" / $clang_pch_wall / $rewrite_pch_wall"
-    if cmp -s "$OUT/$tag.out" "$OUT/$tag.pch.out"; then same=yes; else same=NO; fi
+  whole_cpu="-" whole_wall="-"
+  same=$(cmp -s "$OUT/$tag.cold.out" "$OUT/$tag.warm.out" && echo yes || echo NO)
+  if [[ "$WHOLE" != 0 ]]; then
+    whole=$(RUNS=1 time_runs "$tag.whole" "$TOOL" --no-preamble "$src" -o "$OUT/$tag.whole.out" -- "${FLAGS[@]}" \
+      "${more[@]}") || whole="failed failed"
+    read -r whole_cpu whole_wall <<<"$whole"
+    cmp -s "$OUT/$tag.cold.out" "$OUT/$tag.whole.out" || same=NO
   fi
-  echo "| $id | $clang_cpu | $rewrite_cpu | $(ratio "$rewrite_cpu" "$clang_cpu") | $pch_cols | $walls | $same |"
+  echo "| $id | $clang_pch_cpu | $warm_cpu | $(ratio "$warm_cpu" "$clang_pch_cpu") | $cold_cpu |" \
+    "$(ratio "$cold_cpu" "$clang_pch_cpu") | $clang_cpu | $(ratio "$cold_cpu" "$clang_cpu") | $whole_cpu |" \
+    "$clang_pch_wall / $warm_wall / $cold_wall / $clang_wall / $whole_wall | $same |"
 done <<<"$entries"
