@@ -46,8 +46,8 @@ public:
 };
 
 /// The key of a preamble in the cache: what the PCH depends on besides the files it read.
-std::string cacheKey(const clang::CompilerInvocation& Invocation, llvm::StringRef GivenPath, llvm::StringRef MainPath,
-                     llvm::StringRef WorkingDirectory, llvm::StringRef PreambleText,
+std::string cacheKey(const clang::CompilerInvocation& Invocation, llvm::StringRef GivenPath,
+                     llvm::StringRef MainPath, llvm::StringRef WorkingDirectory, llvm::StringRef PreambleText,
                      const clang::PreambleBounds& Bounds) {
   llvm::SHA256 Hash;
   auto Add = [&](llvm::StringRef Part) {
@@ -75,7 +75,8 @@ std::string cacheKey(const clang::CompilerInvocation& Invocation, llvm::StringRe
 }
 
 /// The cache's record of a preamble: the format, the bounds, then one line per file it read.
-std::string describe(const clang::PreambleBounds& Bounds, llvm::ArrayRef<std::tuple<std::string, uint64_t, int64_t>> Files) {
+std::string describe(const clang::PreambleBounds& Bounds,
+                     llvm::ArrayRef<std::tuple<std::string, uint64_t, int64_t>> Files) {
   std::string Text;
   llvm::raw_string_ostream OS(Text);
   OS << FormatLine << "\n" << Bounds.Size << " " << (Bounds.PreambleEndsAtStartOfLine ? 1 : 0) << "\n";
@@ -102,7 +103,8 @@ void pruneCache(llvm::StringRef Directory) {
       continue;
     if (Name.ends_with(".files"))
       Entries.push_back({Status.getLastModificationTime(), Path.drop_back(6).str()});
-    else if ((Name.starts_with("preamble-") || Name.contains(".pch.tmp")) && Status.getLastModificationTime() < DayAgo)
+    else if ((Name.starts_with("preamble-") || Name.contains(".pch.tmp")) &&
+             Status.getLastModificationTime() < DayAgo)
       fs::remove(Path);
   }
   if (Entries.size() <= CacheEntries)
@@ -150,6 +152,14 @@ private:
     if (clang::ExternalSemaSource* Source = Sema->getExternalSource()) {
       llvm::SmallVector<std::pair<clang::ValueDecl*, clang::SourceLocation>> Pending;
       Source->ReadPendingInstantiations(Pending);
+      // Those without external linkage (a header's template used with its own lambda) are performed still: no
+      // other translation unit could define them, and the end of this one says so when it is left undefined.
+      for (const auto& [Decl, At] : Pending)
+        if (!Decl->isExternallyVisible() || Sema->isExternalWithNoLinkageType(Decl)) {
+          if (auto* Function = llvm::dyn_cast<clang::FunctionDecl>(Decl))
+            Function->setInstantiationIsPending(true);
+          Sema->PendingInstantiations.push_back({Decl, At});
+        }
     }
   }
   clang::Sema* Sema = nullptr;
@@ -183,7 +193,8 @@ clang::PreambleBounds preambleBounds(const clang::LangOptions& Lang, const llvm:
   // The preamble's directives, from raw tokens: each runs from its '#' to the next token at the start of a
   // line. The cut goes after the last #include outside conditionals, or after the #endif that closes the
   // conditional holding the last one.
-  clang::Lexer Lex(clang::SourceLocation::getFromRawEncoding(1), Lang, Text.begin(), Text.begin(), Text.end());
+  clang::Lexer Lex(clang::SourceLocation::getFromRawEncoding(1), Lang, Text.begin(), Text.begin(),
+                   Text.end());
   auto LineStart = [&](const clang::Token& Tok) {
     return unsigned(Text.take_front(Tok.getLocation().getRawEncoding() - 1).rfind('\n') + 1);
   };
@@ -291,18 +302,18 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
   Preamble->Bounds = Bounds;
   if (!Directory.empty()) {
     // A cached preamble fits when its record is whole and none of the files it read changed.
-    if (auto Record = llvm::MemoryBuffer::getFile(CachedRecord);
-        Record && llvm::sys::fs::exists(CachedPCH)) {
+    if (auto Record = llvm::MemoryBuffer::getFile(CachedRecord); Record && llvm::sys::fs::exists(CachedPCH)) {
       llvm::SmallVector<llvm::StringRef> Lines;
       (*Record)->getBuffer().split(Lines, '\n', -1, /*KeepEmpty=*/false);
-      bool Whole = Lines.size() >= 2 && Lines[0] == FormatLine &&
-                   Lines[1] == (std::to_string(Bounds.Size) + " " +
-                                (Bounds.PreambleEndsAtStartOfLine ? "1" : "0"));
+      bool Whole =
+          Lines.size() >= 2 && Lines[0] == FormatLine &&
+          Lines[1] == (std::to_string(Bounds.Size) + " " + (Bounds.PreambleEndsAtStartOfLine ? "1" : "0"));
       for (size_t K = 2; Whole && K < Lines.size(); ++K) {
         auto [Size, Rest] = Lines[K].split(' ');
         auto [Modified, Path] = Rest.split(' ');
         ParsePreamble::ReadFile File{Path.str(), 0, 0};
-        Whole = !Path.empty() && !Size.getAsInteger(10, File.Size) && !Modified.getAsInteger(10, File.Modified);
+        Whole =
+            !Path.empty() && !Size.getAsInteger(10, File.Size) && !Modified.getAsInteger(10, File.Modified);
         Preamble->Files.push_back(std::move(File));
       }
       if (Whole && Preamble->fits(MainText, *Files)) {
@@ -327,9 +338,10 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
       return nullptr;
     }
   RecordReadFiles Callbacks;
-  llvm::ErrorOr<clang::PrecompiledPreamble> Built = clang::PrecompiledPreamble::Build(
-      Invocation, Buffer.get(), Bounds, *Diagnostics, Files, std::make_shared<clang::PCHContainerOperations>(),
-      /*StoreInMemory=*/false, /*StoragePath=*/Directory, Callbacks);
+  llvm::ErrorOr<clang::PrecompiledPreamble> Built =
+      clang::PrecompiledPreamble::Build(Invocation, Buffer.get(), Bounds, *Diagnostics, Files,
+                                        std::make_shared<clang::PCHContainerOperations>(),
+                                        /*StoreInMemory=*/false, /*StoragePath=*/Directory, Callbacks);
   if (!Built || Diagnostics->hasErrorOccurred())
     return nullptr; // The #include block does not compile: the parse without a preamble says why.
   Preamble->Built = std::make_unique<clang::PrecompiledPreamble>(std::move(*Built));
@@ -386,7 +398,8 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
   return Preamble;
 }
 
-bool OverPreamble::runInvocation(std::shared_ptr<clang::CompilerInvocation> Invocation, clang::FileManager* Files,
+bool OverPreamble::runInvocation(std::shared_ptr<clang::CompilerInvocation> Invocation,
+                                 clang::FileManager* Files,
                                  std::shared_ptr<clang::PCHContainerOperations> PCHContainerOps,
                                  clang::DiagnosticConsumer* DiagConsumer) {
   Use.Applied = false;

@@ -21,7 +21,8 @@ namespace accelerate::rewriter {
 
 /// Where a main file's preamble ends: clang's preamble (the directives and comments at the top of the file),
 /// cut after its last #include line, so that the #include a rewrite adds after the file's last one, and the
-/// lines it may add below, leave the preamble's bytes as they are: a parse of the rewritten text can reuse it.
+/// lines it may add below, leave the preamble's bytes as they are: a parse of the rewritten text can reuse
+/// it.
 clang::PreambleBounds preambleBounds(const clang::LangOptions& Lang, const llvm::MemoryBuffer& MainText);
 
 /// A precompiled preamble (clang's: the PCH of the directives at the top of a main file, as clangd builds
@@ -83,8 +84,8 @@ struct PreambleUse {
   const PreambleCache* Cache = nullptr; ///< Null: parse without a preamble.
   bool MayObtain = true;                ///< False: use `Preamble` where it fits, never build one.
   std::shared_ptr<ParsePreamble> Preamble;
-  bool Applied = false;                 ///< Whether the last parse ran over `Preamble`.
-  std::string Problem;                  ///< Why a preamble could not be built or cached, if it could not.
+  bool Applied = false; ///< Whether the last parse ran over `Preamble`.
+  std::string Problem;  ///< Why a preamble could not be built or cached, if it could not.
 };
 
 /// `Action` for a parse over a precompiled preamble: the implicit instantiations the preamble's headers left
@@ -95,7 +96,8 @@ struct PreambleUse {
 std::unique_ptr<clang::FrontendAction> overPreamble(std::unique_ptr<clang::FrontendAction> Action);
 
 /// Runs `Inner`'s actions over the preamble of `Use` (obtained, or reused where it fits): the main file's
-/// preamble bytes are read from the PCH (overPreamble). Without a preamble that fits, the parse is a plain one.
+/// preamble bytes are read from the PCH (overPreamble). Without a preamble that fits, the parse is a plain
+/// one.
 class OverPreamble : public clang::tooling::FrontendActionFactory {
 public:
   OverPreamble(clang::tooling::FrontendActionFactory& Inner, PreambleUse& Use) : Inner(Inner), Use(Use) {}

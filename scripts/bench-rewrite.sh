@@ -16,8 +16,8 @@
 # (a cold build has no PCH yet). With WHOLE=1 (the default) accel-rewrite also runs once with --no-preamble
 # (two whole parses, as before the preamble); the outputs of the cold, warm and whole runs are compared byte
 # for byte.
-# Environment: TOOL (default build/bin/accel-rewrite), CXX (default clang++-19), RUNS, OUT (default
-# CORPUS_DIR/bench), WHOLE (0 to skip the --no-preamble run).
+# Environment: TOOL (default build/bin/accel-rewrite), CXX (default clang++-19), RUNS, COLD_RUNS (default
+# RUNS), OUT (default CORPUS_DIR/bench), WHOLE (0 to skip the --no-preamble run).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +33,7 @@ CXX=${CXX:-clang++-19}
 RUNS=${RUNS:-3}
 OUT=${OUT:-$corpus/bench}
 WHOLE=${WHOLE:-1}
+COLD_RUNS=${COLD_RUNS:-$RUNS}
 [[ -x "$TOOL" ]] || { echo "bench-rewrite: no accel-rewrite at $TOOL; build it or set TOOL" >&2; exit 2; }
 command -v "$CXX" >/dev/null || { echo "bench-rewrite: $CXX not found; install clang-19 or set CXX" >&2; exit 2; }
 venv=$("$root/scripts/bootstrap.sh" --print-venv)
@@ -94,7 +95,7 @@ while IFS='|' read -r id repo commit file paths extra; do
   cache="$OUT/$tag.preambles"
   clang_pch=$(time_runs "$tag.clang-pch" "$CXX" -fsyntax-only "${FLAGS[@]}" "${pch_flags[@]}" "${more[@]}" "$src") ||
     clang_pch="failed failed"
-  cold=$(time_runs "$tag.cold" bash -c 'rm -rf "$1" && shift && exec "$@"' cold "$cache" \
+  cold=$(RUNS=$COLD_RUNS time_runs "$tag.cold" bash -c 'rm -rf "$1" && shift && exec "$@"' cold "$cache" \
     "$TOOL" --preamble-cache="$cache" "$src" -o "$OUT/$tag.cold.out" -- "${FLAGS[@]}" "${more[@]}") || cold="failed failed"
   warm=$(time_runs "$tag.warm" "$TOOL" --preamble-cache="$cache" "$src" -o "$OUT/$tag.warm.out" -- "${FLAGS[@]}" \
     "${more[@]}") || warm="failed failed"
