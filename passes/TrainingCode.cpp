@@ -317,8 +317,43 @@ std::vector<const clang::Expr*> optimizerConstructions(clang::ASTContext& Contex
   return allInMainFile<clang::Expr>(Construction, "construction", Context);
 }
 
+namespace {
+
+/// How deep modelsTrainedBy follows vectors filled from vectors: a few levels, never a cycle.
+thread_local int ModelsTrainedByDepth = 0;
+
+/// modelsTrainedBy's answers for one parse, by expression and depth (the matchers ask about one optimizer
+/// many times, and each answer follows the same vectors through the function again).
+struct ModelsTrainedByCache {
+  const clang::ASTContext* Context = nullptr;
+  const clang::TranslationUnitDecl* Unit = nullptr;
+  llvm::DenseMap<std::pair<const clang::Expr*, int>, std::vector<const clang::Expr*>> Models;
+};
+thread_local ModelsTrainedByCache TheModelsTrainedByCache;
+
+std::vector<const clang::Expr*> modelsTrainedByUncached(const clang::Expr& OptimizerArguments,
+                                                        clang::ASTContext& Context);
+
+} // namespace
+
 std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArguments,
                                                 clang::ASTContext& Context) {
+  ModelsTrainedByCache& Cache = TheModelsTrainedByCache;
+  if (Cache.Context != &Context || Cache.Unit != Context.getTranslationUnitDecl())
+    Cache = ModelsTrainedByCache{&Context, Context.getTranslationUnitDecl(), {}};
+  // A nested answer is cut at its depth: it is kept for that depth only.
+  const std::pair<const clang::Expr*, int> Key{&OptimizerArguments, ModelsTrainedByDepth};
+  if (auto Found = Cache.Models.find(Key); Found != Cache.Models.end())
+    return Found->second;
+  std::vector<const clang::Expr*> Models = modelsTrainedByUncached(OptimizerArguments, Context);
+  Cache.Models[Key] = Models;
+  return Models;
+}
+
+namespace {
+
+std::vector<const clang::Expr*> modelsTrainedByUncached(const clang::Expr& OptimizerArguments,
+                                                        clang::ASTContext& Context) {
   auto Parameters =
       cxxMemberCallExpr(
           callee(cxxMethodDecl(hasName("parameters"),
@@ -353,12 +388,11 @@ std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArgu
   // params.push_back(p);` then `Adam(params, ...)`: the models whose parameters a loop over them puts in a
   // local the arguments name.
   const clang::FunctionDecl* Function = enclosingFunction(OptimizerArguments, Context);
-  static thread_local int Depth = 0; // Vectors filled from vectors: a few levels, never a cycle.
-  if (!Function || !Function->hasBody() || Depth > 2)
+  if (!Function || !Function->hasBody() || ModelsTrainedByDepth > 2)
     return Models;
   struct DepthScope {
-    DepthScope() { ++Depth; }
-    ~DepthScope() { --Depth; }
+    DepthScope() { ++ModelsTrainedByDepth; }
+    ~DepthScope() { --ModelsTrainedByDepth; }
   } Scope;
   auto Local = declRefExpr(to(varDecl(hasLocalStorage(), unless(hasType(isModuleType()))).bind("local")));
   auto Add = [&](const clang::Expr& Source) {
@@ -391,8 +425,6 @@ std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArgu
   }
   return Models;
 }
-
-namespace {
 
 /// True when the statement is a statement of its own in a block (through the cleanups around it).
 bool isBlockStatement(const clang::Expr& E, clang::ASTContext& Context) {
@@ -947,6 +979,7 @@ void forgetTrainingCodeFacts() {
   TheOptimizerContainerCache = OptimizerContainerCache();
   TheTrainingHelperCache = TrainingHelperCache();
   TheRewrittenFiles = RewrittenFiles();
+  TheModelsTrainedByCache = ModelsTrainedByCache();
 }
 
 const MemberOptimizer& memberOptimizer(const clang::FieldDecl& Field, clang::ASTContext& Context) {
