@@ -60,7 +60,7 @@ time_runs() {
   shift
   : >"$OUT/$label.times"
   for ((i = 0; i < RUNS; i++)); do
-    /usr/bin/time -f "%U %S %e" -o "$OUT/$label.t" "$@" >"$OUT/$label.stdout" 2>"$OUT/$label.stderr" || return 1
+    /usr/bin/time -f "%U %S %e" -o "$OUT/$label.t" "$@" </dev/null >"$OUT/$label.stdout" 2>"$OUT/$label.stderr" || return 1
     tail -1 "$OUT/$label.t" >>"$OUT/$label.times"
   done
   echo "$(awk '{ print $1 + $2 }' "$OUT/$label.times" | median) $(awk '{ print $3 }' "$OUT/$label.times" | median)"
