@@ -339,8 +339,11 @@ std::vector<const clang::Expr*> modelsTrainedByUncached(const clang::Expr& Optim
 std::vector<const clang::Expr*> modelsTrainedBy(const clang::Expr& OptimizerArguments,
                                                 clang::ASTContext& Context) {
   ModelsTrainedByCache& Cache = TheModelsTrainedByCache;
-  if (Cache.Context != &Context || Cache.Unit != Context.getTranslationUnitDecl())
-    Cache = ModelsTrainedByCache{&Context, Context.getTranslationUnitDecl(), {}};
+  if (Cache.Context != &Context || Cache.Unit != Context.getTranslationUnitDecl()) {
+    Cache = ModelsTrainedByCache();
+    Cache.Context = &Context;
+    Cache.Unit = Context.getTranslationUnitDecl();
+  }
   // A nested answer is cut at its depth: it is kept for that depth only.
   const std::pair<const clang::Expr*, int> Key{&OptimizerArguments, ModelsTrainedByDepth};
   if (auto Found = Cache.Models.find(Key); Found != Cache.Models.end())

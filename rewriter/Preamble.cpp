@@ -191,8 +191,8 @@ clang::PreambleBounds preambleBounds(const clang::LangOptions& Lang, const llvm:
   std::string Bytes = MainText.getBuffer().take_front(Full.Size).str();
   llvm::StringRef Text = Bytes;
   // The preamble's directives, from raw tokens: each runs from its '#' to the next token at the start of a
-  // line. The cut goes after the last #include outside conditionals, or after the #endif that closes the
-  // conditional holding the last one.
+  // line. The cut goes after the last #include outside conditionals (an include guard, `#ifndef X` then
+  // `#define X` as the first two directives, is not one), where a rewrite adds its own #include.
   clang::Lexer Lex(clang::SourceLocation::getFromRawEncoding(1), Lang, Text.begin(), Text.begin(),
                    Text.end());
   auto LineStart = [&](const clang::Token& Tok) {
@@ -200,22 +200,24 @@ clang::PreambleBounds preambleBounds(const clang::LangOptions& Lang, const llvm:
   };
   unsigned End = 0;
   int Depth = 0;
-  bool IncludeInConditional = false;
+  int Directives = 0;
   llvm::StringRef Directive; // The directive whose line(s) the lexer is in.
+  llvm::StringRef FirstArgument, GuardName;
   auto Ended = [&](unsigned At) {
     if (Directive.empty())
       return;
-    bool Include = llvm::is_contained({"include", "include_next", "import"}, Directive);
-    if (Include && Depth == 0)
+    ++Directives;
+    if (Directives == 1 && Directive == "ifndef")
+      GuardName = FirstArgument;
+    if (Directives == 2 && !GuardName.empty() && Directive == "define" && FirstArgument == GuardName)
+      --Depth; // The guard's #ifndef holds the whole file.
+    if (llvm::is_contained({"include", "include_next", "import"}, Directive) && Depth == 0)
       End = At;
-    IncludeInConditional = IncludeInConditional || (Include && Depth > 0);
     if (Directive.starts_with("if"))
       ++Depth;
-    if (Directive == "endif" && Depth > 0 && --Depth == 0 && IncludeInConditional) {
-      End = At;
-      IncludeInConditional = false;
-    }
-    Directive = "";
+    if (Directive == "endif" && Depth > 0)
+      --Depth;
+    Directive = FirstArgument = "";
   };
   clang::Token Tok;
   Lex.LexFromRawLexer(Tok);
@@ -233,6 +235,8 @@ clang::PreambleBounds preambleBounds(const clang::LangOptions& Lang, const llvm:
     if (!Tok.isAtStartOfLine() && Tok.is(clang::tok::raw_identifier)) {
       Directive = Tok.getRawIdentifier();
       Lex.LexFromRawLexer(Tok);
+      if (!Tok.isAtStartOfLine() && Tok.is(clang::tok::raw_identifier))
+        FirstArgument = Tok.getRawIdentifier();
     } else if (!Tok.isAtStartOfLine() && Tok.isNot(clang::tok::eof)) {
       Directive = "other";
       Lex.LexFromRawLexer(Tok);

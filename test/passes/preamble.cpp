@@ -38,6 +38,15 @@
 // HEADER: train.cpp does not compile
 // RUN: cp %t/model.good %t/model.h
 //
+// A file under an include guard (a header rewritten as a file of its own) has a preamble inside the guard.
+// RUN: mkdir -p %t/guarded && cp %t/model.h %t/guarded/model.h
+// RUN: printf '#ifndef GUARDED_H\n#define GUARDED_H\n' > %t/guarded/train.cpp
+// RUN: sed -n '/^#include "model.h"/,$p' %s >> %t/guarded/train.cpp && echo '#endif' >> %t/guarded/train.cpp
+// RUN: %accel-rewrite --preamble-cache=%t/guarded/cache %t/guarded/train.cpp -o %t/guarded/cold.cpp -- -std=c++17 -I%S/Inputs
+// RUN: ls %t/guarded/cache | count 2
+// RUN: %accel-rewrite --no-preamble %t/guarded/train.cpp -o %t/guarded/whole.cpp -- -std=c++17 -I%S/Inputs
+// RUN: diff %t/guarded/whole.cpp %t/guarded/cold.cpp
+//
 // A cache that cannot be made is said, and the rewrite goes on without it.
 // RUN: touch %t/file
 // RUN: %accel-rewrite --preamble-cache=%t/file/cache %t/train.cpp -o %t/nocache.cpp -- -std=c++17 -I%S/Inputs \
