@@ -74,15 +74,9 @@ std::string cacheKey(const clang::CompilerInvocation& Invocation, llvm::StringRe
   return llvm::toHex(llvm::ArrayRef<uint8_t>(Digest.data(), 16), /*LowerCase=*/true);
 }
 
-/// The cache's record of a preamble: the format, the bounds, then one line per file it read.
-std::string describe(const clang::PreambleBounds& Bounds,
-                     llvm::ArrayRef<std::tuple<std::string, uint64_t, int64_t>> Files) {
-  std::string Text;
-  llvm::raw_string_ostream OS(Text);
-  OS << FormatLine << "\n" << Bounds.Size << " " << (Bounds.PreambleEndsAtStartOfLine ? 1 : 0) << "\n";
-  for (const auto& [Path, Size, Modified] : Files)
-    OS << Size << " " << Modified << " " << Path << "\n";
-  return Text;
+/// The second line of a cache record (after FormatLine): the preamble's bounds.
+std::string boundsLine(const clang::PreambleBounds& Bounds) {
+  return std::to_string(Bounds.Size) + " " + (Bounds.PreambleEndsAtStartOfLine ? "1" : "0");
 }
 
 /// How many preambles a cache keeps: the least recently used go first (a torch preamble is about 120 MB).
@@ -309,9 +303,7 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
     if (auto Record = llvm::MemoryBuffer::getFile(CachedRecord); Record && llvm::sys::fs::exists(CachedPCH)) {
       llvm::SmallVector<llvm::StringRef> Lines;
       (*Record)->getBuffer().split(Lines, '\n', -1, /*KeepEmpty=*/false);
-      bool Whole =
-          Lines.size() >= 2 && Lines[0] == FormatLine &&
-          Lines[1] == (std::to_string(Bounds.Size) + " " + (Bounds.PreambleEndsAtStartOfLine ? "1" : "0"));
+      bool Whole = Lines.size() >= 2 && Lines[0] == FormatLine && Lines[1] == boundsLine(Bounds);
       for (size_t K = 2; Whole && K < Lines.size(); ++K) {
         auto [Size, Rest] = Lines[K].split(' ');
         auto [Modified, Path] = Rest.split(' ');
@@ -322,7 +314,6 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
       }
       if (Whole && Preamble->fits(MainText, *Files)) {
         Preamble->PCH = CachedPCH.str().str();
-        Preamble->Origin = "read from the cache";
         touch(CachedRecord);
         return Preamble;
       }
@@ -355,9 +346,7 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
     llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> ProbeFiles = Files;
     Preamble->Built->AddImplicitPreamble(Probe, ProbeFiles, Buffer.get());
     Preamble->PCH = Probe.getPreprocessorOpts().ImplicitPCHInclude;
-    Probe.getPreprocessorOpts().clearRemappedFiles();
   }
-  std::vector<std::tuple<std::string, uint64_t, int64_t>> Stamps;
   for (const std::string& Name : Callbacks.Paths) {
     llvm::SmallString<256> Path(Name);
     Files->makeAbsolute(Path);
@@ -367,14 +356,13 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
     if (!Status)
       continue;
     Preamble->Files.push_back({Path.str().str(), Status->getSize(), modifiedNanoseconds(*Status)});
-    Stamps.emplace_back(Path.str().str(), Status->getSize(), modifiedNanoseconds(*Status));
   }
-  Preamble->Origin = "built";
   if (Directory.empty())
     return Preamble;
 
   // Kept under its key: a link to the PCH renamed into place (atomically replacing a stale one), then its
-  // record; a reader takes the pair only when the record is whole and matches.
+  // record (the format, the bounds, one line per file read); a reader takes the pair only when the record is
+  // whole and matches.
   llvm::SmallString<256> Link(CachedPCH);
   Link += ".tmp" + std::to_string(llvm::sys::Process::getProcessId());
   llvm::sys::fs::remove(Link);
@@ -385,7 +373,9 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
     EC = llvm::sys::fs::rename(Link, CachedPCH);
   if (!EC) {
     llvm::Error Written = llvm::writeToOutput(CachedRecord, [&](llvm::raw_ostream& OS) {
-      OS << describe(Bounds, Stamps);
+      OS << FormatLine << "\n" << boundsLine(Bounds) << "\n";
+      for (const ParsePreamble::ReadFile& File : Preamble->Files)
+        OS << File.Size << " " << File.Modified << " " << File.Path << "\n";
       return llvm::Error::success();
     });
     if (Written)
@@ -397,7 +387,6 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
               " (this run used it; the next one builds it again)";
     return Preamble;
   }
-  Preamble->Origin = "built and cached";
   pruneCache(Directory);
   return Preamble;
 }
@@ -412,9 +401,13 @@ bool OverPreamble::runInvocation(std::shared_ptr<clang::CompilerInvocation> Invo
     llvm::vfs::FileSystem& FS = Files->getVirtualFileSystem();
     if (auto Main = FS.getBufferForFile(Frontend.Inputs[0].getFile())) {
       llvm::StringRef Text = (*Main)->getBuffer();
-      if (Use.MayObtain && !(Use.Preamble && Use.Preamble->fits(Text, FS)))
+      bool Fits = Use.Preamble && Use.Preamble->fits(Text, FS);
+      if (!Fits && Use.MayObtain) {
+        // What obtain() gives was read from the cache because it fits, or built from this text.
         Use.Preamble = Use.Cache->obtain(*Invocation, Text, Files->getVirtualFileSystemPtr(), Use.Problem);
-      if (Use.Preamble && Use.Preamble->fits(Text, FS)) {
+        Fits = Use.Preamble != nullptr;
+      }
+      if (Fits) {
         Use.Preamble->apply(*Invocation);
         Use.Applied = true;
       }

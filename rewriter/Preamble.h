@@ -40,8 +40,6 @@ public:
   /// The files the preamble's parse read (absolute paths, as the parse's file system names them); a parse
   /// over the preamble does not read them again.
   std::vector<std::string> readFiles() const;
-  /// How this run got it: "built", "built and cached", "read from the cache".
-  llvm::StringRef origin() const { return Origin; }
 
 private:
   friend class PreambleCache;
@@ -57,7 +55,6 @@ private:
   clang::PreambleBounds Bounds{0, false};
   std::vector<ReadFile> Files;
   std::unique_ptr<clang::PrecompiledPreamble> Built; ///< Owns the temporary PCH when it is not cached.
-  std::string Origin;
 };
 
 /// Where one run's preambles come from: a cache directory (`accel-rewrite --preamble-cache=DIR`; what
