@@ -126,38 +126,32 @@ int64_t modifiedNanoseconds(const llvm::vfs::Status& Status) {
 }
 
 /// Skips the implicit instantiations a precompiled preamble left pending: those its headers' own code
-/// asked for, whose template arguments no code after the preamble can change. They are drained before the
-/// end of the translation unit performs them; what the main file's code instantiates, with every
-/// instantiation that needs in turn, is performed as in any parse.
+/// asked for, whose template arguments no code after the preamble can change. Two lists: the function
+/// templates' specializations the headers used, and the classes whose vtables they used (at the end of the
+/// translation unit each such class's virtual members are instantiated: every module holder libtorch's
+/// headers name). Both are drained when the parse begins, before the main file's code adds to them; what that
+/// code instantiates, and the vtables it uses, are performed as in any parse, with every instantiation that
+/// needs in turn.
 class SkipPreambleInstantiations : public clang::SemaConsumer {
 public:
-  void InitializeSema(clang::Sema& S) override { Sema = &S; }
-  void ForgetSema() override { Sema = nullptr; }
-  bool HandleTopLevelDecl(clang::DeclGroupRef) override {
-    drain();
-    return true;
-  }
-
-private:
-  void drain() {
-    if (Drained || !Sema)
+  void InitializeSema(clang::Sema& S) override {
+    // The PCH's reader is the context's external source; it becomes Sema's only after this call.
+    auto* Source = llvm::dyn_cast_or_null<clang::ExternalSemaSource>(S.getASTContext().getExternalSource());
+    if (!Source)
       return;
-    Drained = true;
-    if (clang::ExternalSemaSource* Source = Sema->getExternalSource()) {
-      llvm::SmallVector<std::pair<clang::ValueDecl*, clang::SourceLocation>> Pending;
-      Source->ReadPendingInstantiations(Pending);
-      // Those without external linkage (a header's template used with its own lambda) are performed still: no
-      // other translation unit could define them, and the end of this one says so when it is left undefined.
-      for (const auto& [Decl, At] : Pending)
-        if (!Decl->isExternallyVisible() || Sema->isExternalWithNoLinkageType(Decl)) {
-          if (auto* Function = llvm::dyn_cast<clang::FunctionDecl>(Decl))
-            Function->setInstantiationIsPending(true);
-          Sema->PendingInstantiations.push_back({Decl, At});
-        }
-    }
+    llvm::SmallVector<std::pair<clang::ValueDecl*, clang::SourceLocation>> Pending;
+    Source->ReadPendingInstantiations(Pending);
+    // Those without external linkage (a header's template used with its own lambda) are performed still: no
+    // other translation unit could define them, and the end of this one says so when it is left undefined.
+    for (const auto& [Decl, At] : Pending)
+      if (!Decl->isExternallyVisible() || S.isExternalWithNoLinkageType(Decl)) {
+        if (auto* Function = llvm::dyn_cast<clang::FunctionDecl>(Decl))
+          Function->setInstantiationIsPending(true);
+        S.PendingInstantiations.push_back({Decl, At});
+      }
+    llvm::SmallVector<clang::ExternalVTableUse> VTables;
+    Source->ReadUsedVTables(VTables);
   }
-  clang::Sema* Sema = nullptr;
-  bool Drained = false;
 };
 
 class OverPreambleAction : public clang::WrapperFrontendAction {

@@ -86,10 +86,10 @@ struct PreambleUse {
 };
 
 /// `Action` for a parse over a precompiled preamble: the implicit instantiations the preamble's headers left
-/// pending (their own uses of their templates, which no code after the preamble changes) are not performed
-/// again at the end of the parse; what the main file's code instantiates is, with every instantiation that
-/// needs in turn. Every front end that parses over a preamble (accel-rewrite, accel-lsp) does it, so that
-/// they see the same translation unit.
+/// pending (their own uses of their templates and the virtual members of the vtables they use, which no code
+/// after the preamble changes) are not performed again at the end of the parse; what the main file's code
+/// instantiates is, with every instantiation that needs in turn. Every front end that parses over a preamble
+/// (accel-rewrite, accel-lsp) does it, so that they see the same translation unit.
 std::unique_ptr<clang::FrontendAction> overPreamble(std::unique_ptr<clang::FrontendAction> Action);
 
 /// Runs `Inner`'s actions over the preamble of `Use` (obtained, or reused where it fits): the main file's
