@@ -76,6 +76,17 @@ private:
   std::string& Mismatch;
 };
 
+/// The line a rewrite adds after the file's last #include (the passes' addInclude of the runtime's header).
+/// The preamble both parses share ends with it (PreambleUse::Trailer): the check of the rewrite does not
+/// parse the runtime's headers again, and the parse of the file sees what they declare, as the rewrite will.
+constexpr llvm::StringLiteral RuntimeHeaderLine = "#include <accelerate/accelerate.h>\n";
+
+/// The flags both parses of a file add to its compile command: the runtime's include directory, last, so
+/// that a directory the command names (a test's mirror headers) is searched first.
+CompileFlags runtimeFlags(const DriverOptions& Options) {
+  return CompileFlags{Options.ResourceDir, {"-I" + Options.RuntimeIncludeDir}};
+}
+
 /// Compiles the rewritten text in memory, with the rewritten headers (real path, text) in place of theirs,
 /// with the file's flags plus the runtime's include directory, which goes last so that a directory the
 /// command names (a test's mirror headers) is searched first. Over the preamble of the input's parse, where
@@ -85,7 +96,7 @@ llvm::Error checkRewriteCompiles(const clang::tooling::CompilationDatabase& Data
                                  llvm::StringRef Original, llvm::StringRef Rewritten,
                                  const std::map<std::string, std::string>& Headers,
                                  const DriverOptions& Options, PreambleUse& Preamble) {
-  CompileFlags Flags{Options.ResourceDir, {"-I" + Options.RuntimeIncludeDir}};
+  CompileFlags Flags = runtimeFlags(Options);
   std::string Checked = Rewritten.str();
   if (Preamble.Preamble)
     if (std::optional<std::string> Over =
@@ -332,13 +343,15 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   std::map<std::string, MergedHeader> Headers;
   PreambleCache Preambles(Options.PreambleCache);
   std::vector<PreambleUse> PreambleUses(Inputs.size());
-  for (PreambleUse& Use : PreambleUses)
+  for (PreambleUse& Use : PreambleUses) {
     Use.Cache = Options.Preamble ? &Preambles : nullptr;
+    Use.Trailer = RuntimeHeaderLine;
+  }
   std::set<std::tuple<std::string, unsigned, std::string, std::string>> Printed;
   for (size_t K = 0; K < Inputs.size(); ++K) {
     const Input& In = Inputs[K];
-    auto Rewrite = rewriteFile(Database, In.Absolute, CompileFlags{Options.ResourceDir, {}}, Options.Passes,
-                               Settings, &PreambleUses[K]);
+    auto Rewrite =
+        rewriteFile(Database, In.Absolute, runtimeFlags(Options), Options.Passes, Settings, &PreambleUses[K]);
     if (Rewrite && PreambleUses[K].Applied) {
       // The depfile names the headers the preamble read too: the parse over it did not open them.
       for (const std::string& Path : PreambleUses[K].Preamble->readFiles()) {

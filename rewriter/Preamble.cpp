@@ -26,7 +26,7 @@
 namespace accelerate::rewriter {
 namespace {
 
-constexpr llvm::StringLiteral FormatLine = "accel-rewrite preamble 1";
+constexpr llvm::StringLiteral FormatLine = "accel-rewrite preamble 2";
 
 /// Prints nothing: a preamble with errors is not used (a parse over it would not report them: they are the
 /// PCH's), and the parse without it reports them.
@@ -48,7 +48,7 @@ public:
 /// The key of a preamble in the cache: what the PCH depends on besides the files it read.
 std::string cacheKey(const clang::CompilerInvocation& Invocation, llvm::StringRef GivenPath,
                      llvm::StringRef MainPath, llvm::StringRef WorkingDirectory, llvm::StringRef PreambleText,
-                     const clang::PreambleBounds& Bounds) {
+                     const clang::PreambleBounds& Bounds, llvm::StringRef Trailer) {
   llvm::SHA256 Hash;
   auto Add = [&](llvm::StringRef Part) {
     Hash.update(Part);
@@ -70,6 +70,7 @@ std::string cacheKey(const clang::CompilerInvocation& Invocation, llvm::StringRe
   Add(llvm::sys::path::parent_path(MainPath));
   Add(PreambleText);
   Add(Bounds.PreambleEndsAtStartOfLine ? "1" : "0");
+  Add(Trailer);
   std::array<uint8_t, 32> Digest = Hash.final();
   return llvm::toHex(llvm::ArrayRef<uint8_t>(Digest.data(), 16), /*LowerCase=*/true);
 }
@@ -266,7 +267,7 @@ void ParsePreamble::apply(clang::CompilerInvocation& Invocation) const {
 }
 
 std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvocation& Invocation,
-                                                     llvm::StringRef MainText,
+                                                     llvm::StringRef MainText, llvm::StringRef Trailer,
                                                      llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files,
                                                      std::string& Problem) const {
   const clang::FrontendOptions& Frontend = Invocation.getFrontendOpts();
@@ -283,18 +284,36 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
     return nullptr;
   llvm::SmallString<256> AbsoluteMain(MainPath);
   Files->makeAbsolute(AbsoluteMain);
+  // The trailer goes after a preamble that ends a line; without it where it does not compile.
+  llvm::SmallVector<llvm::StringRef, 2> Trailers;
+  if (!Trailer.empty() && Bounds.PreambleEndsAtStartOfLine)
+    Trailers.push_back(Trailer);
+  Trailers.push_back("");
+  auto KeyOf = [&](llvm::StringRef Trailer) {
+    return cacheKey(Invocation, MainPath, AbsoluteMain, *WorkingDirectory, Text, Bounds, Trailer);
+  };
+  auto PathOf = [&](llvm::StringRef Key, llvm::StringRef Extension) {
+    llvm::SmallString<256> Path(Directory);
+    llvm::sys::path::append(Path, Key + Extension);
+    return Path.str().str();
+  };
 
-  std::string Key = cacheKey(Invocation, MainPath, AbsoluteMain, *WorkingDirectory, Text, Bounds);
-  llvm::SmallString<256> CachedPCH(Directory), CachedRecord(Directory);
-  llvm::sys::path::append(CachedPCH, Key + ".pch");
-  llvm::sys::path::append(CachedRecord, Key + ".files");
-
-  std::shared_ptr<ParsePreamble> Preamble(new ParsePreamble());
-  Preamble->Text = Text.str();
-  Preamble->Bounds = Bounds;
-  if (!Directory.empty()) {
-    // A cached preamble fits when its record is whole and none of the files it read changed.
-    if (auto Record = llvm::MemoryBuffer::getFile(CachedRecord); Record && llvm::sys::fs::exists(CachedPCH)) {
+  auto Fresh = [&] {
+    std::shared_ptr<ParsePreamble> Preamble(new ParsePreamble());
+    Preamble->Text = Text.str();
+    Preamble->Bounds = Bounds;
+    return Preamble;
+  };
+  // A cached preamble fits when its record is whole and none of the files it read changed. One without the
+  // trailer is in the cache only because the trailer did not compile.
+  if (!Directory.empty())
+    for (llvm::StringRef Each : Trailers) {
+      std::string Key = KeyOf(Each);
+      std::string CachedPCH = PathOf(Key, ".pch"), CachedRecord = PathOf(Key, ".files");
+      auto Record = llvm::MemoryBuffer::getFile(CachedRecord);
+      if (!Record || !llvm::sys::fs::exists(CachedPCH))
+        continue;
+      std::shared_ptr<ParsePreamble> Preamble = Fresh();
       llvm::SmallVector<llvm::StringRef> Lines;
       (*Record)->getBuffer().split(Lines, '\n', -1, /*KeepEmpty=*/false);
       bool Whole = Lines.size() >= 2 && Lines[0] == FormatLine && Lines[1] == boundsLine(Bounds);
@@ -307,58 +326,69 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
         Preamble->Files.push_back(std::move(File));
       }
       if (Whole && Preamble->fits(MainText, *Files)) {
-        Preamble->PCH = CachedPCH.str().str();
+        Preamble->PCH = CachedPCH;
         touch(CachedRecord);
         return Preamble;
       }
-      Preamble->Files.clear();
     }
-  }
 
   // Built as clangd builds one; the PCH goes into the cache directory (then kept under its key), or into a
   // temporary file that lives as long as the preamble.
-  IgnoreDiagnostics Ignore;
-  llvm::IntrusiveRefCntPtr<clang::DiagnosticsEngine> Diagnostics =
-      clang::CompilerInstance::createDiagnostics(new clang::DiagnosticOptions(), &Ignore,
-                                                 /*ShouldOwnClient=*/false);
   if (!Directory.empty())
     if (std::error_code EC = llvm::sys::fs::create_directories(Directory)) {
       Problem = "cannot create the preamble cache " + Directory + ": " + EC.message();
       return nullptr;
     }
-  RecordReadFiles Callbacks;
-  llvm::ErrorOr<clang::PrecompiledPreamble> Built =
-      clang::PrecompiledPreamble::Build(Invocation, Buffer.get(), Bounds, *Diagnostics, Files,
-                                        std::make_shared<clang::PCHContainerOperations>(),
-                                        /*StoreInMemory=*/false, /*StoragePath=*/Directory, Callbacks);
-  if (!Built || Diagnostics->hasErrorOccurred())
-    return nullptr; // The #include block does not compile: the parse without a preamble says why.
-  Preamble->Built = std::make_unique<clang::PrecompiledPreamble>(std::move(*Built));
-  {
-    // Where Build put the PCH: the path a parse over it would read.
-    clang::CompilerInvocation Probe(Invocation);
-    llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> ProbeFiles = Files;
-    Preamble->Built->AddImplicitPreamble(Probe, ProbeFiles, Buffer.get());
-    Preamble->PCH = Probe.getPreprocessorOpts().ImplicitPCHInclude;
-  }
-  for (const std::string& Name : Callbacks.Paths) {
-    llvm::SmallString<256> Path(Name);
-    Files->makeAbsolute(Path);
-    if (Path == AbsoluteMain)
-      continue; // The main file: its preamble bytes are compared instead.
-    llvm::ErrorOr<llvm::vfs::Status> Status = Files->status(Path);
-    if (!Status)
+  std::shared_ptr<ParsePreamble> Preamble;
+  std::string Key;
+  for (llvm::StringRef Each : Trailers) {
+    IgnoreDiagnostics Ignore;
+    llvm::IntrusiveRefCntPtr<clang::DiagnosticsEngine> Diagnostics =
+        clang::CompilerInstance::createDiagnostics(new clang::DiagnosticOptions(), &Ignore,
+                                                   /*ShouldOwnClient=*/false);
+    // The PCH's main file: the preamble's bytes, then the trailer.
+    std::unique_ptr<llvm::MemoryBuffer> Compiled =
+        llvm::MemoryBuffer::getMemBufferCopy((Text + Each).str(), MainPath);
+    RecordReadFiles Callbacks;
+    llvm::ErrorOr<clang::PrecompiledPreamble> Built = clang::PrecompiledPreamble::Build(
+        Invocation, Compiled.get(),
+        clang::PreambleBounds(Compiled->getBufferSize(), Bounds.PreambleEndsAtStartOfLine), *Diagnostics,
+        Files, std::make_shared<clang::PCHContainerOperations>(),
+        /*StoreInMemory=*/false, /*StoragePath=*/Directory, Callbacks);
+    if (!Built || Diagnostics->hasErrorOccurred())
       continue;
-    Preamble->Files.push_back({Path.str().str(), Status->getSize(), modifiedNanoseconds(*Status)});
+    Preamble = Fresh();
+    Key = KeyOf(Each);
+    Preamble->Built = std::make_unique<clang::PrecompiledPreamble>(std::move(*Built));
+    {
+      // Where Build put the PCH: the path a parse over it would read.
+      clang::CompilerInvocation Probe(Invocation);
+      llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> ProbeFiles = Files;
+      Preamble->Built->AddImplicitPreamble(Probe, ProbeFiles, Compiled.get());
+      Preamble->PCH = Probe.getPreprocessorOpts().ImplicitPCHInclude;
+    }
+    for (const std::string& Name : Callbacks.Paths) {
+      llvm::SmallString<256> Path(Name);
+      Files->makeAbsolute(Path);
+      if (Path == AbsoluteMain)
+        continue; // The main file: its preamble bytes are compared instead.
+      llvm::ErrorOr<llvm::vfs::Status> Status = Files->status(Path);
+      if (!Status)
+        continue;
+      Preamble->Files.push_back({Path.str().str(), Status->getSize(), modifiedNanoseconds(*Status)});
+    }
+    break;
   }
+  if (!Preamble)
+    return nullptr; // The #include block does not compile: the parse without a preamble says why.
   if (Directory.empty())
     return Preamble;
 
   // Kept under its key: a link to the PCH renamed into place (atomically replacing a stale one), then its
   // record (the format, the bounds, one line per file read); a reader takes the pair only when the record is
   // whole and matches.
-  llvm::SmallString<256> Link(CachedPCH);
-  Link += ".tmp" + std::to_string(llvm::sys::Process::getProcessId());
+  std::string CachedPCH = PathOf(Key, ".pch"), CachedRecord = PathOf(Key, ".files");
+  std::string Link = CachedPCH + ".tmp" + std::to_string(llvm::sys::Process::getProcessId());
   llvm::sys::fs::remove(Link);
   std::error_code EC = llvm::sys::fs::create_hard_link(Preamble->PCH, Link);
   if (EC)
@@ -398,7 +428,8 @@ bool OverPreamble::runInvocation(std::shared_ptr<clang::CompilerInvocation> Invo
       bool Fits = Use.Preamble && Use.Preamble->fits(Text, FS);
       if (!Fits && Use.MayObtain) {
         // What obtain() gives was read from the cache because it fits, or built from this text.
-        Use.Preamble = Use.Cache->obtain(*Invocation, Text, Files->getVirtualFileSystemPtr(), Use.Problem);
+        Use.Preamble =
+            Use.Cache->obtain(*Invocation, Text, Use.Trailer, Files->getVirtualFileSystemPtr(), Use.Problem);
         Fits = Use.Preamble != nullptr;
       }
       if (Fits) {

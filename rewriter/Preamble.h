@@ -67,7 +67,13 @@ public:
   /// read changed), else a new one, cached when there is a cache. Files in one directory whose #include
   /// blocks are the same share one. Null when the file has no preamble or it does not compile (the parse
   /// goes on without one and reports the errors); `Problem` then says why, when it is not the file's fault.
+  ///
+  /// `Trailer`, directive lines (each ending with a newline), is compiled into the PCH after the preamble's
+  /// bytes although the main file does not have it there: a parse over the preamble skips only the file's
+  /// bytes and sees what `Trailer` declared. Where the preamble with `Trailer` does not compile, the
+  /// preamble is built without it.
   std::shared_ptr<ParsePreamble> obtain(const clang::CompilerInvocation& Invocation, llvm::StringRef MainText,
+                                        llvm::StringRef Trailer,
                                         llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files,
                                         std::string& Problem) const;
   const std::string& directory() const { return Directory; }
@@ -80,6 +86,9 @@ private:
 struct PreambleUse {
   const PreambleCache* Cache = nullptr; ///< Null: parse without a preamble.
   bool MayObtain = true;                ///< False: use `Preamble` where it fits, never build one.
+  /// Compiled into the preamble after the file's bytes (PreambleCache::obtain): the #include the rewrite
+  /// adds after the file's last one, so that its check does not parse the runtime's headers again.
+  std::string Trailer;
   std::shared_ptr<ParsePreamble> Preamble;
   bool Applied = false; ///< Whether the last parse ran over `Preamble`.
   std::string Problem;  ///< Why a preamble could not be built or cached, if it could not.

@@ -15,6 +15,10 @@
 // RUN: %accel-rewrite --no-preamble %t/train.cpp -o %t/whole.cpp -- -std=c++17 -I%S/Inputs
 // RUN: diff %t/whole.cpp %t/cold.cpp && diff %t/whole.cpp %t/warm.cpp && diff %t/whole.cpp %t/run.cpp
 // RUN: FileCheck --input-file=%t/warm.cpp %s
+// The preamble ends with the runtime's header, which the rewrite adds after the last #include: the check of
+// the rewrite does not parse it again. Its record lists the files it read.
+// RUN: grep -c 'Inputs/accelerate/accelerate.h$' %t/cache/*.files | FileCheck --check-prefix=TRAILER %s
+// TRAILER: 1
 // CHECK: #include <accelerate/accelerate.h>
 // CHECK: accelerator.backward(loss);
 //
@@ -46,6 +50,21 @@
 // RUN: ls %t/guarded/cache | count 2
 // RUN: %accel-rewrite --no-preamble %t/guarded/train.cpp -o %t/guarded/whole.cpp -- -std=c++17 -I%S/Inputs
 // RUN: diff %t/guarded/whole.cpp %t/guarded/cold.cpp
+//
+// Where the runtime's header does not compile with the file's flags, the preamble is built without it, kept,
+// and reused.
+// RUN: mkdir -p %t/plain/broken/accelerate %t/plain/cache && cp %t/model.h %t/plain/model.h
+// RUN: echo '#error the runtime header does not compile here' > %t/plain/broken/accelerate/accelerate.h
+// RUN: printf '#include "model.h"\n\nint main() { return 0; }\n' > %t/plain/helper.cpp
+// RUN: %accel-rewrite --preamble-cache=%t/plain/cache %t/plain/helper.cpp -o %t/plain/cold.cpp -- -std=c++17 \
+// RUN:   -I%t/plain/broken -I%S/Inputs
+// RUN: ls %t/plain/cache | count 2
+// RUN: not grep accelerate.h %t/plain/cache/*.files
+// RUN: ls -i %t/plain/cache > %t/plain/entries
+// RUN: %accel-rewrite --preamble-cache=%t/plain/cache %t/plain/helper.cpp -o %t/plain/warm.cpp -- -std=c++17 \
+// RUN:   -I%t/plain/broken -I%S/Inputs
+// RUN: ls -i %t/plain/cache | diff - %t/plain/entries
+// RUN: diff %t/plain/helper.cpp %t/plain/cold.cpp && diff %t/plain/helper.cpp %t/plain/warm.cpp
 //
 // A cache that cannot be made is said, and the rewrite goes on without it.
 // RUN: touch %t/file
