@@ -377,6 +377,13 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
         continue;
       Preamble->Files.push_back({Path.str().str(), Status->getSize(), modifiedNanoseconds(*Status)});
     }
+    // A PCH the command gives (-include-pch): the preamble extends it, and is stale once it is built again.
+    llvm::SmallString<256> Given(Invocation.getPreprocessorOpts().ImplicitPCHInclude);
+    if (!Given.empty()) {
+      Files->makeAbsolute(Given);
+      if (llvm::ErrorOr<llvm::vfs::Status> Status = Files->status(Given))
+        Preamble->Files.push_back({Given.str().str(), Status->getSize(), modifiedNanoseconds(*Status)});
+    }
     break;
   }
   if (!Preamble)

@@ -66,6 +66,23 @@
 // RUN: ls -i %t/plain/cache | diff - %t/plain/entries
 // RUN: diff %t/plain/helper.cpp %t/plain/cold.cpp && diff %t/plain/helper.cpp %t/plain/warm.cpp
 //
+// Over a PCH the command gives (-include-pch), the preamble extends it; it is built again when the PCH is.
+// RUN: mkdir -p %t/pch && cp %t/model.h %t/pch/model.h && cp %t/train.cpp %t/pch/train.cpp
+// RUN: %clang -x c++-header -std=c++17 -I%S/Inputs %t/pch/model.h -o %t/pch/model.pch
+// RUN: %accel-rewrite --preamble-cache=%t/pch/cache %t/pch/train.cpp -o %t/pch/cold.cpp -- -std=c++17 \
+// RUN:   -I%S/Inputs -include-pch %t/pch/model.pch
+// RUN: grep -c 'pch/model.pch$' %t/pch/cache/*.files | FileCheck --check-prefix=TRAILER %s
+// RUN: ls -i %t/pch/cache > %t/pch/entries
+// RUN: %accel-rewrite --preamble-cache=%t/pch/cache %t/pch/train.cpp -o %t/pch/warm.cpp -- -std=c++17 \
+// RUN:   -I%S/Inputs -include-pch %t/pch/model.pch
+// RUN: ls -i %t/pch/cache | diff - %t/pch/entries
+// RUN: touch -d '+1 minute' %t/pch/model.h
+// RUN: %clang -x c++-header -std=c++17 -I%S/Inputs %t/pch/model.h -o %t/pch/model.pch
+// RUN: %accel-rewrite --preamble-cache=%t/pch/cache %t/pch/train.cpp -o %t/pch/rebuilt.cpp -- -std=c++17 \
+// RUN:   -I%S/Inputs -include-pch %t/pch/model.pch
+// RUN: ls -i %t/pch/cache | not diff - %t/pch/entries > /dev/null
+// RUN: diff %t/whole.cpp %t/pch/cold.cpp && diff %t/whole.cpp %t/pch/warm.cpp && diff %t/whole.cpp %t/pch/rebuilt.cpp
+//
 // A cache that cannot be made is said, and the rewrite goes on without it.
 // RUN: touch %t/file
 // RUN: %accel-rewrite --preamble-cache=%t/file/cache %t/train.cpp -o %t/nocache.cpp -- -std=c++17 -I%S/Inputs \
