@@ -12,10 +12,11 @@
 # clang PCH of <torch/torch.h> is built once (and kept for later runs), with the same flags, into
 # OUT/torch.pch, and given to clang with -include-pch. accel-rewrite runs with --preamble-cache: "cold" with
 # an empty cache each time (the first file of a cold build: the preamble is built and kept), "warm" with the
-# preamble the cold runs kept (a rebuild). The baselines: clang with the PCH (for both), and clang without it
-# (a cold build has no PCH yet). With WHOLE=1 (the default) accel-rewrite also runs once with --no-preamble
-# (two whole parses, as before the preamble); the outputs of the cold, warm and whole runs are compared byte
-# for byte.
+# preamble the cold runs kept (a rebuild); "cold, given the PCH" with an empty cache and the baseline's
+# -include-pch (the first file of a cold build whose compile commands give a clang PCH: the preamble extends
+# it). The baselines: clang with the PCH, and clang without it (a cold build with no PCH). With WHOLE=1 (the
+# default) accel-rewrite also runs once with --no-preamble (two whole parses, as before the preamble); the
+# outputs of all the accel-rewrite runs are compared byte for byte.
 # Environment: TOOL (default build/bin/accel-rewrite), CXX (default clang++-19), RUNS, COLD_RUNS (default
 # RUNS), OUT (default CORPUS_DIR/bench), WHOLE (0 to skip the --no-preamble run).
 set -uo pipefail
@@ -23,7 +24,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 corpus=$(cd "$1" && pwd) || { echo "bench-rewrite: no corpus folder '$1'; run scripts/rewriter-coverage.sh $1 first" >&2; exit 2; }
@@ -83,8 +84,8 @@ else
 fi
 pch_flags=(-include-pch "$OUT/torch.pch")
 
-echo "| file | clang + PCH CPU s | accel-rewrite warm CPU s | **warm ratio** | accel-rewrite cold CPU s | **cold ratio** | clang, no PCH, CPU s | cold / no PCH | --no-preamble CPU s | wall s (clang + PCH / warm / cold / clang / --no-preamble) | same output |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| file | clang + PCH CPU s | accel-rewrite warm CPU s | **warm ratio** | accel-rewrite cold, given the PCH, CPU s | **cold ratio, same PCH** | accel-rewrite cold CPU s | cold ratio | clang, no PCH, CPU s | cold / no PCH | --no-preamble CPU s | wall s (clang + PCH / warm / cold, given the PCH / cold / clang / --no-preamble) | same output |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 while IFS='|' read -r id repo commit file paths extra; do
   [[ -z "$id" ]] && continue
   if [[ $# -gt 0 ]] && ! printf '%s\n' "$@" | grep -qx "$id"; then continue; fi
@@ -97,22 +98,28 @@ while IFS='|' read -r id repo commit file paths extra; do
     clang_pch="failed failed"
   cold=$(RUNS=$COLD_RUNS time_runs "$tag.cold" bash -c 'rm -rf "$1" && shift && exec "$@"' cold "$cache" \
     "$TOOL" --preamble-cache="$cache" "$src" -o "$OUT/$tag.cold.out" -- "${FLAGS[@]}" "${more[@]}") || cold="failed failed"
+  cold_pch=$(RUNS=$COLD_RUNS time_runs "$tag.cold-pch" bash -c 'rm -rf "$1" && shift && exec "$@"' cold "$cache.pch" \
+    "$TOOL" --preamble-cache="$cache.pch" "$src" -o "$OUT/$tag.cold-pch.out" -- "${FLAGS[@]}" "${pch_flags[@]}" \
+    "${more[@]}") || cold_pch="failed failed"
   warm=$(time_runs "$tag.warm" "$TOOL" --preamble-cache="$cache" "$src" -o "$OUT/$tag.warm.out" -- "${FLAGS[@]}" \
     "${more[@]}") || warm="failed failed"
   clang=$(RUNS=1 time_runs "$tag.clang" "$CXX" -fsyntax-only "${FLAGS[@]}" "${more[@]}" "$src") || clang="failed failed"
   read -r clang_pch_cpu clang_pch_wall <<<"$clang_pch"
   read -r cold_cpu cold_wall <<<"$cold"
+  read -r cold_pch_cpu cold_pch_wall <<<"$cold_pch"
   read -r warm_cpu warm_wall <<<"$warm"
   read -r clang_cpu clang_wall <<<"$clang"
   whole_cpu="-" whole_wall="-"
-  same=$(cmp -s "$OUT/$tag.cold.out" "$OUT/$tag.warm.out" && echo yes || echo NO)
+  same=$(cmp -s "$OUT/$tag.cold.out" "$OUT/$tag.warm.out" && cmp -s "$OUT/$tag.cold.out" "$OUT/$tag.cold-pch.out" &&
+    echo yes || echo NO)
   if [[ "$WHOLE" != 0 ]]; then
     whole=$(RUNS=1 time_runs "$tag.whole" "$TOOL" --no-preamble "$src" -o "$OUT/$tag.whole.out" -- "${FLAGS[@]}" \
       "${more[@]}") || whole="failed failed"
     read -r whole_cpu whole_wall <<<"$whole"
     cmp -s "$OUT/$tag.cold.out" "$OUT/$tag.whole.out" || same=NO
   fi
-  echo "| $id | $clang_pch_cpu | $warm_cpu | $(ratio "$warm_cpu" "$clang_pch_cpu") | $cold_cpu |" \
-    "$(ratio "$cold_cpu" "$clang_pch_cpu") | $clang_cpu | $(ratio "$cold_cpu" "$clang_cpu") | $whole_cpu |" \
-    "$clang_pch_wall / $warm_wall / $cold_wall / $clang_wall / $whole_wall | $same |"
+  echo "| $id | $clang_pch_cpu | $warm_cpu | $(ratio "$warm_cpu" "$clang_pch_cpu") | $cold_pch_cpu |" \
+    "$(ratio "$cold_pch_cpu" "$clang_pch_cpu") | $cold_cpu | $(ratio "$cold_cpu" "$clang_pch_cpu") | $clang_cpu |" \
+    "$(ratio "$cold_cpu" "$clang_cpu") | $whole_cpu |" \
+    "$clang_pch_wall / $warm_wall / $cold_pch_wall / $cold_wall / $clang_wall / $whole_wall | $same |"
 done <<<"$entries"
