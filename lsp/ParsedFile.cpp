@@ -48,17 +48,11 @@ private:
   FirstError& Out;
 };
 
-/// Prints nothing: a preamble with errors is not used (a parse over it would not report them: they are the
-/// PCH's), and the parse without it reports them.
-class IgnoreDiagnostics : public clang::DiagnosticConsumer {
-  void HandleDiagnostic(clang::DiagnosticsEngine::Level, const clang::Diagnostic&) override {}
-};
-
 } // namespace
 
 llvm::Expected<std::unique_ptr<ParsedFile>> ParsedFile::parse(const std::vector<std::string>& CommandLine,
                                                               llvm::StringRef Directory, llvm::StringRef Text,
-                                                              PreambleCache& Cache) {
+                                                              llvm::StringRef Trailer, PreambleCache& Cache) {
   std::unique_ptr<ParsedFile> File(new ParsedFile());
   File->Files = llvm::vfs::createPhysicalFileSystem();
   if (std::error_code EC = File->Files->setCurrentWorkingDirectory(Directory))
@@ -92,26 +86,15 @@ llvm::Expected<std::unique_ptr<ParsedFile>> ParsedFile::parse(const std::vector<
   File->MainPath = Invocation->getFrontendOpts().Inputs[0].getFile().str();
   File->Invocation = Invocation;
 
-  // The preamble: the last one while it still fits, else a new one.
+  // The preamble: the last one while it still fits, else a new one, built as accel-rewrite builds one (in a
+  // temporary file that lives as long as the preamble).
   File->Buffer = llvm::MemoryBuffer::getMemBufferCopy(Text, File->MainPath);
-  clang::PreambleBounds Bounds = rewriter::preambleBounds(Invocation->getLangOpts(), *File->Buffer);
-  if (Cache.Preamble && Cache.CommandLine == CommandLine &&
-      Cache.Preamble->CanReuse(*Invocation, File->Buffer->getMemBufferRef(), Bounds, *File->Files)) {
+  if (Cache.Preamble && Cache.CommandLine == CommandLine && Cache.Preamble->fits(Text, *File->Files)) {
     File->Preamble = Cache.Preamble;
   } else {
-    IgnoreDiagnostics Ignore;
-    llvm::IntrusiveRefCntPtr<clang::DiagnosticsEngine> PreambleDiagnostics =
-        clang::CompilerInstance::createDiagnostics(&Invocation->getDiagnosticOpts(), &Ignore,
-                                                   /*ShouldOwnClient=*/false);
-    clang::PreambleCallbacks Callbacks;
-    llvm::ErrorOr<clang::PrecompiledPreamble> Built =
-        clang::PrecompiledPreamble::Build(*Invocation, File->Buffer.get(), Bounds, *PreambleDiagnostics,
-                                          File->Files, std::make_shared<clang::PCHContainerOperations>(),
-                                          /*StoreInMemory=*/true, /*StoragePath=*/"", Callbacks);
+    std::string Problem; // Only a cache directory has problems; this builder has none.
     Cache.CommandLine = CommandLine;
-    Cache.Preamble = Built && !PreambleDiagnostics->hasErrorOccurred()
-                         ? std::make_shared<clang::PrecompiledPreamble>(std::move(*Built))
-                         : nullptr;
+    Cache.Preamble = rewriter::PreambleCache().obtain(*Invocation, Text, Trailer, File->Files, Problem);
     File->Preamble = Cache.Preamble;
     File->BuiltPreamble = true;
   }
@@ -119,9 +102,8 @@ llvm::Expected<std::unique_ptr<ParsedFile>> ParsedFile::parse(const std::vector<
   auto ParseInvocation = std::make_shared<clang::CompilerInvocation>(*Invocation);
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> ParseFiles = File->Files;
   if (File->Preamble)
-    File->Preamble->AddImplicitPreamble(*ParseInvocation, ParseFiles, File->Buffer.get());
-  else
-    ParseInvocation->getPreprocessorOpts().addRemappedFile(File->MainPath, File->Buffer.get());
+    File->Preamble->apply(*ParseInvocation);
+  ParseInvocation->getPreprocessorOpts().addRemappedFile(File->MainPath, File->Buffer.get());
   ParseInvocation->getPreprocessorOpts().RetainRemappedFileBuffers = true; // File->Buffer owns the text.
 
   File->Diagnostics = std::make_unique<FirstErrorConsumer>(File->Error);

@@ -3,8 +3,9 @@
 #ifndef ACCELERATE_LSP_PARSEDFILE_H
 #define ACCELERATE_LSP_PARSEDFILE_H
 
+#include "rewriter/Preamble.h"
+
 #include "clang/Frontend/CompilerInvocation.h"
-#include "clang/Frontend/PrecompiledPreamble.h"
 #include "llvm/ADT/IntrusiveRefCntPtr.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/VirtualFileSystem.h"
@@ -31,10 +32,10 @@ struct FirstError {
 };
 
 /// The preamble of one file's last parse: reused while the command line and the includes' text stay the
-/// same, rebuilt otherwise.
+/// same and it still fits (rewriter::ParsePreamble::fits), rebuilt otherwise.
 struct PreambleCache {
   std::vector<std::string> CommandLine;
-  std::shared_ptr<clang::PrecompiledPreamble> Preamble;
+  std::shared_ptr<rewriter::ParsePreamble> Preamble;
 };
 
 /// A parsed buffer: its AST and preprocessor, alive as long as this object.
@@ -42,11 +43,12 @@ class ParsedFile {
 public:
   /// Parses `Text` as the main file of `CommandLine` (a compiler command line, the compiler first, as
   /// rewriter::commandLineFor gives it), in `Directory`, reusing `Cache`'s preamble when it still fits and
-  /// storing a new one there when not. Fails only when no parse could start (a command line clang does not
+  /// storing a new one there when not (built as accel-rewrite builds one, ending with `Trailer`:
+  /// rewriter::PreambleCache::obtain). Fails only when no parse could start (a command line clang does not
   /// take); a buffer with errors parses, with hasErrors().
   static llvm::Expected<std::unique_ptr<ParsedFile>> parse(const std::vector<std::string>& CommandLine,
                                                            llvm::StringRef Directory, llvm::StringRef Text,
-                                                           PreambleCache& Cache);
+                                                           llvm::StringRef Trailer, PreambleCache& Cache);
   ~ParsedFile();
 
   clang::ASTContext& context();
@@ -60,7 +62,7 @@ public:
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> files() const { return Files; }
   const std::string& mainPath() const { return MainPath; }
   /// The preamble this parse used (none when it could not be built).
-  const clang::PrecompiledPreamble* preamble() const { return Preamble.get(); }
+  const rewriter::ParsePreamble* preamble() const { return Preamble.get(); }
   /// Whether this parse built its preamble (false: it reused the last one).
   bool builtPreamble() const { return BuiltPreamble; }
 
@@ -70,7 +72,7 @@ private:
   std::shared_ptr<clang::CompilerInvocation> Invocation;
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files;
   std::string MainPath;
-  std::shared_ptr<clang::PrecompiledPreamble> Preamble;
+  std::shared_ptr<rewriter::ParsePreamble> Preamble;
   bool BuiltPreamble = false;
   std::unique_ptr<llvm::MemoryBuffer> Buffer;
   std::unique_ptr<clang::DiagnosticConsumer> Diagnostics;

@@ -107,7 +107,7 @@ struct Analysis {
   std::shared_ptr<clang::CompilerInvocation> Invocation;
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files;
   std::string MainPath;
-  std::shared_ptr<clang::PrecompiledPreamble> Preamble;
+  std::shared_ptr<rewriter::ParsePreamble> Preamble;
   bool Checked = false;
   std::string CheckFailure;
 };
@@ -483,10 +483,12 @@ private:
       return A;
     }
     A.Warning = Found->Warning;
-    std::vector<std::string> CommandLine =
-        rewriter::commandLineFor(Found->Command, rewriter::CompileFlags{Options.ResourceDir, {}});
-    llvm::Expected<std::unique_ptr<ParsedFile>> Parsed =
-        ParsedFile::parse(CommandLine, Found->Command.Directory, Doc.Text, Preambles[Doc.Uri]);
+    // The runtime's include directory last, as accel-rewrite's parses have it: the preamble ends with its
+    // header, which the rewrite adds (rewriter::RuntimeHeaderTrailer).
+    std::vector<std::string> CommandLine = rewriter::commandLineFor(
+        Found->Command, rewriter::CompileFlags{Options.ResourceDir, {"-I" + Options.RuntimeIncludeDir}});
+    llvm::Expected<std::unique_ptr<ParsedFile>> Parsed = ParsedFile::parse(
+        CommandLine, Found->Command.Directory, Doc.Text, rewriter::RuntimeHeaderTrailer, Preambles[Doc.Uri]);
     if (!Parsed) {
       A.Refusal = llvm::toString(Parsed.takeError());
       return A;

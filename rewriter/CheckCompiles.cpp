@@ -10,7 +10,6 @@
 #include "clang/Frontend/CompilerInstance.h"
 #include "clang/Frontend/CompilerInvocation.h"
 #include "clang/Frontend/FrontendActions.h"
-#include "clang/Frontend/PrecompiledPreamble.h"
 #include "clang/Frontend/TextDiagnosticPrinter.h"
 #include "clang/Lex/HeaderSearch.h"
 #include "clang/Lex/Preprocessor.h"
@@ -49,14 +48,14 @@ llvm::Error checkCompilesLikeParse(const clang::Preprocessor& PP, llvm::StringRe
 llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
                               llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files, llvm::StringRef MainPath,
                               llvm::StringRef Rewritten, llvm::StringRef RuntimeIncludeDir,
-                              const clang::PrecompiledPreamble* Preamble, llvm::StringRef PreambleSource,
+                              const ParsePreamble* Preamble, llvm::StringRef PreambleSource,
                               bool* ReusedPreamble) {
   if (ReusedPreamble)
     *ReusedPreamble = false;
   std::string Checked = Rewritten.str();
   if (Preamble && !PreambleSource.empty()) {
     if (std::optional<std::string> Over =
-            textOverPreamble(PreambleSource, Preamble->getBounds().Size, Rewritten))
+            textOverPreamble(PreambleSource, Preamble->bounds().Size, Rewritten))
       Checked = std::move(*Over);
   }
   auto Invocation = std::make_shared<clang::CompilerInvocation>(Original);
@@ -88,13 +87,10 @@ llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
     Overlay->setCurrentWorkingDirectory(*Directory);
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> CheckFiles = Overlay;
 
-  std::unique_ptr<llvm::MemoryBuffer> Text = llvm::MemoryBuffer::getMemBufferCopy(Checked, MainPath);
   bool Reused = false;
-  if (Preamble &&
-      Preamble->CanReuse(*Invocation, Text->getMemBufferRef(), Preamble->getBounds(), *CheckFiles)) {
-    // The text begins with the preamble's bytes: its PCH stands for them; the main file is `Text`.
-    Preamble->AddImplicitPreamble(*Invocation, CheckFiles, Text.get());
-    Invocation->getPreprocessorOpts().RetainRemappedFileBuffers = true;
+  if (Preamble && Preamble->fits(Checked, *CheckFiles)) {
+    // The text begins with the preamble's bytes: its PCH stands for them.
+    Preamble->apply(*Invocation);
     Reused = true;
   }
 

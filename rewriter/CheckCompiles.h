@@ -13,7 +13,6 @@
 
 namespace clang {
 class CompilerInvocation;
-class PrecompiledPreamble;
 class Preprocessor;
 } // namespace clang
 
@@ -22,6 +21,8 @@ class FileSystem;
 } // namespace llvm::vfs
 
 namespace accelerate::rewriter {
+
+class ParsePreamble;
 
 /// Compiles `Rewritten` (syntax only) in place of the main file of the parse `PP` belongs to, with the
 /// options of that parse (language, target, include paths, macros: what a clang-tidy check or a language
@@ -34,15 +35,16 @@ llvm::Error checkCompilesLikeParse(const clang::Preprocessor& PP, llvm::StringRe
 /// Compiles `Rewritten` (syntax only) as the main file `MainPath` of `Invocation` (whose input and action it
 /// replaces), in `Files` with the rewritten text over that file, plus `RuntimeIncludeDir` searched last. When
 /// `Preamble` is given (the precompiled preamble of `PreambleSource`, the original text, built with
-/// `Invocation`'s options) and the rewritten text begins with the preamble's bytes (textOverPreamble), its
-/// PCH stands in for them, which spares parsing the file's includes again; `ReusedPreamble`, when given, says
-/// whether it did. Fails with a CompileError holding the diagnostics when it does not compile. The one home
-/// of "does the rewrite compile" for front ends without a compile database.
+/// `Invocation`'s options) and the rewritten text begins with the preamble's bytes (textOverPreamble) and
+/// still fits (ParsePreamble::fits), its PCH stands in for them, which spares parsing the file's includes
+/// again; `ReusedPreamble`, when given, says whether it did. Fails with a CompileError holding the
+/// diagnostics when it does not compile. The one home of "does the rewrite compile" for front ends without a
+/// compile database.
 llvm::Error checkCompilesWith(const clang::CompilerInvocation& Invocation,
                               llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Files, llvm::StringRef MainPath,
                               llvm::StringRef Rewritten, llvm::StringRef RuntimeIncludeDir,
-                              const clang::PrecompiledPreamble* Preamble = nullptr,
-                              llvm::StringRef PreambleSource = "", bool* ReusedPreamble = nullptr);
+                              const ParsePreamble* Preamble = nullptr, llvm::StringRef PreambleSource = "",
+                              bool* ReusedPreamble = nullptr);
 
 /// `Rewritten` as a text that begins with the first `PreambleSize` bytes of `Original` (its preamble), so
 /// that the preamble's PCH can stand for them: `Rewritten` itself when it does; else, when the rewrite only

@@ -76,11 +76,6 @@ private:
   std::string& Mismatch;
 };
 
-/// The line a rewrite adds after the file's last #include (the passes' addInclude of the runtime's header).
-/// The preamble both parses share ends with it (PreambleUse::Trailer): the check of the rewrite does not
-/// parse the runtime's headers again, and the parse of the file sees what they declare, as the rewrite will.
-constexpr llvm::StringLiteral RuntimeHeaderLine = "#include <accelerate/accelerate.h>\n";
-
 /// The flags both parses of a file add to its compile command: the runtime's include directory, last, so
 /// that a directory the command names (a test's mirror headers) is searched first.
 CompileFlags runtimeFlags(const DriverOptions& Options) {
@@ -345,7 +340,7 @@ int runDriver(const clang::tooling::CompilationDatabase& Database, const DriverO
   std::vector<PreambleUse> PreambleUses(Inputs.size());
   for (PreambleUse& Use : PreambleUses) {
     Use.Cache = Options.Preamble ? &Preambles : nullptr;
-    Use.Trailer = RuntimeHeaderLine;
+    Use.Trailer = RuntimeHeaderTrailer;
   }
   std::set<std::tuple<std::string, unsigned, std::string, std::string>> Printed;
   for (size_t K = 0; K < Inputs.size(); ++K) {

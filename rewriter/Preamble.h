@@ -82,6 +82,12 @@ private:
   std::string Directory;
 };
 
+/// The line a rewrite adds after the file's last #include (the passes' addInclude of the runtime's header).
+/// The preambles of accel-rewrite and accel-lsp end with it (PreambleUse::Trailer): the check of a rewrite
+/// does not parse the runtime's headers again, and the parse of the file sees what they declare, as the
+/// rewritten file will. Their parses search the runtime's include directory last.
+constexpr llvm::StringLiteral RuntimeHeaderTrailer = "#include <accelerate/accelerate.h>\n";
+
 /// One input file's preamble: obtained by its parse, reused by the compile check of its rewrite.
 struct PreambleUse {
   const PreambleCache* Cache = nullptr; ///< Null: parse without a preamble.
