@@ -86,15 +86,16 @@ llvm::Expected<std::unique_ptr<ParsedFile>> ParsedFile::parse(const std::vector<
   File->MainPath = Invocation->getFrontendOpts().Inputs[0].getFile().str();
   File->Invocation = Invocation;
 
-  // The preamble: the last one while it still fits, else a new one, built as accel-rewrite builds one (in a
-  // temporary file that lives as long as the preamble).
+  // The preamble: the last one while it still fits, else a new one, built as accel-rewrite builds one (kept
+  // in memory).
   File->Buffer = llvm::MemoryBuffer::getMemBufferCopy(Text, File->MainPath);
   if (Cache.Preamble && Cache.CommandLine == CommandLine && Cache.Preamble->fits(Text, *File->Files)) {
     File->Preamble = Cache.Preamble;
   } else {
     std::string Problem; // Only a cache directory has problems; this builder has none.
     Cache.CommandLine = CommandLine;
-    Cache.Preamble = rewriter::PreambleCache().obtain(*Invocation, Text, Trailer, File->Files, Problem);
+    Cache.Preamble =
+        rewriter::PreambleCache::inMemory().obtain(*Invocation, Text, Trailer, File->Files, Problem);
     File->Preamble = Cache.Preamble;
     File->BuiltPreamble = true;
   }
@@ -102,8 +103,9 @@ llvm::Expected<std::unique_ptr<ParsedFile>> ParsedFile::parse(const std::vector<
   auto ParseInvocation = std::make_shared<clang::CompilerInvocation>(*Invocation);
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> ParseFiles = File->Files;
   if (File->Preamble)
-    File->Preamble->apply(*ParseInvocation);
-  ParseInvocation->getPreprocessorOpts().addRemappedFile(File->MainPath, File->Buffer.get());
+    File->Preamble->apply(*ParseInvocation, ParseFiles, File->Buffer.get());
+  else
+    ParseInvocation->getPreprocessorOpts().addRemappedFile(File->MainPath, File->Buffer.get());
   ParseInvocation->getPreprocessorOpts().RetainRemappedFileBuffers = true; // File->Buffer owns the text.
 
   File->Diagnostics = std::make_unique<FirstErrorConsumer>(File->Error);

@@ -87,10 +87,12 @@ llvm::Error checkCompilesWith(const clang::CompilerInvocation& Original,
     Overlay->setCurrentWorkingDirectory(*Directory);
   llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> CheckFiles = Overlay;
 
+  std::unique_ptr<llvm::MemoryBuffer> Text = llvm::MemoryBuffer::getMemBufferCopy(Checked, MainPath);
   bool Reused = false;
   if (Preamble && Preamble->fits(Checked, *CheckFiles)) {
-    // The text begins with the preamble's bytes: its PCH stands for them.
-    Preamble->apply(*Invocation);
+    // The text begins with the preamble's bytes: its PCH stands for them; the main file is `Text`.
+    Preamble->apply(*Invocation, CheckFiles, Text.get());
+    Invocation->getPreprocessorOpts().RetainRemappedFileBuffers = true;
     Reused = true;
   }
 

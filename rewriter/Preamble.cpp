@@ -257,11 +257,17 @@ bool ParsePreamble::fits(llvm::StringRef MainText, llvm::vfs::FileSystem& FS) co
   return true;
 }
 
-void ParsePreamble::apply(clang::CompilerInvocation& Invocation) const {
-  // As PrecompiledPreamble::AddImplicitPreamble configures a parse over a preamble stored in a file.
+void ParsePreamble::apply(clang::CompilerInvocation& Invocation,
+                          llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem>& Files,
+                          llvm::MemoryBuffer* Main) const {
+  // As PrecompiledPreamble::AddImplicitPreamble configures a parse over a preamble stored in a file; one in
+  // memory is configured by it (an overlay of `Files` holds the PCH), then skips only the file's own bytes.
   clang::PreprocessorOptions& Preprocessor = Invocation.getPreprocessorOpts();
+  if (InMemory)
+    Built->AddImplicitPreamble(Invocation, Files, Main);
+  else
+    Preprocessor.ImplicitPCHInclude = PCH;
   Preprocessor.PrecompiledPreambleBytes = {Bounds.Size, Bounds.PreambleEndsAtStartOfLine};
-  Preprocessor.ImplicitPCHInclude = PCH;
   Preprocessor.DisablePCHOrModuleValidation = clang::DisableValidationForModuleKind::PCH;
   Preprocessor.UsePredefines = false; // The preamble's predefines stand.
 }
@@ -354,12 +360,13 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
         Invocation, Compiled.get(),
         clang::PreambleBounds(Compiled->getBufferSize(), Bounds.PreambleEndsAtStartOfLine), *Diagnostics,
         Files, std::make_shared<clang::PCHContainerOperations>(),
-        /*StoreInMemory=*/false, /*StoragePath=*/Directory, Callbacks);
+        /*StoreInMemory=*/InMemory, /*StoragePath=*/Directory, Callbacks);
     if (!Built || Diagnostics->hasErrorOccurred())
       continue;
     Preamble = Fresh();
     Key = KeyOf(Each);
     Preamble->Built = std::make_unique<clang::PrecompiledPreamble>(std::move(*Built));
+    Preamble->InMemory = InMemory;
     {
       // Where Build put the PCH: the path a parse over it would read.
       clang::CompilerInvocation Probe(Invocation);
@@ -440,7 +447,8 @@ bool OverPreamble::runInvocation(std::shared_ptr<clang::CompilerInvocation> Invo
         Fits = Use.Preamble != nullptr;
       }
       if (Fits) {
-        Use.Preamble->apply(*Invocation);
+        llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> Unchanged = Files->getVirtualFileSystemPtr();
+        Use.Preamble->apply(*Invocation, Unchanged); // Cached or built in a file: the file system stands.
         Use.Applied = true;
       }
     }

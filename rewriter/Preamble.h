@@ -33,8 +33,11 @@ public:
   /// Whether `MainText` begins with the preamble's bytes and every file the preamble read is as it was (size
   /// and modification time, in `Files`): a parse of `MainText` may then skip those bytes and read the PCH.
   bool fits(llvm::StringRef MainText, llvm::vfs::FileSystem& Files) const;
-  /// Makes `Invocation` parse its main file over this preamble.
-  void apply(clang::CompilerInvocation& Invocation) const;
+  /// Makes `Invocation` parse its main file over this preamble, in `Files`. A preamble kept in memory is put
+  /// into an overlay of `Files` (which then names the overlay), and the main file is read from `Main`, which
+  /// must then be given and outlive the parse; a preamble in a file leaves both as they are.
+  void apply(clang::CompilerInvocation& Invocation, llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem>& Files,
+             llvm::MemoryBuffer* Main = nullptr) const;
   /// Where the preamble's bytes end in the main file.
   const clang::PreambleBounds& bounds() const { return Bounds; }
   /// The files the preamble's parse read (absolute paths, as the parse's file system names them); a parse
@@ -55,6 +58,7 @@ private:
   clang::PreambleBounds Bounds{0, false};
   std::vector<ReadFile> Files;
   std::unique_ptr<clang::PrecompiledPreamble> Built; ///< Owns the temporary PCH when it is not cached.
+  bool InMemory = false;                             ///< `Built` keeps the PCH in memory.
 };
 
 /// Where one run's preambles come from: a cache directory (`accel-rewrite --preamble-cache=DIR`; what
@@ -62,6 +66,13 @@ private:
 class PreambleCache {
 public:
   explicit PreambleCache(std::string Directory = "") : Directory(std::move(Directory)) {}
+  /// No cache directory, and each preamble kept in memory rather than in a temporary file, as a language
+  /// server keeps them (a process that ends without unwinding leaves no file behind).
+  static PreambleCache inMemory() {
+    PreambleCache Cache;
+    Cache.InMemory = true;
+    return Cache;
+  }
   /// The preamble for a parse of `MainText` with `Invocation` in `Files`: the cached one when one fits (same
   /// compile options, same working and main-file directories, same preamble bytes, none of the files it
   /// read changed), else a new one, cached when there is a cache. Files in one directory whose #include
@@ -80,6 +91,7 @@ public:
 
 private:
   std::string Directory;
+  bool InMemory = false;
 };
 
 /// The line a rewrite adds after the file's last #include (the passes' addInclude of the runtime's header).
