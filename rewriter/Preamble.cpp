@@ -374,7 +374,12 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
       Preamble->Built->AddImplicitPreamble(Probe, ProbeFiles, Compiled.get());
       Preamble->PCH = Probe.getPreprocessorOpts().ImplicitPCHInclude;
     }
-    for (const std::string& Name : Callbacks.Paths) {
+    // What it read, and a PCH the command gives (-include-pch): the preamble extends that PCH, and is stale
+    // once it is built again.
+    std::vector<std::string> Read = std::move(Callbacks.Paths);
+    if (const std::string& Given = Invocation.getPreprocessorOpts().ImplicitPCHInclude; !Given.empty())
+      Read.push_back(Given);
+    for (const std::string& Name : Read) {
       llvm::SmallString<256> Path(Name);
       Files->makeAbsolute(Path);
       if (Path == AbsoluteMain)
@@ -383,13 +388,6 @@ std::shared_ptr<ParsePreamble> PreambleCache::obtain(const clang::CompilerInvoca
       if (!Status)
         continue;
       Preamble->Files.push_back({Path.str().str(), Status->getSize(), modifiedNanoseconds(*Status)});
-    }
-    // A PCH the command gives (-include-pch): the preamble extends it, and is stale once it is built again.
-    llvm::SmallString<256> Given(Invocation.getPreprocessorOpts().ImplicitPCHInclude);
-    if (!Given.empty()) {
-      Files->makeAbsolute(Given);
-      if (llvm::ErrorOr<llvm::vfs::Status> Status = Files->status(Given))
-        Preamble->Files.push_back({Given.str().str(), Status->getSize(), modifiedNanoseconds(*Status)});
     }
     break;
   }
