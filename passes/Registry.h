@@ -25,8 +25,8 @@ inline constexpr llvm::StringLiteral NoteMarker = "note: ";
 /// Starts the warning of a case that leaves unprepared an object the training code around it needs prepared
 /// (an optimizer, hence the models it trains): the rewrite of that code would not run on more than one
 /// process. The rewrite then makes none of the changes in that code (rewriter/PassRunner.cpp): the function
-/// the case is in, or every member function of the class whose member it is. A training loop is rewritten
-/// whole or not at all.
+/// the case is in, or the class whose member it is, and the code that shares objects with it across calls
+/// (passes/SharedObjects.h). A training loop is rewritten whole or not at all.
 inline constexpr llvm::StringLiteral RefusalMarker = "refusal: ";
 
 /// One row of the pass table, the only list of the passes: accel-rewrite, the clang-tidy module and the

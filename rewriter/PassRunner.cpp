@@ -4,6 +4,7 @@
 
 #include "rewriter/ApplyEdits.h"
 
+#include "passes/SharedObjects.h"
 #include "passes/TrainingCode.h"
 
 #include "clang/AST/ASTConsumer.h"
@@ -59,6 +60,9 @@ struct Collected {
   struct Span {
     std::string File;
     unsigned Begin = 0, End = 0;
+    std::string Name; ///< The code it is, as a refusal names it ("function 'train'").
+    /// Only the function that holds statements of the scope: what is in it goes with its last change.
+    bool Holder = false;
     bool contains(const std::string& In, unsigned Offset) const {
       return In == File && Begin <= Offset && Offset < End;
     }
@@ -75,10 +79,12 @@ struct Collected {
 };
 
 /// The code a refusal keeps from being rewritten (passes::RefusalMarker): the function the refused object is
-/// in (lambdas belong to the function around them); for a member, its class and the member functions of it
-/// defined outside it; for a variable of static storage (namespace scope, a static member), which any
-/// function may use, the main file and the file it is declared in, whole. Empty when the node is in none of
-/// these.
+/// in (lambdas belong to the function around them), or for a member its class and the member functions of it
+/// defined outside it; with the code that shares objects with it (passes::codeSharingObjectsWith: the callers
+/// that prepared what it trains, the callees that use what it prepared, and so on both ways), so that no part
+/// of the loop is rewritten without the rest. For a variable of static storage (namespace scope, a static
+/// member), which any function may use, the main file and the file it is declared in, whole. Empty when the
+/// node is in none of these.
 Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTContext& Context) {
   const clang::SourceManager& SM = Context.getSourceManager();
   Collected::Refusal Out;
@@ -88,6 +94,9 @@ Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTConte
     llvm::SmallVector<clang::FileID, 2> Files{SM.getMainFileID()};
     if (Declared != SM.getMainFileID())
       Files.push_back(Declared);
+    auto MainEntry = SM.getFileEntryRefForID(SM.getMainFileID());
+    Out.ScopeName =
+        "file '" + (MainEntry ? llvm::sys::path::filename(MainEntry->getName()).str() : std::string()) + "'";
     for (clang::FileID In : Files) {
       std::string File;
       if (In != SM.getMainFileID()) {
@@ -96,14 +105,12 @@ Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTConte
           continue;
         File = passes::realPathOf(*Entry);
       }
-      Out.Scope.push_back({File, 0, static_cast<unsigned>(SM.getBufferData(In).size()) + 1});
+      Out.Scope.push_back(
+          {File, 0, static_cast<unsigned>(SM.getBufferData(In).size()) + 1, Out.ScopeName, false});
     }
-    auto MainEntry = SM.getFileEntryRefForID(SM.getMainFileID());
-    Out.ScopeName =
-        "file '" + (MainEntry ? llvm::sys::path::filename(MainEntry->getName()).str() : std::string()) + "'";
     return Out;
   }
-  auto Add = [&](clang::SourceRange Range) {
+  auto Add = [&](clang::SourceRange Range, std::string Name, bool Holder) {
     clang::SourceLocation Begin = SM.getExpansionLoc(Range.getBegin());
     clang::SourceLocation End = SM.getExpansionLoc(Range.getEnd());
     if (Begin.isInvalid() || End.isInvalid() || SM.getFileID(Begin) != SM.getFileID(End))
@@ -115,43 +122,58 @@ Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTConte
         return;
       File = passes::realPathOf(*Entry);
     }
-    Out.Scope.push_back({File, SM.getFileOffset(Begin), SM.getFileOffset(End) + 1});
+    // From the start of its line when only indentation precedes it: a removed statement's edit takes its
+    // line whole.
+    llvm::StringRef Text = SM.getBufferData(SM.getFileID(Begin));
+    unsigned From = SM.getFileOffset(Begin);
+    while (From > 0 && (Text[From - 1] == ' ' || Text[From - 1] == '\t'))
+      --From;
+    Out.Scope.push_back({File, From, SM.getFileOffset(End) + 1, std::move(Name), Holder});
   };
+  const clang::Decl* Start = nullptr;
   if (const auto* Field = Node.get<clang::FieldDecl>()) {
     const auto* Class = llvm::dyn_cast<clang::CXXRecordDecl>(Field->getParent());
     if (!Class)
       return Out;
     Out.ScopeName = "class '" + Class->getNameAsString() + "'";
-    Add(Class->getSourceRange());
-    for (const clang::CXXMethodDecl* Method : Class->methods())
-      if (const clang::FunctionDecl* Definition = Method->getDefinition())
-        if (Definition->isOutOfLine())
-          Add(Definition->getSourceRange());
-    return Out;
-  }
-  const clang::FunctionDecl* Function = nullptr;
-  if (const auto* S = Node.get<clang::Stmt>()) {
-    Function = passes::enclosingFunction(*S, Context);
+    Start = Class;
   } else {
-    // A declaration: up to the function it is in, or to the statement that holds it.
-    clang::DynTypedNodeList Parents = Context.getParents(Node);
-    while (!Parents.empty() && !Function) {
-      if (const auto* Found = Parents[0].get<clang::FunctionDecl>()) {
-        Function = Found;
-      } else if (const auto* Inside = Parents[0].get<clang::Stmt>()) {
-        Function = passes::enclosingFunction(*Inside, Context);
-        break;
-      } else {
-        Parents = Context.getParents(Parents[0]);
+    const clang::FunctionDecl* Function = nullptr;
+    if (const auto* S = Node.get<clang::Stmt>()) {
+      Function = passes::enclosingFunction(*S, Context);
+    } else {
+      // A declaration: up to the function it is in, or to the statement that holds it.
+      clang::DynTypedNodeList Parents = Context.getParents(Node);
+      while (!Parents.empty() && !Function) {
+        if (const auto* Found = Parents[0].get<clang::FunctionDecl>()) {
+          Function = Found;
+        } else if (const auto* Inside = Parents[0].get<clang::Stmt>()) {
+          Function = passes::enclosingFunction(*Inside, Context);
+          break;
+        } else {
+          Parents = Context.getParents(Parents[0]);
+        }
       }
     }
+    if (!Function)
+      return Out;
+    if (const clang::FunctionDecl* Pattern = Function->getTemplateInstantiationPattern())
+      Function = Pattern;
+    Out.ScopeName = "function '" + Function->getNameAsString() + "'";
+    Start = Function;
   }
-  if (!Function)
-    return Out;
-  if (const clang::FunctionDecl* Pattern = Function->getTemplateInstantiationPattern())
-    Function = Pattern;
-  Out.ScopeName = "function '" + Function->getNameAsString() + "'";
-  Add(Function->getSourceRange());
+  const auto* StartFunction = llvm::dyn_cast<clang::FunctionDecl>(Start);
+  const std::string StartName =
+      StartFunction ? "function '" + StartFunction->getQualifiedNameAsString() + "'" : Out.ScopeName;
+  for (passes::SharingPiece& Piece : passes::codeSharingObjectsWith(*Start, Context)) {
+    if (Piece.Name == StartName)
+      Piece.Name = Out.ScopeName;
+    Add(Piece.Range, Piece.Name, false);
+    // The function of a statement that shares objects, whole: its lookup of the accelerator goes with the
+    // last change the function keeps.
+    if (Piece.Function.isValid())
+      Add(Piece.Function, Piece.Name, true);
+  }
   return Out;
 }
 
@@ -384,20 +406,53 @@ void withdrawRefusedChanges(Collected& Out) {
   std::set<unsigned> Withdrawn;
   for (Collected::Refusal& Refused : Out.Refusals) {
     unsigned Count = 0;
-    for (const auto& [Id, Places] : Out.EditPlaces) {
-      bool Inside = llvm::any_of(Places, [&](const std::pair<std::string, unsigned>& Place) {
-        return llvm::any_of(Refused.Scope, [&](const Collected::Span& Span) {
-          return Span.contains(Place.first, Place.second);
-        });
-      });
-      if (Inside) {
-        Withdrawn.insert(Id);
+    std::vector<std::string> Sharing; // The other code that had changes, named by its narrowest span.
+    auto Withdraw = [&](unsigned Id) {
+      if (Withdrawn.insert(Id).second)
         ++Count;
+    };
+    for (const auto& [Id, Places] : Out.EditPlaces) {
+      bool Inside = false;
+      for (const auto& [In, Offset] : Places) {
+        const Collected::Span* Narrowest = nullptr;
+        for (const Collected::Span& Span : Refused.Scope)
+          if (!Span.Holder && Span.contains(In, Offset) &&
+              (!Narrowest || Span.End - Span.Begin < Narrowest->End - Narrowest->Begin))
+            Narrowest = &Span;
+        if (!Narrowest)
+          continue;
+        Inside = true;
+        if (Narrowest->Name != Refused.ScopeName && !llvm::is_contained(Sharing, Narrowest->Name))
+          Sharing.push_back(Narrowest->Name);
       }
+      if (Inside)
+        Withdraw(Id);
+    }
+    // A function only some of whose statements share the objects keeps its lookup of the accelerator while
+    // it keeps another change.
+    for (const Collected::Span& Holder : Refused.Scope) {
+      if (!Holder.Holder)
+        continue;
+      std::vector<unsigned> Lookups;
+      bool KeepsAChange = false;
+      for (const auto& [Id, Places] : Out.EditPlaces) {
+        if (!llvm::any_of(Places,
+                          [&](const auto& Place) { return Holder.contains(Place.first, Place.second); }))
+          continue;
+        if (Out.Findings[Id].Pass == "accelerator")
+          Lookups.push_back(Id);
+        else if (!Withdrawn.count(Id))
+          KeepsAChange = true;
+      }
+      if (!KeepsAChange)
+        for (unsigned Id : Lookups)
+          Withdraw(Id);
     }
     Finding& Found = Out.Findings[Refused.FindingId];
     Found.Message +=
         "; so the training code of " + Refused.ScopeName + " is left as it is" +
+        (Sharing.empty() ? std::string()
+                         : ", with the code that shares its objects (" + llvm::join(Sharing, ", ") + ")") +
         (Count ? " (" + std::to_string(Count) + " change" + (Count == 1 ? "" : "s") + " not made)"
                : std::string()) +
         ": a training loop is rewritten whole or not at all";
