@@ -1,7 +1,6 @@
 // passes/CheckpointPass.cpp: the rule that writes saved files from the main process only.
 #include "passes/CheckpointPass.h"
 
-#include "passes/DataLoaderPass.h"
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"

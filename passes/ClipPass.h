@@ -2,7 +2,7 @@
 #ifndef ACCELERATE_PASSES_CLIPPASS_H
 #define ACCELERATE_PASSES_CLIPPASS_H
 
-#include "passes/Registry.h"
+#include "passes/Pass.h"
 
 #include "clang/ASTMatchers/ASTMatchers.h"
 

@@ -19,149 +19,10 @@ namespace {
 using namespace clang::ast_matchers;
 using namespace clang::transformer;
 
-constexpr char StatementId[] = "statement";
-constexpr char LoaderId[] = "loader";
-constexpr char CallId[] = "call";
-constexpr char OptionsId[] = "options";
-
-/// How a `make_data_loader` call orders its samples, from its sampler template argument.
-enum class Order { Shuffled, Sequential, Other };
-
-Order samplerOrder(const clang::CallExpr& Call) {
-  const clang::FunctionDecl* Callee = Call.getDirectCallee();
-  const clang::TemplateArgumentList* Arguments = Callee ? Callee->getTemplateSpecializationArgs() : nullptr;
-  if (!Arguments || Arguments->size() == 0 || Arguments->get(0).getKind() != clang::TemplateArgument::Type)
-    return Order::Other;
-  const auto* Sampler = Arguments->get(0).getAsType()->getAsCXXRecordDecl();
-  std::string Name = Sampler ? Sampler->getQualifiedNameAsString() : "";
-  if (Name == "torch::data::samplers::RandomSampler")
-    return Order::Shuffled;
-  if (Name == "torch::data::samplers::SequentialSampler")
-    return Order::Sequential;
-  return Order::Other;
-}
-
-/// The type a class (or one of its bases) names `Name` (`BatchType`), when it is a type alias.
-clang::QualType memberTypeAlias(const clang::CXXRecordDecl* Record, llvm::StringRef Name,
-                                clang::ASTContext& Context, int Depth = 0) {
-  if (!Record || Depth > 8)
-    return {};
-  Record = Record->getDefinition();
-  if (!Record)
-    return {};
-  for (const clang::NamedDecl* Found : Record->lookup(&Context.Idents.get(Name)))
-    if (const auto* Alias = llvm::dyn_cast<clang::TypedefNameDecl>(Found))
-      return Alias->getUnderlyingType();
-  for (const clang::CXXBaseSpecifier& Base : Record->bases()) {
-    clang::QualType Type = memberTypeAlias(Base.getType()->getAsCXXRecordDecl(), Name, Context, Depth + 1);
-    if (!Type.isNull())
-      return Type;
-  }
-  return {};
-}
-
-/// `Type` as a user writes it: `std::vector<torch::data::Example<at::Tensor, Labels>>`, without `class`, or
-/// an anonymous namespace.
-std::string spelled(clang::QualType Type, const clang::ASTContext& Context) {
-  clang::PrintingPolicy Policy(Context.getLangOpts());
-  Policy.SuppressTagKeyword = true;
-  Policy.SuppressUnwrittenScope = true;
-  return Type.getAsString(Policy);
-}
-
-/// True when the runtime's `accelerate::ToDevice` moves `Type` (see <accelerate/data.h>): tensors,
-/// `torch::data::Example`, standard containers of such values, numbers, strings. Otherwise `Unsupported` is
-/// the first type in it that no rule moves.
-bool movableBatch(clang::QualType Type, const clang::ASTContext& Context, std::string& Unsupported,
-                  int Depth = 0) {
-  Type = Type.getNonReferenceType().getCanonicalType().getUnqualifiedType();
-  if (Type->isArithmeticType() || Type->isEnumeralType() || Depth > 8)
-    return true;
-  const auto* Record = Type->getAsCXXRecordDecl();
-  std::string Name = Record ? Record->getQualifiedNameAsString() : "";
-  if (Name == "at::Tensor" || Name == "torch::data::example::NoTarget" ||
-      (Record && Record->isInStdNamespace() && Record->getName() == "basic_string"))
-    return true;
-  const auto* Specialization = llvm::dyn_cast_or_null<clang::ClassTemplateSpecializationDecl>(Record);
-  bool Container = Name == "torch::data::Example" ||
-                   (Record && Record->isInStdNamespace() &&
-                    llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{"vector", "array", "tuple", "pair",
-                                                                       "optional", "map", "unordered_map"},
-                                       Record->getName()));
-  if (!Specialization || !Container) {
-    Unsupported = spelled(Type, Context);
-    return false;
-  }
-  const clang::TemplateArgumentList& Arguments = Specialization->getTemplateArgs();
-  bool Map = Record->getName() == "map" || Record->getName() == "unordered_map";
-  for (unsigned I = 0; I < Arguments.size(); ++I) {
-    const clang::TemplateArgument& Argument = Arguments[I];
-    if (Map && I != 1)
-      continue; // keys stay; comparators, hashes and allocators are not moved
-    if (Record->getName() == "vector" && I > 0)
-      continue;
-    if (Argument.getKind() == clang::TemplateArgument::Type &&
-        !movableBatch(Argument.getAsType(), Context, Unsupported, Depth + 1))
-      return false;
-    if (Argument.getKind() == clang::TemplateArgument::Pack)
-      for (const clang::TemplateArgument& Element : Argument.pack_elements())
-        if (Element.getKind() == clang::TemplateArgument::Type &&
-            !movableBatch(Element.getAsType(), Context, Unsupported, Depth + 1))
-          return false;
-  }
-  return true;
-}
-
-/// The batch type a `make_data_loader(dataset, ...)` call's dataset makes, when it can be told.
-clang::QualType batchTypeOf(const clang::CallExpr& Call, clang::ASTContext& Context) {
-  if (Call.getNumArgs() == 0)
-    return {};
-  return memberTypeAlias(Call.getArg(0)->getType().getNonReferenceType()->getAsCXXRecordDecl(), "BatchType",
-                         Context);
-}
-
-/// The loader's batches are of a type the runtime cannot move to a device.
-AST_MATCHER(clang::CallExpr, hasUnmovableBatch) {
-  clang::ASTContext& Context = Finder->getASTContext();
-  clang::QualType Batch = batchTypeOf(Node, Context);
-  std::string Unsupported;
-  return !Batch.isNull() && !movableBatch(Batch, Context, Unsupported);
-}
-
-/// The two-argument form (dataset, options) with the default or a standard sampler, over a dataset that is
-/// not stateful: what prepare_data_loader can take.
-AST_MATCHER(clang::CallExpr, isPreparableLoaderCall) {
-  const clang::FunctionDecl* Callee = Node.getDirectCallee();
-  if (!Callee || Callee->getNumParams() != 2)
-    return false;
-  Order Sampling = samplerOrder(Node);
-  if (Sampling != Order::Shuffled && Sampling != Order::Sequential)
-    return false;
-  clang::ASTContext& Context = Finder->getASTContext();
-  clang::QualType Batch = batchTypeOf(Node, Context);
-  std::string Unsupported;
-  return Batch.isNull() || movableBatch(Batch, Context, Unsupported);
-}
-
-AST_MATCHER(clang::VarDecl, isTrainingLoaderVariable) {
-  return isTrainingLoader(Node, Finder->getASTContext());
-}
-
-AST_MATCHER(clang::VarDecl, isDeclaredAuto) {
-  return Node.getType()->getContainedAutoType() != nullptr;
-}
-
-/// `auto loader = torch::data::make_data_loader...(...)`, alone in its declaration, read by a training loop.
-StatementMatcher trainingLoaderDeclaration(clang::ast_matchers::internal::Matcher<clang::CallExpr> Call) {
-  auto MakeDataLoader =
-      callExpr(callee(functionDecl(hasName("::torch::data::make_data_loader"))),
-               optionally(hasArgument(1, expr(unless(cxxDefaultArgExpr())).bind(OptionsId))), Call)
-          .bind(CallId);
-  return declStmt(hasSingleDecl(
-                      varDecl(hasInitializer(MakeDataLoader), isTrainingLoaderVariable()).bind(LoaderId)),
-                  unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
-      .bind(StatementId);
-}
+constexpr const char* StatementId = LoaderStatementId;
+constexpr const char* LoaderId = LoaderVariableId;
+constexpr const char* CallId = LoaderCallId;
+constexpr const char* OptionsId = LoaderOptionsId;
 
 /// The options argument of prepare_data_loader: as written (worker threads included), or for a sequential
 /// loader wrapped to keep the order.
@@ -175,7 +36,7 @@ Stencil loaderArguments() {
     const clang::LangOptions& LangOpts = Result.Context->getLangOpts();
     const auto* Options = Result.Nodes.getNodeAs<clang::Expr>(OptionsId);
     // Worker threads set in the options are kept: the prepared loader reads ahead on as many threads.
-    if (samplerOrder(*Call) != Order::Sequential)
+    if (samplerOrder(*Call) != SamplerOrder::Sequential)
       return clang::Lexer::getSourceText(*Arguments, SM, LangOpts).str();
     std::string Dataset =
         clang::Lexer::getSourceText(clang::CharSourceRange::getTokenRange(Call->getArg(0)->getSourceRange()),
@@ -191,23 +52,6 @@ Stencil loaderArguments() {
 }
 
 } // namespace
-
-StatementMatcher preparedLoaderDeclaration() {
-  return trainingLoaderDeclaration(isPreparableLoaderCall());
-}
-
-bool isPreparedLoader(const clang::VarDecl& Loader, clang::ASTContext& Context) {
-  if (!isPassEnabled("data-loader"))
-    return false;
-  const clang::Stmt* Declaration = nullptr;
-  for (const clang::DynTypedNode& Parent : Context.getParents(Loader))
-    Declaration = Parent.get<clang::DeclStmt>();
-  return Declaration &&
-         !match(traverse(clang::TK_IgnoreUnlessSpelledInSource,
-                         declStmt(preparedLoaderDeclaration(), hasSingleDecl(varDecl(isDeclaredAuto())))),
-                *Declaration, Context)
-              .empty();
-}
 
 namespace {
 
@@ -305,7 +149,7 @@ PassRule dataLoaderPass() {
                 clang::QualType Batch = batchTypeOf(*Call, *Result.Context);
                 std::string Type;
                 movableBatch(Batch, *Result.Context, Type);
-                return "its batches are `" + spelled(Batch, *Result.Context) +
+                return "its batches are `" + spelledType(Batch, *Result.Context) +
                        "`, and the runtime does not know how to "
                        "move `" +
                        Type +

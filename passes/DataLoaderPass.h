@@ -3,14 +3,7 @@
 #ifndef ACCELERATE_PASSES_DATALOADERPASS_H
 #define ACCELERATE_PASSES_DATALOADERPASS_H
 
-#include "passes/Registry.h"
-
-#include "clang/ASTMatchers/ASTMatchers.h"
-
-namespace clang {
-class ASTContext;
-class VarDecl;
-} // namespace clang
+#include "passes/Pass.h"
 
 namespace accelerate::passes {
 
@@ -27,12 +20,6 @@ namespace accelerate::passes {
 /// process evaluates the whole set, so metrics stay global. Loaders with an explicit sampler object or a
 /// stateful dataset, and loaders declared with a type other than `auto`, are reported.
 PassRule dataLoaderPass();
-
-/// True when dataLoaderPass() rewrites the declaration of `Loader`: its batches then arrive on the device.
-bool isPreparedLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
-
-/// Matches the declarations dataLoaderPass() rewrites (they use `accelerator`).
-clang::ast_matchers::StatementMatcher preparedLoaderDeclaration();
 
 } // namespace accelerate::passes
 

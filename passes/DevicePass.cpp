@@ -1,7 +1,6 @@
 // passes/DevicePass.cpp: the rule that hands device choice and placement to the accelerator.
 #include "passes/DevicePass.h"
 
-#include "passes/DataLoaderPass.h"
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"

@@ -2,7 +2,7 @@
 #ifndef ACCELERATE_PASSES_FSDPUNITSPASS_H
 #define ACCELERATE_PASSES_FSDPUNITSPASS_H
 
-#include "passes/Registry.h"
+#include "passes/Pass.h"
 
 namespace accelerate::passes {
 

@@ -1,7 +1,6 @@
 // passes/MainProcessPass.cpp: the rule that keeps training output to the main process.
 #include "passes/MainProcessPass.h"
 
-#include "passes/DataLoaderPass.h"
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"

@@ -2,7 +2,7 @@
 #ifndef ACCELERATE_PASSES_MAINPROCESSPASS_H
 #define ACCELERATE_PASSES_MAINPROCESSPASS_H
 
-#include "passes/Registry.h"
+#include "passes/Pass.h"
 #include "passes/TrainingCode.h"
 
 #include "clang/ASTMatchers/ASTMatchers.h"

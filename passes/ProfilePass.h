@@ -3,7 +3,7 @@
 #ifndef ACCELERATE_PASSES_PROFILEPASS_H
 #define ACCELERATE_PASSES_PROFILEPASS_H
 
-#include "passes/Registry.h"
+#include "passes/Pass.h"
 
 #include "clang/ASTMatchers/ASTMatchers.h"
 

@@ -1,7 +1,6 @@
 // passes/ProgressBarPass.cpp: the rule that gives the training loop a progress bar (`--progress-bar`).
 #include "passes/ProgressBarPass.h"
 
-#include "passes/DataLoaderPass.h"
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"

@@ -28,8 +28,12 @@ using namespace clang::ast_matchers;
 enum class Kind : uint64_t { Function, Class, Statement, Variable, Returned };
 /// The kind in the low 3 bits, a declaration's address (8-aligned) or a location above them.
 using Key = uint64_t;
-Key key(Kind K, const void* Declaration) { return reinterpret_cast<uintptr_t>(Declaration) | uint64_t(K); }
-Key key(Kind K, clang::SourceLocation Loc) { return (uint64_t(Loc.getRawEncoding()) + 1) << 3 | uint64_t(K); }
+Key key(Kind K, const void* Declaration) {
+  return reinterpret_cast<uintptr_t>(Declaration) | uint64_t(K);
+}
+Key key(Kind K, clang::SourceLocation Loc) {
+  return (uint64_t(Loc.getRawEncoding()) + 1) << 3 | uint64_t(K);
+}
 
 const clang::FunctionDecl& patternOf(const clang::FunctionDecl& Function) {
   const clang::FunctionDecl* Pattern = Function.getTemplateInstantiationPattern();
@@ -41,15 +45,23 @@ const clang::CXXRecordDecl& patternOf(const clang::CXXRecordDecl& Class) {
   return *(Pattern ? Pattern : &Class)->getCanonicalDecl();
 }
 
-Key functionKey(const clang::FunctionDecl& Function) { return key(Kind::Function, &patternOf(Function)); }
-Key returnedKey(const clang::FunctionDecl& Function) { return key(Kind::Returned, &patternOf(Function)); }
-Key classKey(const clang::CXXRecordDecl& Class) { return key(Kind::Class, &patternOf(Class)); }
+Key functionKey(const clang::FunctionDecl& Function) {
+  return key(Kind::Function, &patternOf(Function));
+}
+Key returnedKey(const clang::FunctionDecl& Function) {
+  return key(Kind::Returned, &patternOf(Function));
+}
+Key classKey(const clang::CXXRecordDecl& Class) {
+  return key(Kind::Class, &patternOf(Class));
+}
 Key variableKey(const clang::VarDecl& Variable) {
   if (Variable.hasGlobalStorage() && !Variable.isStaticLocal())
     return key(Kind::Variable, Variable.getCanonicalDecl());
   return key(Kind::Variable, Variable.getLocation());
 }
-Key statementKey(const clang::Stmt& S) { return key(Kind::Statement, S.getBeginLoc()); }
+Key statementKey(const clang::Stmt& S) {
+  return key(Kind::Statement, S.getBeginLoc());
+}
 
 /// A value of this type can hand over an object: anything but a number, an enumeration, a character pointer
 /// or array, a string, a device and tensor options (places, not objects: the device pass rewrites them
@@ -121,8 +133,9 @@ public:
   Key addClass(const clang::CXXRecordDecl& Class) {
     Key K = classKey(Class);
     if (const clang::CXXRecordDecl* Definition = patternOf(Class).getDefinition())
-      Pieces.try_emplace(K, SharingPiece{Definition->getSourceRange(), "class '" + Definition->getNameAsString() + "'",
-                         clang::SourceRange()});
+      Pieces.try_emplace(K,
+                         SharingPiece{Definition->getSourceRange(),
+                                      "class '" + Definition->getNameAsString() + "'", clang::SourceRange()});
     return K;
   }
 
@@ -230,10 +243,11 @@ public:
         if (Global && !written(*Read))
           continue;
         const Key K = variableKey(*Read);
-        Pieces.try_emplace(K, SharingPiece{Read->getSourceRange(),
-                           Global ? "variable '" + Read->getNameAsString() + "'"
-                                  : "function '" + patternOf(Function).getQualifiedNameAsString() + "'",
-                           clang::SourceRange()});
+        Pieces.try_emplace(
+            K, SharingPiece{Read->getSourceRange(),
+                            Global ? "variable '" + Read->getNameAsString() + "'"
+                                   : "function '" + patternOf(Function).getQualifiedNameAsString() + "'",
+                            clang::SourceRange()});
         link(Piece, K);
       } else if (const auto* E = Found.getNodeAs<clang::Expr>("typed")) {
         linkClassesIn(Piece, E->getType());
@@ -288,7 +302,8 @@ std::vector<SharingPiece> codeSharingObjectsWith(const clang::Decl& Start, clang
     if (!Code.written(*TopLevel))
       continue;
     for (const BoundNodes& Found :
-         match(traverse(clang::TK_AsIs, decl(eachOf(Defined, forEachDescendant(Defined)))), *TopLevel, Context)) {
+         match(traverse(clang::TK_AsIs, decl(eachOf(Defined, forEachDescendant(Defined)))), *TopLevel,
+               Context)) {
       const auto* Function = Found.getNodeAs<clang::FunctionDecl>("function");
       const auto* Method = llvm::dyn_cast<clang::CXXMethodDecl>(Function);
       if (Method && Method->getParent()->isLambda())
@@ -299,9 +314,8 @@ std::vector<SharingPiece> codeSharingObjectsWith(const clang::Decl& Start, clang
   if (const auto* Class = llvm::dyn_cast<clang::CXXRecordDecl>(&Start)) {
     const Key Whole = Code.addClass(*Class);
     // A class whole: its methods whole, those defined outside it included.
-    for (const clang::CXXMethodDecl* Method : patternOf(*Class).getDefinition()
-                                                  ? patternOf(*Class).getDefinition()->methods()
-                                                  : Class->methods())
+    for (const clang::CXXMethodDecl* Method :
+         patternOf(*Class).getDefinition() ? patternOf(*Class).getDefinition()->methods() : Class->methods())
       Code.implies(Whole, functionKey(*Method));
     return Code.reachedFrom(Whole);
   }
@@ -311,4 +325,3 @@ std::vector<SharingPiece> codeSharingObjectsWith(const clang::Decl& Start, clang
 }
 
 } // namespace accelerate::passes
-

@@ -18,6 +18,7 @@ namespace clang {
 class ASTContext;
 class SourceLocation;
 class SourceManager;
+class CallExpr;
 class CXXDeleteExpr;
 class Expr;
 class FieldDecl;
@@ -269,6 +270,43 @@ bool loopTrains(const clang::Stmt& Loop, clang::ASTContext& Context);
 /// declared with `torch::data::make_data_loader(...)`; through function parameters (up to three calls up),
 /// when every call of the function in the main file passes such a loader for it. Null otherwise.
 const clang::VarDecl* iteratedLoader(const clang::Stmt& RangeFor, clang::ASTContext& Context);
+
+/// The names the loader matchers below bind (the data-loader pass's rules read them).
+inline constexpr char LoaderStatementId[] = "statement";
+inline constexpr char LoaderVariableId[] = "loader";
+inline constexpr char LoaderCallId[] = "call";
+inline constexpr char LoaderOptionsId[] = "options";
+
+/// How a `make_data_loader` call orders its samples, from its sampler template argument.
+enum class SamplerOrder { Shuffled, Sequential, Other };
+SamplerOrder samplerOrder(const clang::CallExpr& Call);
+/// The batch type a `make_data_loader(dataset, ...)` call's dataset makes (its `BatchType`), when it can be
+/// told; null otherwise.
+clang::QualType batchTypeOf(const clang::CallExpr& Call, clang::ASTContext& Context);
+/// True when the runtime's `accelerate::ToDevice` moves `Type` (see <accelerate/data.h>): tensors,
+/// `torch::data::Example`, standard containers of such values, numbers, strings. Otherwise `Unsupported` is
+/// the first type in it that no rule moves.
+bool movableBatch(clang::QualType Type, const clang::ASTContext& Context, std::string& Unsupported);
+/// `Type` as a user writes it: without `class`, or an anonymous namespace.
+std::string spelledType(clang::QualType Type, const clang::ASTContext& Context);
+/// A `make_data_loader` call whose batches are of a type the runtime cannot move to a device.
+clang::ast_matchers::internal::Matcher<clang::CallExpr> hasUnmovableBatch();
+/// A variable a training loop reads as its loader (isTrainingLoader).
+clang::ast_matchers::internal::Matcher<clang::VarDecl> isTrainingLoaderVariable();
+/// A variable declared `auto`.
+clang::ast_matchers::internal::Matcher<clang::VarDecl> isDeclaredAuto();
+/// `auto loader = torch::data::make_data_loader...(...)`, alone in its declaration, read by a training loop,
+/// whose call `Call` matches; binds LoaderStatementId, LoaderVariableId, LoaderCallId and, when written,
+/// LoaderOptionsId.
+clang::ast_matchers::StatementMatcher
+trainingLoaderDeclaration(clang::ast_matchers::internal::Matcher<clang::CallExpr> Call);
+/// The declarations the data-loader pass rewrites into `accelerator.prepare_data_loader(...)`: the
+/// two-argument form (dataset, options) with the default or a standard sampler, over a dataset that is not
+/// stateful (they use `accelerator`).
+clang::ast_matchers::StatementMatcher preparedLoaderDeclaration();
+/// True when the data-loader pass runs and rewrites the declaration of `Loader`: its batches then arrive on
+/// the device.
+bool isPreparedLoader(const clang::VarDecl& Loader, clang::ASTContext& Context);
 
 /// True when a range-for loop of the main file iterates `Loader` (see iteratedLoader).
 bool isReadByLoop(const clang::VarDecl& Loader, clang::ASTContext& Context);
