@@ -1,6 +1,6 @@
 // passes/AcceleratorPass.cpp: the rule that declares `accelerate::Accelerator accelerator;` where training
 // runs.
-#include "passes/AcceleratorPass.h"
+#include "passes/Pass.h"
 
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
@@ -18,6 +18,25 @@
 #include <vector>
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// Makes `accelerator` exist in each function that the other passes make use it (lambdas count as part of
+/// the function around them), as its first statement, once, and adds `#include <accelerate/accelerate.h>`
+/// after the file's includes:
+///
+/// - in `main`: `accelerate::Accelerator accelerator;` — and `main` gets it even when only other functions of
+///   the file use it, since training starts there;
+/// - in another function of a file that defines `main`: `auto& accelerator =
+///   accelerate::Accelerator::current();`, the one `main` made (no signature changes, no globals);
+/// - in a file without `main` (a training function called from another file): `accelerate::Accelerator
+///   accelerator;` in the functions that run backward (the explanation asks the user to check that the
+///   function runs once), `current()` in the others.
+///
+/// Nothing is added when the file already declares an `accelerate::Accelerator` (variable, parameter or
+/// member) or uses one from a header. The explanation says where the declaration went and why.
+PassRule acceleratorPass();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -269,6 +288,18 @@ PassRule acceleratorPass() {
                   {insertAtBlockStart(BodyId, declarationText()),
                    addInclude("accelerate/accelerate.h", IncludeFormat::Angled)},
                   explainPlacement());
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo acceleratorPassInfo() {
+  return {"accelerator",
+          acceleratorPass,
+          "declares `accelerator` (in main, or `Accelerator::current()` elsewhere) where the rewritten code "
+          "uses it, "
+          "and includes <accelerate/accelerate.h>",
+          /*OnByDefault=*/true,
+          /*WhenNothingFound=*/{},
+          /*LeavesAlone=*/"files that already have an accelerator"};
 }
 
 } // namespace accelerate::passes

@@ -1,5 +1,5 @@
 // passes/AccumulatePass.cpp: the rule that wraps each training step in an accumulation guard.
-#include "passes/AccumulatePass.h"
+#include "passes/Pass.h"
 
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
@@ -8,10 +8,31 @@
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/ExprCXX.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/ASTMatchers/ASTMatchers.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 #include "llvm/ADT/STLExtras.h"
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// Inserts `auto accumulate = accelerator.accumulate(models...);` as the first statement of the innermost
+/// loop whose body runs a training step (a backward pass and an optimizer step), so the guard lives across
+/// the forward, the backward and the step, whichever side of the forward `zero_grad` is on:
+///
+///   for (auto& batch : *loader) {         for (auto& batch : *loader) {
+///     optimizer.zero_grad();          →     auto accumulate = accelerator.accumulate(model);
+///     ...                                   optimizer.zero_grad();
+///
+/// The models are those the stepped optimizers train (a GAN's two), else the modules the loop calls
+/// `forward` on. With `gradient_accumulation_steps` at 1 (the default) the guard changes nothing; with k,
+/// gradients are synchronised and the optimizer steps every k-th batch. A loop whose body is not a block, or
+/// whose backward and step are in functions it calls, is left as it is.
+PassRule accumulatePass();
+
+/// Matches the loops accumulatePass() rewrites (the guard uses `accelerator`).
+clang::ast_matchers::StatementMatcher accumulatedLoop();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -139,6 +160,18 @@ PassRule accumulatePass() {
               "would wait forever for the others' gradients; decide on a value reduced over the processes "
               "(accelerator.reduce) or use accelerator.set_trigger() / check_trigger()")),
   });
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo accumulatePassInfo() {
+  return {"accumulate",
+          accumulatePass,
+          "each training step runs inside `auto accumulate = accelerator.accumulate(...)`",
+          /*OnByDefault=*/true,
+          /*WhenNothingFound=*/{},
+          /*LeavesAlone=*/"loops whose step is in a helper, non-block bodies",
+          /*TurnedOnBy=*/{},
+          /*UsesAccelerator=*/accumulatedLoop};
 }
 
 } // namespace accelerate::passes

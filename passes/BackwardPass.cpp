@@ -1,5 +1,5 @@
 // passes/BackwardPass.cpp: the rule that routes tensor backward calls through the accelerator.
-#include "passes/BackwardPass.h"
+#include "passes/Pass.h"
 
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"
@@ -13,6 +13,24 @@
 #include "clang/Tooling/Transformer/Stencil.h"
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// Rewrites every call of `at::Tensor::backward` in the user's code, on any tensor expression, into a call
+/// of the accelerator, keeping the arguments as written:
+///
+///   loss.backward();               →  accelerator.backward(loss);
+///   (a + b).backward(grad, true);  →  accelerator.backward(a + b, grad, true);
+///   loss_ptr->backward();          →  accelerator.backward(*loss_ptr);
+///
+/// A call that comes from a macro expansion is left as it is, with a warning naming the macro. Calls of
+/// `accelerator.backward` are not tensor calls, so running the pass again changes nothing.
+///
+/// Only files that train (they construct, take or step an optimizer: see TrainingCode.h) are rewritten, and
+/// functions that already use the runtime are left alone. In a template, a call whose tensor is dependent is
+/// rewritten when every instantiation calls `at::Tensor::backward`, and reported otherwise.
+PassRule backwardPass();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -144,6 +162,18 @@ PassRule backwardPass() {
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, stmt(Call, InScope)),
                changeTo(node(CallId), Replacement), Why),
   });
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo backwardPassInfo() {
+  return {"backward", backwardPass,
+          "`X.backward(args...)` on a tensor becomes `accelerator.backward(X, args...)`; "
+          "`torch::autograd::backward({a, b})` becomes `accelerator.backward(a + b)`",
+          /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+          /*LeavesAlone=*/
+          "calls from a macro; in a template, calls not every instantiation makes a tensor call; "
+          "`torch::autograd::backward` given gradients",
+          /*TurnedOnBy=*/{}, /*UsesAccelerator=*/trainingBackwardCall};
 }
 
 } // namespace accelerate::passes

@@ -1,5 +1,5 @@
 // passes/ClipPass.cpp: the rule that routes gradient clipping through the accelerator.
-#include "passes/ClipPass.h"
+#include "passes/Pass.h"
 
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"
@@ -7,10 +7,32 @@
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/ExprCXX.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/ASTMatchers/ASTMatchers.h"
 #include "clang/Tooling/Transformer/RangeSelector.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// Rewrites libtorch's gradient clipping into the accelerator's, which clips the synchronised gradients (and
+/// unscales them first under fp16) on the device, without a host synchronisation:
+///
+///   torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+///     →  accelerator.clip_grad_norm_(model->parameters(), 1.0);
+///   double norm = torch::nn::utils::clip_grad_norm_(params, 0.5, 2);
+///     →  double norm = accelerator.clip_grad_norm_(params, 0.5, 2).item<double>();
+///   torch::nn::utils::clip_grad_value_(model->parameters(), 0.1);
+///     →  accelerator.clip_grad_value_(model->parameters(), 0.1);
+///
+/// The accelerator's clip_grad_norm_ returns the norm as a tensor; `.item<double>()` is added where the value
+/// is used (which synchronises, as libtorch's did). A single tensor argument becomes `{tensor}`. A call with
+/// `error_if_nonfinite` is reported and left as it is.
+PassRule clipPass();
+
+/// Matches the calls clipPass() rewrites (they use `accelerator`).
+clang::ast_matchers::StatementMatcher clipCall();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -87,6 +109,18 @@ PassRule clipPass() {
                cat("gradient clipping not rewritten: accelerator.clip_grad_norm_ has no error_if_nonfinite; "
                    "drop that argument and check the returned norm with torch::isfinite instead")),
   });
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo clipPassInfo() {
+  return {"clip",
+          clipPass,
+          "`torch::nn::utils::clip_grad_norm_/value_` become the accelerator's",
+          /*OnByDefault=*/true,
+          /*WhenNothingFound=*/{},
+          /*LeavesAlone=*/"calls with `error_if_nonfinite`",
+          /*TurnedOnBy=*/{},
+          /*UsesAccelerator=*/clipCall};
 }
 
 } // namespace accelerate::passes

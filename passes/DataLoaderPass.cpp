@@ -1,5 +1,5 @@
 // passes/DataLoaderPass.cpp: the rule that turns training loaders into prepared, distributed loaders.
-#include "passes/DataLoaderPass.h"
+#include "passes/Pass.h"
 
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"
@@ -14,6 +14,23 @@
 #include "llvm/ADT/STLExtras.h"
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// Rewrites the loaders a training loop reads into prepared loaders, which give each process its share of
+/// every global batch, already on `accelerator.device()`:
+///
+///   auto loader = torch::data::make_data_loader(std::move(dataset), 64);
+///     →  auto loader = accelerator.prepare_data_loader(std::move(dataset), 64);
+///   auto loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(dataset, options);
+///     →  auto loader = accelerator.prepare_data_loader(dataset,
+///                                                      accelerate::DataLoaderOptions(options).shuffle(false));
+///
+/// `for (auto& batch : *loader)` keeps working. Loaders that only evaluation loops read are left alone: every
+/// process evaluates the whole set, so metrics stay global. Loaders with an explicit sampler object or a
+/// stateful dataset, and loaders declared with a type other than `auto`, are reported.
+PassRule dataLoaderPass();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -168,6 +185,18 @@ PassRule dataLoaderPass() {
               "or sequential order; this one has its own sampler or a stateful dataset (wrap its loader "
               "with accelerate::prepare_iterable by hand); every process reads the whole dataset")),
   });
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo dataLoaderPassInfo() {
+  return {"data-loader", dataLoaderPass,
+          "`torch::data::make_data_loader(...)` read by a training loop becomes "
+          "`accelerator.prepare_data_loader(...)`",
+          /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+          /*LeavesAlone=*/
+          "evaluation loaders (note); own samplers, stateful datasets, non-`auto` declarations "
+          "(warning); loaders of static storage (refusal: the file is left as it is)",
+          /*TurnedOnBy=*/{}, /*UsesAccelerator=*/preparedLoaderDeclaration};
 }
 
 } // namespace accelerate::passes

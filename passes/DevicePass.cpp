@@ -1,5 +1,5 @@
 // passes/DevicePass.cpp: the rule that hands device choice and placement to the accelerator.
-#include "passes/DevicePass.h"
+#include "passes/Pass.h"
 
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
@@ -9,11 +9,35 @@
 #include "clang/AST/ExprCXX.h"
 #include "clang/AST/StmtCXX.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/ASTMatchers/ASTMatchers.h"
 #include "clang/Lex/Lexer.h"
 #include "clang/Tooling/Transformer/RangeSelector.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// Device placement:
+///
+///   torch::Device device(torch::cuda::is_available() ? torch::kCUDA : torch::kCPU);
+///     →  torch::Device device = accelerator.device();          (also `= torch::kCUDA`, a DeviceType, `auto`)
+///   device = torch::kCUDA;                   →  device = accelerator.device();
+///   model->to(device);                       →  (removed: prepare places a model its optimizer trains)
+///   batch.data.to(device)                    →  batch.data   (a prepared loader's batch is on the device)
+///   std::get<0>(batch).cuda()                →  std::get<0>(batch)
+///   x.cuda()                                 →  x.to(accelerator.device())
+///   x.to(torch::kCUDA)                       →  x.to(accelerator.device())
+///   batch.data.to(device, torch::kFloat)     →  batch.data.to(torch::kFloat)
+///
+/// Moves to the CPU (`.cpu()`, `.to(torch::kCPU)`), dtype conversions, moves of models that are only
+/// evaluated and tensors made with `.device(device)` stay: `device` is now the accelerator's. A device
+/// declared explicitly on the CPU (and never set to CUDA) stays as it is.
+PassRule devicePass();
+
+/// Matches what devicePass() rewrites into a use of `accelerator`.
+clang::ast_matchers::StatementMatcher deviceSiteUsingAccelerator();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -310,8 +334,7 @@ bool isUnplacedBatchArgument(const clang::Expr& Read, clang::ASTContext& Context
   const clang::FunctionDecl* Callee = Call ? Call->getDirectCallee() : nullptr;
   if (!Callee || Current == Call->getCallee() || Callee->getOverloadedOperator() == clang::OO_LessLess)
     return false;
-  const unsigned Shift =
-      llvm::isa<clang::CXXOperatorCallExpr>(Call) && llvm::isa<clang::CXXMethodDecl>(Callee) ? 1 : 0;
+  const unsigned Shift = firstParameterArgument(*Call);
   bool IsArgument = false;
   for (unsigned I = Shift; I < Call->getNumArgs(); ++I) {
     if (Call->getArg(I) != Current && Call->getArg(I)->IgnoreUnlessSpelledInSource() !=
@@ -788,6 +811,18 @@ PassRule devicePass() {
           cat("each process has its own device (cuda:<local rank>, or the CPU without CUDA); a constant CUDA "
               "device would put every process on GPU 0")),
   });
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo devicePassInfo() {
+  return {"device",
+          devicePass,
+          "device declarations become `accelerator.device()`; manual moves of prepared models and batches go",
+          /*OnByDefault=*/true,
+          /*WhenNothingFound=*/{},
+          /*LeavesAlone=*/"CPU moves, dtype conversions, models only evaluated",
+          /*TurnedOnBy=*/{},
+          /*UsesAccelerator=*/deviceSiteUsingAccelerator};
 }
 
 } // namespace accelerate::passes

@@ -1,5 +1,5 @@
 // passes/FsdpUnitsPass.cpp: the rule that runs each project module's forward through accelerate::fsdp::unit.
-#include "passes/FsdpUnitsPass.h"
+#include "passes/Pass.h"
 
 #include "passes/Macros.h"
 #include "passes/TrainingCode.h"
@@ -14,6 +14,28 @@
 #include "clang/Tooling/Transformer/Stencil.h"
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// In every class of the project derived from `torch::nn::Module` (the main file and the headers the rewrite
+/// may change), the body of each `forward` runs inside `accelerate::fsdp::unit`, the runtime's unit call:
+///
+///   torch::Tensor forward(torch::Tensor x) {     torch::Tensor forward(torch::Tensor x) {
+///     x = fc1(x);                            →     return accelerate::fsdp::unit(*this, [&]() ->
+///     torch::Tensor { return fc2(torch::relu(x));                    x = fc1(x);
+///   }                                                return fc2(torch::relu(x));
+///                                                  });
+///                                                }
+///
+/// Under the fsdp strategy the wrap policy (fsdp_auto_wrap_policy) decides at prepare which instances are
+/// units; for every other instance, and under any other strategy, the call is a plain call of the body. Left
+/// alone, with a warning: a forward whose result a unit cannot hook (not a Tensor, a vector of them, or a
+/// tuple or pair of those), one whose return type depends on a template parameter, one written by a macro.
+/// Noted: a member of a project module that is one of libtorch's composite modules (its forward cannot be
+/// edited; the runtime makes the enclosing project module the unit when the policy names it). Off unless
+/// named in `--passes=` (`accelerate_target(... FSDP)` names it).
+PassRule fsdpUnitsPass();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -297,6 +319,26 @@ PassRule fsdpUnitsPass() {
           "enclosing module whose forward calls the unit the unit instead"));
 
   return applyFirst({AlreadyUnit, InMacro, ConstForward, Dependent, NotHookable, Wrap, LibtorchLayer});
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo fsdpUnitsPassInfo() {
+  return {
+      "fsdp-units", fsdpUnitsPass,
+      "the forward of every module class of the project runs inside `accelerate::fsdp::unit`, so that under "
+      "the fsdp strategy the wrap policy can make its instances units (`accelerate_target(... FSDP)` "
+      "turns it on)",
+      /*OnByDefault=*/false,
+      /*WhenNothingFound=*/
+      "no class derived from torch::nn::Module with a forward is defined in the files "
+      "rewritten (the inputs, and the headers --headers names), so no module can "
+      "become an FSDP unit; rewrite the file that defines the model's classes, or name "
+      "its header with --headers",
+      /*LeavesAlone=*/
+      "forwards that return no tensors, `const` forwards, forwards written by a macro "
+      "(warnings); forwards that already call `accelerate::fsdp::unit`, libtorch's "
+      "composite modules (notes)",
+      /*TurnedOnBy=*/"`--enable=fsdp-units`, `accelerate_target(... FSDP)`"};
 }
 
 } // namespace accelerate::passes

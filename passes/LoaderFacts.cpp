@@ -199,8 +199,8 @@ StatementMatcher trainingLoaderDeclaration(clang::ast_matchers::internal::Matche
       callExpr(callee(functionDecl(hasName("::torch::data::make_data_loader"))),
                optionally(hasArgument(1, expr(unless(cxxDefaultArgExpr())).bind(LoaderOptionsId))), Call)
           .bind(LoaderCallId);
-  return declStmt(hasSingleDecl(
-                      varDecl(hasInitializer(MakeDataLoader), isTrainingLoaderVariableImpl()).bind(LoaderVariableId)),
+  return declStmt(hasSingleDecl(varDecl(hasInitializer(MakeDataLoader), isTrainingLoaderVariableImpl())
+                                    .bind(LoaderVariableId)),
                   unless(isInMacroExpansion()), isInTrainingFile(), unless(isInDistributedFunction()))
       .bind(LoaderStatementId);
 }

@@ -211,8 +211,7 @@ bool isSplitPreparedDeclaration(const clang::DeclStmt& Statement, clang::ASTCont
   // Each declarator is an optimizer or a scheduler: anything else would change type with the split.
   for (const clang::Decl* Declaration : Statement.decls()) {
     const auto* Variable = llvm::cast<clang::VarDecl>(Declaration);
-    if (match(qualType(anyOf(isOptimizerType(), isSchedulerType())), Variable->getType(), Context)
-            .empty())
+    if (match(qualType(anyOf(isOptimizerType(), isSchedulerType())), Variable->getType(), Context).empty())
       return Refuse(*Variable, "is declared with them and is neither an optimizer nor a scheduler");
   }
   return true;

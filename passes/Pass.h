@@ -30,11 +30,12 @@ inline constexpr llvm::StringLiteral NoteMarker = "note: ";
 /// (passes/SharedObjects.h). A training loop is rewritten whole or not at all.
 inline constexpr llvm::StringLiteral RefusalMarker = "refusal: ";
 
-/// One row of the pass table, the only list of the passes: accel-rewrite, the clang-tidy module and the
-/// language server run allPasses(), the accelerator pass asks the rows where the others use `accelerator`,
-/// and docs/passes.md's table is generated from the rows (scripts/passes_table.py). Adding a pass: write
-/// `<Name>Pass.h/.cpp` and `test/passes/<name>.cpp`, add one row in Registry.cpp (and the source in
-/// passes/CMakeLists.txt) and a section in docs/passes.md (docs/development.md, "Adding a pass").
+/// One row of the pass table: each pass's file defines its row (`PassInfo <name>PassInfo()`), and
+/// passes/Passes.def, the only list of the passes, names the rows in the order the passes run.
+/// accel-rewrite, the clang-tidy module and the language server run allPasses(), the accelerator pass asks
+/// the rows where the others use `accelerator`, and docs/passes.md's table is generated from the rows
+/// (scripts/passes_table.py). Adding a pass: write `passes/<Name>Pass.cpp` and `test/passes/<name>.cpp`,
+/// and add one line to passes/Passes.def (docs/development.md, "Adding a pass").
 struct PassInfo {
   llvm::StringRef Name;    ///< Short name used in `--explain`, `--passes=` and docs, e.g. "backward".
   PassRule (*MakeRule)();  ///< Builds the pass's rule.

@@ -1,5 +1,5 @@
 // passes/PreparePass.cpp: the rule that prepares optimizers, schedulers and the models an optimizer trains.
-#include "passes/PreparePass.h"
+#include "passes/Pass.h"
 
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
@@ -13,11 +13,67 @@
 #include "clang/Tooling/Transformer/RangeSelector.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 
+#include "clang/ASTMatchers/ASTMatchers.h"
 #include <algorithm>
 #include <array>
 #include <map>
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// Rewrites the declaration of each local optimizer and learning-rate scheduler into a prepared one, and
+/// prepares (in place) the models whose `parameters()` the optimizer takes, right before it:
+///
+///   torch::optim::SGD optimizer(model->parameters(), 0.1);
+///     →  accelerator.prepare(model);
+///        auto optimizer = accelerator.prepare(torch::optim::SGD(model->parameters(), 0.1));
+///   auto optimizer = std::make_shared<torch::optim::Adam>(net->parameters());
+///     →  accelerator.prepare(net);
+///        auto optimizer = accelerator.prepare(torch::optim::Adam(net->parameters()));
+///   torch::optim::StepLR scheduler(optimizer, 10, 0.5);
+///     →  auto scheduler = accelerator.prepare(torch::optim::StepLR(optimizer, 10, 0.5));
+///
+/// The prepared optimizer keeps `step()`, `zero_grad()`, `->` and converts to `torch::optim::Optimizer&`, so
+/// the call sites stay as written. A model that two optimizers train is prepared once, before the first. A
+/// global optimizer stays libtorch's; its global models are prepared at the start of `main`. An optimizer
+/// over tensors that come from no model's `parameters()` is reported and left alone.
+///
+/// An optimizer held by a member of a class (by value, raw pointer, `std::unique_ptr`, `std::shared_ptr`)
+/// whose build sites are in the file and whose uses a prepared optimizer supports (step, zero_grad,
+/// param_groups,
+/// `*member` as a torch::optim::Optimizer&, `delete`) becomes a prepared one where it is built:
+///
+///   torch::optim::SGD* opt = new torch::optim::SGD(net->parameters(), 0.1);
+///     →  accelerate::Optimizer opt = accelerate::Accelerator::current().prepare(
+///            torch::optim::SGD(accelerate::Accelerator::current().prepare(net)->parameters(), 0.1));
+///   optimizer_ = std::make_unique<torch::optim::Adam>(model_->parameters());   (member of type
+///   std::unique_ptr<torch::optim::Adam>, which becomes std::optional<accelerate::Optimizer>)
+///     →  accelerator.prepare(model_);
+///        optimizer_ = accelerator.prepare(torch::optim::Adam(model_->parameters()));
+///
+/// Any other member optimizer is reported, naming the member and why.
+PassRule preparePass();
+
+/// Matches the declarations preparePass() rewrites (they use `accelerator`).
+clang::ast_matchers::StatementMatcher preparedDeclaration();
+
+/// Matches `optimizer = std::make_unique<Opt>(model->parameters(), ...);`, before which preparePass()
+/// prepares the models (the optimizer, held as a pointer to torch::optim::Optimizer, stays libtorch's).
+clang::ast_matchers::StatementMatcher preparedAssignment();
+
+/// Matches `member = new Opt(...);`, `member = std::make_unique<Opt>(...);` and `member.reset(new Opt(...));`
+/// in a function body, for an optimizer member that preparePass() makes a prepared optimizer: it prepares the
+/// models before the statement and the optimizer in it (with `accelerator`).
+clang::ast_matchers::StatementMatcher preparedMemberBuild();
+
+/// Matches a global optimizer whose (global) models preparePass() prepares at the start of `main`.
+clang::ast_matchers::DeclarationMatcher preparedGlobalOptimizer();
+
+/// Matches every statement preparePass() makes use `accelerator` (preparedDeclaration(),
+/// preparedAssignment(), preparedMemberBuild()): its registry row's PassInfo::UsesAccelerator.
+clang::ast_matchers::StatementMatcher prepareUsesAccelerator();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -762,10 +818,7 @@ bool receivesOnlyPreparedOptimizers(const clang::ParmVarDecl& Node, clang::ASTCo
       const auto* Call = Found.getNodeAs<clang::CallExpr>("call");
       if (IsFunction(Call->getDirectCallee())) {
         // A lambda's (or any object's) operator() called as `step(optimizer)`: the object is argument 0.
-        const unsigned Shift = llvm::isa<clang::CXXOperatorCallExpr>(Call) &&
-                                       llvm::isa<clang::CXXMethodDecl>(Call->getDirectCallee())
-                                   ? 1
-                                   : 0;
+        const unsigned Shift = firstParameterArgument(*Call);
         if (Index + Shift >= Call->getNumArgs())
           continue;
         AnyCall = true;
@@ -1052,6 +1105,20 @@ PassRule preparePass() {
           cat("accelerator.prepare() returns an accelerate::Scheduler with the same step(): it steps once "
               "per real optimizer step, not on accumulation micro-steps")),
   });
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo preparePassInfo() {
+  return {"prepare", preparePass,
+          "optimizers and schedulers become `accelerator.prepare(...)`; the models an optimizer trains are "
+          "prepared "
+          "before it",
+          /*OnByDefault=*/true, /*WhenNothingFound=*/{},
+          /*LeavesAlone=*/
+          "optimizers over loose tensors; member optimizers used in ways a prepared one does not "
+          "support; plateau schedulers stepped with a metric of this process's share (warnings)",
+          /*TurnedOnBy=*/{}, /*UsesAccelerator=*/prepareUsesAccelerator,
+          /*UsesAcceleratorInMain=*/preparedGlobalOptimizer};
 }
 
 } // namespace accelerate::passes

@@ -1,5 +1,5 @@
 // passes/ProfilePass.cpp: the rule that runs the training loop under the profiler (`--profile`).
-#include "passes/ProfilePass.h"
+#include "passes/Pass.h"
 
 #include "passes/Insertion.h"
 #include "passes/Macros.h"
@@ -9,10 +9,37 @@
 #include "clang/AST/ExprCXX.h"
 #include "clang/AST/ParentMapContext.h"
 #include "clang/ASTMatchers/ASTMatchFinder.h"
+#include "clang/ASTMatchers/ASTMatchers.h"
 #include "clang/Basic/SourceManager.h"
 #include "clang/Tooling/Transformer/Stencil.h"
 
 namespace accelerate::passes {
+
+// ---- The pass ------------------------------------------------------------------------------------------
+
+/// Off by default; `accel-rewrite --profile` (`accelerate_target(... PROFILE)`) switches it on. Each training
+/// run (the outermost training loop, as the tracking pass finds it) runs under `accelerator.profile()`,
+/// stepped right after each optimizer step and stopped after the loop, which writes each process's Chrome
+/// trace (`<profile_trace_dir>/profile_<process_index>.json`; the schedule and the directory come from the
+/// `profile_schedule` and `profile_trace_dir` settings, ACCEL_PROFILE_SCHEDULE and ACCEL_PROFILE_DIR):
+///
+///     for (auto& batch : *loader) {         auto profiler = accelerator.profile();
+///       ...                                 for (auto& batch : *loader) {
+///       optimizer.step();              →      ...
+///     }                                       optimizer.step();
+///                                             profiler.step();
+///                                           }
+///                                           profiler.stop();
+///
+/// The profiler steps after the last optimizer step the innermost training loop's body calls (inside the
+/// `if` that guards it, when one does), else after the body's last statement that trains (an optimizer step
+/// in a function the loop calls). A run written without braces around it, or whose body is not a block, is
+/// reported with the code to write by hand.
+PassRule profilePass();
+
+/// The runs the pass profiles, whose profiler comes from `accelerator` (PassInfo::UsesAccelerator).
+clang::ast_matchers::StatementMatcher profiledTrainingRun();
+
 namespace {
 
 using namespace clang::ast_matchers;
@@ -215,6 +242,23 @@ PassRule profilePass() {
       makeRule(traverse(clang::TK_IgnoreUnlessSpelledInSource, trainingRun(false)), noopEdit(node(LoopId)),
                whyNotProfiled()),
   });
+}
+
+/// The pass's row of the table (passes/Passes.def lists it; scripts/passes_table.py reads its texts).
+PassInfo profilePassInfo() {
+  return {"profile",
+          profilePass,
+          "with `--profile`: the training loop runs under `accelerator.profile()` (libtorch's profiler), "
+          "stepped "
+          "after each optimizer step; each process writes a Chrome trace",
+          /*OnByDefault=*/false,
+          /*WhenNothingFound=*/{},
+          /*LeavesAlone=*/"loops written without braces around them or their body (warnings)",
+          /*TurnedOnBy=*/"`--profile`, `accelerate_target(... PROFILE)`",
+          /*UsesAccelerator=*/profiledTrainingRun,
+          /*UsesAcceleratorInMain=*/nullptr,
+          /*AcceleratorOptions=*/nullptr,
+          /*Setting=*/"--profile"};
 }
 
 } // namespace accelerate::passes

@@ -214,7 +214,7 @@ public:
         if (Method && !Method->isStatic() && !Method->getParent()->isLambda())
           link(Piece, addClass(*Method->getParent()));
         // The arguments flow into the parameters (an operator method's first argument is its object).
-        unsigned Shift = llvm::isa<clang::CXXOperatorCallExpr>(TheCall) && Method ? 1 : 0;
+        const unsigned Shift = firstParameterArgument(*TheCall);
         for (unsigned I = Shift; I < TheCall->getNumArgs(); ++I) {
           const clang::Expr* Argument = TheCall->getArg(I);
           if (llvm::isa<clang::CXXDefaultArgExpr>(Argument) || !holdsObjects(Argument->getType()))

@@ -566,6 +566,13 @@ clang::ast_matchers::internal::Matcher<clang::Stmt> isInTrainingHelper() {
 
 // ---- Calls ----------------------------------------------------------------------------------------------
 
+unsigned firstParameterArgument(const clang::CallExpr& Call) {
+  return llvm::isa<clang::CXXOperatorCallExpr>(Call) &&
+                 llvm::isa_and_nonnull<clang::CXXMethodDecl>(Call.getDirectCallee())
+             ? 1
+             : 0;
+}
+
 clang::ast_matchers::internal::Matcher<clang::Stmt> dependentReference() {
   return expr(anyOf(unresolvedLookupExpr(), cxxDependentScopeMemberExpr(), unresolvedMemberExpr()))
       .bind("dependent");

@@ -87,8 +87,75 @@ bool readsShardedData(const clang::FunctionDecl& Function, clang::ASTContext& Co
 std::vector<std::pair<const clang::DeclRefExpr*, Share>>
 shareReads(const clang::Expr& E, const clang::FunctionDecl& Function, clang::ASTContext& Context);
 
+// ---- Output statements (passes/PrintedOutput.cpp) --------------------------------------------------------
+
+/// `a << b << c`: the stream (`a`) and what is written to it (`b`, `c`), for resolved and dependent code.
+struct StreamChain {
+  const clang::Expr* Stream = nullptr;
+  std::vector<const clang::Expr*> Operands;
+};
+/// The chain `E` writes, when it is a `<<` chain on a stream; none otherwise.
+std::optional<StreamChain> streamChain(const clang::Expr* E);
+/// What kind of stream a chain writes to.
+enum class OutputStream { Cout, OtherStandard, File, None };
+OutputStream streamKind(const clang::Expr* E);
+/// The name an operand spells when it is a function (`std::endl`, `std::flush`), resolved or not.
+std::string manipulatorName(const clang::Expr* E);
+/// `std::endl`, `std::flush` or `std::ends` (function templates of the stream's type).
+bool isTemplateManipulator(const clang::Expr* E);
+/// The tensors `Function` runs backward on, written as variables: its losses; also a loss a training step
+/// it calls returns (`auto loss = train_step(...)`).
+std::vector<const clang::ValueDecl*> lossesOf(const clang::FunctionDecl& Function,
+                                              clang::ASTContext& Context);
+/// The loss objects in `loss.item<T>()` calls within `Operand`, for the losses in `Losses`.
+std::vector<const clang::Expr*> lossReads(const clang::Expr& Operand,
+                                          const std::vector<const clang::ValueDecl*>& Losses,
+                                          clang::ASTContext& Context);
+/// The first call or update in `S` (in evaluation order for output) that may change what the program
+/// computes next, or null. Lambda bodies are not looked into.
+const clang::Expr* firstSideEffect(const clang::Stmt& S);
+/// `printf`, `puts` or `fprintf`, resolved or in a template.
+clang::ast_matchers::StatementMatcher printfCall();
+
+/// A number an output statement prints that the training computes, as mainProcessPass() classifies it: an
+/// operand that reads a loss the function runs backward on (`loss.item<T>()`), or a local computed from the
+/// batches (shareOf: a sum or count, a mean of losses, or another number made of them, such as `total / n`,
+/// `correct / seen`).
+struct PrintedValue {
+  const clang::Expr* Operand = nullptr; ///< The operand printed: of the `<<` chain, or a printf argument.
+  /// In a `<<` chain, the text of the string literal printed right before it (stream manipulators such as
+  /// `std::setprecision(8)` in between skipped), its escapes resolved; "" when what comes before is not a
+  /// string literal. None in a `printf`, whose format holds the label.
+  std::optional<std::string> PrintedBefore;
+  /// The loss objects of its `loss.item<T>()` reads, in source order.
+  std::vector<const clang::Expr*> LossReads;
+  /// Its uses of locals computed from the batches, with their kind (shareOf).
+  std::vector<std::pair<const clang::DeclRefExpr*, Share>> Numbers;
+  /// True when the function reads a prepared loader: the Numbers are this process's share, which
+  /// mainProcessPass() reduces where they are printed (sums and counts with SUM, means with MEAN), and leaves
+  /// the line per process when one is Share::Unknown.
+  bool PerProcess = false;
+  /// The first call or update in it not known to be pure (see mainProcessPass()), or null.
+  const clang::Expr* SideEffect = nullptr;
+};
+
+/// The training numbers that `Statement`, a `<<` chain on std::cout, std::cerr or std::clog, or a
+/// `printf`/`fprintf` call, prints, in the order printed. Files a program writes are not printing.
+std::vector<PrintedValue> printedValues(const clang::Expr& Statement, clang::ASTContext& Context);
+
+/// `Value`'s operand as written, its losses and this process's shares made global as mainProcessPass() makes
+/// them where the line prints: `accelerator.reduce(total, accelerate::ReduceOp::MEAN) / n`; a bare
+/// `loss.item<T>()` as the 0-d tensor `accelerator.reduce(loss.detach(), accelerate::ReduceOp::MEAN)`. None
+/// when a number cannot be made global (Share::Unknown of this process's share) or the operand's text is not
+/// all in the file (a macro).
+std::optional<std::string> globalValueText(const PrintedValue& Value, clang::ASTContext& Context);
+
 // ---- Calls ----------------------------------------------------------------------------------------------
 
+/// The index of the call's first argument that stands for a parameter of its callee: 1 for a member
+/// operator called as an operator (a lambda's `step(optimizer)`, `a + b` with a member `operator+`), whose
+/// argument 0 is the object; 0 otherwise.
+unsigned firstParameterArgument(const clang::CallExpr& Call);
 /// A reference a template leaves unresolved (`run_epoch(net, ...)` with a dependent argument,
 /// `this->run_epoch()`), bound to "dependent".
 clang::ast_matchers::internal::Matcher<clang::Stmt> dependentReference();

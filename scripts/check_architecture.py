@@ -4,7 +4,9 @@
 Checks that every folder the page names exists, that every top-level folder and every folder of runtime/ has a
 row, that each runtime folder includes (`#include "<folder>/..."`) only the folders its row allows, and that no
 hand-written source under runtime/, include/ or tools/ is over 1,000 lines unless the page's "Files over 1,000
-lines" section lists it. Prints every problem, one a line, and exits 1 when there is any.
+lines" section lists it (passes/ too), and that no rewrite pass includes another pass's header or the pass table
+(passes/Registry.h: only the table itself and the accelerator pass, which reads its rows). Prints every problem,
+one a line, and exits 1 when there is any.
 """
 import os
 import re
@@ -97,7 +99,7 @@ def main():
     exceptions_section = text.split("## Files over 1,000 lines", 1)
     exceptions = set(re.findall(r"^- `([^`]+)`", exceptions_section[1], re.M)) if len(exceptions_section) > 1 else set()
     for path in files:
-        if path.split("/", 1)[0] not in ("runtime", "include", "tools") or not path.endswith(SOURCE_SUFFIXES):
+        if path.split("/", 1)[0] not in ("runtime", "include", "tools", "passes") or not path.endswith(SOURCE_SUFFIXES):
             continue
         with open(os.path.join(ROOT, path), encoding="utf-8", errors="replace") as source:
             lines = sum(1 for _ in source)
@@ -107,6 +109,23 @@ def main():
     for path in sorted(exceptions):
         if path not in files:
             problems.append(f"docs/architecture.md lists `{path}` as over 1,000 lines, but there is no such file")
+
+    # A pass includes the vocabulary (passes/Pass.h) and the facts module, not another pass nor the table.
+    pass_include = re.compile(r'^\s*#\s*include\s+"passes/([A-Za-z]+Pass|Registry)\.h"')
+    for path in files:
+        if not path.startswith("passes/") or not path.endswith(SOURCE_SUFFIXES):
+            continue
+        own = os.path.splitext(os.path.basename(path))[0]
+        with open(os.path.join(ROOT, path), encoding="utf-8") as source:
+            for number, line in enumerate(source, 1):
+                match = pass_include.match(line)
+                if not match or match.group(1) == own or own == "Registry":
+                    continue
+                if match.group(1) == "Registry" and own == "AcceleratorPass":
+                    continue
+                problems.append(f"{path}:{number}: includes passes/{match.group(1)}.h; a pass includes passes/Pass.h "
+                                f"and the facts module (passes/TrainingCode.h), never another pass or the table "
+                                f"(docs/development.md, 'Adding a pass')")
 
     for problem in problems:
         print(problem)

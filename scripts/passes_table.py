@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Generates docs/passes.md's table of the rewrite passes from passes/Registry.cpp's rows.
+"""Generates docs/passes.md's table of the rewrite passes from the passes' rows.
 
     python3 scripts/passes_table.py            print the table
     python3 scripts/passes_table.py --update   rewrite the table in docs/passes.md
     python3 scripts/passes_table.py --check    exit 1, with the difference, when docs/passes.md's table differs
 
-The registry (allPasses() in passes/Registry.cpp) is the one list of the passes; each row gives, in PassInfo's
-order, the pass's name, rule, Summary ("rewrites"), OnByDefault, WhenNothingFound, LeavesAlone ("leaves alone")
+passes/Passes.def is the one list of the passes, in the order they run: `ACCELERATE_PASS(Row)` names the
+function `PassInfo Row()` that the pass's own file (passes/<Name>Pass.cpp) defines as `return {...};`. Each
+row gives, in PassInfo's order, the pass's name, rule, Summary ("rewrites"), OnByDefault, WhenNothingFound, LeavesAlone ("leaves alone")
 and TurnedOnBy ("on" for a pass off by default). The table sits in docs/passes.md between the BEGIN and END
 lines below; the lit test test/passes/passes-table.cpp runs --check.
 """
@@ -19,9 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generated_table import STRING, print_update_or_check, split_top_level  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REGISTRY = os.path.join(ROOT, "passes", "Registry.cpp")
+REGISTRY = os.path.join(ROOT, "passes", "Passes.def")
 PASSES_DOC = os.path.join(ROOT, "docs", "passes.md")
-BEGIN = ("<!-- passes table: generated from passes/Registry.cpp by "
+BEGIN = ("<!-- passes table: generated from passes/Passes.def and the passes' rows by "
          "`python3 scripts/passes_table.py --update`; do not edit by hand -->")
 END = "<!-- end of passes table -->"
 # PassInfo's fields, in the order a row of the registry gives them (passes/Registry.h); a row may leave out
@@ -63,22 +64,43 @@ def string_value(text, where):
     return "".join(re.sub(r"\\(.)", r"\1", part[1:-1]) for part in parts)
 
 
-def read_rows(path=REGISTRY):
+def row_texts(path):
+    """(where, braced row) for each `ACCELERATE_PASS(Row)` of `path`, in its order: the list `PassInfo Row()`
+    returns in the passes/ file that defines it."""
     with open(path) as file:
-        text = without_comments(file.read())
-    table = re.search(r"static\s+const\s+PassInfo\s+\w+\[\]\s*=\s*\{", text)
-    if not table:
-        raise ValueError(f"{path}: no `static const PassInfo Passes[] = {{...}}` table")
-    start = table.end() - 1
+        names = re.findall(r"^ACCELERATE_PASS\((\w+)\)", without_comments(file.read()), re.M)
+    if not names:
+        raise ValueError(f"{path}: no ACCELERATE_PASS(Row) line")
+    folder = os.path.dirname(path)
+    sources = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".cpp"):
+            with open(os.path.join(folder, name)) as file:
+                sources[name] = without_comments(file.read())
+    texts = []
+    for row_name in names:
+        found = [(name, match) for name, text in sources.items()
+                 for match in [re.search(r"\bPassInfo\s+" + row_name + r"\s*\(\s*\)\s*\{\s*return\s*\{", text)]
+                 if match]
+        if len(found) != 1:
+            raise ValueError(f"{path}: ACCELERATE_PASS({row_name}) is defined {len(found)} times as "
+                             f"`PassInfo {row_name}() {{ return {{...}}; }}` in {folder}")
+        name, match = found[0]
+        start = match.end() - 1
+        texts.append((os.path.join("passes", name), sources[name][start:closing(sources[name], start)]))
+    return texts
+
+
+def read_rows(path=REGISTRY):
     rows = []
-    for item in split_top_level(text[start + 1:closing(text, start) - 1]):
+    for where_file, item in row_texts(path):
         if not (item.startswith("{") and item.endswith("}")):
-            raise ValueError(f"{path}: a row of the pass table is not a braced list: {item!r}")
+            raise ValueError(f"{where_file}: a row of the pass table is not a braced list: {item!r}")
         values = split_top_level(item[1:-1])
         if not 3 <= len(values) <= len(FIELDS):
-            raise ValueError(f"{path}: a row has {len(values)} fields, not 3 to {len(FIELDS)}: {values}")
+            raise ValueError(f"{where_file}: a row has {len(values)} fields, not 3 to {len(FIELDS)}: {values}")
         row = dict(zip(FIELDS, values))
-        where = f"{path}, pass {row['Name']}"
+        where = f"{where_file}, pass {row['Name']}"
         for field in ("Name", "Summary", "WhenNothingFound", "LeavesAlone", "TurnedOnBy"):
             row[field] = string_value(row.get(field, "{}"), where)
         on = row.get("OnByDefault", "true")
