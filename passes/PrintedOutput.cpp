@@ -16,7 +16,6 @@ namespace accelerate::passes {
 
 using namespace clang::ast_matchers;
 
-
 std::optional<StreamChain> streamChain(const clang::Expr* E) {
   StreamChain Chain;
   E = E->IgnoreUnlessSpelledInSource();
@@ -41,7 +40,6 @@ std::optional<StreamChain> streamChain(const clang::Expr* E) {
   Chain.Stream = E;
   return Chain;
 }
-
 
 OutputStream streamKind(const clang::Expr* E) {
   const auto* Reference = llvm::dyn_cast<clang::DeclRefExpr>(E->IgnoreParenImpCasts());
