@@ -23,6 +23,7 @@ class CXXDeleteExpr;
 class Expr;
 class FieldDecl;
 class FunctionDecl;
+class ParmVarDecl;
 class Stmt;
 class ValueDecl;
 class VarDecl;
@@ -302,6 +303,49 @@ bool isSplitPreparedDeclaration(const clang::DeclStmt& Statement, clang::ASTCont
 /// a smart pointer in a statement of its own (optimizerAssignment()); or it builds a member that
 /// preparedMemberOptimizers() lists.
 bool isPreparedConstruction(const clang::Expr& Construction, clang::ASTContext& Context);
+
+// ---- Optimizers the prepare pass prepares (passes/PreparedOptimizers.cpp) ------------------------------
+
+/// The names declarationOf() binds (the prepare pass's rules read them), and the name of the optimizer
+/// libtorchOnlyMemberOfPreparedOptimizer() binds.
+inline constexpr char OptimizerStatementId[] = "statement";
+inline constexpr char OptimizerVariableId[] = "variable";
+inline constexpr char OptimizerConstructId[] = "construct";
+inline constexpr char OptimizerFactoryId[] = "factory";
+inline constexpr char PreparedOptimizerSavedId[] = "saved";
+
+/// A variable that holds the object itself (not a pointer, a reference or a smart pointer).
+clang::ast_matchers::internal::Matcher<clang::VarDecl> holdsObject();
+/// `T name(args)`, `T name{args}`, `T name = T(args)`, `auto name = T(args)`, and
+/// `auto name = std::make_shared<T>(args)` (or make_unique) for a type `Type` matches, declared alone in a
+/// function; binds OptimizerStatementId, OptimizerVariableId, and OptimizerConstructId or OptimizerFactoryId.
+clang::ast_matchers::StatementMatcher
+declarationOf(clang::ast_matchers::internal::Matcher<clang::QualType> Type);
+/// A model of a template (`net` in `template <class T> void train(T& net)`) that one of its instantiations
+/// makes something other than a module: its tensors are loose.
+struct NonModuleInstance {
+  const clang::Expr* Model = nullptr;
+  const clang::FunctionDecl* Instance = nullptr;
+  clang::QualType Type;
+};
+/// The first model the optimizer `Variable` trains that an instantiation of its template makes a non-module.
+std::optional<NonModuleInstance> nonModuleInstance(const clang::VarDecl& Variable,
+                                                   clang::ASTContext& Context);
+/// An optimizer one of whose template's instantiations trains a non-module (nonModuleInstance).
+clang::ast_matchers::internal::Matcher<clang::VarDecl> trainsANonModuleInSomeInstantiation();
+/// An optimizer over the parameters of models (modules in every instantiation of its template).
+clang::ast_matchers::internal::Matcher<clang::VarDecl> trainsSomeModel();
+/// A by-value optimizer whose declaration the prepare pass rewrites: its name then holds an
+/// accelerate::Optimizer.
+clang::ast_matchers::internal::Matcher<clang::VarDecl> isPreparedOptimizerObject();
+/// A reference parameter of an optimizer type that every call in the main file passes a prepared optimizer
+/// for (directly, through the parameters of up to two calls out, or next to a function handed on as a
+/// callback).
+clang::ast_matchers::internal::Matcher<clang::ParmVarDecl> onlyReceivesPreparedOptimizers();
+/// `optimizer.defaults()`: a member of libtorch's optimizer that accelerate::Optimizer does not have, called
+/// on a name that holds a prepared optimizer, resolved or in a template; the name is bound to
+/// PreparedOptimizerSavedId.
+clang::ast_matchers::StatementMatcher libtorchOnlyMemberOfPreparedOptimizer();
 
 // ---- The training step -----------------------------------------------------------------------------------
 
