@@ -1,6 +1,7 @@
-// passes/PreparedOptimizers.cpp: the facts module's optimizers the prepare pass prepares (TrainingCode.h): the
-// declarations it rewrites, the names that hold a prepared optimizer afterwards (by value, a reference bound to
-// one, a parameter that only receives prepared ones), and the members of libtorch's optimizer reached on them.
+// passes/PreparedOptimizers.cpp: the facts module's optimizers the prepare pass prepares (TrainingCode.h):
+// the declarations it rewrites, the names that hold a prepared optimizer afterwards (by value, a reference
+// bound to one, a parameter that only receives prepared ones), and the members of libtorch's optimizer
+// reached on them.
 #include "passes/Macros.h"
 #include "passes/Pass.h"
 #include "passes/Templates.h"
@@ -33,7 +34,6 @@ AST_MATCHER(clang::VarDecl, holdsObjectImpl) {
   return Record && Name != "std::shared_ptr" && Name != "std::unique_ptr";
 }
 
-
 AST_MATCHER(clang::VarDecl, trainsANonModuleInSomeInstantiationImpl) {
   return nonModuleInstance(Node, Finder->getASTContext()).has_value();
 }
@@ -44,7 +44,6 @@ AST_MATCHER(clang::VarDecl, trainsSomeModelImpl) {
   return Node.getInit() && !modelsTrainedBy(*Node.getInit(), Context).empty() &&
          !nonModuleInstance(Node, Context);
 }
-
 
 /// A by-value optimizer whose declaration this pass rewrites: its name then holds an accelerate::Optimizer.
 AST_MATCHER(clang::VarDecl, isPreparedOptimizerObjectImpl) {
@@ -193,11 +192,11 @@ StatementMatcher declarationOf(clang::ast_matchers::internal::Matcher<clang::Qua
           .bind(OptimizerFactoryId);
   // In a template, `T name(args)` with dependent arguments has a ParenListExpr for an initializer.
   auto DependentConstruct = parenListExpr().bind(OptimizerConstructId);
-  auto Variable =
-      varDecl(hasLocalStorage(), unless(isStaticLocal()),
-              anyOf(allOf(holdsObjectImpl(), hasType(Type), hasInitializer(anyOf(Construct, DependentConstruct))),
-                    hasInitializer(Made)))
-          .bind(OptimizerVariableId);
+  auto Variable = varDecl(hasLocalStorage(), unless(isStaticLocal()),
+                          anyOf(allOf(holdsObjectImpl(), hasType(Type),
+                                      hasInitializer(anyOf(Construct, DependentConstruct))),
+                                hasInitializer(Made)))
+                      .bind(OptimizerVariableId);
   return declStmt(hasSingleDecl(Variable), unless(isInMacroExpansion()), isInTrainingFile(),
                   unless(isInDistributedFunction()))
       .bind(OptimizerStatementId);
