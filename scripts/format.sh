@@ -13,10 +13,10 @@ if ! command -v "$CLANG_FORMAT" > /dev/null; then
   exit 1
 fi
 if ! git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
-  echo "format.sh: $(pwd) is not a git work tree; the list of sources is git's (git ls-files)" >&2
+  echo "format.sh: $(pwd) is not a git work tree; the list of sources is git's (git ls-files: tracked, and new files git does not ignore)" >&2
   exit 1
 fi
-mapfile -t files < <(git ls-files -- '*.cpp' '*.h' '*.hpp' '*.cu' ':!:test/passes/**' ':!:test/tidy/**' ':!:bench/generated/**' ':!:test/fixtures/generated/**')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.h' '*.hpp' '*.cu' ':!:test/passes/**' ':!:test/tidy/**' ':!:bench/generated/**' ':!:test/fixtures/generated/**')
 if [ "${1:-}" = "--check" ]; then
   if ! "$CLANG_FORMAT" --dry-run -Werror "${files[@]}"; then
     echo "format.sh: the files above differ from .clang-format; run \`make format\` (scripts/format.sh) and commit" >&2
