@@ -165,13 +165,16 @@ Collected::Refusal refusalScope(const clang::DynTypedNode& Node, clang::ASTConte
   const auto* StartFunction = llvm::dyn_cast<clang::FunctionDecl>(Start);
   const std::string StartName =
       StartFunction ? "function '" + StartFunction->getQualifiedNameAsString() + "'" : Out.ScopeName;
+  std::set<std::pair<unsigned, unsigned>> Holders;
   for (passes::SharingPiece& Piece : passes::codeSharingObjectsWith(*Start, Context)) {
     if (Piece.Name == StartName)
       Piece.Name = Out.ScopeName;
     Add(Piece.Range, Piece.Name, false);
-    // The function of a statement that shares objects, whole: its lookup of the accelerator goes with the
-    // last change the function keeps.
-    if (Piece.Function.isValid())
+    // The function of a statement that shares objects, whole (once): its lookup of the accelerator goes
+    // with the last change the function keeps.
+    if (Piece.Function.isValid() &&
+        Holders.insert({Piece.Function.getBegin().getRawEncoding(), Piece.Function.getEnd().getRawEncoding()})
+            .second)
       Add(Piece.Function, Piece.Name, true);
   }
   return Out;
